@@ -1,0 +1,91 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error code. Clients branch on codes,
+// never on messages.
+type Code string
+
+// The error codes of the contract.
+const (
+	CodeIdempotencyKeyRequired Code = "idempotency_key_required"
+	CodeInvalidIdempotencyKey  Code = "invalid_idempotency_key"
+	CodeKeyReuseDifferentArgs  Code = "idempotency_key_reuse_with_different_args"
+	CodeForbidden              Code = "forbidden"
+	CodeUnauthenticated        Code = "unauthenticated"
+	CodeNotFound               Code = "not_found"
+	CodeInvalidArgument        Code = "invalid_argument"
+	CodeUnavailable            Code = "unavailable"
+	CodeRateLimited            Code = "rate_limited"
+	CodeInternal               Code = "internal"
+
+	// Outcome codes stored on failed claims.
+	CodeOutcomeUnknown                Code = "outcome_unknown"
+	CodeCancelled                     Code = "cancelled"
+	CodeDownstreamIdempotencyMismatch Code = "downstream_idempotency_mismatch"
+	CodeAmountExceedsRefundable       Code = "amount_exceeds_refundable"
+	CodeCardDeclined                  Code = "card_declined"
+	CodeDownstreamRejected            Code = "downstream_rejected"
+	CodeRetriesExhausted              Code = "retries_exhausted"
+)
+
+// Error is an error with a stable code, an optional field it is about, and
+// optional details (for a conflict, the fields that differ).
+type Error struct {
+	Code    Code
+	Field   string
+	Message string
+	// Fields lists the argument names a conflict differs in.
+	Fields []string
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s: %s", e.Code, e.Field, e.Message)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Errorf returns an *Error with code, field and a formatted message.
+func Errorf(code Code, field, format string, args ...any) *Error {
+	return &Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of err if it is (or wraps) an *Error, and
+// CodeInternal otherwise.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// Sentinel errors shared by the stores and the gate. Stores translate their
+// engine's errors into these at the boundary.
+var (
+	// ErrNotFound means the row asked for does not exist (for this tenant).
+	ErrNotFound = errors.New("not found")
+	// ErrLeaseLost means a conditional write found the claim no longer
+	// running under the caller's epoch: another worker or the reaper took it.
+	ErrLeaseLost = errors.New("lease lost: claim is no longer running under this epoch")
+	// ErrUnavailable means the database could not be reached in time.
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// More sentinel errors for conditional writes.
+var (
+	// ErrAlreadyExists means an insert found a row with the same identity.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrStateChanged means a conditional write found the row in another
+	// state than the one it requires (for example a take-over of a claim
+	// that is no longer expired, or a re-drive of a claim that is not failed).
+	ErrStateChanged = errors.New("row is not in the state this write requires")
+	// ErrLeaseUnavailable means a worker could not take a claim's lease: it
+	// is held by a live worker, terminal, or belongs to another job.
+	ErrLeaseUnavailable = errors.New("lease unavailable")
+)

@@ -1,0 +1,461 @@
+// Package gate is the idempotency gate: it claims (tenant, tool, key) under a
+// unique index, enqueues the claim's job in the same transaction, and answers
+// retries with the first outcome. Workers re-enter the same gate before any
+// effect. The gate runs on any Store; gate/gatepg and gate/gatesqlite
+// implement one each.
+package gate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemgate/idemgate/domain"
+)
+
+// DefaultRetryAfter is what an in_flight answer tells the client to wait
+// before polling again.
+const DefaultRetryAfter = time.Second
+
+// pollInterval is how often a Gate without a Waiter re-reads a claim while
+// waiting for its outcome.
+const pollInterval = 50 * time.Millisecond
+
+// maxClaimLoops bounds the claim loop when a claim vanishes (pruned) or a
+// take-over races between the insert and the read.
+const maxClaimLoops = 8
+
+// Enqueuer inserts the job that executes a claim, inside the claiming
+// transaction (River's InsertTx), and returns the job's id.
+type Enqueuer interface {
+	JobInsert(ctx context.Context, tx Tx, claim *Claim) (int64, error)
+}
+
+// Waiter tells waiting callers that a claim may have reached a terminal
+// status. gatepg implements it with one LISTEN connection per process.
+type Waiter interface {
+	// Subscribe registers interest in claimID. The channel receives when the
+	// claim turns terminal, and also after a reconnect (when notifications
+	// may have been missed), so the caller must re-read the claim. cancel
+	// releases the subscription.
+	Subscribe(claimID int64) (ch <-chan struct{}, cancel func())
+}
+
+// Config configures a Gate.
+type Config struct {
+	// Store is the database. Required.
+	Store Store
+	// Enqueuer inserts a claim's job in the claiming transaction. Required.
+	Enqueuer Enqueuer
+	// Policies are the mutating tools. Each tool must appear once.
+	Policies []Policy
+	// Waiter wakes callers waiting for an outcome. Nil means poll the store
+	// every 50ms (SQLite, which has no LISTEN).
+	Waiter Waiter
+	// DBTimeout bounds each claiming transaction and audit write, so that a
+	// call against an unreachable database fails with domain.ErrUnavailable
+	// instead of hanging. Default DefaultDBTimeout.
+	DBTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultDBTimeout is the default Config.DBTimeout.
+const DefaultDBTimeout = 2 * time.Second
+
+// Gate claims intents and answers retries.
+type Gate struct {
+	store    Store
+	enqueuer Enqueuer
+	policies map[string]*Policy
+	waiter   Waiter
+	timeout  time.Duration
+	logger   *slog.Logger
+}
+
+// New returns a Gate, or an error naming the first invalid field of cfg.
+func New(cfg *Config) (*Gate, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("gate: Config.Store is required")
+	}
+	if cfg.Enqueuer == nil {
+		return nil, errors.New("gate: Config.Enqueuer is required")
+	}
+	g := &Gate{
+		store:    cfg.Store,
+		enqueuer: cfg.Enqueuer,
+		policies: make(map[string]*Policy, len(cfg.Policies)),
+		waiter:   cfg.Waiter,
+		timeout:  cfg.DBTimeout,
+		logger:   cfg.Logger,
+	}
+	if g.timeout == 0 {
+		g.timeout = DefaultDBTimeout
+	}
+	if g.logger == nil {
+		g.logger = slog.Default()
+	}
+	for i := range cfg.Policies {
+		p := cfg.Policies[i]
+		if err := p.validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := g.policies[p.Tool]; dup {
+			return nil, fmt.Errorf("gate: policy %s is configured twice", p.Tool)
+		}
+		g.policies[p.Tool] = &p
+	}
+	return g, nil
+}
+
+// Store returns the gate's store.
+func (g *Gate) Store() Store { return g.store }
+
+// Policy returns the policy of tool, if it is a mutating tool.
+func (g *Gate) Policy(tool string) (*Policy, bool) {
+	p, ok := g.policies[tool]
+	return p, ok
+}
+
+// Intent is a validated mutation request: decoded once, fingerprinted once,
+// and the same value is stored and later executed.
+type Intent struct {
+	Tool string
+	Key  string
+	// Args are the decoded arguments, idempotency_key included.
+	Args map[string]any
+	// Canonical is the RFC 8785 JSON of Args without idempotency_key: what
+	// the claim stores and the worker executes.
+	Canonical json.RawMessage
+	// ArgsHash is the hex sha256 of the canonical arguments without the
+	// tool's volatile fields.
+	ArgsHash string
+}
+
+// NewIntent validates the idempotency key in args and fingerprints them
+// under tool's policy. Errors are *domain.Error naming the field.
+func (g *Gate) NewIntent(tool string, args map[string]any) (*Intent, error) {
+	p, ok := g.policies[tool]
+	if !ok {
+		return nil, domain.Errorf(domain.CodeNotFound, "tool", "%q is not a mutating tool", tool)
+	}
+	raw, present := args["idempotency_key"]
+	key, isString := raw.(string)
+	if present && !isString {
+		return nil, domain.Errorf(domain.CodeInvalidIdempotencyKey, "idempotency_key", "must be a string")
+	}
+	if err := ValidateKey(key, present); err != nil {
+		return nil, err
+	}
+	_, hash, err := Fingerprint(args, p.VolatileFields)
+	if err != nil {
+		return nil, err
+	}
+	canonical, err := CanonicalArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	return &Intent{Tool: tool, Key: key, Args: args, Canonical: canonical, ArgsHash: hash}, nil
+}
+
+// ClaimParams are the parameters of Gate.Claim.
+type ClaimParams struct {
+	Actor     domain.Actor
+	RequestID string
+	Intent    *Intent
+	// Wait is how long to wait for a terminal status before answering with
+	// the handle (IDEMGATE_WAIT). Zero answers at once.
+	Wait time.Duration
+}
+
+// ClaimResult is the answer to a mutation call.
+type ClaimResult struct {
+	Outcome domain.Outcome
+	// Replayed is true when the stored outcome of an earlier call is returned.
+	Replayed bool
+	// Claim is the claim as last read.
+	Claim *Claim
+	// RetryAfter is set for in_flight answers.
+	RetryAfter time.Duration
+	// Conflict is set for conflict answers: the differing fields and a
+	// message, with code idempotency_key_reuse_with_different_args.
+	Conflict *domain.Error
+}
+
+// Claim claims the intent for the actor's tenant, or answers from the
+// existing claim: accepted, replayed, conflict or in_flight. It writes one
+// audit row per call.
+func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, error) {
+	start := time.Now()
+	in := params.Intent
+	policy, ok := g.policies[in.Tool]
+	if !ok {
+		return nil, domain.Errorf(domain.CodeNotFound, "tool", "%q is not a mutating tool", in.Tool)
+	}
+	auditArgs, err := json.Marshal(policy.RedactArgs(in.Args))
+	if err != nil {
+		return nil, fmt.Errorf("gate: marshal audit args: %w", err)
+	}
+
+	var (
+		res     *ClaimResult
+		current *Claim
+	)
+	for range maxClaimLoops {
+		res, current, err = g.claimOnce(ctx, params, policy, auditArgs, start)
+		if err != nil {
+			return nil, err
+		}
+		if res != nil || current != nil {
+			break
+		}
+	}
+	if res == nil && current == nil {
+		return nil, fmt.Errorf("gate: claim of %s/%s did not settle after %d attempts", in.Tool, in.Key, maxClaimLoops)
+	}
+
+	if res != nil { // accepted: its audit row is committed with the claim
+		if params.Wait > 0 && !res.Claim.Status.Terminal() {
+			res.Claim, err = g.await(ctx, res.Claim, params.Wait)
+			if err != nil {
+				return nil, err
+			}
+		}
+		if !res.Claim.Status.Terminal() {
+			res.RetryAfter = DefaultRetryAfter
+		}
+		return res, nil
+	}
+
+	res = &ClaimResult{Claim: current}
+	if current.ArgsHash != in.ArgsHash {
+		res.Outcome = domain.OutcomeConflict
+		res.Conflict = g.conflict(current, in, policy)
+	} else {
+		if params.Wait > 0 && !current.Status.Terminal() {
+			res.Claim, err = g.await(ctx, current, params.Wait)
+			if err != nil {
+				return nil, err
+			}
+		}
+		if res.Claim.Status.Terminal() {
+			res.Outcome, res.Replayed = domain.OutcomeReplayed, true
+		} else {
+			res.Outcome, res.RetryAfter = domain.OutcomeInFlight, DefaultRetryAfter
+		}
+	}
+	reason := ""
+	if res.Conflict != nil {
+		reason = "differs in " + strings.Join(res.Conflict.Fields, ", ")
+	}
+	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if err := g.store.AuditInsert(auditCtx, &AuditInsertParams{
+		TenantID:       params.Actor.TenantID,
+		UserID:         params.Actor.UserID,
+		TokenID:        params.Actor.TokenID,
+		RequestID:      params.RequestID,
+		Tool:           in.Tool,
+		IdempotencyKey: in.Key,
+		OperationID:    res.Claim.OperationID,
+		JobID:          res.Claim.JobID,
+		Decision:       domain.Decision(res.Outcome),
+		Reason:         reason,
+		ArgsHash:       in.ArgsHash,
+		Args:           auditArgs,
+		Result:         resultSummary(res.Claim),
+		Duration:       time.Since(start),
+	}); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// claimOnce runs one claiming transaction. It returns an accepted result, or
+// the existing claim to answer from, or neither when the loop must run again
+// (the claim vanished or a take-over lost a race).
+func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Policy, auditArgs json.RawMessage, start time.Time) (*ClaimResult, *Claim, error) {
+	in := params.Intent
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	tx, err := g.store.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+
+	operationID := uuid.NewString()
+	claim, err := tx.ClaimInsert(ctx, &ClaimInsertParams{
+		OperationID:    operationID,
+		TenantID:       params.Actor.TenantID,
+		Tool:           in.Tool,
+		IdempotencyKey: in.Key,
+		UserID:         params.Actor.UserID,
+		Args:           in.Canonical,
+		ArgsHash:       in.ArgsHash,
+		TTL:            policy.TTL,
+	})
+	reason := ""
+	switch {
+	case err == nil:
+	case errors.Is(err, domain.ErrAlreadyExists):
+		existing, err := tx.ClaimGetByKey(ctx, &ClaimGetByKeyParams{
+			TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
+		})
+		if errors.Is(err, domain.ErrNotFound) {
+			return nil, nil, nil // pruned between the insert and the read: loop
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if !existing.Expired {
+			return nil, existing, nil
+		}
+		claim, err = tx.ClaimTakeOver(ctx, &ClaimTakeOverParams{
+			ID:          existing.ID,
+			OperationID: operationID,
+			UserID:      params.Actor.UserID,
+			Args:        in.Canonical,
+			ArgsHash:    in.ArgsHash,
+			TTL:         policy.TTL,
+		})
+		if errors.Is(err, domain.ErrStateChanged) || errors.Is(err, domain.ErrNotFound) {
+			return nil, nil, nil // another intent took it over first: loop
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		reason = "took over expired operation " + existing.OperationID
+	default:
+		return nil, nil, err
+	}
+
+	jobID, err := g.enqueuer.JobInsert(ctx, tx, claim)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gate: insert job: %w", err)
+	}
+	claim, err = tx.ClaimSetJob(ctx, &ClaimSetJobParams{ID: claim.ID, JobID: jobID})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tx.AuditInsert(ctx, &AuditInsertParams{
+		TenantID:       params.Actor.TenantID,
+		UserID:         params.Actor.UserID,
+		TokenID:        params.Actor.TokenID,
+		RequestID:      params.RequestID,
+		Tool:           in.Tool,
+		IdempotencyKey: in.Key,
+		OperationID:    claim.OperationID,
+		JobID:          jobID,
+		Decision:       domain.DecisionAccepted,
+		Reason:         reason,
+		ArgsHash:       in.ArgsHash,
+		Args:           auditArgs,
+		Duration:       time.Since(start),
+	}); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, err
+	}
+	return &ClaimResult{Outcome: domain.OutcomeAccepted, Claim: claim}, nil, nil
+}
+
+// conflict builds the conflict error naming the fields that differ.
+func (g *Gate) conflict(existing *Claim, in *Intent, policy *Policy) *domain.Error {
+	fields := []string{}
+	if stored, err := decodeStored(existing.Args); err == nil {
+		fields = DiffFields(stored, in.Args, policy.VolatileFields)
+	} else {
+		g.logger.Error("gate: stored arguments do not decode", "operation_id", existing.OperationID, "error", err)
+	}
+	msg := fmt.Sprintf("idempotency_key %q was first used with other arguments", in.Key)
+	if len(fields) > 0 {
+		msg += " (differs in " + strings.Join(fields, ", ") + ")"
+	}
+	return &domain.Error{
+		Code:    domain.CodeKeyReuseDifferentArgs,
+		Field:   "idempotency_key",
+		Message: msg,
+		Fields:  fields,
+	}
+}
+
+// await waits up to d for claim to turn terminal and returns it as last read.
+func (g *Gate) await(ctx context.Context, claim *Claim, d time.Duration) (*Claim, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+
+	var (
+		notify <-chan struct{}
+		tick   <-chan time.Time
+	)
+	if g.waiter != nil {
+		ch, unsubscribe := g.waiter.Subscribe(claim.ID)
+		defer unsubscribe()
+		notify = ch
+	} else {
+		ticker := time.NewTicker(pollInterval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	for {
+		readCtx, cancelRead := context.WithTimeout(ctx, g.timeout)
+		// Read after subscribing, so that a transition between the first
+		// read and the subscription is not missed.
+		c, err := g.store.ClaimGetByID(readCtx, &ClaimGetByIDParams{ID: claim.ID})
+		cancelRead()
+		if ctx.Err() != nil {
+			return claim, nil
+		}
+		if errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrUnavailable) {
+			// Pruned, or the database went away after the claim committed:
+			// answer with the handle as last read.
+			return claim, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		claim = c
+		if claim.Status.Terminal() {
+			return claim, nil
+		}
+		select {
+		case <-ctx.Done():
+			return claim, nil
+		case <-notify:
+		case <-tick:
+		}
+	}
+}
+
+// resultSummary is what an audit row keeps of a claim's outcome: its status
+// and error code, never the result body.
+func resultSummary(c *Claim) json.RawMessage {
+	summary := map[string]any{"status": c.Status}
+	if c.Error != nil {
+		summary["error_code"] = c.Error.Code
+	}
+	b, _ := json.Marshal(summary)
+	return b
+}
+
+// decodeStored decodes arguments the gate stored itself: already validated
+// and canonical, so without DecodeArgs's limits (canonical numbers can be
+// longer than the client's spelling of them).
+func decodeStored(raw json.RawMessage) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var out map[string]any
+	if err := dec.Decode(&out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

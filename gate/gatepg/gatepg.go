@@ -1,0 +1,324 @@
+// Package gatepg is the Postgres implementation of gate.Store, on pgx.
+package gatepg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+)
+
+// NotifyChannel is the channel a trigger notifies, with the claim id as
+// payload, when a claim turns terminal.
+const NotifyChannel = "idemgate_claim_terminal"
+
+// computed returns claimComputed with clock parameter p, which may be NULL.
+func computed(p string) string {
+	return fmt.Sprintf(claimComputed, "coalesce("+p+"::timestamptz, now())")
+}
+
+// querier is what a pool and a transaction have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store is the Postgres gate.Store.
+type Store struct {
+	executor
+	pool *pgxpool.Pool
+}
+
+var _ gate.Store = (*Store)(nil)
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store {
+	return &Store{executor: executor{q: pool}, pool: pool}
+}
+
+// Pool returns the store's pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Begin starts a READ COMMITTED transaction.
+func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, translate(err)
+	}
+	return &Tx{executor: executor{q: tx}, tx: tx}, nil
+}
+
+// Tx is a Postgres gate.Tx.
+type Tx struct {
+	executor
+	tx pgx.Tx
+}
+
+// Commit commits the transaction.
+func (t *Tx) Commit(ctx context.Context) error { return translate(t.tx.Commit(ctx)) }
+
+// Rollback rolls the transaction back; after Commit it is a no-op.
+func (t *Tx) Rollback(ctx context.Context) error {
+	err := t.tx.Rollback(ctx)
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	return translate(err)
+}
+
+// Raw returns the pgx.Tx, for River's InsertTx and JobCompleteTx.
+func (t *Tx) Raw() any { return t.tx }
+
+type executor struct {
+	q querier
+}
+
+func (e executor) claimRow(ctx context.Context, sql string, args ...any) (*Claim, error) {
+	c, err := scanClaim(e.q.QueryRow(ctx, sql, args...))
+	return c, translate(err)
+}
+
+// Claim is an alias so that the queries read naturally.
+type Claim = gate.Claim
+
+func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
+		[]byte(p.Args), p.ArgsHash, int(p.TTL/time.Second))
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, domain.ErrAlreadyExists
+	}
+	return c, err
+}
+
+func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now)
+}
+
+func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByID, p.ID, p.Now)
+}
+
+func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
+		int(p.TTL/time.Second), p.Now)
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, domain.ErrStateChanged
+	}
+	return c, err
+}
+
+func (e executor) ClaimSetJob(ctx context.Context, p *gate.ClaimSetJobParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimSetJob, p.ID, p.JobID)
+}
+
+func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimLease, p.ID, p.JobID, p.Lease.Seconds(), p.Now)
+	if !errors.Is(err, domain.ErrNotFound) {
+		return c, err
+	}
+	c, err = e.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: p.ID, Now: p.Now})
+	if err != nil {
+		return nil, err
+	}
+	return c, domain.ErrLeaseUnavailable
+}
+
+func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimComplete, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
+	return c, leaseLost(err)
+}
+
+func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.claimRow(ctx, sqlClaimFail, p.ID, p.Epoch, errJSON, p.LeaseExpiredOnly, p.Now)
+	return c, leaseLost(err)
+}
+
+func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.LastError)
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.claimRow(ctx, sqlClaimRelease, p.ID, p.Epoch, errJSON)
+	return c, leaseLost(err)
+}
+
+func (e executor) ClaimReclaim(ctx context.Context, p *gate.ClaimReclaimParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, p.Now)
+	return c, leaseLost(err)
+}
+
+func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, domain.ErrStateChanged
+	}
+	return c, err
+}
+
+func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
+	rows, err := e.q.Query(ctx, sqlClaimListLeaseExpired, p.Limit, p.Now)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []*Claim
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, c)
+	}
+	return out, translate(rows.Err())
+}
+
+func (e executor) ClaimDeleteExpired(ctx context.Context, p *gate.ClaimDeleteExpiredParams) (int, error) {
+	tag, err := e.q.Exec(ctx, sqlClaimDeleteExpired, p.Limit, p.Now)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
+	var opID, jobID any
+	if p.OperationID != "" {
+		opID = p.OperationID
+	}
+	if p.JobID != 0 {
+		jobID = p.JobID
+	}
+	_, err := e.q.Exec(ctx, sqlAuditInsert, p.TenantID, p.UserID, p.TokenID, p.RequestID, p.Tool, p.IdempotencyKey,
+		opID, jobID, string(p.Decision), p.Reason, p.ArgsHash, nullJSON(p.Args), nullJSON(p.Result),
+		float64(p.Duration)/float64(time.Millisecond))
+	return translate(err)
+}
+
+func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
+	rows, err := e.q.Query(ctx, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []*gate.AuditEvent
+	for rows.Next() {
+		var (
+			ev         gate.AuditEvent
+			decision   string
+			args, res  []byte
+			durationMS float64
+		)
+		if err := rows.Scan(&ev.ID, &ev.CreatedAt, &ev.TenantID, &ev.UserID, &ev.TokenID, &ev.RequestID, &ev.Tool,
+			&ev.IdempotencyKey, &ev.OperationID, &ev.JobID, &decision, &ev.Reason, &ev.ArgsHash, &args, &res,
+			&durationMS); err != nil {
+			return nil, translate(err)
+		}
+		ev.Decision = domain.Decision(decision)
+		ev.Args, ev.Result = args, res
+		ev.Duration = time.Duration(durationMS * float64(time.Millisecond))
+		out = append(out, &ev)
+	}
+	return out, translate(rows.Err())
+}
+
+func scanClaim(row pgx.Row) (*Claim, error) {
+	var (
+		c                        Claim
+		status                   string
+		ttlSeconds               int
+		result, errJSON, lastErr []byte
+	)
+	if err := row.Scan(&c.ID, &c.OperationID, &c.TenantID, &c.Tool, &c.IdempotencyKey, &c.UserID, &c.Args,
+		&c.ArgsHash, &status, &c.Epoch, &c.LeaseExpiresAt, &c.Attempts, &c.JobID, &c.Generation, &c.DownstreamKey,
+		&ttlSeconds, &result, &errJSON, &lastErr, &c.FirstCalledAt, &c.CreatedAt, &c.UpdatedAt, &c.ExpiresAt,
+		&c.Expired, &c.LeaseLive); err != nil {
+		return nil, err
+	}
+	c.Status = domain.Status(status)
+	c.TTL = time.Duration(ttlSeconds) * time.Second
+	if len(result) > 0 {
+		c.Result = result
+	}
+	var err error
+	if c.Error, err = decodeErrorInfo(errJSON); err != nil {
+		return nil, err
+	}
+	if c.LastError, err = decodeErrorInfo(lastErr); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func decodeErrorInfo(b []byte) (*domain.ErrorInfo, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var info domain.ErrorInfo
+	if err := json.Unmarshal(b, &info); err != nil {
+		return nil, fmt.Errorf("gatepg: stored error: %w", err)
+	}
+	return &info, nil
+}
+
+// nullJSON passes an empty document as SQL NULL.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}
+
+// leaseLost maps "no row matched the fenced update" to domain.ErrLeaseLost.
+func leaseLost(err error) error {
+	if errors.Is(err, domain.ErrNotFound) {
+		return domain.ErrLeaseLost
+	}
+	return err
+}
+
+// translate maps pgx errors to the gate's sentinel errors at the boundary.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.ErrNotFound
+	}
+	if Unavailable(err) {
+		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
+	}
+	return err
+}
+
+// Unavailable reports whether err means the database cannot be reached or
+// is not accepting work right now (a retryable condition), as opposed to a
+// statement error.
+func Unavailable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || // connection exception
+			strings.HasPrefix(pgErr.Code, "57P") || // admin shutdown, crash shutdown, cannot connect now
+			pgErr.Code == "53300" // too many connections
+	}
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,74 @@
+package gatepg_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatepg"
+	"github.com/idemgate/idemgate/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/pgtest"
+)
+
+type claimJobArgs struct {
+	ClaimID int64 `json:"claim_id"`
+}
+
+func (claimJobArgs) Kind() string { return "gatetest_claim" }
+
+// riverEnqueuer inserts a real River job in the claiming transaction.
+type riverEnqueuer struct {
+	client *river.Client[pgx.Tx]
+}
+
+func (e riverEnqueuer) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
+	res, err := e.client.InsertTx(ctx, tx.Raw().(pgx.Tx), claimJobArgs{ClaimID: c.ID}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return res.Job.ID, nil
+}
+
+func count(t *testing.T, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, sql string) func(context.Context) int {
+	return func(ctx context.Context) int {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, sql).Scan(&n))
+		return n
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for name, withListener := range map[string]bool{"Listen": true, "Poll": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			gatetest.Exercise(t, func(t *testing.T) *gatetest.Bundle {
+				_, pool := pgtest.NewDB(t)
+				client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
+				require.NoError(t, err)
+				b := &gatetest.Bundle{
+					Store:      gatepg.New(pool),
+					Enqueuer:   riverEnqueuer{client: client},
+					JobCount:   count(t, pool, "SELECT count(*) FROM river_job"),
+					ClaimCount: count(t, pool, "SELECT count(*) FROM idempotency_claims"),
+				}
+				if withListener {
+					l := gatepg.NewListener(pool, nil)
+					ctx, cancel := context.WithCancel(context.Background())
+					done := make(chan struct{})
+					go func() { defer close(done); l.Run(ctx) }()
+					t.Cleanup(func() { cancel(); <-done })
+					b.Waiter = l
+				}
+				return b
+			})
+		})
+	}
+}

@@ -1,0 +1,128 @@
+package gatepg
+
+// All of the Postgres store's SQL. $now parameters are nullable
+// timestamptz overrides of the database clock, for tests only; production
+// passes NULL and every comparison uses the database's now().
+
+// claimColumns are selected by every claim query, in scanClaim's order. The
+// last two are computed against the clock given as the query's last
+// parameter.
+const claimColumns = `id, operation_id::text, tenant_id, tool, idempotency_key, user_id, args, args_hash,
+	status, epoch, lease_expires_at, attempts, coalesce(job_id, 0), generation, downstream_key, ttl_seconds,
+	result, error, last_error, first_called_at, created_at, updated_at, expires_at`
+
+// claimComputed must follow claimColumns; %[1]s is the clock expression.
+const claimComputed = `,
+	(expires_at IS NOT NULL AND expires_at <= %[1]s) AS expired,
+	(status = 'running' AND lease_expires_at > %[1]s) AS lease_live`
+
+const sqlClaimInsert = `
+INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status, ttl_seconds)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8)
+ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
+RETURNING ` + claimColumns + `, false, false`
+
+var sqlClaimGetByKey = `
+SELECT ` + claimColumns + computed("$4") + `
+FROM idempotency_claims
+WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3`
+
+var sqlClaimGetByID = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims
+WHERE id = $1`
+
+// The take-over keeps epoch (fencing stays monotonic across intents) and
+// resets everything else that belonged to the old intent.
+var sqlClaimTakeOver = `
+UPDATE idempotency_claims SET
+	operation_id = $2, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6,
+	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = NULL, generation = 0,
+	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
+	created_at = now(), updated_at = now(), expires_at = NULL
+WHERE id = $1 AND status IN ('succeeded', 'failed') AND expires_at <= coalesce($7::timestamptz, now())
+RETURNING ` + claimColumns + `, false, false`
+
+const sqlClaimSetJob = `
+UPDATE idempotency_claims SET job_id = $2, updated_at = now()
+WHERE id = $1
+RETURNING ` + claimColumns + `, false, false`
+
+var sqlClaimLease = `
+UPDATE idempotency_claims SET
+	status = 'running', epoch = epoch + 1, attempts = attempts + 1,
+	lease_expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => $3::double precision),
+	first_called_at = coalesce(first_called_at, coalesce($4::timestamptz, now())),
+	updated_at = now()
+WHERE id = $1 AND job_id = $2
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($4::timestamptz, now())))
+RETURNING ` + claimColumns + computed("$4")
+
+var sqlClaimComplete = `
+UPDATE idempotency_claims SET
+	status = 'succeeded', result = $3, error = NULL, lease_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND status = 'running' AND epoch = $2
+RETURNING ` + claimColumns + computed("$4")
+
+var sqlClaimFail = `
+UPDATE idempotency_claims SET
+	status = 'failed', error = $3, lease_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND status = 'running' AND epoch = $2
+	AND (NOT $4::boolean OR lease_expires_at <= coalesce($5::timestamptz, now()))
+RETURNING ` + claimColumns + computed("$5")
+
+const sqlClaimRelease = `
+UPDATE idempotency_claims SET
+	status = 'queued', lease_expires_at = NULL, last_error = $3, updated_at = now()
+WHERE id = $1 AND status = 'running' AND epoch = $2
+RETURNING ` + claimColumns + `, false, false`
+
+var sqlClaimReclaim = `
+UPDATE idempotency_claims SET
+	status = 'queued', lease_expires_at = NULL, job_id = $3, updated_at = now()
+WHERE id = $1 AND status = 'running' AND epoch = $2 AND lease_expires_at <= coalesce($4::timestamptz, now())
+RETURNING ` + claimColumns + computed("$4")
+
+const sqlClaimRedrive = `
+UPDATE idempotency_claims SET
+	status = 'queued',
+	generation = generation + CASE WHEN $2::boolean THEN 1 ELSE 0 END,
+	first_called_at = CASE WHEN $2::boolean THEN NULL ELSE first_called_at END,
+	job_id = coalesce(nullif($3::bigint, 0), job_id),
+	attempts = 0, result = NULL, error = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = now()
+WHERE id = $1 AND status = 'failed'
+RETURNING ` + claimColumns + `, false, false`
+
+var sqlClaimListLeaseExpired = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims
+WHERE status = 'running' AND lease_expires_at <= coalesce($2::timestamptz, now())
+ORDER BY lease_expires_at
+LIMIT $1`
+
+const sqlClaimDeleteExpired = `
+WITH doomed AS (
+	SELECT id FROM idempotency_claims
+	WHERE expires_at <= coalesce($2::timestamptz, now()) AND status IN ('succeeded', 'failed')
+	ORDER BY expires_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotency_claims c
+USING doomed
+WHERE c.id = doomed.id AND c.status IN ('succeeded', 'failed') AND c.expires_at <= coalesce($2::timestamptz, now())`
+
+const sqlAuditInsert = `
+INSERT INTO audit_events (tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
+	decision, reason, args_hash, args, result, duration_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+
+const sqlAuditListByKey = `
+SELECT id, created_at, tenant_id, user_id, token_id, request_id, tool, idempotency_key,
+	coalesce(operation_id::text, ''), coalesce(job_id, 0), decision, reason, args_hash, args, result,
+	coalesce(duration_ms, 0)
+FROM audit_events
+WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3
+ORDER BY id`

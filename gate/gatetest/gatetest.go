@@ -1,0 +1,526 @@
+// Package gatetest is the conformance suite that every gate.Store must pass.
+// gate/gatepg and gate/gatesqlite call Exercise from their tests.
+package gatetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+)
+
+// Bundle is what a store's test gives the suite: a fresh, migrated store of
+// its own, and the enqueuer its claims' jobs go through.
+type Bundle struct {
+	Store    gate.Store
+	Enqueuer gate.Enqueuer
+	// Waiter is optional; nil exercises the polling path.
+	Waiter gate.Waiter
+	// JobCount returns how many jobs the enqueuer has inserted that are
+	// visible (committed).
+	JobCount func(ctx context.Context) int
+	// ClaimCount returns how many idempotency_claims rows exist.
+	ClaimCount func(ctx context.Context) int
+}
+
+// Exercise runs the suite. newBundle must return an isolated store each
+// time it is called (a database or schema of its own).
+func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
+	t.Helper()
+	for name, test := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			g, err := gate.New(&gate.Config{
+				Store:    b.Store,
+				Enqueuer: b.Enqueuer,
+				Waiter:   b.Waiter,
+				Policies: gate.DefaultPolicies(),
+			})
+			require.NoError(t, err)
+			test(t, &suite{Bundle: b, gate: g})
+		})
+	}
+}
+
+type suite struct {
+	*Bundle
+	gate *gate.Gate
+}
+
+// ClaimOpts are the options of Claim; nil fields take defaults.
+type ClaimOpts struct {
+	Tenant string
+	Tool   string
+	Key    string
+	Args   map[string]any
+	Wait   time.Duration
+}
+
+var keySeq atomic.Int64
+
+// Claim claims an intent through g with defaults for every unset option:
+// tenant "acme", tool refund_order, a fresh key, a refund of 500 cents.
+func Claim(ctx context.Context, t testing.TB, g *gate.Gate, opts *ClaimOpts) *gate.ClaimResult {
+	t.Helper()
+	res, err := claim(ctx, g, opts)
+	require.NoError(t, err)
+	return res
+}
+
+func claim(ctx context.Context, g *gate.Gate, opts *ClaimOpts) (*gate.ClaimResult, error) {
+	if opts == nil {
+		opts = &ClaimOpts{}
+	}
+	o := *opts
+	if o.Tenant == "" {
+		o.Tenant = "acme"
+	}
+	if o.Tool == "" {
+		o.Tool = "refund_order"
+	}
+	if o.Key == "" {
+		o.Key = fmt.Sprintf("key-%d-%d", time.Now().UnixNano(), keySeq.Add(1))
+	}
+	args := map[string]any{"order_id": "ord_9f2", "amount_cents": json.Number("500")}
+	if o.Args != nil {
+		args = map[string]any{}
+		for k, v := range o.Args {
+			args[k] = v
+		}
+	}
+	args["idempotency_key"] = o.Key
+	in, err := g.NewIntent(o.Tool, args)
+	if err != nil {
+		return nil, err
+	}
+	return g.Claim(ctx, &gate.ClaimParams{
+		Actor:  domain.Actor{TenantID: o.Tenant, UserID: "support-bot", TokenID: "tok_test"},
+		Intent: in,
+		Wait:   o.Wait,
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// lease takes the lease of c's job with a lease that ends after d from now
+// (d may be negative, for a lease that has already expired).
+func lease(ctx context.Context, t *testing.T, s gate.Store, c *gate.Claim, jobID int64, d time.Duration) *gate.Claim {
+	t.Helper()
+	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: jobID, Lease: time.Minute, Now: ptr(time.Now().Add(d - time.Minute))})
+	require.NoError(t, err)
+	return leased
+}
+
+func audit(ctx context.Context, t *testing.T, s gate.Store, tenant, tool, key string) []*gate.AuditEvent {
+	t.Helper()
+	events, err := s.AuditListByKey(ctx, &gate.AuditListByKeyParams{TenantID: tenant, Tool: tool, IdempotencyKey: key})
+	require.NoError(t, err)
+	return events
+}
+
+func decisions(events []*gate.AuditEvent) []domain.Decision {
+	out := make([]domain.Decision, len(events))
+	for i, e := range events {
+		out[i] = e.Decision
+	}
+	return out
+}
+
+var tests = map[string]func(t *testing.T, s *suite){
+	"AcceptedCreatesClaimAndJob": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "order-9f2-refund-1"})
+		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+		require.False(t, res.Replayed)
+		c := res.Claim
+		require.Equal(t, domain.StatusQueued, c.Status)
+		require.NotZero(t, c.JobID)
+		require.Equal(t, "acme", c.TenantID)
+		require.Equal(t, "order-9f2-refund-1", c.IdempotencyKey)
+		require.Equal(t, "idg_"+c.OperationID+"_0", c.DownstreamKey)
+		require.Equal(t, gate.DefaultMoneyTTL, c.TTL)
+		require.Nil(t, c.ExpiresAt)
+		require.JSONEq(t, `{"amount_cents":500,"order_id":"ord_9f2"}`, string(c.Args))
+		require.Equal(t, 1, s.JobCount(ctx))
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted}, decisions(audit(ctx, t, s.Store, "acme", "refund_order", c.IdempotencyKey)))
+	},
+
+	"ConcurrentSameKeyOneAccepted": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		const n = 64
+		var (
+			wg      sync.WaitGroup
+			results = make([]*gate.ClaimResult, n)
+			errs    = make([]error, n)
+			start   = make(chan struct{})
+		)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				results[i], errs[i] = claim(ctx, s.gate, &ClaimOpts{Key: "storm-key-0001"})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		accepted := 0
+		for i := range n {
+			require.NoError(t, errs[i])
+			switch results[i].Outcome {
+			case domain.OutcomeAccepted:
+				accepted++
+			case domain.OutcomeInFlight, domain.OutcomeReplayed:
+			default:
+				t.Fatalf("call %d: unexpected outcome %s", i, results[i].Outcome)
+			}
+			require.Equal(t, results[0].Claim.OperationID, results[i].Claim.OperationID)
+			require.Equal(t, results[0].Claim.JobID, results[i].Claim.JobID)
+		}
+		require.Equal(t, 1, accepted)
+		require.Equal(t, 1, s.ClaimCount(ctx))
+		require.Equal(t, 1, s.JobCount(ctx))
+		require.Len(t, audit(ctx, t, s.Store, "acme", "refund_order", "storm-key-0001"), n)
+	},
+
+	"ConflictNamesDifferingFields": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		first := Claim(ctx, t, s.gate, &ClaimOpts{Key: "conflict-key-1"})
+		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "conflict-key-1", Args: map[string]any{"order_id": "ord_9f2", "amount_cents": json.Number("700")}})
+		require.Equal(t, domain.OutcomeConflict, res.Outcome)
+		require.NotNil(t, res.Conflict)
+		require.Equal(t, domain.CodeKeyReuseDifferentArgs, res.Conflict.Code)
+		require.Equal(t, []string{"amount_cents"}, res.Conflict.Fields)
+		require.Equal(t, first.Claim.OperationID, res.Claim.OperationID)
+
+		// Nothing changed but one audit row.
+		after, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: first.Claim.ID})
+		require.NoError(t, err)
+		require.Equal(t, first.Claim.UpdatedAt, after.UpdatedAt)
+		require.JSONEq(t, string(first.Claim.Args), string(after.Args))
+		require.Equal(t, 1, s.ClaimCount(ctx))
+		require.Equal(t, 1, s.JobCount(ctx))
+		events := audit(ctx, t, s.Store, "acme", "refund_order", "conflict-key-1")
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionConflict}, decisions(events))
+		require.Contains(t, events[1].Reason, "amount_cents")
+
+		// A volatile field (refund reason) is not a conflict.
+		res = Claim(ctx, t, s.gate, &ClaimOpts{Key: "conflict-key-1", Args: map[string]any{"order_id": "ord_9f2", "amount_cents": json.Number("500"), "reason": "customer asked twice"}})
+		require.Equal(t, domain.OutcomeInFlight, res.Outcome)
+	},
+
+	"KeysAreScopedByTenantAndTool": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		a := Claim(ctx, t, s.gate, &ClaimOpts{Tenant: "acme", Key: "shared-key-1"})
+		b := Claim(ctx, t, s.gate, &ClaimOpts{Tenant: "globex", Key: "shared-key-1", Args: map[string]any{"order_id": "ord_other", "amount_cents": json.Number("1")}})
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Tenant: "acme", Tool: "reset_seat", Key: "shared-key-1", Args: map[string]any{"seat_id": "seat_1"}})
+		for _, r := range []*gate.ClaimResult{a, b, c} {
+			require.Equal(t, domain.OutcomeAccepted, r.Outcome)
+		}
+		require.NotEqual(t, a.Claim.OperationID, b.Claim.OperationID)
+		require.NotEqual(t, a.Claim.OperationID, c.Claim.OperationID)
+		require.NotEqual(t, a.Claim.DownstreamKey, b.Claim.DownstreamKey)
+		require.Equal(t, 3, s.ClaimCount(ctx))
+		_, err := s.Store.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "initech", Tool: "refund_order", IdempotencyKey: "shared-key-1"})
+		require.ErrorIs(t, err, domain.ErrNotFound)
+	},
+
+	"ReplayReturnsStoredResultAndError": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		ok := Claim(ctx, t, s.gate, &ClaimOpts{Key: "replay-ok-key"})
+		leased := lease(ctx, t, s.Store, ok.Claim, ok.Claim.JobID, time.Minute)
+		done, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"refund_id":"re_1"}`)})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusSucceeded, done.Status)
+		require.NotNil(t, done.ExpiresAt)
+		require.WithinDuration(t, time.Now().Add(gate.DefaultMoneyTTL), *done.ExpiresAt, time.Minute)
+
+		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "replay-ok-key"})
+		require.Equal(t, domain.OutcomeReplayed, res.Outcome)
+		require.True(t, res.Replayed)
+		require.JSONEq(t, `{"refund_id":"re_1"}`, string(res.Claim.Result))
+		require.Equal(t, ok.Claim.OperationID, res.Claim.OperationID)
+
+		bad := Claim(ctx, t, s.gate, &ClaimOpts{Key: "replay-bad-key"})
+		leased = lease(ctx, t, s.Store, bad.Claim, bad.Claim.JobID, time.Minute)
+		_, err = s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: leased.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined, Message: "declined"}})
+		require.NoError(t, err)
+		res = Claim(ctx, t, s.gate, &ClaimOpts{Key: "replay-bad-key"})
+		require.Equal(t, domain.OutcomeReplayed, res.Outcome)
+		require.Equal(t, &domain.ErrorInfo{Code: domain.CodeCardDeclined, Message: "declined"}, res.Claim.Error)
+		require.Equal(t, 2, s.JobCount(ctx))
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionReplayed}, decisions(audit(ctx, t, s.Store, "acme", "refund_order", "replay-bad-key")))
+	},
+
+	"ExpiredTerminalClaimIsTakenOver": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		first := Claim(ctx, t, s.gate, &ClaimOpts{Key: "takeover-key-1"})
+		leased := lease(ctx, t, s.Store, first.Claim, first.Claim.JobID, time.Minute)
+		// Completed two TTLs ago: expired by the database's clock now.
+		_, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`), Now: ptr(time.Now().Add(-2 * gate.DefaultMoneyTTL))})
+		require.NoError(t, err)
+
+		// A new intent, even with other arguments, takes the key over.
+		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "takeover-key-1", Args: map[string]any{"order_id": "ord_9f2", "amount_cents": json.Number("900")}})
+		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+		require.NotEqual(t, first.Claim.OperationID, res.Claim.OperationID)
+		require.Equal(t, first.Claim.ID, res.Claim.ID)
+		require.Equal(t, domain.StatusQueued, res.Claim.Status)
+		require.Equal(t, 0, res.Claim.Generation)
+		require.Equal(t, 0, res.Claim.Attempts)
+		require.Nil(t, res.Claim.Result)
+		require.Nil(t, res.Claim.ExpiresAt)
+		require.NotEqual(t, first.Claim.JobID, res.Claim.JobID)
+		require.GreaterOrEqual(t, res.Claim.Epoch, leased.Epoch, "epoch stays monotonic across intents")
+		require.Equal(t, "idg_"+res.Claim.OperationID+"_0", res.Claim.DownstreamKey)
+		require.Equal(t, 2, s.JobCount(ctx))
+		events := audit(ctx, t, s.Store, "acme", "refund_order", "takeover-key-1")
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionAccepted}, decisions(events))
+		require.Contains(t, events[1].Reason, first.Claim.OperationID)
+	},
+
+	"QueuedOrRunningClaimNeverExpires": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		farFuture := ptr(time.Now().Add(10 * gate.MaxTTL))
+		queued := Claim(ctx, t, s.gate, &ClaimOpts{Key: "old-queued-key"})
+		_, err := s.Store.ClaimTakeOver(ctx, &gate.ClaimTakeOverParams{ID: queued.Claim.ID, OperationID: "00000000-0000-4000-8000-000000000001", Args: json.RawMessage(`{}`), ArgsHash: "x", TTL: time.Hour, Now: farFuture})
+		require.ErrorIs(t, err, domain.ErrStateChanged)
+
+		running := Claim(ctx, t, s.gate, &ClaimOpts{Key: "old-running-key"})
+		leased := lease(ctx, t, s.Store, running.Claim, running.Claim.JobID, -gate.MaxTTL) // lease long expired
+		_, err = s.Store.ClaimTakeOver(ctx, &gate.ClaimTakeOverParams{ID: leased.ID, OperationID: "00000000-0000-4000-8000-000000000002", Args: json.RawMessage(`{}`), ArgsHash: "x", TTL: time.Hour, Now: farFuture})
+		require.ErrorIs(t, err, domain.ErrStateChanged)
+
+		for _, key := range []string{"old-queued-key", "old-running-key"} {
+			res := Claim(ctx, t, s.gate, &ClaimOpts{Key: key})
+			require.Equal(t, domain.OutcomeInFlight, res.Outcome)
+			require.Equal(t, gate.DefaultRetryAfter, res.RetryAfter)
+			got, err := s.Store.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: key, Now: farFuture})
+			require.NoError(t, err)
+			require.False(t, got.Expired)
+		}
+		require.Equal(t, 2, s.JobCount(ctx))
+	},
+
+	"LeaseRules": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		res := Claim(ctx, t, s.gate, &ClaimOpts{})
+		c := res.Claim
+
+		// Another job may not lease the claim.
+		got, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID + 1000, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
+		require.Equal(t, domain.StatusQueued, got.Status)
+
+		leased, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusRunning, leased.Status)
+		require.Equal(t, c.Epoch+1, leased.Epoch)
+		require.Equal(t, 1, leased.Attempts)
+		require.True(t, leased.LeaseLive)
+		require.NotNil(t, leased.FirstCalledAt)
+
+		// A live lease is not taken twice.
+		got, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
+		require.True(t, got.LeaseLive)
+		require.Equal(t, leased.Epoch, got.Epoch)
+
+		// Once it expired (by the clock given), it is.
+		again, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute, Now: ptr(time.Now().Add(2 * time.Minute))})
+		require.NoError(t, err)
+		require.Equal(t, leased.Epoch+1, again.Epoch)
+		require.Equal(t, 2, again.Attempts)
+		require.Equal(t, *leased.FirstCalledAt, *again.FirstCalledAt)
+
+		// A succeeded claim cannot be leased.
+		_, err = s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: again.Epoch, Result: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		got, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
+		require.Equal(t, domain.StatusSucceeded, got.Status)
+
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID + 100000, JobID: c.JobID, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrNotFound)
+	},
+
+	"ReleaseKeepsEpochAndRecordsLastError": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{}).Claim
+		leased := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
+		released, err := s.Store.ClaimRelease(ctx, &gate.ClaimReleaseParams{ID: c.ID, Epoch: leased.Epoch, LastError: domain.ErrorInfo{Code: "stripe_500", Message: "server error"}})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusQueued, released.Status)
+		require.Equal(t, leased.Epoch, released.Epoch)
+		require.Nil(t, released.LeaseExpiresAt)
+		require.Equal(t, &domain.ErrorInfo{Code: "stripe_500", Message: "server error"}, released.LastError)
+		next := lease(ctx, t, s.Store, released, c.JobID, time.Minute)
+		require.Equal(t, leased.Epoch+1, next.Epoch)
+		require.Equal(t, 2, next.Attempts)
+	},
+
+	"StaleEpochCannotWrite": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{}).Claim
+		old := lease(ctx, t, s.Store, c, c.JobID, -time.Second) // the old worker's lease expired
+
+		expired, err := s.Store.ClaimListLeaseExpired(ctx, &gate.ClaimListLeaseExpiredParams{Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, expired, 1)
+		require.Equal(t, c.ID, expired[0].ID)
+
+		const newJob = int64(987654321)
+		reclaimed, err := s.Store.ClaimReclaim(ctx, &gate.ClaimReclaimParams{ID: c.ID, Epoch: old.Epoch, JobID: newJob})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusQueued, reclaimed.Status)
+		require.Equal(t, newJob, reclaimed.JobID)
+
+		// The old job may not lease again; the new one may.
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
+		fresh := lease(ctx, t, s.Store, reclaimed, newJob, time.Minute)
+		require.Equal(t, old.Epoch+1, fresh.Epoch)
+
+		// The old worker can neither complete, fail, release nor reclaim.
+		_, err = s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: old.Epoch, Result: json.RawMessage(`{"refund_id":"re_stale"}`)})
+		require.ErrorIs(t, err, domain.ErrLeaseLost)
+		_, err = s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: old.Epoch, Error: domain.ErrorInfo{Code: "x"}})
+		require.ErrorIs(t, err, domain.ErrLeaseLost)
+		_, err = s.Store.ClaimRelease(ctx, &gate.ClaimReleaseParams{ID: c.ID, Epoch: old.Epoch})
+		require.ErrorIs(t, err, domain.ErrLeaseLost)
+		_, err = s.Store.ClaimReclaim(ctx, &gate.ClaimReclaimParams{ID: c.ID, Epoch: old.Epoch, JobID: 1})
+		require.ErrorIs(t, err, domain.ErrLeaseLost)
+		// Nor reclaim a live lease.
+		_, err = s.Store.ClaimReclaim(ctx, &gate.ClaimReclaimParams{ID: c.ID, Epoch: fresh.Epoch, JobID: 1})
+		require.ErrorIs(t, err, domain.ErrLeaseLost)
+
+		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusRunning, got.Status)
+		require.Equal(t, fresh.Epoch, got.Epoch)
+		require.Nil(t, got.Result)
+
+		done, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: fresh.Epoch, Result: json.RawMessage(`{"refund_id":"re_1"}`)})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusSucceeded, done.Status)
+		// A completed claim cannot be completed again, even by its own epoch.
+		_, err = s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: fresh.Epoch, Result: json.RawMessage(`{}`)})
+		require.ErrorIs(t, err, domain.ErrLeaseLost)
+	},
+
+	"ReaperGiveUpNeedsExpiredLease": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{}).Claim
+		live := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
+		_, err := s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: live.Epoch, Error: domain.ErrorInfo{Code: domain.CodeOutcomeUnknown}, LeaseExpiredOnly: true})
+		require.ErrorIs(t, err, domain.ErrLeaseLost)
+		failed, err := s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: live.Epoch, Error: domain.ErrorInfo{Code: domain.CodeOutcomeUnknown}, LeaseExpiredOnly: true, Now: ptr(time.Now().Add(2 * time.Minute))})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusFailed, failed.Status)
+		require.Equal(t, domain.CodeOutcomeUnknown, failed.Error.Code)
+	},
+
+	"RedriveRules": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{}).Claim
+		leased := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
+		_, err := s.Store.ClaimRedrive(ctx, &gate.ClaimRedriveParams{ID: c.ID})
+		require.ErrorIs(t, err, domain.ErrStateChanged, "a running claim is not re-driven")
+		_, err = s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeOutcomeUnknown}})
+		require.NoError(t, err)
+
+		// Unknown outcome: same generation, same downstream key.
+		same, err := s.Store.ClaimRedrive(ctx, &gate.ClaimRedriveParams{ID: c.ID})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusQueued, same.Status)
+		require.Equal(t, c.DownstreamKey, same.DownstreamKey)
+		require.Equal(t, c.JobID, same.JobID)
+		require.Nil(t, same.Error)
+		require.Nil(t, same.ExpiresAt)
+
+		leased = lease(ctx, t, s.Store, same, c.JobID, time.Minute)
+		_, err = s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
+		require.NoError(t, err)
+		// Definitive "nothing happened": next generation, fresh job.
+		next, err := s.Store.ClaimRedrive(ctx, &gate.ClaimRedriveParams{ID: c.ID, NextGeneration: true, JobID: 424242})
+		require.NoError(t, err)
+		require.Equal(t, 1, next.Generation)
+		require.Equal(t, "idg_"+c.OperationID+"_1", next.DownstreamKey)
+		require.Equal(t, int64(424242), next.JobID)
+		require.Nil(t, next.FirstCalledAt)
+
+		leased = lease(ctx, t, s.Store, next, 424242, time.Minute)
+		_, err = s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		_, err = s.Store.ClaimRedrive(ctx, &gate.ClaimRedriveParams{ID: c.ID})
+		require.ErrorIs(t, err, domain.ErrStateChanged, "a succeeded claim is never re-driven")
+	},
+
+	"DeleteExpiredOnlyTerminal": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		past := ptr(time.Now().Add(-2 * gate.DefaultMoneyTTL))
+		var expiredKeys []string
+		for i := range 5 {
+			c := Claim(ctx, t, s.gate, &ClaimOpts{Key: fmt.Sprintf("expired-key-%d", i)}).Claim
+			l := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
+			_, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: l.Epoch, Result: json.RawMessage(`{}`), Now: past})
+			require.NoError(t, err)
+			expiredKeys = append(expiredKeys, c.IdempotencyKey)
+		}
+		live := Claim(ctx, t, s.gate, &ClaimOpts{Key: "live-terminal-key"}).Claim
+		l := lease(ctx, t, s.Store, live, live.JobID, time.Minute)
+		_, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: live.ID, Epoch: l.Epoch, Result: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		Claim(ctx, t, s.gate, &ClaimOpts{Key: "queued-key-0001"})
+		running := Claim(ctx, t, s.gate, &ClaimOpts{Key: "running-key-0001"}).Claim
+		lease(ctx, t, s.Store, running, running.JobID, -time.Hour)
+
+		n, err := s.Store.ClaimDeleteExpired(ctx, &gate.ClaimDeleteExpiredParams{Limit: 3})
+		require.NoError(t, err)
+		require.Equal(t, 3, n, "bounded by the limit")
+		n, err = s.Store.ClaimDeleteExpired(ctx, &gate.ClaimDeleteExpiredParams{Limit: 100})
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Equal(t, 3, s.ClaimCount(ctx))
+
+		// Even far in the future, queued and running claims stay.
+		n, err = s.Store.ClaimDeleteExpired(ctx, &gate.ClaimDeleteExpiredParams{Limit: 100, Now: ptr(time.Now().Add(10 * gate.MaxTTL))})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, 2, s.ClaimCount(ctx))
+
+		// A pruned key starts a new operation.
+		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: expiredKeys[0]})
+		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+	},
+
+	"WaitReturnsOutcomeWhenItArrives": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		first := Claim(ctx, t, s.gate, &ClaimOpts{Key: "wait-key-0001"})
+		leased := lease(ctx, t, s.Store, first.Claim, first.Claim.JobID, time.Minute)
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			_, _ = s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"refund_id":"re_w"}`)})
+		}()
+		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "wait-key-0001", Wait: 10 * time.Second})
+		require.Equal(t, domain.OutcomeReplayed, res.Outcome)
+		require.Equal(t, domain.StatusSucceeded, res.Claim.Status)
+		require.JSONEq(t, `{"refund_id":"re_w"}`, string(res.Claim.Result))
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionReplayed}, decisions(audit(ctx, t, s.Store, "acme", "refund_order", "wait-key-0001")))
+
+		// Without an outcome, the wait ends with the handle.
+		other := Claim(ctx, t, s.gate, &ClaimOpts{Key: "wait-key-0002", Wait: 100 * time.Millisecond})
+		require.Equal(t, domain.OutcomeAccepted, other.Outcome)
+		require.Equal(t, domain.StatusQueued, other.Claim.Status)
+		require.Equal(t, gate.DefaultRetryAfter, other.RetryAfter)
+	},
+}

@@ -1,0 +1,148 @@
+package gate
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// TTL bounds and defaults. A claim becomes eligible for take-over and
+// pruning TTL after it turns terminal.
+const (
+	// MinTTL is the shortest TTL a tool may configure.
+	MinTTL = time.Minute
+	// MaxTTL is the longest TTL a tool may configure.
+	MaxTTL = 7 * 24 * time.Hour
+	// DefaultMoneyTTL is the TTL of money and seat tools (refunds, credits, seats).
+	DefaultMoneyTTL = 24 * time.Hour
+	// DefaultMailTTL is the TTL of password-reset mail.
+	DefaultMailTTL = 2 * time.Hour
+	// DefaultReclaimBudget is how many times the reaper re-enqueues a claim
+	// whose lease expired before it fails it with outcome_unknown.
+	DefaultReclaimBudget = 5
+)
+
+// Policy is what the gate knows about one mutating tool. A mutating tool
+// without a policy cannot be registered: nothing mutates outside the gate.
+type Policy struct {
+	// Tool is the tool's name, such as "refund_order".
+	Tool string
+	// TTL is how long a terminal claim keeps answering replays before a new
+	// intent may take its key over. Between MinTTL and MaxTTL.
+	TTL time.Duration
+	// VolatileFields are top-level arguments left out of the fingerprint:
+	// changing them on a retry is not a conflict (a free-text reason, a memo).
+	VolatileFields []string
+	// AuditArgFields are the arguments copied into audit rows; every other
+	// argument is left out. Empty keeps none.
+	AuditArgFields []string
+	// ResultFields are the top-level result members kept in the claim and
+	// returned on replay; every other member is dropped before storing.
+	ResultFields []string
+	// InflightTimeout overrides the global in-flight lease for this tool
+	// when non-zero.
+	InflightTimeout time.Duration
+	// ReclaimBudget is how many leases the reaper lets a claim take before it
+	// fails it with outcome_unknown. Zero means DefaultReclaimBudget.
+	ReclaimBudget int
+	// FailUnknownOutcome makes the reaper fail an expired lease with
+	// outcome_unknown at once instead of re-running the effect, for a
+	// downstream that cannot deduplicate (SMTP) when the operator prefers a
+	// human to decide.
+	FailUnknownOutcome bool
+}
+
+// validate checks the policy's fields and names the field that is wrong.
+func (p *Policy) validate() error {
+	if p.Tool == "" {
+		return fmt.Errorf("gate: policy: Tool is required")
+	}
+	if p.TTL < MinTTL || p.TTL > MaxTTL {
+		return fmt.Errorf("gate: policy %s: TTL %s is outside %s..%s", p.Tool, p.TTL, MinTTL, MaxTTL)
+	}
+	if p.InflightTimeout < 0 {
+		return fmt.Errorf("gate: policy %s: InflightTimeout must not be negative", p.Tool)
+	}
+	if p.ReclaimBudget < 0 {
+		return fmt.Errorf("gate: policy %s: ReclaimBudget must not be negative", p.Tool)
+	}
+	if slices.Contains(p.VolatileFields, "idempotency_key") {
+		return fmt.Errorf("gate: policy %s: VolatileFields must not name idempotency_key", p.Tool)
+	}
+	return nil
+}
+
+// reclaimBudget returns the effective reclaim budget.
+func (p *Policy) reclaimBudget() int {
+	if p.ReclaimBudget == 0 {
+		return DefaultReclaimBudget
+	}
+	return p.ReclaimBudget
+}
+
+// RedactResult keeps only the policy's ResultFields of a JSON object. A
+// result that is not a JSON object is refused: results are always objects.
+func (p *Policy) RedactResult(result json.RawMessage) (json.RawMessage, error) {
+	if len(result) == 0 {
+		return nil, nil
+	}
+	return keepFields(result, p.ResultFields)
+}
+
+// RedactArgs keeps only the policy's AuditArgFields of decoded arguments.
+func (p *Policy) RedactArgs(args map[string]any) map[string]any {
+	out := make(map[string]any, len(p.AuditArgFields))
+	for _, f := range p.AuditArgFields {
+		if v, ok := args[f]; ok {
+			out[f] = v
+		}
+	}
+	return out
+}
+
+func keepFields(raw json.RawMessage, fields []string) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("gate: result must be a JSON object: %w", err)
+	}
+	out := make(map[string]json.RawMessage, len(fields))
+	for _, f := range fields {
+		if v, ok := obj[f]; ok {
+			out[f] = v
+		}
+	}
+	return json.Marshal(out)
+}
+
+// DefaultPolicies returns the policies of the four built-in mutation tools.
+func DefaultPolicies() []Policy {
+	return []Policy{
+		{
+			Tool:           "refund_order",
+			TTL:            DefaultMoneyTTL,
+			VolatileFields: []string{"reason"},
+			AuditArgFields: []string{"order_id", "amount_cents"},
+			ResultFields:   []string{"refund_id", "order_id", "amount_cents", "currency", "status"},
+		},
+		{
+			Tool:           "apply_credit",
+			TTL:            DefaultMoneyTTL,
+			VolatileFields: []string{"memo"},
+			AuditArgFields: []string{"customer_id", "amount_cents", "currency"},
+			ResultFields:   []string{"ledger_entry_id", "customer_id", "amount_cents", "currency", "balance_cents"},
+		},
+		{
+			Tool:           "reset_seat",
+			TTL:            DefaultMoneyTTL,
+			AuditArgFields: []string{"seat_id"},
+			ResultFields:   []string{"seat_id", "previous_user_id", "reset_count"},
+		},
+		{
+			Tool:           "send_password_reset",
+			TTL:            DefaultMailTTL,
+			AuditArgFields: []string{"user_id"},
+			ResultFields:   []string{"user_id", "message_id", "sent_at"},
+		},
+	}
+}

@@ -1,0 +1,304 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/idemgate/idemgate/domain"
+)
+
+// Claim is one row of idempotency_claims: the gate's record of one intent.
+type Claim struct {
+	ID             int64
+	OperationID    string
+	TenantID       string
+	Tool           string
+	IdempotencyKey string
+	UserID         string
+	// Args is the canonical JSON of the validated arguments, without
+	// idempotency_key.
+	Args json.RawMessage
+	// ArgsHash is the hex sha256 of the canonical arguments without the
+	// tool's volatile fields.
+	ArgsHash       string
+	Status         domain.Status
+	Epoch          int64
+	LeaseExpiresAt *time.Time
+	Attempts       int
+	// JobID is the one job allowed to execute this claim; zero before the
+	// job is inserted.
+	JobID         int64
+	Generation    int
+	DownstreamKey string
+	TTL           time.Duration
+	Result        json.RawMessage
+	Error         *domain.ErrorInfo
+	LastError     *domain.ErrorInfo
+	// FirstCalledAt is when the first lease of this generation was taken:
+	// the start of the downstream's idempotency-key window.
+	FirstCalledAt *time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	ExpiresAt     *time.Time
+
+	// Expired is computed by the store against the database's clock: the
+	// claim is terminal and past ExpiresAt.
+	Expired bool
+	// LeaseLive is computed by the store against the database's clock: the
+	// claim is running and its lease has not expired.
+	LeaseLive bool
+}
+
+// Operation returns the client-visible view of the claim.
+func (c *Claim) Operation() *domain.Operation {
+	return &domain.Operation{
+		OperationID:    c.OperationID,
+		Tool:           c.Tool,
+		IdempotencyKey: c.IdempotencyKey,
+		Status:         c.Status,
+		Attempts:       c.Attempts,
+		JobID:          c.JobID,
+		Result:         c.Result,
+		Error:          c.Error,
+		CreatedAt:      c.CreatedAt,
+		UpdatedAt:      c.UpdatedAt,
+		ExpiresAt:      c.ExpiresAt,
+	}
+}
+
+// AuditEvent is one row of the append-only audit_events table.
+type AuditEvent struct {
+	ID             int64
+	CreatedAt      time.Time
+	TenantID       string
+	UserID         string
+	TokenID        string
+	RequestID      string
+	Tool           string
+	IdempotencyKey string
+	OperationID    string
+	JobID          int64
+	Decision       domain.Decision
+	Reason         string
+	ArgsHash       string
+	Args           json.RawMessage
+	Result         json.RawMessage
+	Duration       time.Duration
+}
+
+// Store is what the gate needs of a database. gate/gatepg and
+// gate/gatesqlite implement it; gate/gatetest exercises any implementation.
+type Store interface {
+	Executor
+	// Begin starts a READ COMMITTED (or the engine's nearest) transaction.
+	Begin(ctx context.Context) (Tx, error)
+}
+
+// Tx is a store transaction. Rollback after Commit is a no-op, so
+// `defer tx.Rollback(ctx)` right after Begin is safe.
+type Tx interface {
+	Executor
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+	// Raw returns the engine's transaction (pgx.Tx, *sql.Tx) so that River's
+	// InsertTx and JobCompleteTx, and domain writes, join it.
+	Raw() any
+}
+
+// Executor runs the gate's statements, on a pool or inside a transaction.
+// Every method translates engine errors at the boundary: missing rows are
+// domain.ErrNotFound, failed conditions are domain.ErrAlreadyExists,
+// domain.ErrStateChanged, domain.ErrLeaseLost or domain.ErrLeaseUnavailable,
+// and an unreachable database is domain.ErrUnavailable.
+type Executor interface {
+	// ClaimInsert inserts a queued claim unless one exists for its identity,
+	// in which case it returns domain.ErrAlreadyExists and writes nothing.
+	ClaimInsert(ctx context.Context, params *ClaimInsertParams) (*Claim, error)
+	// ClaimGetByKey returns the claim of (tenant, tool, key).
+	ClaimGetByKey(ctx context.Context, params *ClaimGetByKeyParams) (*Claim, error)
+	// ClaimGetByID returns a claim by its row id.
+	ClaimGetByID(ctx context.Context, params *ClaimGetByIDParams) (*Claim, error)
+	// ClaimTakeOver gives an expired terminal claim to a new intent in one
+	// conditional statement: new operation id, generation 0, queued, no job.
+	// It returns domain.ErrStateChanged if the claim is not terminal and
+	// expired (any more).
+	ClaimTakeOver(ctx context.Context, params *ClaimTakeOverParams) (*Claim, error)
+	// ClaimSetJob points the claim at the job allowed to execute it.
+	ClaimSetJob(ctx context.Context, params *ClaimSetJobParams) (*Claim, error)
+	// ClaimLease takes the in-flight lease for the claim's job: queued, or
+	// running with an expired lease, becomes running with epoch+1 and
+	// attempts+1. Otherwise it returns the claim as it is together with
+	// domain.ErrLeaseUnavailable.
+	ClaimLease(ctx context.Context, params *ClaimLeaseParams) (*Claim, error)
+	// ClaimComplete stores the result of a running claim held at Epoch and
+	// makes it succeeded, or returns domain.ErrLeaseLost.
+	ClaimComplete(ctx context.Context, params *ClaimCompleteParams) (*Claim, error)
+	// ClaimFail stores the error of a running claim held at Epoch and makes
+	// it failed, or returns domain.ErrLeaseLost.
+	ClaimFail(ctx context.Context, params *ClaimFailParams) (*Claim, error)
+	// ClaimRelease sets a running claim held at Epoch back to queued after a
+	// transient error, clearing the lease and keeping the epoch, or returns
+	// domain.ErrLeaseLost.
+	ClaimRelease(ctx context.Context, params *ClaimReleaseParams) (*Claim, error)
+	// ClaimReclaim sets a running claim whose lease expired (still at Epoch)
+	// back to queued and points it at a fresh job, or returns
+	// domain.ErrLeaseLost.
+	ClaimReclaim(ctx context.Context, params *ClaimReclaimParams) (*Claim, error)
+	// ClaimRedrive sets a failed claim back to queued for an operator, or
+	// returns domain.ErrStateChanged when it is not failed.
+	ClaimRedrive(ctx context.Context, params *ClaimRedriveParams) (*Claim, error)
+	// ClaimListLeaseExpired lists running claims whose lease expired.
+	ClaimListLeaseExpired(ctx context.Context, params *ClaimListLeaseExpiredParams) ([]*Claim, error)
+	// ClaimDeleteExpired deletes up to Limit terminal claims past their
+	// expiry, never a queued or running one, and returns how many it deleted.
+	ClaimDeleteExpired(ctx context.Context, params *ClaimDeleteExpiredParams) (int, error)
+	// AuditInsert appends one audit row.
+	AuditInsert(ctx context.Context, params *AuditInsertParams) error
+	// AuditListByKey lists the audit rows of (tenant, tool, key), oldest first.
+	AuditListByKey(ctx context.Context, params *AuditListByKeyParams) ([]*AuditEvent, error)
+}
+
+// ClaimInsertParams are the parameters of Executor.ClaimInsert.
+type ClaimInsertParams struct {
+	OperationID    string
+	TenantID       string
+	Tool           string
+	IdempotencyKey string
+	UserID         string
+	Args           json.RawMessage
+	ArgsHash       string
+	TTL            time.Duration
+}
+
+// ClaimGetByKeyParams are the parameters of Executor.ClaimGetByKey.
+type ClaimGetByKeyParams struct {
+	TenantID       string
+	Tool           string
+	IdempotencyKey string
+	// Now overrides the database clock for Expired and LeaseLive; tests only.
+	Now *time.Time
+}
+
+// ClaimGetByIDParams are the parameters of Executor.ClaimGetByID.
+type ClaimGetByIDParams struct {
+	ID int64
+	// Now overrides the database clock for Expired and LeaseLive; tests only.
+	Now *time.Time
+}
+
+// ClaimTakeOverParams are the parameters of Executor.ClaimTakeOver.
+type ClaimTakeOverParams struct {
+	ID          int64
+	OperationID string
+	UserID      string
+	Args        json.RawMessage
+	ArgsHash    string
+	TTL         time.Duration
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimSetJobParams are the parameters of Executor.ClaimSetJob.
+type ClaimSetJobParams struct {
+	ID    int64
+	JobID int64
+}
+
+// ClaimLeaseParams are the parameters of Executor.ClaimLease.
+type ClaimLeaseParams struct {
+	ID int64
+	// JobID must be the claim's job: any other job may not lease it.
+	JobID int64
+	// Lease is how long the lease lasts from the database's now().
+	Lease time.Duration
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimCompleteParams are the parameters of Executor.ClaimComplete.
+type ClaimCompleteParams struct {
+	ID     int64
+	Epoch  int64
+	Result json.RawMessage
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimFailParams are the parameters of Executor.ClaimFail.
+type ClaimFailParams struct {
+	ID    int64
+	Epoch int64
+	Error domain.ErrorInfo
+	// LeaseExpiredOnly makes the write conditional on an expired lease too
+	// (the reaper's give-up).
+	LeaseExpiredOnly bool
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimReleaseParams are the parameters of Executor.ClaimRelease.
+type ClaimReleaseParams struct {
+	ID        int64
+	Epoch     int64
+	LastError domain.ErrorInfo
+}
+
+// ClaimReclaimParams are the parameters of Executor.ClaimReclaim.
+type ClaimReclaimParams struct {
+	ID    int64
+	Epoch int64
+	// JobID is the fresh job that takes over.
+	JobID int64
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimRedriveParams are the parameters of Executor.ClaimRedrive.
+type ClaimRedriveParams struct {
+	ID int64
+	// NextGeneration moves to a new downstream key; only after the provider
+	// answered definitively that nothing happened.
+	NextGeneration bool
+	// JobID, when non-zero, points the claim at a fresh job.
+	JobID int64
+}
+
+// ClaimListLeaseExpiredParams are the parameters of Executor.ClaimListLeaseExpired.
+type ClaimListLeaseExpiredParams struct {
+	Limit int
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimDeleteExpiredParams are the parameters of Executor.ClaimDeleteExpired.
+type ClaimDeleteExpiredParams struct {
+	Limit int
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// AuditInsertParams are the parameters of Executor.AuditInsert.
+type AuditInsertParams struct {
+	TenantID       string
+	UserID         string
+	TokenID        string
+	RequestID      string
+	Tool           string
+	IdempotencyKey string
+	OperationID    string
+	JobID          int64
+	Decision       domain.Decision
+	Reason         string
+	ArgsHash       string
+	Args           json.RawMessage
+	Result         json.RawMessage
+	Duration       time.Duration
+}
+
+// AuditListByKeyParams are the parameters of Executor.AuditListByKey.
+type AuditListByKeyParams struct {
+	TenantID       string
+	Tool           string
+	IdempotencyKey string
+}

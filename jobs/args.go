@@ -1,0 +1,105 @@
+// Package jobs holds the River job arguments that carry a claim to a worker,
+// the enqueuer the gate inserts them with, and (from the Durable workers
+// issue on) the workers that re-enter the gate before any effect.
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/riverqueue/river"
+
+	"github.com/idemgate/idemgate/gate"
+)
+
+// MaxAttempts caps River's attempts for a claim's job. With River's default
+// backoff (attempt^4 seconds plus jitter) the ninth retry starts about 4.3
+// hours after the first attempt: every retry falls well inside Stripe's
+// 24-hour idempotency-key window.
+const MaxAttempts = 10
+
+// Queue is the queue claim jobs go to.
+const Queue = river.QueueDefault
+
+// ClaimRef is what every claim job carries: enough to find the claim and to
+// read in River UI whose job it is. The arguments themselves stay in the
+// claim (one decoded value, hashed and executed).
+type ClaimRef struct {
+	ClaimID        int64  `json:"claim_id"`
+	OperationID    string `json:"operation_id"`
+	TenantID       string `json:"tenant_id"`
+	Tool           string `json:"tool"`
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// Ref returns the reference itself, so that workers can treat every args
+// type alike.
+func (r ClaimRef) Ref() ClaimRef { return r }
+
+// RefundOrderArgs is the job of a refund_order claim.
+type RefundOrderArgs struct{ ClaimRef }
+
+// Kind implements river.JobArgs.
+func (RefundOrderArgs) Kind() string { return "refund_order" }
+
+// ApplyCreditArgs is the job of an apply_credit claim.
+type ApplyCreditArgs struct{ ClaimRef }
+
+// Kind implements river.JobArgs.
+func (ApplyCreditArgs) Kind() string { return "apply_credit" }
+
+// ResetSeatArgs is the job of a reset_seat claim.
+type ResetSeatArgs struct{ ClaimRef }
+
+// Kind implements river.JobArgs.
+func (ResetSeatArgs) Kind() string { return "reset_seat" }
+
+// SendPasswordResetArgs is the job of a send_password_reset claim.
+type SendPasswordResetArgs struct{ ClaimRef }
+
+// Kind implements river.JobArgs.
+func (SendPasswordResetArgs) Kind() string { return "send_password_reset" }
+
+// ArgsFor returns the job arguments for claim.
+func ArgsFor(c *gate.Claim) (river.JobArgs, error) {
+	ref := ClaimRef{ClaimID: c.ID, OperationID: c.OperationID, TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey}
+	switch c.Tool {
+	case "refund_order":
+		return RefundOrderArgs{ref}, nil
+	case "apply_credit":
+		return ApplyCreditArgs{ref}, nil
+	case "reset_seat":
+		return ResetSeatArgs{ref}, nil
+	case "send_password_reset":
+		return SendPasswordResetArgs{ref}, nil
+	}
+	return nil, fmt.Errorf("jobs: no job kind for tool %q", c.Tool)
+}
+
+// InsertOpts are the options every claim job is inserted with.
+func InsertOpts() *river.InsertOpts {
+	return &river.InsertOpts{MaxAttempts: MaxAttempts, Queue: Queue}
+}
+
+// Enqueuer inserts claim jobs with a River client, inside the gate's
+// transaction. TTx is the driver's transaction type (pgx.Tx, *sql.Tx).
+type Enqueuer[TTx any] struct {
+	Client *river.Client[TTx]
+}
+
+// JobInsert implements gate.Enqueuer.
+func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
+	rawTx, ok := tx.Raw().(TTx)
+	if !ok {
+		return 0, fmt.Errorf("jobs: store transaction is %T, not the River driver's", tx.Raw())
+	}
+	args, err := ArgsFor(c)
+	if err != nil {
+		return 0, err
+	}
+	res, err := e.Client.InsertTx(ctx, rawTx, args, InsertOpts())
+	if err != nil {
+		return 0, err
+	}
+	return res.Job.ID, nil
+}

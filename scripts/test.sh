@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# scripts/test.sh: the one test command. Runs from any directory.
+#
+#   scripts/test.sh                      everything: gofmt, go vet, go test -race
+#   scripts/test.sh -run Foo             extra arguments go to `go test` after
+#                                        -race -count=1
+#   PKGS='./migrations/... ./internal/...' scripts/test.sh -run Migrat
+#                                        restrict vet and tests to packages
+#   scripts/test.sh -run Migrat ./migrations/...
+#                                        arguments starting with ./ or ../ are
+#                                        taken as the package list instead of PKGS
+#
+# Postgres: TEST_DATABASE_URL if set; else the server on 127.0.0.1:5432; else a
+# throwaway cluster started from /usr/lib/postgresql/*/bin and removed on exit.
+# The chosen URL is exported as TEST_DATABASE_URL for the tests
+# (internal/pgtest reads it).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+started=$SECONDS
+step="setup"
+pg_tmp=""       # throwaway cluster directory, if we started one
+pg_as=()        # command prefix to run Postgres binaries as the right user
+pg_bin=""
+
+log() { printf 'test.sh: %s\n' "$*" >&2; }
+
+cleanup() {
+	local rc=$?
+	set +e
+	# --- services cleanup (stripe-mock, Mailpit, node) goes here ---
+	if [[ -n "$pg_tmp" ]]; then
+		"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -m immediate -w stop >/dev/null 2>&1
+		rm -rf "$pg_tmp"
+	fi
+	if [[ $rc -eq 0 ]]; then
+		log "OK: gofmt, go vet, go test -race passed in $((SECONDS - started))s"
+	else
+		log "FAILED at step '$step' (exit $rc) after $((SECONDS - started))s"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+
+# redact hides a password in a URL for messages.
+redact() { sed -E 's#(://[^:/@]+):[^@]*@#\1:xxxxx@#' <<<"$1"; }
+
+# port_open HOST PORT: does anything accept TCP connections there?
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# ---------------------------------------------------------------------------
+# (a) Postgres
+# ---------------------------------------------------------------------------
+step="postgres"
+default_url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+start_throwaway_postgres() {
+	local initdb
+	initdb=$(printf '%s\n' /usr/lib/postgresql/*/bin/initdb | grep -v '\*' | sort -V | tail -n 1 || true)
+	if [[ -z "$initdb" ]]; then
+		log "no Postgres: TEST_DATABASE_URL is unset, nothing listens on 127.0.0.1:5432,"
+		log "and initdb is not installed. Install it (apt-get install postgresql) or set TEST_DATABASE_URL."
+		exit 1
+	fi
+	pg_bin=$(dirname "$initdb")
+
+	if [[ $EUID -eq 0 ]]; then
+		# initdb and postgres refuse to run as root.
+		if ! id postgres >/dev/null 2>&1; then
+			log "running as root and there is no 'postgres' user to run a throwaway cluster as;"
+			log "create one (useradd -r postgres), or set TEST_DATABASE_URL."
+			exit 1
+		fi
+		pg_as=(runuser -u postgres --)
+	else
+		pg_as=(env)
+	fi
+
+	local port
+	for port in $(seq 54329 54429); do
+		port_open 127.0.0.1 "$port" || break
+	done
+
+	pg_tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-pg.XXXXXX")
+	[[ $EUID -eq 0 ]] && chown postgres: "$pg_tmp"
+	log "starting a throwaway Postgres ($pg_bin) on 127.0.0.1:$port in $pg_tmp"
+	"${pg_as[@]}" "$pg_bin/initdb" -D "$pg_tmp/data" -U postgres -A trust -E UTF8 --no-locale --no-sync \
+		>"$pg_tmp/initdb.log" 2>&1 || { cat "$pg_tmp/initdb.log" >&2; exit 1; }
+	"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -l "$pg_tmp/postgres.log" -w -t 60 \
+		-o "-p $port -k $pg_tmp -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+		start >/dev/null || { cat "$pg_tmp/postgres.log" >&2; exit 1; }
+	TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+}
+
+if [[ -n "${TEST_DATABASE_URL:-}" ]]; then
+	log "Postgres from TEST_DATABASE_URL: $(redact "$TEST_DATABASE_URL")"
+	if command -v pg_isready >/dev/null && ! pg_isready -q -d "$TEST_DATABASE_URL"; then
+		log "TEST_DATABASE_URL ($(redact "$TEST_DATABASE_URL")) does not accept connections"
+		exit 1
+	fi
+elif { command -v pg_isready >/dev/null && pg_isready -q -h 127.0.0.1 -p 5432; } ||
+	{ ! command -v pg_isready >/dev/null && port_open 127.0.0.1 5432; }; then
+	TEST_DATABASE_URL=$default_url
+	log "Postgres on 127.0.0.1:5432"
+else
+	start_throwaway_postgres
+fi
+export TEST_DATABASE_URL
+
+# ---------------------------------------------------------------------------
+# (b) Drop test databases that killed test processes left behind: named
+# idemgate_t_<unix seconds>_<hex> by internal/pgtest, older than an hour (so a
+# concurrent run's fresh databases are safe), nobody connected.
+# ---------------------------------------------------------------------------
+step="sweep"
+if command -v psql >/dev/null; then
+	leftovers=$(psql "$TEST_DATABASE_URL" -XAtq -v ON_ERROR_STOP=1 -c "
+		SELECT d.datname FROM pg_database d
+		WHERE d.datname ~ '^idemgate_t_[0-9]+_[0-9a-f]+\$'
+		  AND split_part(d.datname, '_', 3)::bigint < extract(epoch FROM now()) - 3600
+		  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)" 2>/dev/null || true)
+	n=0
+	for db in $leftovers; do
+		if psql "$TEST_DATABASE_URL" -XAtq -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1; then
+			n=$((n + 1))
+		fi
+	done
+	((n == 0)) || log "dropped $n leftover test database(s)"
+else
+	log "psql not installed: skipping the sweep of leftover test databases"
+fi
+
+# ---------------------------------------------------------------------------
+# Services: stripe-mock, Mailpit, node (MCP TypeScript client) and the like.
+# Start them here, export their addresses for the tests, and stop them in
+# cleanup() above.
+# ---------------------------------------------------------------------------
+step="services"
+# (none yet)
+
+# ---------------------------------------------------------------------------
+# Package list: arguments that start with ./ or ../ replace PKGS.
+# ---------------------------------------------------------------------------
+pkgs=()
+arg_pkgs=0
+for a in "$@"; do
+	if [[ $a == ./* || $a == ../* || $a == . ]]; then
+		pkgs+=("$a")
+		arg_pkgs=1
+	fi
+done
+if ((arg_pkgs == 0)); then
+	read -r -a pkgs <<<"${PKGS:-./...}"
+fi
+
+# ---------------------------------------------------------------------------
+# (c) gofmt, over every Go file of the repo
+# ---------------------------------------------------------------------------
+step="gofmt"
+unformatted=$(find . -type f -name '*.go' \
+	-not -path './.git/*' -not -path '*/node_modules/*' -not -path './.tmp/*' -print0 |
+	xargs -0 -r gofmt -l)
+if [[ -n "$unformatted" ]]; then
+	log "gofmt -l lists files that need formatting (run gofmt -w on them):"
+	sed 's/^/  /' <<<"$unformatted" >&2
+	exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# (d) go vet
+# ---------------------------------------------------------------------------
+step="go vet"
+go vet "${pkgs[@]}"
+
+# ---------------------------------------------------------------------------
+# (e) go test
+# ---------------------------------------------------------------------------
+step="go test"
+if ((arg_pkgs)); then
+	go test -race -count=1 "$@"
+else
+	go test -race -count=1 "$@" "${pkgs[@]}"
+fi
+step="done"
