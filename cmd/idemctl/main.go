@@ -96,6 +96,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 
 	root.AddCommand(
 		newMigrateCmd(a),
+		newSeedCmd(a),
+		newTokenCmd(a),
 	)
 	return root
 }

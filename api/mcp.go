@@ -1,0 +1,80 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/domain"
+)
+
+// Version is the server version announced to MCP clients.
+const Version = "0.1.0"
+
+// mcpHandler builds the MCP server with every tool and serves it over
+// Streamable HTTP in stateless mode, so any api replica can answer any call.
+func (s *Server) mcpHandler() http.Handler {
+	server := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}, &mcp.ServerOptions{
+		Instructions: "Mutating tools take an idempotency_key: reuse it when you retry the same intent, " +
+			"never for a different one. An in_flight answer carries the operation handle: poll get_operation.",
+	})
+	for i := range toolDefs {
+		def := &toolDefs[i]
+		// The low-level AddTool does not validate arguments against the
+		// schema: our own validation runs, so every rejection carries our
+		// code and its audit row. The schema is still published.
+		server.AddTool(&mcp.Tool{
+			Name:        def.name,
+			Title:       def.title,
+			Description: def.description,
+			InputSchema: def.inputSchema(),
+			Annotations: def.annotations(),
+		}, s.toolHandler(def))
+	}
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+		Stateless:    true,
+		JSONResponse: true,
+		Logger:       s.logger,
+	})
+}
+
+func (s *Server) toolHandler(def *toolDef) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		actor, ok := ActorFromContext(ctx)
+		if !ok {
+			// The authenticate middleware runs before every MCP request; a
+			// missing actor is a wiring mistake, never a client's.
+			return toolError(&callError{err: domain.Errorf(domain.CodeUnauthenticated, "", "no authenticated actor")}), nil
+		}
+		c := &call{actor: actor, requestID: RequestIDFromContext(ctx), tool: def, raw: req.Params.Arguments}
+		var (
+			out  any
+			cerr *callError
+		)
+		if def.mutating {
+			out, cerr = s.mutate(ctx, c)
+		} else {
+			out, cerr = s.read(ctx, c)
+		}
+		if cerr != nil {
+			return toolError(cerr), nil
+		}
+		return &mcp.CallToolResult{
+			Content:           []mcp.Content{&mcp.TextContent{Text: string(mustJSON(out))}},
+			StructuredContent: out,
+		}, nil
+	}
+}
+
+// toolError is a tool error result carrying our code: the agent sees it and
+// can act on it, unlike a protocol error.
+func toolError(e *callError) *mcp.CallToolResult {
+	body := e.body()
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(mustJSON(body))}},
+		StructuredContent: json.RawMessage(mustJSON(body)),
+	}
+}

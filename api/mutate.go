@@ -1,0 +1,250 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+)
+
+// Answer is what a mutation call answers with, over MCP and REST alike.
+type Answer struct {
+	Outcome      domain.Outcome    `json:"outcome"`
+	Replayed     bool              `json:"replayed"`
+	RetryAfterMS int64             `json:"retry_after_ms,omitempty"`
+	Operation    *domain.Operation `json:"operation"`
+}
+
+// callError is a rejection or failure with its code, as answered to clients.
+type callError struct {
+	err *domain.Error
+	// operation is set when the error is a stored outcome (a replayed
+	// failure) or a conflict with an existing operation.
+	operation *domain.Operation
+	replayed  bool
+	// retryAfter is set for rate_limited and unavailable.
+	retryAfter time.Duration
+}
+
+func (e *callError) Error() string { return e.err.Error() }
+
+// errorBody is the JSON of a tool error.
+type errorBody struct {
+	Error struct {
+		Code    domain.Code `json:"code"`
+		Message string      `json:"message"`
+		Field   string      `json:"field,omitempty"`
+		Fields  []string    `json:"fields,omitempty"`
+	} `json:"error"`
+	Replayed     bool              `json:"replayed,omitempty"`
+	RetryAfterMS int64             `json:"retry_after_ms,omitempty"`
+	Operation    *domain.Operation `json:"operation,omitempty"`
+}
+
+func (e *callError) body() *errorBody {
+	var b errorBody
+	b.Error.Code = e.err.Code
+	b.Error.Message = e.err.Message
+	b.Error.Field = e.err.Field
+	b.Error.Fields = e.err.Fields
+	b.Replayed = e.replayed
+	b.RetryAfterMS = e.retryAfter.Milliseconds()
+	b.Operation = e.operation
+	return &b
+}
+
+// call is one tool call, from MCP or REST.
+type call struct {
+	actor     domain.Actor
+	requestID string
+	tool      *toolDef
+	// raw are the JSON arguments as received.
+	raw []byte
+}
+
+// mutate runs a mutation call through the checks in DESIGN.md's order
+// (authentication happened before): scope, arguments and key, rate limit,
+// then the gate. Every rejection after authentication but the rate limit
+// writes one denied audit row.
+func (s *Server) mutate(ctx context.Context, c *call) (*Answer, *callError) {
+	start := time.Now()
+	if !c.actor.HasScope(c.tool.scope) {
+		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name), start)
+	}
+	args, err := gate.DecodeArgs(c.raw)
+	if err != nil {
+		return nil, s.deny(ctx, c, "", asDomainError(err), start)
+	}
+	key, _ := args["idempotency_key"].(string)
+	if err := c.tool.validate(args); err != nil {
+		return nil, s.deny(ctx, c, key, asDomainError(err), start)
+	}
+	intent, err := s.gate.NewIntent(c.tool.name, args)
+	if err != nil {
+		return nil, s.deny(ctx, c, key, asDomainError(err), start)
+	}
+	if wait, ok := s.limiter.allow(c.actor.TenantID, c.tool.name); !ok {
+		s.metrics.rateLimited(c.tool.name)
+		return nil, &callError{err: domain.Errorf(domain.CodeRateLimited, "", "too many %s calls for this tenant; retry after %s", c.tool.name, wait.Round(time.Millisecond)), retryAfter: wait}
+	}
+
+	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, Intent: intent, Wait: s.wait})
+	if err != nil {
+		return nil, s.internal(ctx, c, err)
+	}
+	s.metrics.outcome(c.tool.name, res.Outcome)
+	op := res.Claim.Operation()
+	switch {
+	case res.Outcome == domain.OutcomeConflict:
+		return nil, &callError{err: res.Conflict, operation: op}
+	case res.Claim.Status == domain.StatusFailed && res.Claim.Error != nil:
+		// A failed outcome is a tool error carrying the stored code, for the
+		// call that saw it happen and for every replay.
+		return nil, &callError{
+			err:       &domain.Error{Code: res.Claim.Error.Code, Message: res.Claim.Error.Message},
+			operation: op,
+			replayed:  res.Replayed,
+		}
+	}
+	return &Answer{
+		Outcome:      res.Outcome,
+		Replayed:     res.Replayed,
+		RetryAfterMS: res.RetryAfter.Milliseconds(),
+		Operation:    op,
+	}, nil
+}
+
+// deny writes the denied audit row for a rejection and returns it.
+func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Error, start time.Time) *callError {
+	if len(key) > gate.KeyMaxLen*2 {
+		key = key[:gate.KeyMaxLen*2]
+	}
+	reason := string(derr.Code)
+	if derr.Field != "" {
+		reason += " (" + derr.Field + ")"
+	}
+	reason += ": " + derr.Message
+	auditCtx, cancel := context.WithTimeout(ctx, s.dbTimeout)
+	defer cancel()
+	if err := s.gate.Store().AuditInsert(auditCtx, &gate.AuditInsertParams{
+		TenantID:       c.actor.TenantID,
+		UserID:         c.actor.UserID,
+		TokenID:        c.actor.TokenID,
+		RequestID:      c.requestID,
+		Tool:           c.tool.name,
+		IdempotencyKey: key,
+		Decision:       domain.DecisionDenied,
+		Reason:         truncate(reason, 1000),
+		Duration:       time.Since(start),
+	}); err != nil {
+		s.logger.ErrorContext(ctx, "audit: denied row not written", "request_id", c.requestID, "tool", c.tool.name, "error", err)
+		if errors.Is(err, domain.ErrUnavailable) {
+			return unavailable()
+		}
+	}
+	s.metrics.outcome(c.tool.name, domain.Outcome("denied"))
+	return &callError{err: derr}
+}
+
+// internal maps a gate or store failure to unavailable (the database) or
+// internal (anything else, logged, never detailed to the client).
+func (s *Server) internal(ctx context.Context, c *call, err error) *callError {
+	var derr *domain.Error
+	if errors.As(err, &derr) {
+		return &callError{err: derr}
+	}
+	if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		s.logger.WarnContext(ctx, "database unavailable", "request_id", c.requestID, "tool", c.tool.name, "error", err)
+		return unavailable()
+	}
+	s.logger.ErrorContext(ctx, "call failed", "request_id", c.requestID, "tool", c.tool.name, "error", err)
+	return &callError{err: domain.Errorf(domain.CodeInternal, "", "internal error (request %s)", c.requestID)}
+}
+
+func unavailable() *callError {
+	return &callError{
+		err:        domain.Errorf(domain.CodeUnavailable, "", "the database is unreachable; retry with the same idempotency_key"),
+		retryAfter: time.Second,
+	}
+}
+
+// read runs a read tool.
+func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
+	if !c.actor.HasScope(c.tool.scope) {
+		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name), time.Now())
+	}
+	args, err := gate.DecodeArgs(c.raw)
+	if err != nil {
+		return nil, &callError{err: asDomainError(err)}
+	}
+	if err := c.tool.validate(args); err != nil {
+		return nil, &callError{err: asDomainError(err)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.dbTimeout)
+	defer cancel()
+	switch c.tool.name {
+	case "get_operation":
+		key, _ := args["idempotency_key"].(string)
+		op, err := s.operation(ctx, c.actor, args["tool"].(string), key)
+		if err != nil {
+			return nil, s.internal(ctx, c, err)
+		}
+		return op, nil
+	case "get_order":
+		order, err := s.orders.OrderGet(ctx, c.actor.TenantID, args["order_id"].(string))
+		if errors.Is(err, domain.ErrNotFound) {
+			return nil, &callError{err: domain.Errorf(domain.CodeNotFound, "order_id", "no order %q", args["order_id"])}
+		}
+		if err != nil {
+			return nil, s.internal(ctx, c, err)
+		}
+		return order, nil
+	}
+	return nil, &callError{err: domain.Errorf(domain.CodeNotFound, "tool", "unknown tool %q", c.tool.name)}
+}
+
+// operation returns the actor's tenant's operation by tool and key.
+func (s *Server) operation(ctx context.Context, actor domain.Actor, tool, key string) (*domain.Operation, error) {
+	if err := gate.ValidateKey(key, key != ""); err != nil {
+		return nil, err
+	}
+	claim, err := s.gate.Store().ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: actor.TenantID, Tool: tool, IdempotencyKey: key})
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, domain.Errorf(domain.CodeNotFound, "idempotency_key", "no %s operation with this key", tool)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return claim.Operation(), nil
+}
+
+func asDomainError(err error) *domain.Error {
+	var derr *domain.Error
+	if errors.As(err, &derr) {
+		return derr
+	}
+	return domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("api: marshal %T: %v", v, err))
+	}
+	return b
+}
+
+// lowerTrim is used for header parsing.
+func lowerTrim(s string) string { return strings.ToLower(strings.TrimSpace(s)) }

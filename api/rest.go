@@ -1,0 +1,189 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+)
+
+// restTool is the REST twin of a tool call, after the IETF Idempotency-Key
+// header draft: POST /v1/tools/{tool} with the key in the Idempotency-Key
+// header and the other arguments as a JSON object body.
+func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
+	actor, _ := ActorFromContext(r.Context())
+	def, ok := toolByName(chi.URLParam(r, "tool"))
+	if !ok {
+		writeProblem(w, r, http.StatusNotFound, &callError{err: domain.Errorf(domain.CodeNotFound, "tool", "no tool %q", chi.URLParam(r, "tool"))})
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "request body too large or unreadable")})
+		return
+	}
+	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), tool: def, raw: body}
+
+	if !def.mutating {
+		out, cerr := s.read(r.Context(), c)
+		if cerr != nil {
+			writeProblem(w, r, statusOf(cerr), cerr)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+
+	// The key travels in the header; merge it into the arguments so that
+	// one validation and one fingerprint serve MCP and REST alike.
+	header, present := r.Header["Idempotency-Key"]
+	key := ""
+	if present {
+		if len(header) != 1 {
+			s.rejectREST(w, r, c, domain.Errorf(domain.CodeInvalidIdempotencyKey, "Idempotency-Key", "the header must appear once"))
+			return
+		}
+		var perr error
+		if key, perr = gate.ParseKeyHeader(header[0]); perr != nil {
+			s.rejectREST(w, r, c, asDomainError(perr))
+			return
+		}
+	} else {
+		s.rejectREST(w, r, c, domain.Errorf(domain.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", def.name))
+		return
+	}
+	args, err := gate.DecodeArgs(body)
+	if err != nil {
+		s.rejectREST(w, r, c, asDomainError(err))
+		return
+	}
+	if bodyKey, ok := args["idempotency_key"]; ok && bodyKey != key {
+		s.rejectREST(w, r, c, domain.Errorf(domain.CodeInvalidArgument, "idempotency_key", "the body's idempotency_key differs from the Idempotency-Key header; send the key in the header only"))
+		return
+	}
+	args["idempotency_key"] = key
+	c.raw = mustJSON(args)
+
+	ans, cerr := s.mutate(r.Context(), c)
+	if cerr != nil {
+		if cerr.replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		writeProblem(w, r, statusOf(cerr), cerr)
+		return
+	}
+	status := http.StatusOK
+	switch {
+	case ans.Outcome == domain.OutcomeInFlight:
+		status = http.StatusConflict
+		w.Header().Set("Retry-After", retryAfterSeconds(time.Duration(ans.RetryAfterMS)*time.Millisecond))
+		w.Header().Set("Location", operationPath(def.name, key))
+	case !ans.Operation.Status.Terminal():
+		status = http.StatusAccepted
+		w.Header().Set("Location", operationPath(def.name, key))
+	}
+	if ans.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, status, ans)
+}
+
+// rejectREST answers a rejection found before the common path ran, with
+// its denied audit row.
+func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, derr *domain.Error) {
+	if !c.actor.HasScope(c.tool.scope) {
+		derr = domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name)
+	}
+	cerr := s.deny(r.Context(), c, "", derr, time.Now())
+	writeProblem(w, r, statusOf(cerr), cerr)
+}
+
+// restOperation is GET /v1/operations/{tool}/{key}.
+func (s *Server) restOperation(w http.ResponseWriter, r *http.Request) {
+	actor, _ := ActorFromContext(r.Context())
+	def, _ := toolByName("get_operation")
+	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), tool: def,
+		raw: mustJSON(map[string]string{"tool": chi.URLParam(r, "tool"), "idempotency_key": chi.URLParam(r, "key")})}
+	out, cerr := s.read(r.Context(), c)
+	if cerr != nil {
+		writeProblem(w, r, statusOf(cerr), cerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func operationPath(tool, key string) string {
+	return "/v1/operations/" + url.PathEscape(tool) + "/" + url.PathEscape(key)
+}
+
+func retryAfterSeconds(d time.Duration) string {
+	secs := int((d + time.Second - 1) / time.Second)
+	return strconv.Itoa(max(secs, 1))
+}
+
+// statusOf maps an error code to its HTTP status.
+func statusOf(e *callError) int {
+	switch e.err.Code {
+	case domain.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case domain.CodeForbidden:
+		return http.StatusForbidden
+	case domain.CodeIdempotencyKeyRequired, domain.CodeInvalidIdempotencyKey, domain.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case domain.CodeKeyReuseDifferentArgs:
+		return http.StatusUnprocessableEntity
+	case domain.CodeNotFound:
+		return http.StatusNotFound
+	case domain.CodeRateLimited:
+		return http.StatusTooManyRequests
+	case domain.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case domain.CodeInternal:
+		return http.StatusInternalServerError
+	}
+	if e.operation != nil {
+		// A stored failure of the operation itself: the request was fine.
+		return http.StatusOK
+	}
+	return http.StatusBadRequest
+}
+
+// problem is an RFC 9457 problem detail with our code.
+type problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail"`
+	Instance string `json:"instance,omitempty"`
+	*errorBody
+}
+
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, e *callError) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfterSeconds(e.retryAfter))
+	}
+	p := problem{
+		Type:      "https://idemgate.dev/errors/" + string(e.err.Code),
+		Title:     string(e.err.Code),
+		Status:    status,
+		Detail:    e.err.Message,
+		Instance:  r.URL.Path,
+		errorBody: e.body(),
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,328 @@
+// Package api is idemgate's front door: the MCP server (Streamable HTTP,
+// stateless) with the mutation and read tools, their REST twins, and the
+// health routes. cmd/api wires it; everything here is testable in process.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBodyBytes bounds a request body.
+	DefaultMaxBodyBytes = 256 << 10
+	// DefaultRateLimit is the sustained mutation calls per second allowed per
+	// tenant and tool.
+	DefaultRateLimit = 50
+	// DefaultRateBurst is the burst above the sustained rate.
+	DefaultRateBurst = 200
+)
+
+// Authenticator turns a bearer token into an actor. It returns an error
+// wrapping domain.ErrUnavailable when it cannot tell, and any other error
+// for a token it refuses.
+type Authenticator interface {
+	Authenticate(ctx context.Context, bearer string) (domain.Actor, error)
+}
+
+// OrderReader reads orders for get_order.
+type OrderReader interface {
+	// OrderGet returns the order's client-visible view, or domain.ErrNotFound.
+	OrderGet(ctx context.Context, tenantID, orderID string) (any, error)
+}
+
+// Config configures a Server.
+type Config struct {
+	// Gate is the idempotency gate. Required.
+	Gate *gate.Gate
+	// Auth authenticates bearer tokens. Required.
+	Auth Authenticator
+	// Orders serves get_order. Required.
+	Orders OrderReader
+	// Wait is how long a mutation waits for its outcome (IDEMGATE_WAIT).
+	Wait time.Duration
+	// DBTimeout bounds reads and audit writes. Default gate.DefaultDBTimeout.
+	DBTimeout time.Duration
+	// MaxBodyBytes bounds request bodies. Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// RateLimit and RateBurst limit mutation calls per tenant and tool.
+	// Defaults DefaultRateLimit and DefaultRateBurst; a negative RateLimit
+	// disables the limit.
+	RateLimit float64
+	RateBurst int
+	// Ready reports whether the service can serve (database reachable,
+	// migrations applied), for /readyz. Nil means always ready.
+	Ready func(ctx context.Context) error
+	// Registerer receives the api's metrics. Nil means a private registry.
+	Registerer prometheus.Registerer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves MCP, REST and health routes.
+type Server struct {
+	gate      *gate.Gate
+	auth      Authenticator
+	orders    OrderReader
+	wait      time.Duration
+	dbTimeout time.Duration
+	maxBody   int64
+	ready     func(ctx context.Context) error
+	limiter   *limiter
+	metrics   *metrics
+	logger    *slog.Logger
+	router    chi.Router
+}
+
+// New returns a Server. It refuses to start when a mutating tool has no gate
+// policy: nothing mutates outside the gate.
+func New(cfg *Config) (*Server, error) {
+	if cfg.Gate == nil || cfg.Auth == nil || cfg.Orders == nil {
+		return nil, errors.New("api: Config.Gate, Config.Auth and Config.Orders are required")
+	}
+	if err := checkPolicies(cfg.Gate, toolDefs); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		gate:      cfg.Gate,
+		auth:      cfg.Auth,
+		orders:    cfg.Orders,
+		wait:      cfg.Wait,
+		dbTimeout: cfg.DBTimeout,
+		maxBody:   cfg.MaxBodyBytes,
+		ready:     cfg.Ready,
+		logger:    cfg.Logger,
+	}
+	if s.dbTimeout == 0 {
+		s.dbTimeout = gate.DefaultDBTimeout
+	}
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	rl, burst := cfg.RateLimit, cfg.RateBurst
+	if rl == 0 {
+		rl = DefaultRateLimit
+	}
+	if burst == 0 {
+		burst = DefaultRateBurst
+	}
+	s.limiter = newLimiter(rl, burst)
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	var err error
+	if s.metrics, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+	s.router = s.routes()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Router returns the router, so that the binary can mount more routes
+// (metrics, River UI) beside the api's.
+func (s *Server) Router() chi.Router { return s.router }
+
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(requestID, middleware.Recoverer, s.limitBody)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	r.Get("/readyz", s.readyz)
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Handle("/mcp", s.mcpHandler())
+		r.Post("/v1/tools/{tool}", s.restTool)
+		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
+	})
+	return r
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
+			s.logger.WarnContext(r.Context(), "not ready", "error", err)
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// limitBody bounds every request body.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.maxBody {
+			writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "request body is larger than %d bytes", s.maxBody)})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		next.ServeHTTP(w, r)
+	})
+}
+
+type ctxKey int
+
+const (
+	actorKey ctxKey = iota
+	requestIDKey
+)
+
+// ActorFromContext returns the authenticated actor of a request.
+func ActorFromContext(ctx context.Context) (domain.Actor, bool) {
+	a, ok := ctx.Value(actorKey).(domain.Actor)
+	return a, ok
+}
+
+// RequestIDFromContext returns the request id of a request.
+func RequestIDFromContext(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// requestID takes the caller's X-Request-Id when it is well-formed, or mints
+// one, and echoes it.
+func requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !requestIDPattern.MatchString(id) {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			id = "req_" + hex.EncodeToString(b[:])
+			r.Header.Set("X-Request-Id", id)
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+// authenticate refuses requests without a valid bearer token (401, no audit
+// row: there is no tenant) and answers 503 when it cannot tell.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
+			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "a bearer token is required")})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout)
+		actor, err := s.auth.Authenticate(ctx, token)
+		cancel()
+		if err != nil {
+			if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+				writeProblem(w, r, http.StatusServiceUnavailable, unavailable())
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate", error="invalid_token"`)
+			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "the bearer token is unknown, revoked or expired")})
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, actor)))
+	})
+}
+
+func bearer(h string) (string, bool) {
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || lowerTrim(h[:len(prefix)]) != "bearer" {
+		return "", false
+	}
+	t := h[len(prefix):]
+	if t == "" || len(t) > 512 {
+		return "", false
+	}
+	return t, true
+}
+
+// limiter is a token bucket per (tenant, tool).
+type limiter struct {
+	limit rate.Limit
+	burst int
+	mu    sync.Mutex
+	m     map[[2]string]*rate.Limiter
+}
+
+func newLimiter(perSecond float64, burst int) *limiter {
+	if perSecond < 0 {
+		return nil
+	}
+	return &limiter{limit: rate.Limit(perSecond), burst: burst, m: map[[2]string]*rate.Limiter{}}
+}
+
+// allow takes a token for (tenant, tool), or says how long to wait.
+func (l *limiter) allow(tenant, tool string) (time.Duration, bool) {
+	if l == nil {
+		return 0, true
+	}
+	l.mu.Lock()
+	lim, ok := l.m[[2]string{tenant, tool}]
+	if !ok {
+		lim = rate.NewLimiter(l.limit, l.burst)
+		l.m[[2]string{tenant, tool}] = lim
+	}
+	l.mu.Unlock()
+	r := lim.Reserve()
+	if d := r.Delay(); d > 0 {
+		r.Cancel()
+		return max(d, time.Millisecond), false
+	}
+	return 0, true
+}
+
+// metrics are the api's Prometheus series.
+type metrics struct {
+	outcomes   *prometheus.CounterVec
+	rateLimits *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_gate_outcomes_total",
+			Help: "Mutation calls by tool and outcome (accepted, replayed, conflict, in_flight, denied).",
+		}, []string{"tool", "outcome"}),
+		rateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_rate_limited_total",
+			Help: "Mutation calls refused by the per-tenant rate limit, by tool.",
+		}, []string{"tool"}),
+	}
+	for _, c := range []prometheus.Collector{m.outcomes, m.rateLimits} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) outcome(tool string, o domain.Outcome) {
+	m.outcomes.WithLabelValues(tool, string(o)).Inc()
+}
+func (m *metrics) rateLimited(tool string) { m.rateLimits.WithLabelValues(tool).Inc() }

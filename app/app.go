@@ -1,0 +1,148 @@
+// Package app assembles idemgate's parts from a config.Config: the database
+// pool, the gate and its store, River, the authenticator and the api. The
+// binaries in cmd/ only call it; tests use it to run the real thing in
+// process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/idemgate/idemgate/api"
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatepg"
+	"github.com/idemgate/idemgate/jobs"
+	"github.com/idemgate/idemgate/migrations"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/tenancy"
+)
+
+// DefaultMaxConns is the api's pool size.
+const DefaultMaxConns = 20
+
+// API is the assembled api process.
+type API struct {
+	Pool     *pgxpool.Pool
+	Gate     *gate.Gate
+	Server   *api.Server
+	Handler  http.Handler
+	listener *gatepg.Listener
+	logger   *slog.Logger
+}
+
+// OpenPostgres opens a pool on url with timeouts that make an unreachable
+// database an error within seconds, not a hang.
+func OpenPostgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	pc.ConnConfig.ConnectTimeout = 2 * time.Second
+	if maxConns > 0 {
+		pc.MaxConns = maxConns
+	}
+	pc.HealthCheckPeriod = 5 * time.Second
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// NewAPI assembles the api on Postgres. The pool is the caller's: NewAPI
+// does not close it.
+func NewAPI(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*API, error) {
+	if cfg.Driver() != "postgres" {
+		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build (SQLite comes with the embedded quickstart)")
+	}
+	// Insert-only: no queues and no workers in the api process.
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("river: %w", err)
+	}
+	listener := gatepg.NewListener(pool, logger)
+	g, err := gate.New(&gate.Config{
+		Store:    gatepg.New(pool),
+		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient},
+		Policies: gate.DefaultPolicies(),
+		Waiter:   listener,
+		Logger:   logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	data := pgstore.New(pool)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := api.New(&api.Config{
+		Gate:       g,
+		Auth:       tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now),
+		Orders:     orderReader{data},
+		Wait:       cfg.Wait,
+		Registerer: reg,
+		Logger:     logger,
+		Ready: func(ctx context.Context) error {
+			ok, err := migrations.PostgresStatus(ctx, pool)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("migrations are not applied: run idemctl migrate")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv.Router().Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return &API{Pool: pool, Gate: g, Server: srv, Handler: srv, listener: listener, logger: logger}, nil
+}
+
+// Run runs the api's background work (the LISTEN connection) until ctx ends.
+func (a *API) Run(ctx context.Context) { a.listener.Run(ctx) }
+
+// orderReader adapts the data store to api.OrderReader with the
+// client-visible view of an order.
+type orderReader struct {
+	orders store.Orders
+}
+
+// OrderView is what get_order answers.
+type OrderView struct {
+	OrderID         string    `json:"order_id"`
+	AmountCents     int64     `json:"amount_cents"`
+	RefundedCents   int64     `json:"refunded_cents"`
+	RefundableCents int64     `json:"refundable_cents"`
+	Currency        string    `json:"currency"`
+	CreatedAt       time.Time `json:"created_at"`
+}
+
+func (o orderReader) OrderGet(ctx context.Context, tenantID, orderID string) (any, error) {
+	order, err := o.orders.OrderGet(ctx, &store.OrderGetParams{TenantID: tenantID, OrderID: orderID})
+	if err != nil {
+		if errors.Is(err, domain.ErrNotFound) {
+			return nil, domain.ErrNotFound
+		}
+		return nil, err
+	}
+	return &OrderView{
+		OrderID:         order.OrderID,
+		AmountCents:     order.AmountCents,
+		RefundedCents:   order.RefundedCents,
+		RefundableCents: order.AmountCents - order.RefundedCents,
+		Currency:        order.Currency,
+		CreatedAt:       order.CreatedAt,
+	}, nil
+}

@@ -1,0 +1,585 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// env returns a getenv func over m.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+const testSecret = "0123456789abcdef0123456789abcdef" // 32 bytes
+
+func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := Load(nil, env(nil))
+	require.NoError(t, err)
+	require.Equal(t, Defaults(), cfg)
+	require.Equal(t, &Config{
+		DatabaseURL:     "",
+		APIAddr:         "127.0.0.1:8080",
+		StripeAPIKey:    "",
+		StripeAPIBase:   "https://api.stripe.com",
+		SMTPAddr:        "127.0.0.1:1025",
+		MailFrom:        "idemgate <no-reply@localhost>",
+		InflightTimeout: 2 * time.Minute,
+		ReaperInterval:  30 * time.Second,
+		Wait:            2 * time.Second,
+		Secret:          "",
+		LogLevel:        slog.LevelInfo,
+	}, cfg)
+	require.Equal(t, DriverSQLite, cfg.Driver())
+	require.Equal(t, "idemgate.db", cfg.SQLitePath())
+
+	fromEnv, err := FromEnv(env(nil))
+	require.NoError(t, err)
+	require.Equal(t, cfg, fromEnv)
+
+	// Nil getenv behaves like an empty environment.
+	resolved, err := Resolve(nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, cfg, resolved)
+}
+
+func TestLoadPrecedence(t *testing.T) {
+	t.Parallel()
+
+	fullEnv := map[string]string{
+		EnvDatabaseURL:     "postgres://u:pw@db:5432/idemgate",
+		EnvAPIAddr:         "0.0.0.0:9000",
+		EnvStripeAPIKey:    "sk_test_env",
+		EnvStripeAPIBase:   "http://stripe-mock:12111",
+		EnvSMTPAddr:        "mailpit:1025",
+		EnvMailFrom:        "ops@example.com",
+		EnvInflightTimeout: "5m",
+		EnvReaperInterval:  "10s",
+		EnvWait:            "0",
+		EnvSecret:          testSecret,
+		EnvLogLevel:        "DEBUG",
+	}
+
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(t *testing.T, cfg *Config)
+	}{
+		{
+			name: "EnvOverridesDefaults",
+			env:  fullEnv,
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, &Config{
+					DatabaseURL:     "postgres://u:pw@db:5432/idemgate",
+					APIAddr:         "0.0.0.0:9000",
+					StripeAPIKey:    "sk_test_env",
+					StripeAPIBase:   "http://stripe-mock:12111",
+					SMTPAddr:        "mailpit:1025",
+					MailFrom:        "ops@example.com",
+					InflightTimeout: 5 * time.Minute,
+					ReaperInterval:  10 * time.Second,
+					Wait:            0,
+					Secret:          testSecret,
+					LogLevel:        slog.LevelDebug,
+				}, cfg)
+				require.Equal(t, DriverPostgres, cfg.Driver())
+				require.Empty(t, cfg.SQLitePath())
+			},
+		},
+		{
+			name: "FlagsOverrideEnv",
+			env:  fullEnv,
+			args: []string{
+				"--database-url", "sqlite:/tmp/x.db",
+				"--api-addr=:0",
+				"--stripe-api-key", "sk_test_flag",
+				"--stripe-api-base", "https://stripe.internal/",
+				"--smtp-addr", "smtp.example.com:25",
+				"--mail-from", "Ops <ops@example.org>",
+				"--inflight-timeout", "1h",
+				"--reaper-interval", "1m",
+				"--wait", "250ms",
+				"-log-level", "error",
+			},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, &Config{
+					DatabaseURL:     "sqlite:/tmp/x.db",
+					APIAddr:         ":0",
+					StripeAPIKey:    "sk_test_flag",
+					StripeAPIBase:   "https://stripe.internal",
+					SMTPAddr:        "smtp.example.com:25",
+					MailFrom:        "Ops <ops@example.org>",
+					InflightTimeout: time.Hour,
+					ReaperInterval:  time.Minute,
+					Wait:            250 * time.Millisecond,
+					Secret:          testSecret,
+					LogLevel:        slog.LevelError,
+				}, cfg)
+				require.Equal(t, DriverSQLite, cfg.Driver())
+				require.Equal(t, "/tmp/x.db", cfg.SQLitePath())
+			},
+		},
+		{
+			name: "FlagOverridesInvalidEnv",
+			env:  map[string]string{EnvWait: "2 secs", EnvAPIAddr: "nope"},
+			args: []string{"--wait", "1s", "--api-addr", "127.0.0.1:1"},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, time.Second, cfg.Wait)
+				require.Equal(t, "127.0.0.1:1", cfg.APIAddr)
+			},
+		},
+		{
+			name: "FlagSetToDefaultStillOverridesEnv",
+			env:  map[string]string{EnvAPIAddr: "0.0.0.0:9000"},
+			args: []string{"--api-addr", DefaultAPIAddr},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, DefaultAPIAddr, cfg.APIAddr)
+			},
+		},
+		{
+			name: "EmptyEnvMeansDefault",
+			env:  map[string]string{EnvAPIAddr: "", EnvWait: "  ", EnvMailFrom: ""},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, DefaultAPIAddr, cfg.APIAddr)
+				require.Equal(t, DefaultWait, cfg.Wait)
+				require.Equal(t, DefaultMailFrom, cfg.MailFrom)
+			},
+		},
+		{
+			name: "WhitespaceTrimmed",
+			env:  map[string]string{EnvDatabaseURL: " postgres://db/x\n", EnvWait: " 3s "},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, "postgres://db/x", cfg.DatabaseURL)
+				require.Equal(t, 3*time.Second, cfg.Wait)
+			},
+		},
+		{
+			name: "SQLiteDoubleSlash",
+			env:  map[string]string{EnvDatabaseURL: "sqlite:///var/lib/idemgate.db"},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, DriverSQLite, cfg.Driver())
+				require.Equal(t, "/var/lib/idemgate.db", cfg.SQLitePath())
+			},
+		},
+		{
+			name: "SQLiteRelative",
+			env:  map[string]string{EnvDatabaseURL: "sqlite://data/x.db"},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, "data/x.db", cfg.SQLitePath())
+			},
+		},
+		{
+			name: "PostgresqlScheme",
+			env:  map[string]string{EnvDatabaseURL: "postgresql://u@localhost/db?sslmode=disable"},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, DriverPostgres, cfg.Driver())
+			},
+		},
+		{
+			name: "WaitZeroAllowed",
+			args: []string{"--wait=0s"},
+			check: func(t *testing.T, cfg *Config) {
+				require.Zero(t, cfg.Wait)
+			},
+		},
+		{
+			name: "BoundsInclusive",
+			env:  map[string]string{EnvInflightTimeout: "24h", EnvReaperInterval: "1h"},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, 24*time.Hour, cfg.InflightTimeout)
+				require.Equal(t, time.Hour, cfg.ReaperInterval)
+			},
+		},
+		{
+			name: "ReaperEqualToInflight",
+			env:  map[string]string{EnvInflightTimeout: "1s", EnvReaperInterval: "1s"},
+			check: func(t *testing.T, cfg *Config) {
+				require.Equal(t, cfg.InflightTimeout, cfg.ReaperInterval)
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := Load(tt.args, env(tt.env))
+			require.NoError(t, err)
+			tt.check(t, cfg)
+		})
+	}
+}
+
+func TestResolveWithFlagLookup(t *testing.T) {
+	t.Parallel()
+
+	// What a cobra command does: report only the flags the user changed.
+	changed := map[string]string{"wait": "5s", "database-url": "postgres://h/db"}
+	cfg, err := Resolve(env(map[string]string{EnvWait: "1s", EnvSMTPAddr: "mx:25"}), func(name string) (string, bool) {
+		v, ok := changed[name]
+		return v, ok
+	})
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Second, cfg.Wait)
+	require.Equal(t, "postgres://h/db", cfg.DatabaseURL)
+	require.Equal(t, "mx:25", cfg.SMTPAddr)
+}
+
+func TestFromEnvThenValidate(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := FromEnv(env(map[string]string{EnvWait: "1s"}))
+	require.NoError(t, err)
+	cfg.ReaperInterval = time.Hour // a caller's own flag
+	err = cfg.Validate()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), EnvReaperInterval)
+}
+
+func TestLoadErrors(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		setting string   // env var the message must name
+		want    []string // further fragments of the message
+	}{
+		{"DatabaseURLScheme", nil, map[string]string{EnvDatabaseURL: "mysql://h/db"}, EnvDatabaseURL, []string{`"mysql://h/db"`}},
+		{"DatabaseURLSQLiteNoPath", nil, map[string]string{EnvDatabaseURL: "sqlite:"}, EnvDatabaseURL, []string{`"sqlite:"`}},
+		{"DatabaseURLSQLiteSlashesNoPath", nil, map[string]string{EnvDatabaseURL: "sqlite://"}, EnvDatabaseURL, nil},
+		{"DatabaseURLNoHost", nil, map[string]string{EnvDatabaseURL: "postgres:///db"}, EnvDatabaseURL, []string{"no host"}},
+		{"DatabaseURLUnparseable", nil, map[string]string{EnvDatabaseURL: "postgres://h:port/db"}, EnvDatabaseURL, []string{"not a valid URL"}},
+		{"DatabaseURLFlag", []string{"--database-url", "file.db"}, nil, EnvDatabaseURL, []string{"--database-url", `"file.db"`}},
+		{"APIAddrNoPort", nil, map[string]string{EnvAPIAddr: "localhost"}, EnvAPIAddr, []string{`"localhost"`}},
+		{"APIAddrNamedPort", nil, map[string]string{EnvAPIAddr: "localhost:http"}, EnvAPIAddr, []string{`"http"`}},
+		{"APIAddrPortTooLarge", nil, map[string]string{EnvAPIAddr: ":65536"}, EnvAPIAddr, []string{`":65536"`}},
+		{"APIAddrNegativePort", nil, map[string]string{EnvAPIAddr: ":-1"}, EnvAPIAddr, nil},
+		{"APIAddrEmptyFlag", []string{"--api-addr="}, nil, EnvAPIAddr, []string{`""`}},
+		{"StripeAPIBaseRelative", nil, map[string]string{EnvStripeAPIBase: "api.stripe.com"}, EnvStripeAPIBase, []string{`"api.stripe.com"`}},
+		{"StripeAPIBaseScheme", nil, map[string]string{EnvStripeAPIBase: "ftp://api.stripe.com"}, EnvStripeAPIBase, []string{"http(s)"}},
+		{"StripeAPIBaseNoHost", nil, map[string]string{EnvStripeAPIBase: "https:///v1"}, EnvStripeAPIBase, []string{"no host"}},
+		{"StripeAPIBaseQuery", nil, map[string]string{EnvStripeAPIBase: "https://api.stripe.com?x=1"}, EnvStripeAPIBase, []string{"query"}},
+		{"StripeAPIBaseEmptyQuery", nil, map[string]string{EnvStripeAPIBase: "https://api.stripe.com?"}, EnvStripeAPIBase, []string{"query"}},
+		{"StripeAPIBaseFragment", nil, map[string]string{EnvStripeAPIBase: "https://api.stripe.com#x"}, EnvStripeAPIBase, []string{"fragment"}},
+		{"StripeAPIBaseUnparseable", nil, map[string]string{EnvStripeAPIBase: "http://[::1"}, EnvStripeAPIBase, nil},
+		{"SMTPAddrNoPort", nil, map[string]string{EnvSMTPAddr: "mailpit"}, EnvSMTPAddr, []string{`"mailpit"`}},
+		{"SMTPAddrNoHost", nil, map[string]string{EnvSMTPAddr: ":25"}, EnvSMTPAddr, []string{"no host"}},
+		{"SMTPAddrPortZero", nil, map[string]string{EnvSMTPAddr: "mailpit:0"}, EnvSMTPAddr, []string{"port 0"}},
+		{"MailFromInvalid", nil, map[string]string{EnvMailFrom: "not an address"}, EnvMailFrom, []string{`"not an address"`}},
+		{"InflightTimeoutUnparseable", nil, map[string]string{EnvInflightTimeout: "two minutes"}, EnvInflightTimeout, []string{`"two minutes" is not a duration`}},
+		{"InflightTimeoutTooShort", nil, map[string]string{EnvInflightTimeout: "999ms", EnvReaperInterval: "500ms"}, EnvInflightTimeout, []string{"999ms", "1s to 24h"}},
+		{"InflightTimeoutTooLong", nil, map[string]string{EnvInflightTimeout: "25h"}, EnvInflightTimeout, []string{"25h", "1s to 24h"}},
+		{"InflightTimeoutZero", nil, map[string]string{EnvInflightTimeout: "0s"}, EnvInflightTimeout, nil},
+		{"InflightTimeoutNegative", nil, map[string]string{EnvInflightTimeout: "-1m"}, EnvInflightTimeout, []string{"-1m"}},
+		{"ReaperIntervalUnparseable", nil, map[string]string{EnvReaperInterval: "30"}, EnvReaperInterval, []string{`"30" is not a duration`, "examples"}},
+		{"ReaperIntervalTooShort", nil, map[string]string{EnvReaperInterval: "99ms"}, EnvReaperInterval, []string{"100ms to 1h"}},
+		{"ReaperIntervalTooLong", []string{"--reaper-interval", "61m"}, map[string]string{EnvInflightTimeout: "2h"}, EnvReaperInterval, []string{"--reaper-interval", "1h1m"}},
+		{"ReaperIntervalZero", nil, map[string]string{EnvReaperInterval: "0"}, EnvReaperInterval, nil},
+		{"ReaperIntervalOverInflight", nil, map[string]string{EnvInflightTimeout: "10s", EnvReaperInterval: "11s"}, EnvReaperInterval, []string{"11s", EnvInflightTimeout, "lease plus one reaper interval"}},
+		{"WaitUnparseable", nil, map[string]string{EnvWait: "2 secs"}, EnvWait, []string{`IDEMGATE_WAIT (--wait): "2 secs" is not a duration (examples: 500ms, 2s, 1m)`}},
+		{"WaitNegative", []string{"--wait", "-1s"}, nil, EnvWait, []string{"-1s", "negative"}},
+		{"SecretTooShort", nil, map[string]string{EnvSecret: "short-secret"}, EnvSecret, []string{"12 bytes", "32"}},
+		{"LogLevelUnknown", nil, map[string]string{EnvLogLevel: "verbose"}, EnvLogLevel, []string{`"verbose"`}},
+		{"LogLevelNumeric", []string{"--log-level", "INFO+2"}, nil, EnvLogLevel, []string{"--log-level"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := Load(tt.args, env(tt.env))
+			require.Error(t, err)
+			require.Nil(t, cfg)
+			require.Contains(t, err.Error(), tt.setting)
+			for _, w := range tt.want {
+				require.Contains(t, err.Error(), w)
+			}
+			var se *SettingError
+			require.ErrorAs(t, err, &se)
+			require.Equal(t, tt.setting, se.Setting)
+		})
+	}
+}
+
+func TestLoadReportsEverySetting(t *testing.T) {
+	t.Parallel()
+
+	_, err := Load(nil, env(map[string]string{
+		EnvAPIAddr:  "x",
+		EnvSMTPAddr: "y",
+		EnvSecret:   "z",
+	}))
+	require.Error(t, err)
+	for _, s := range []string{EnvAPIAddr, EnvSMTPAddr, EnvSecret} {
+		require.Contains(t, err.Error(), s)
+	}
+
+	// Parse errors are all reported too, before validation.
+	_, err = Load(nil, env(map[string]string{EnvWait: "x", EnvLogLevel: "y"}))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), EnvWait)
+	require.Contains(t, err.Error(), EnvLogLevel)
+}
+
+func TestLoadFlagErrors(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name string
+		args []string
+		is   error
+		want string
+	}{
+		{"Help", []string{"-h"}, flag.ErrHelp, ""},
+		{"HelpLong", []string{"--help"}, flag.ErrHelp, ""},
+		{"UnknownFlag", []string{"--nope"}, nil, "nope"},
+		{"SecretHasNoFlag", []string{"--secret", testSecret}, nil, "secret"},
+		{"MissingValue", []string{"--wait"}, nil, "wait"},
+		{"PositionalArgument", []string{"serve"}, nil, `"serve"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(tt.args, env(nil))
+			require.Error(t, err)
+			if tt.is != nil {
+				require.ErrorIs(t, err, tt.is)
+			}
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestValidateSecretNotEchoed(t *testing.T) {
+	t.Parallel()
+
+	_, err := Load(nil, env(map[string]string{EnvSecret: "hunter2-hunter2"}))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), EnvSecret)
+	require.NotContains(t, err.Error(), "hunter2")
+}
+
+func TestDatabaseURLPasswordNotEchoed(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name string
+		url  string
+	}{
+		{"NoHost", "postgres://admin:s3cr3tpw@/db"},
+		{"UnescapedSlash", "postgres://admin:s3cr3t/pw@db.example.com/db"},
+		{"BadEscape", "postgres://admin:s3cr3t%zzpw@db.example.com/db"},
+		{"UnescapedSlashPortLike", "postgres://admin:12345/s3cr3tpw@db.example.com/x?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := Defaults()
+			cfg.DatabaseURL = tt.url
+			if err := cfg.Validate(); err != nil {
+				require.Contains(t, err.Error(), EnvDatabaseURL)
+				require.NotContains(t, err.Error(), "s3cr3t")
+			}
+			require.NotContains(t, cfg.String(), "s3cr3t")
+			require.Contains(t, redactDatabaseURL(tt.url), "xxxxx")
+		})
+	}
+}
+
+func TestRequireSecret(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := Load(nil, env(nil))
+	require.NoError(t, err)
+	err = cfg.RequireSecret()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), EnvSecret)
+	var se *SettingError
+	require.ErrorAs(t, err, &se)
+
+	cfg, err = Load(nil, env(map[string]string{EnvSecret: testSecret}))
+	require.NoError(t, err)
+	require.NoError(t, cfg.RequireSecret())
+}
+
+func TestLogValueRedacts(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    []string
+		wantNot []string
+	}{
+		{
+			name:    "Set",
+			env:     map[string]string{EnvStripeAPIKey: "sk_test_SECRETKEY", EnvSecret: testSecret, EnvDatabaseURL: "postgres://u:dbpassword@db/x"},
+			want:    []string{"stripe_api_key=set", "secret=set", "postgres://u:xxxxx@db/x", "driver=postgres", "wait=2s"},
+			wantNot: []string{"SECRETKEY", testSecret, "dbpassword"},
+		},
+		{
+			name: "Unset",
+			env:  nil,
+			want: []string{"stripe_api_key=unset", "secret=unset", "driver=sqlite", "api_addr=127.0.0.1:8080", "log_level=INFO"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := Load(nil, env(tt.env))
+			require.NoError(t, err)
+
+			var buf bytes.Buffer
+			slog.New(slog.NewTextHandler(&buf, nil)).Info("config", "config", cfg)
+			out := buf.String()
+			for _, w := range tt.want {
+				require.Contains(t, out, w)
+			}
+			for _, printed := range []string{out, cfg.String(), fmt.Sprintf("%v", cfg), fmt.Sprint(cfg)} {
+				for _, w := range tt.wantNot {
+					require.NotContains(t, printed, w)
+				}
+			}
+
+			buf.Reset()
+			slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", cfg)
+			for _, w := range tt.wantNot {
+				require.NotContains(t, buf.String(), w)
+			}
+		})
+	}
+}
+
+func TestSettingsAndUsage(t *testing.T) {
+	t.Parallel()
+
+	all := Settings()
+	require.Len(t, all, 11)
+	flags := map[string]bool{}
+	for _, s := range all {
+		require.NotEmpty(t, s.Env)
+		require.NotEmpty(t, s.Usage)
+		if s.Flag != "" {
+			require.False(t, flags[s.Flag], "duplicate flag %s", s.Flag)
+			flags[s.Flag] = true
+		}
+	}
+	require.False(t, flags["secret"], "IDEMGATE_SECRET must stay off command lines")
+
+	// Every documented flag default is what Load yields.
+	for _, s := range all {
+		if s.Flag == "" || s.Default == "" {
+			continue
+		}
+		fromDefault, err := Load([]string{"--" + s.Flag, s.Default}, env(nil))
+		require.NoError(t, err, s.Flag)
+		require.Equal(t, Defaults(), fromDefault, s.Flag)
+	}
+
+	var buf bytes.Buffer
+	Usage(&buf)
+	out := buf.String()
+	for _, s := range all {
+		require.Contains(t, out, s.Env)
+		if s.Flag != "" {
+			require.Contains(t, out, "-"+s.Flag)
+		}
+	}
+	require.Contains(t, out, DefaultAPIAddr)
+}
+
+func TestFmtDuration(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		in   time.Duration
+		want string
+	}{
+		{24 * time.Hour, "24h"},
+		{time.Hour, "1h"},
+		{2 * time.Minute, "2m"},
+		{90 * time.Second, "1m30s"},
+		{time.Hour + time.Second, "1h0m1s"},
+		{100 * time.Millisecond, "100ms"},
+		{0, "0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, fmtDuration(tt.in))
+		})
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	f.Add("2m", "30s", "2s", "", "https://api.stripe.com")
+	f.Add("2 secs", "-1s", "0", "postgres://u:p@h:5432/db", "http://127.0.0.1:12111/")
+	f.Add("1e9h", "9223372036854775807ns", "", "sqlite:", "https://[::1]:x")
+	f.Add("", "", "", "postgres://u:p/w@h/db?x#y", "https://h?")
+	f.Add("1s", "1s", "1s", "sqlite://", "ftp://x")
+	f.Fuzz(func(t *testing.T, inflight, reaper, wait, dbURL, stripeBase string) {
+		getenv := env(map[string]string{
+			EnvInflightTimeout: inflight,
+			EnvReaperInterval:  reaper,
+			EnvWait:            wait,
+			EnvDatabaseURL:     dbURL,
+			EnvStripeAPIBase:   stripeBase,
+		})
+		cfg, err := Load(nil, getenv)
+		if err != nil {
+			require.Nil(t, cfg)
+			var se *SettingError
+			require.ErrorAs(t, err, &se)
+			return
+		}
+		// Whatever loads is valid, and stays so.
+		require.NoError(t, cfg.Validate())
+		require.Contains(t, []string{DriverPostgres, DriverSQLite}, cfg.Driver())
+		if cfg.Driver() == DriverSQLite {
+			require.NotEmpty(t, cfg.SQLitePath())
+		}
+		require.False(t, strings.HasSuffix(cfg.StripeAPIBase, "/"))
+		_ = cfg.String()
+
+		// The same values as flags give the same configuration.
+		var args []string
+		for name, v := range map[string]string{"inflight-timeout": inflight, "reaper-interval": reaper, "wait": wait,
+			"database-url": dbURL, "stripe-api-base": stripeBase} {
+			if strings.TrimSpace(v) != "" {
+				args = append(args, "--"+name+"="+v)
+			}
+		}
+		fromFlags, err := Load(args, env(nil))
+		require.NoError(t, err)
+		require.Equal(t, cfg, fromFlags)
+	})
+}
+
+// TestSettingErrorsAreJoined guards the documented contract that Validate's result can
+// be inspected with errors.As across several settings.
+func TestSettingErrorsAreJoined(t *testing.T) {
+	t.Parallel()
+
+	cfg := Defaults()
+	cfg.APIAddr = "bad"
+	cfg.Wait = -time.Second
+	err := cfg.Validate()
+	require.Error(t, err)
+	joined, ok := err.(interface{ Unwrap() []error })
+	require.True(t, ok)
+	var names []string
+	for _, e := range joined.Unwrap() {
+		var se *SettingError
+		require.True(t, errors.As(e, &se))
+		names = append(names, se.Setting)
+	}
+	require.Equal(t, []string{EnvAPIAddr, EnvWait}, names)
+}

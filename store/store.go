@@ -1,0 +1,157 @@
+// Package store declares what idemgate keeps outside the gate (bearer
+// tokens, the domain rows tools act on, seed data) as small engine-agnostic
+// interfaces and row types. Each engine implements them in a subpackage:
+// store/pgstore for Postgres (SQLite comes later).
+//
+// Stores translate their engine's errors at the boundary: a missing row is
+// domain.ErrNotFound, a duplicate is domain.ErrAlreadyExists, and a database
+// that cannot be reached wraps domain.ErrUnavailable. Callers use errors.Is.
+package store
+
+import (
+	"context"
+	"regexp"
+	"time"
+)
+
+// Token is one row of api_tokens. The secret is never stored; Hash is its
+// SHA-256 (see tenancy.HashToken).
+type Token struct {
+	// ID names the token in audit rows and in idemctl ("tok_" + 16 hex).
+	ID       string
+	TenantID string
+	UserID   string
+	Scopes   []string
+	// Hash is the SHA-256 of the secret. It is not secret itself, but it is
+	// never printed: whoever renders a Token picks its fields.
+	Hash      []byte `json:"-"`
+	CreatedAt time.Time
+	// ExpiresAt is nil for a token that does not expire.
+	ExpiresAt *time.Time
+	// RevokedAt is nil until the token is revoked.
+	RevokedAt *time.Time
+}
+
+// TokenInsertParams are the arguments of Tokens.TokenInsert.
+type TokenInsertParams struct {
+	// ID is the new token's id; tenancy.NewToken makes one.
+	ID       string
+	TenantID string
+	UserID   string
+	Scopes   []string
+	// Hash is tenancy.HashToken(secret).
+	Hash []byte
+	// ExpiresAt is optional; nil means the token does not expire.
+	ExpiresAt *time.Time
+}
+
+// TokenRevokeParams are the arguments of Tokens.TokenRevoke.
+type TokenRevokeParams struct {
+	ID string
+	// TenantID is optional: when set, only a token of this tenant is
+	// revoked, and another tenant's token is domain.ErrNotFound.
+	TenantID string
+}
+
+// TokenListParams are the arguments of Tokens.TokenList.
+type TokenListParams struct {
+	// TenantID is required.
+	TenantID string
+}
+
+// Tokens stores bearer tokens.
+type Tokens interface {
+	// TokenInsert inserts a token. A token with the same hash (or id) is
+	// domain.ErrAlreadyExists.
+	TokenInsert(ctx context.Context, p *TokenInsertParams) (*Token, error)
+	// TokenGetByHash returns the token whose hash is hash, revoked and
+	// expired ones included (the caller decides), or domain.ErrNotFound.
+	TokenGetByHash(ctx context.Context, hash []byte) (*Token, error)
+	// TokenRevoke sets RevokedAt and returns the token. Revoking a revoked
+	// token changes nothing and returns it with its first RevokedAt. An
+	// unknown id (or one of another tenant than p.TenantID) is
+	// domain.ErrNotFound.
+	TokenRevoke(ctx context.Context, p *TokenRevokeParams) (*Token, error)
+	// TokenList returns a tenant's tokens, revoked and expired ones
+	// included, oldest first.
+	TokenList(ctx context.Context, p *TokenListParams) ([]*Token, error)
+}
+
+// Order is one row of orders: a paid order that refund_order refunds.
+type Order struct {
+	TenantID      string
+	OrderID       string
+	ChargeID      string
+	AmountCents   int64
+	RefundedCents int64
+	// Currency is a lowercase ISO 4217 code, as Stripe writes it.
+	Currency  string
+	CreatedAt time.Time
+}
+
+// OrderGetParams are the arguments of Orders.OrderGet.
+type OrderGetParams struct {
+	TenantID string
+	OrderID  string
+}
+
+// Orders reads orders.
+type Orders interface {
+	// OrderGet returns the tenant's order, or domain.ErrNotFound (also for
+	// another tenant's order).
+	OrderGet(ctx context.Context, p *OrderGetParams) (*Order, error)
+}
+
+// Seeder loads a seed file.
+type Seeder interface {
+	// Seed validates f (SeedFile.Validate) and loads it in one transaction.
+	// It is idempotent: rows that exist (by primary key; tokens with a
+	// fixed value by hash) are left exactly as they are, even where the file
+	// says otherwise, and counted as existing. Tokens without a fixed value
+	// are minted on every call and returned in SeedResult.CreatedTokens. A
+	// fixed token value that already belongs to another tenant, user or
+	// scope set is an error naming the entry, and nothing is loaded.
+	Seed(ctx context.Context, f *SeedFile) (*SeedResult, error)
+}
+
+// SeedResult summarizes what Seed did. It is what `idemctl seed` prints.
+type SeedResult struct {
+	Orders    SeedCount `json:"orders"`
+	Customers SeedCount `json:"customers"`
+	Seats     SeedCount `json:"seats"`
+	Users     SeedCount `json:"users"`
+	Tokens    SeedCount `json:"tokens"`
+	// CreatedTokens holds the secrets of the tokens minted for entries
+	// without a fixed value, in file order; never nil. Fixed values are not
+	// repeated here.
+	CreatedTokens []SeedCreatedToken `json:"created_tokens"`
+}
+
+// SeedCount counts one kind of row in a SeedResult.
+type SeedCount struct {
+	// Created rows did not exist before.
+	Created int `json:"created"`
+	// Existing rows were already there and were left unchanged.
+	Existing int `json:"existing"`
+}
+
+// SeedCreatedToken is a token minted by Seed for an entry without a fixed
+// value.
+type SeedCreatedToken struct {
+	// Index is the entry's position in SeedFile.Tokens.
+	Index    int      `json:"index"`
+	ID       string   `json:"id"`
+	TenantID string   `json:"tenant"`
+	UserID   string   `json:"user"`
+	Scopes   []string `json:"scopes"`
+	// Token is the secret, shown this once.
+	Token string `json:"token"`
+}
+
+// idPattern is what tenant, order, charge, customer, seat and user ids must
+// match.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+
+// ValidID reports whether s is a valid tenant, user, order, charge,
+// customer or seat id: 1 to 64 characters of [A-Za-z0-9_.:-].
+func ValidID(s string) bool { return idPattern.MatchString(s) }

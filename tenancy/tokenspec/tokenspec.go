@@ -1,0 +1,90 @@
+// Package tokenspec holds the facts about bearer tokens that both package
+// tenancy and package store need: the scope names a token may grant and the
+// shape of a token value.
+//
+// It exists to break an import cycle: tenancy authenticates against
+// store.Tokens (so it imports store), while store validates seed files,
+// which grant scopes and may fix token values. Both import this leaf, which
+// imports only the standard library. Code outside those two packages should
+// use the re-exports in package tenancy.
+package tokenspec
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The scopes a token may grant (DESIGN.md, "Tools").
+const (
+	ScopeBillingRefund      = "billing:refund"
+	ScopeBillingCredit      = "billing:credit"
+	ScopeSeatsReset         = "seats:reset"
+	ScopeUsersPasswordReset = "users:password_reset"
+	ScopeOperationsRead     = "operations:read"
+	ScopeOpsAdmin           = "ops:admin"
+)
+
+// knownScopes is private so that no caller can change what validation
+// accepts; KnownScopes hands out copies.
+var knownScopes = []string{
+	ScopeBillingRefund,
+	ScopeBillingCredit,
+	ScopeSeatsReset,
+	ScopeUsersPasswordReset,
+	ScopeOperationsRead,
+	ScopeOpsAdmin,
+}
+
+// KnownScopes returns a fresh copy of every known scope, in a stable order.
+func KnownScopes() []string { return slices.Clone(knownScopes) }
+
+// KnownScope reports whether s is one of the known scopes.
+func KnownScope(s string) bool { return slices.Contains(knownScopes, s) }
+
+// ValidateScopes checks that scopes is non-empty, that every entry is a
+// known scope, and that none repeats. Its messages name the offending
+// entry but not the field: callers prefix their own ("--scopes: …").
+func ValidateScopes(scopes []string) error {
+	if len(scopes) == 0 {
+		return fmt.Errorf("must list at least one scope (known: %s)", strings.Join(knownScopes, ", "))
+	}
+	for i, s := range scopes {
+		if !KnownScope(s) {
+			return fmt.Errorf("unknown scope %q (known: %s)", s, strings.Join(knownScopes, ", "))
+		}
+		if slices.Contains(scopes[:i], s) {
+			return fmt.Errorf("scope %q is listed twice", s)
+		}
+	}
+	return nil
+}
+
+// Token value shape. Generated tokens are Prefix followed by 43 characters
+// of unpadded base64url (32 random bytes). Fixed values (seed files, tests,
+// demos) may be shorter, so the rule that every reader applies is looser:
+// Prefix, then MinLen-len(Prefix) to MaxLen-len(Prefix) characters of
+// [A-Za-z0-9_-].
+const (
+	// Prefix starts every token value.
+	Prefix = "idg_"
+	// MinLen is the shortest well-formed token value, prefix included.
+	MinLen = 8
+	// MaxLen is the longest well-formed token value, prefix included.
+	MaxLen = 256
+)
+
+// WellFormed reports whether s has the shape of a token value. It says
+// nothing about whether such a token exists.
+func WellFormed(s string) bool {
+	if len(s) < MinLen || len(s) > MaxLen || !strings.HasPrefix(s, Prefix) {
+		return false
+	}
+	for i := len(Prefix); i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
