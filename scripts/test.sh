@@ -29,13 +29,14 @@ log() { printf 'test.sh: %s\n' "$*" >&2; }
 cleanup() {
 	local rc=$?
 	set +e
-	# --- services cleanup (stripe-mock, Mailpit, node) goes here ---
+	# Services (stripe-mock, Mailpit) stop here.
+	declare -F services_stop >/dev/null && services_stop
 	if [[ -n "$pg_tmp" ]]; then
 		"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -m immediate -w stop >/dev/null 2>&1
 		rm -rf "$pg_tmp"
 	fi
 	if [[ $rc -eq 0 ]]; then
-		log "OK: gofmt, go vet, go test -race passed in $((SECONDS - started))s"
+		log "OK: gofmt, go vet, go test -race and the e2e step passed in $((SECONDS - started))s"
 	else
 		log "FAILED at step '$step' (exit $rc) after $((SECONDS - started))s"
 	fi
@@ -137,7 +138,44 @@ fi
 # cleanup() above.
 # ---------------------------------------------------------------------------
 step="services"
-# (none yet)
+source scripts/services.sh # stripe-mock and Mailpit; the cwd is the repo root (cd above)
+services_start
+
+# MCP end-to-end tests: e2e/run.sh drives a real api on a fresh database with
+# the official MCP TypeScript SDK (node). They run as step (f), after the Go
+# tests passed, on the Postgres chosen above. E2E=auto (default) runs them when the whole repo is tested (no
+# arguments, PKGS unset); E2E=1 always; E2E=0 never. When they are to run,
+# node and npm are required: their absence fails here, before the Go tests.
+e2e_run=0
+case ${E2E:-auto} in
+1) e2e_run=1 ;;
+0) log "E2E=0: not running the MCP end-to-end tests (e2e/run.sh)" ;;
+auto)
+	if (($# == 0)) && [[ -z "${PKGS:-}" ]]; then
+		e2e_run=1
+	else
+		log "arguments or PKGS restrict this run: not running the MCP end-to-end tests (E2E=1 runs them)"
+	fi
+	;;
+*)
+	log "E2E must be auto, 1 or 0; got '$E2E'"
+	exit 2
+	;;
+esac
+if ((e2e_run)); then
+	for tool in node npm; do
+		if ! command -v "$tool" >/dev/null; then
+			log "$tool is not installed, and the MCP end-to-end tests (e2e/run.sh) need it:"
+			log "install Node.js 20 or newer with npm (https://nodejs.org/, or apt-get install nodejs npm),"
+			log "or set E2E=0 to run the Go tests only."
+			exit 1
+		fi
+	done
+	if (($(node -p 'process.versions.node.split(".")[0]') < 20)); then
+		log "node $(node --version) is too old for the MCP end-to-end tests: install Node.js 20 or newer, or set E2E=0"
+		exit 1
+	fi
+fi
 
 # ---------------------------------------------------------------------------
 # Package list: arguments that start with ./ or ../ replace PKGS.
@@ -181,5 +219,14 @@ if ((arg_pkgs)); then
 	go test -race -count=1 "$@"
 else
 	go test -race -count=1 "$@" "${pkgs[@]}"
+fi
+
+# ---------------------------------------------------------------------------
+# (f) MCP end-to-end tests with the official TypeScript SDK
+# ---------------------------------------------------------------------------
+if ((e2e_run)); then
+	step="e2e"
+	log "MCP end-to-end tests: e2e/run.sh"
+	bash e2e/run.sh
 fi
 step="done"

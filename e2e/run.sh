@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# e2e/run.sh: end-to-end tests of the api's MCP endpoint, with the official
+# MCP TypeScript SDK as the client. Runs from any directory.
+#
+#   e2e/run.sh                                  every e2e/*.test.mjs
+#   e2e/run.sh --test-name-pattern=conflict     extra arguments go to `node --test`
+#
+# What it does:
+#   1. creates a fresh database idemgate_e2e_<random> on the server of
+#      TEST_DATABASE_URL (an admin URL; default the local Postgres) and drops
+#      it on exit;
+#   2. builds cmd/api and cmd/idemctl into a temporary directory;
+#   3. runs `idemctl migrate` and `idemctl seed --file e2e/seed.json`;
+#   4. starts the api on a free loopback port (IDEMGATE_WAIT=200ms, no worker)
+#      and waits for /readyz;
+#   5. runs `npm ci` in e2e/ when node_modules is missing or stale, then
+#      `node --test e2e/*.test.mjs` with IDEMGATE_URL and the seeded tokens
+#      (IDEMGATE_TOKEN_ACME, IDEMGATE_TOKEN_ACME_READONLY, IDEMGATE_TOKEN_GLOBEX);
+#   6. stops the api, printing its log when anything failed.
+#
+# Needs: go, node 20+ and npm, psql, curl.
+set -euo pipefail
+
+e2e_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$e2e_dir/.." && pwd)
+cd "$root"
+
+log() { printf 'e2e: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# redact hides a password in a URL for messages.
+redact() { sed -E 's#(://[^:/@]+):[^@]*@#\1:xxxxx@#' <<<"$1"; }
+
+for tool in go node npm psql curl; do
+	if ! command -v "$tool" >/dev/null; then
+		case $tool in
+		node | npm) die "$tool is not installed: install Node.js 20 or newer with npm (https://nodejs.org/, or apt-get install nodejs npm)" ;;
+		psql) die "psql is not installed: install the PostgreSQL client (apt-get install postgresql-client)" ;;
+		*) die "$tool is not installed" ;;
+		esac
+	fi
+done
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+((node_major >= 20)) || die "node $(node --version) is too old: install Node.js 20 or newer"
+
+admin_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-e2e.XXXXXX")
+db=""
+api_pid=""
+api_log="$tmp/api.log"
+
+cleanup() {
+	local rc=$?
+	set +e
+	if [[ -n "$api_pid" ]]; then
+		kill "$api_pid" 2>/dev/null
+		wait "$api_pid" 2>/dev/null
+	fi
+	if [[ $rc -ne 0 && -s "$api_log" ]]; then
+		log "api log ($api_log):"
+		sed 's/^/  api| /' "$api_log" >&2
+	fi
+	if [[ -n "$db" ]]; then
+		psql "$admin_url" -XAtq -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 ||
+			log "could not drop database $db; drop it by hand"
+	fi
+	rm -rf "$tmp"
+	if [[ $rc -eq 0 ]]; then
+		log "OK"
+	else
+		log "FAILED (exit $rc)"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------------------
+# 1. a fresh database
+# ---------------------------------------------------------------------------
+psql "$admin_url" -XAtq -c 'SELECT 1' >/dev/null ||
+	die "Postgres at $(redact "$admin_url") does not accept connections; set TEST_DATABASE_URL to an admin URL"
+db="idemgate_e2e_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+psql "$admin_url" -XAtq -v ON_ERROR_STOP=1 -c "CREATE DATABASE \"$db\"" >/dev/null
+# The same URL with the new database's name as its path.
+database_url=$(node -e '
+	const u = new URL(process.argv[1]);
+	u.pathname = "/" + process.argv[2];
+	process.stdout.write(u.toString());
+' "$admin_url" "$db")
+log "database $db on $(redact "$database_url")"
+
+# ---------------------------------------------------------------------------
+# 2. build
+# ---------------------------------------------------------------------------
+log "building cmd/api and cmd/idemctl"
+go build -o "$tmp/api" ./cmd/api
+go build -o "$tmp/idemctl" ./cmd/idemctl
+
+# ---------------------------------------------------------------------------
+# 3. migrate and seed
+# ---------------------------------------------------------------------------
+export DATABASE_URL=$database_url
+# idemctl's output is shown only when it fails.
+idemctl() {
+	if ! "$tmp/idemctl" "$@" >"$tmp/idemctl.log" 2>&1; then
+		sed 's/^/  idemctl| /' "$tmp/idemctl.log" >&2
+		die "idemctl $1 failed"
+	fi
+}
+idemctl migrate
+idemctl seed --file "$e2e_dir/seed.json"
+
+# The fixed tokens of the seed file, by tenant and user.
+seed_token() {
+	node -e '
+		const fs = require("node:fs");
+		const [file, tenant, user] = process.argv.slice(1);
+		const t = (JSON.parse(fs.readFileSync(file, "utf8")).tokens || [])
+			.find((t) => t.tenant === tenant && t.user === user && t.token);
+		if (!t) { console.error(`e2e: ${file} has no fixed token for ${tenant}/${user}`); process.exit(1); }
+		process.stdout.write(t.token);
+	' "$e2e_dir/seed.json" "$1" "$2"
+}
+IDEMGATE_TOKEN_ACME=$(seed_token acme support-bot)
+IDEMGATE_TOKEN_ACME_READONLY=$(seed_token acme auditor)
+IDEMGATE_TOKEN_GLOBEX=$(seed_token globex support-bot)
+export IDEMGATE_TOKEN_ACME IDEMGATE_TOKEN_ACME_READONLY IDEMGATE_TOKEN_GLOBEX
+
+# ---------------------------------------------------------------------------
+# 4. the api, on a port the kernel picks; its log says which
+# ---------------------------------------------------------------------------
+IDEMGATE_API_ADDR=127.0.0.1:0 IDEMGATE_WAIT=200ms IDEMGATE_LOG_LEVEL=debug \
+	"$tmp/api" >"$api_log" 2>&1 &
+api_pid=$!
+
+addr=""
+for _ in $(seq 1 150); do
+	kill -0 "$api_pid" 2>/dev/null || die "the api exited during start"
+	addr=$(node -e '
+		const fs = require("node:fs");
+		for (const line of fs.readFileSync(process.argv[1], "utf8").split("\n")) {
+			try {
+				const rec = JSON.parse(line);
+				if (rec.msg === "api listening" && rec.addr) { process.stdout.write(rec.addr); break; }
+			} catch {}
+		}
+	' "$api_log")
+	[[ -n "$addr" ]] && break
+	sleep 0.1
+done
+[[ -n "$addr" ]] || die "the api did not log its address within 15s"
+export IDEMGATE_URL="http://$addr"
+
+ready=0
+for _ in $(seq 1 150); do
+	kill -0 "$api_pid" 2>/dev/null || die "the api exited during start"
+	if curl -fsS -o /dev/null --max-time 2 "$IDEMGATE_URL/readyz" 2>/dev/null; then
+		ready=1
+		break
+	fi
+	sleep 0.1
+done
+((ready)) || die "$IDEMGATE_URL/readyz did not answer 200 within 15s"
+log "api ready at $IDEMGATE_URL"
+
+# ---------------------------------------------------------------------------
+# 5. the MCP TypeScript SDK client
+# ---------------------------------------------------------------------------
+# npm ci when node_modules is missing or older than the lock file (npm keeps
+# its own copy of the installed tree in node_modules/.package-lock.json).
+installed="$e2e_dir/node_modules/.package-lock.json"
+if [[ ! -f "$installed" || "$e2e_dir/package-lock.json" -nt "$installed" || "$e2e_dir/package.json" -nt "$installed" ]]; then
+	log "npm ci in e2e/"
+	(cd "$e2e_dir" && npm ci --no-audit --no-fund >&2)
+fi
+
+log "node --test"
+node --test --test-reporter=spec "$@" "$e2e_dir"/*.test.mjs
