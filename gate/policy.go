@@ -130,13 +130,13 @@ func DefaultPolicies() []Policy {
 			TTL:            DefaultMoneyTTL,
 			VolatileFields: []string{"memo"},
 			AuditArgFields: []string{"customer_id", "amount_cents", "currency"},
-			ResultFields:   []string{"ledger_entry_id", "customer_id", "amount_cents", "currency", "balance_cents"},
+			ResultFields:   []string{"ledger_entry_id", "customer_id", "amount_cents", "currency"},
 		},
 		{
 			Tool:           "reset_seat",
 			TTL:            DefaultMoneyTTL,
 			AuditArgFields: []string{"seat_id"},
-			ResultFields:   []string{"seat_id", "previous_user_id", "reset_count"},
+			ResultFields:   []string{"seat_id", "status"},
 		},
 		{
 			Tool:           "send_password_reset",

@@ -1,0 +1,137 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/domain/refunds"
+	"github.com/idemgate/idemgate/domain/resetmail"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatepg"
+	"github.com/idemgate/idemgate/jobs"
+	"github.com/idemgate/idemgate/store/pgstore"
+)
+
+// Worker tuning. FetchCooldown is River's floor between fetches: its
+// default 100ms caps a queue at MaxWorkers×10 jobs per second.
+const (
+	DefaultMaxWorkers        = 50
+	DefaultFetchCooldown     = 10 * time.Millisecond
+	DefaultFetchPollInterval = 250 * time.Millisecond
+)
+
+// Worker is the assembled worker process.
+type Worker struct {
+	Client *river.Client[pgx.Tx]
+	Gate   *gate.Gate
+	Runner *jobs.Runner
+}
+
+// WorkerOptions are what tests may change; nil fields take defaults.
+type WorkerOptions struct {
+	// MaxWorkers is the default queue's concurrency.
+	MaxWorkers int
+	// ResetLinkBase is where password-reset links point.
+	ResetLinkBase string
+}
+
+// NewWorker assembles the River workers on Postgres. Start it with
+// Client.Start and stop it with Client.Stop.
+func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts *WorkerOptions) (*Worker, error) {
+	if cfg.Driver() != config.DriverPostgres {
+		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build")
+	}
+	if err := cfg.RequireSecret(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if opts == nil {
+		opts = &WorkerOptions{}
+	}
+	stripeClient, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
+	if err != nil {
+		return nil, err
+	}
+	linkBase := opts.ResetLinkBase
+	if linkBase == "" {
+		linkBase = "http://" + cfg.APIAddr + "/reset-password"
+	}
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
+	}
+	data := pgstore.New(pool)
+	enqueuer := &jobs.Enqueuer[pgx.Tx]{}
+	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: gate.DefaultPolicies(), Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
+		Gate: g,
+		Effects: map[string]jobs.Effect{
+			"refund_order":        &jobs.RefundEffect{Data: data, Stripe: stripeClient},
+			"apply_credit":        &jobs.CreditEffect{Data: data},
+			"reset_seat":          &jobs.SeatEffect{Data: data},
+			"send_password_reset": &jobs.MailEffect{Data: data, Sender: sender, Secret: []byte(cfg.Secret)},
+		},
+		InflightTimeout: cfg.InflightTimeout,
+		Logger:          logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	workers := river.NewWorkers()
+	if err := jobs.AddWorkers[*riverpgxv5.Driver](workers, runner); err != nil {
+		return nil, err
+	}
+	maxWorkers := opts.MaxWorkers
+	if maxWorkers == 0 {
+		maxWorkers = DefaultMaxWorkers
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: maxWorkers}},
+		Workers:           workers,
+		FetchCooldown:     DefaultFetchCooldown,
+		FetchPollInterval: DefaultFetchPollInterval,
+		// The reaper brings killed workers' claims back within the lease plus
+		// one reaper interval; River's rescuer stays as a backstop after that.
+		RescueStuckJobsAfter: cfg.InflightTimeout + 2*cfg.ReaperInterval,
+		Logger:               logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	enqueuer.Client = client
+	return &Worker{Client: client, Gate: g, Runner: runner}, nil
+}
+
+// Run starts the worker and blocks until ctx ends, then stops fetching and
+// lets running jobs finish within stopTimeout.
+func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
+	// River's own context is not ctx: cancelling it would stop River hard,
+	// and we want a soft stop that lets running jobs finish.
+	riverCtx, cancelRiver := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRiver()
+	if err := w.Client.Start(riverCtx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := w.Client.Stop(stopCtx); err != nil {
+		cancelRiver() // jobs still running past the bound are cancelled
+		return fmt.Errorf("worker: stop: %w", err)
+	}
+	return nil
+}

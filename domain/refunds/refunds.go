@@ -1,0 +1,225 @@
+// Package refunds makes Stripe refunds for refund_order with stripe-go v76:
+// always with our downstream key as Stripe's Idempotency-Key, the operation
+// id in the refund's metadata, stripe-go's own network retries off (ours are
+// bounded by the caller's deadline), and errors classified into definitive
+// and transient.
+package refunds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sethvargo/go-retry"
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/refund"
+
+	"github.com/idemgate/idemgate/domain"
+)
+
+// MetadataOperationID is the refund metadata key naming our operation: what
+// reconciliation looks for once Stripe's 24-hour key window has passed.
+const MetadataOperationID = "idemgate_operation_id"
+
+// Config configures a Client.
+type Config struct {
+	// APIKey is Stripe's secret key (STRIPE_API_KEY). Required.
+	APIKey string
+	// BaseURL is Stripe's API base (STRIPE_API_BASE). Default Stripe's.
+	BaseURL string
+	// HTTPClient defaults to a client with a 30s timeout; the caller's
+	// context deadline is what bounds a call in practice.
+	HTTPClient *http.Client
+	// InAttemptRetries is how many times a transient error is retried within
+	// one attempt (with backoff, inside the caller's deadline). Default 3.
+	InAttemptRetries uint64
+}
+
+// Client creates and lists refunds.
+type Client struct {
+	refunds refund.Client
+	retries uint64
+}
+
+// NewClient returns a Client, or an error naming the missing setting.
+func NewClient(cfg *Config) (*Client, error) {
+	if cfg.APIKey == "" {
+		return nil, errors.New("STRIPE_API_KEY is required for refund_order")
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	bc := &stripe.BackendConfig{
+		HTTPClient:        hc,
+		MaxNetworkRetries: stripe.Int64(0), // ours, bounded by the lease, not stripe-go's
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+		EnableTelemetry:   stripe.Bool(false),
+	}
+	if cfg.BaseURL != "" {
+		bc.URL = stripe.String(cfg.BaseURL)
+	}
+	retries := cfg.InAttemptRetries
+	if retries == 0 {
+		retries = 3
+	}
+	return &Client{
+		refunds: refund.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, bc), Key: cfg.APIKey},
+		retries: retries,
+	}, nil
+}
+
+// Request is one refund to make.
+type Request struct {
+	ChargeID    string
+	AmountCents int64
+	// DownstreamKey is sent as Stripe's Idempotency-Key. Required: without
+	// it stripe-go would invent a random key per call.
+	DownstreamKey string
+	OperationID   string
+	TenantID      string
+	OrderID       string
+	// Reason is free text kept in metadata (Stripe's own reason is an enum).
+	Reason string
+}
+
+// Refund is the allowlisted view of a Stripe refund that we keep: never
+// card details or the full Stripe object.
+type Refund struct {
+	ID          string `json:"refund_id"`
+	ChargeID    string `json:"charge_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Currency    string `json:"currency"`
+	Status      string `json:"status"`
+	OperationID string `json:"-"`
+	// Replayed is true when Stripe answered from its idempotency cache.
+	Replayed bool `json:"-"`
+}
+
+// Create makes the refund, retrying transient errors within ctx's deadline.
+func (c *Client) Create(ctx context.Context, r *Request) (*Refund, error) {
+	if r.DownstreamKey == "" || r.OperationID == "" {
+		return nil, errors.New("refunds: DownstreamKey and OperationID are required")
+	}
+	backoff := retry.WithMaxRetries(c.retries, retry.WithJitter(50*time.Millisecond, retry.NewExponential(100*time.Millisecond)))
+	var out *Refund
+	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+		params := &stripe.RefundParams{
+			Params: stripe.Params{
+				Context:        ctx,
+				IdempotencyKey: stripe.String(r.DownstreamKey),
+			},
+			Metadata: map[string]string{
+				MetadataOperationID: r.OperationID,
+				"idemgate_tenant":   r.TenantID,
+				"idemgate_order_id": r.OrderID,
+			},
+			Charge: stripe.String(r.ChargeID),
+			Amount: stripe.Int64(r.AmountCents),
+		}
+		if r.Reason != "" {
+			params.Metadata["idemgate_reason"] = truncate(r.Reason, 500)
+		}
+		re, err := c.refunds.New(params)
+		if err != nil {
+			if _, permanent := Classify(err); !permanent {
+				return retry.RetryableError(err)
+			}
+			return err
+		}
+		out = view(re)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// FindByOperation lists the charge's refunds and returns the one whose
+// metadata names operationID, or domain.ErrNotFound. Stripe cannot search
+// refunds by metadata, so this pages through the charge's refunds.
+func (c *Client) FindByOperation(ctx context.Context, chargeID, operationID string) (*Refund, error) {
+	params := &stripe.RefundListParams{Charge: stripe.String(chargeID)}
+	params.Context = ctx
+	params.Limit = stripe.Int64(100)
+	it := c.refunds.List(params)
+	for it.Next() {
+		re := it.Refund()
+		if re.Metadata[MetadataOperationID] == operationID {
+			return view(re), nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	return nil, domain.ErrNotFound
+}
+
+func view(re *stripe.Refund) *Refund {
+	out := &Refund{
+		ID:          re.ID,
+		AmountCents: re.Amount,
+		Currency:    string(re.Currency),
+		Status:      string(re.Status),
+		OperationID: re.Metadata[MetadataOperationID],
+	}
+	if re.Charge != nil {
+		out.ChargeID = re.Charge.ID
+	}
+	if resp := re.LastResponse; resp != nil && resp.Header.Get("Idempotent-Replayed") == "true" {
+		out.Replayed = true
+	}
+	return out
+}
+
+// Classify maps a Stripe error to our code and says whether it is
+// definitive (the claim fails) or transient (River retries, same key).
+func Classify(err error) (domain.ErrorInfo, bool) {
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		// Network errors, timeouts, dropped responses: the refund may or may
+		// not exist; retrying with the same key is safe and finds out.
+		return domain.ErrorInfo{Code: "downstream_unavailable", Message: "Stripe did not answer: " + err.Error()}, false
+	}
+	msg := fmt.Sprintf("Stripe %d %s", se.HTTPStatusCode, se.Type)
+	if se.Code != "" {
+		msg += " (" + string(se.Code) + ")"
+	}
+	if se.Msg != "" {
+		msg += ": " + truncate(se.Msg, 300)
+	}
+	switch {
+	case se.Type == stripe.ErrorTypeIdempotency && se.HTTPStatusCode == http.StatusConflict:
+		// A concurrent request with the same key is still in progress.
+		return domain.ErrorInfo{Code: "downstream_in_progress", Message: msg}, false
+	case se.Type == stripe.ErrorTypeIdempotency:
+		return domain.ErrorInfo{Code: domain.CodeDownstreamIdempotencyMismatch, Message: msg}, true
+	case se.HTTPStatusCode == http.StatusConflict || se.Code == "idempotency_key_in_use":
+		return domain.ErrorInfo{Code: "downstream_in_progress", Message: msg}, false
+	case se.HTTPStatusCode == http.StatusTooManyRequests || se.Code == stripe.ErrorCodeRateLimit:
+		return domain.ErrorInfo{Code: "downstream_rate_limited", Message: msg}, false
+	case se.HTTPStatusCode >= 500 || se.Type == stripe.ErrorTypeAPI:
+		return domain.ErrorInfo{Code: "downstream_error", Message: msg}, false
+	case se.Type == stripe.ErrorTypeCard:
+		return domain.ErrorInfo{Code: domain.CodeCardDeclined, Message: msg}, true
+	case se.Code == stripe.ErrorCodeChargeAlreadyRefunded || se.Code == "amount_too_large":
+		return domain.ErrorInfo{Code: domain.CodeAmountExceedsRefundable, Message: msg}, true
+	case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
+		// Our key is wrong: no retry will help until an operator fixes it.
+		return domain.ErrorInfo{Code: "downstream_auth", Message: msg}, true
+	case se.Type == stripe.ErrorTypeInvalidRequest || se.HTTPStatusCode == http.StatusBadRequest || se.HTTPStatusCode == http.StatusNotFound:
+		return domain.ErrorInfo{Code: domain.CodeDownstreamRejected, Message: msg}, true
+	}
+	return domain.ErrorInfo{Code: "downstream_error", Message: msg}, false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemgate/idemgate/gate"
+)
+
+// Customer is a customer that credits apply to.
+type Customer struct {
+	TenantID, CustomerID, Currency string
+}
+
+// User is a user that password-reset mail goes to.
+type User struct {
+	TenantID, UserID, Email string
+}
+
+// RefundRecordParams are the parameters of Domain.RefundRecord.
+type RefundRecordParams struct {
+	TenantID, OrderID, OperationID, StripeRefundID string
+	AmountCents                                    int64
+	Currency, Status                               string
+}
+
+// LedgerInsertParams are the parameters of Domain.LedgerInsert.
+type LedgerInsertParams struct {
+	TenantID, CustomerID, OperationID string
+	AmountCents                       int64
+	Currency, Memo                    string
+}
+
+// LedgerEntry is a ledger row with the customer's balance after it.
+type LedgerEntry struct {
+	ID           int64
+	BalanceCents int64
+}
+
+// SeatResetParams are the parameters of Domain.SeatReset.
+type SeatResetParams struct {
+	TenantID, SeatID, OperationID string
+}
+
+// SeatResetResult is a seat after its reset.
+type SeatResetResult struct {
+	PreviousUserID string
+	ResetCount     int
+}
+
+// ResetTokenInsertParams are the parameters of Domain.ResetTokenInsert.
+type ResetTokenInsertParams struct {
+	TenantID, UserID, OperationID string
+	TokenHash                     []byte
+	MessageID                     string
+	ExpiresAt                     time.Time
+}
+
+// Domain is what the workers read and write besides the gate. Writes take
+// the completing transaction (gate.Tx), so that the domain rows, the claim's
+// outcome and the job's completion commit together.
+type Domain interface {
+	Orders
+	// CustomerGet returns a tenant's customer or domain.ErrNotFound.
+	CustomerGet(ctx context.Context, tenantID, customerID string) (*Customer, error)
+	// SeatGet returns a tenant's seat id if it exists, or domain.ErrNotFound.
+	SeatGet(ctx context.Context, tenantID, seatID string) (string, error)
+	// UserGet returns a tenant's user or domain.ErrNotFound.
+	UserGet(ctx context.Context, tenantID, userID string) (*User, error)
+	// RefundRecord stores a Stripe refund and adds it to the order's
+	// refunded amount; recording the same Stripe refund twice is a no-op.
+	RefundRecord(ctx context.Context, tx gate.Tx, p *RefundRecordParams) error
+	// LedgerInsert appends a ledger entry.
+	LedgerInsert(ctx context.Context, tx gate.Tx, p *LedgerInsertParams) (*LedgerEntry, error)
+	// SeatReset frees a seat and records the change.
+	SeatReset(ctx context.Context, tx gate.Tx, p *SeatResetParams) (*SeatResetResult, error)
+	// ResetTokenInsert stores a password-reset token's hash; the same token
+	// twice (a resent mail) is a no-op.
+	ResetTokenInsert(ctx context.Context, tx gate.Tx, p *ResetTokenInsertParams) error
+}
