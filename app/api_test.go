@@ -81,6 +81,14 @@ func setup(t *testing.T, viaProxy func(dbURL string) string) *testBundle {
 	return &testBundle{url: srv.URL, pool: seedPool, api: a}
 }
 
+// startHTTP serves the api on a test HTTP server.
+func startHTTP(t *testing.T, a *app.API) string {
+	t.Helper()
+	srv := httptest.NewServer(a.Handler)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 type bearerTransport struct{ token string }
 
 func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {

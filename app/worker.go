@@ -34,6 +34,8 @@ type Worker struct {
 	Client *river.Client[pgx.Tx]
 	Gate   *gate.Gate
 	Runner *jobs.Runner
+	// Control cancels and retries jobs in the gate's transactions.
+	Control *jobs.Control[pgx.Tx]
 }
 
 // WorkerOptions are what tests may change; nil fields take defaults.
@@ -42,6 +44,9 @@ type WorkerOptions struct {
 	MaxWorkers int
 	// ResetLinkBase is where password-reset links point.
 	ResetLinkBase string
+	// MaintenanceOnly works the maintenance queue only (reaper, pruner) and
+	// no claim jobs.
+	MaintenanceOnly bool
 }
 
 // NewWorker assembles the River workers on Postgres. Start it with
@@ -95,15 +100,24 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if err := jobs.AddWorkers[*riverpgxv5.Driver](workers, runner); err != nil {
 		return nil, err
 	}
+	control := &jobs.Control[pgx.Tx]{}
+	river.AddWorker(workers, &jobs.ReaperWorker[pgx.Tx]{Gate: g, Control: control, Logger: logger})
+	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
 	maxWorkers := opts.MaxWorkers
 	if maxWorkers == 0 {
 		maxWorkers = DefaultMaxWorkers
 	}
+	queues := map[string]river.QueueConfig{jobs.MaintenanceQueue: {MaxWorkers: 2}}
+	if !opts.MaintenanceOnly {
+		queues[jobs.Queue] = river.QueueConfig{MaxWorkers: maxWorkers}
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:            map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: maxWorkers}},
+		Queues:            queues,
 		Workers:           workers,
+		PeriodicJobs:      jobs.PeriodicJobs(cfg.ReaperInterval, jobs.DefaultPruneInterval),
 		FetchCooldown:     DefaultFetchCooldown,
 		FetchPollInterval: DefaultFetchPollInterval,
+		JobTimeout:        jobs.JobTimeout(cfg.InflightTimeout),
 		// The reaper brings killed workers' claims back within the lease plus
 		// one reaper interval; River's rescuer stays as a backstop after that.
 		RescueStuckJobsAfter: cfg.InflightTimeout + 2*cfg.ReaperInterval,
@@ -113,7 +127,8 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		return nil, err
 	}
 	enqueuer.Client = client
-	return &Worker{Client: client, Gate: g, Runner: runner}, nil
+	control.Client = client
+	return &Worker{Client: client, Gate: g, Runner: runner, Control: control}, nil
 }
 
 // Run starts the worker and blocks until ctx ends, then stops fetching and

@@ -148,6 +148,17 @@ type Executor interface {
 	// ClaimRedrive sets a failed claim back to queued for an operator, or
 	// returns domain.ErrStateChanged when it is not failed.
 	ClaimRedrive(ctx context.Context, params *ClaimRedriveParams) (*Claim, error)
+	// ClaimAbandon fails a claim that is not terminal and holds no live lease
+	// (queued, or running with an expired lease), still at Epoch and JobID:
+	// the reaper's verdict on a claim whose job ended without it. Returns
+	// domain.ErrStateChanged otherwise.
+	ClaimAbandon(ctx context.Context, params *ClaimAbandonParams) (*Claim, error)
+	// ClaimListOrphaned lists claims that are not terminal, hold no live
+	// lease, and whose job has ended (completed, cancelled, discarded) or no
+	// longer exists.
+	ClaimListOrphaned(ctx context.Context, params *ClaimListOrphanedParams) ([]*Claim, error)
+	// ClaimList lists a tenant's claims, newest first, for operators.
+	ClaimList(ctx context.Context, params *ClaimListParams) ([]*Claim, error)
 	// ClaimListLeaseExpired lists running claims whose lease expired.
 	ClaimListLeaseExpired(ctx context.Context, params *ClaimListLeaseExpiredParams) ([]*Claim, error)
 	// ClaimDeleteExpired deletes up to Limit terminal claims past their
@@ -262,6 +273,34 @@ type ClaimRedriveParams struct {
 	NextGeneration bool
 	// JobID, when non-zero, points the claim at a fresh job.
 	JobID int64
+}
+
+// ClaimAbandonParams are the parameters of Executor.ClaimAbandon.
+type ClaimAbandonParams struct {
+	ID    int64
+	Epoch int64
+	JobID int64
+	Error domain.ErrorInfo
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimListOrphanedParams are the parameters of Executor.ClaimListOrphaned.
+type ClaimListOrphanedParams struct {
+	Limit int
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimListParams are the parameters of Executor.ClaimList. Empty fields
+// do not filter.
+type ClaimListParams struct {
+	TenantID string
+	Tool     string
+	Status   domain.Status
+	// Since keeps claims updated at or after it.
+	Since *time.Time
+	Limit int
 }
 
 // ClaimListLeaseExpiredParams are the parameters of Executor.ClaimListLeaseExpired.

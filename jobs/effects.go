@@ -106,7 +106,7 @@ func (e *RefundEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage
 func stripeError(err error) error {
 	info, permanent := refunds.Classify(err)
 	if permanent {
-		return &Failure{Info: info, NothingHappened: NextGeneration(info.Code)}
+		return &Failure{Info: info, NothingHappened: gate.NothingHappened(info.Code)}
 	}
 	return &Transient{Info: info, Err: err}
 }

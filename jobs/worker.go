@@ -105,8 +105,9 @@ func (r *Runner) Lease(tool string) time.Duration {
 // the fenced write comes before anyone may reclaim.
 func effectDeadline(lease time.Duration) time.Duration { return lease * 3 / 4 }
 
-// jobTimeout is River's JobTimeout for a claim job: below the lease.
-func jobTimeout(lease time.Duration) time.Duration { return lease * 9 / 10 }
+// JobTimeout is River's JobTimeout for a claim job under lease: below the
+// lease, so a stuck effect is cancelled before anyone may reclaim.
+func JobTimeout(lease time.Duration) time.Duration { return lease * 9 / 10 }
 
 // jobHooks are the driver-specific operations on the completing transaction.
 type jobHooks struct {
@@ -234,7 +235,7 @@ func (r *Runner) redriveFromRiverUI(ctx context.Context, c *gate.Claim) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	next := c.Error != nil && NextGeneration(c.Error.Code)
+	next := c.Error != nil && gate.NothingHappened(c.Error.Code)
 	redriven, err := tx.ClaimRedrive(ctx, &gate.ClaimRedriveParams{ID: c.ID, NextGeneration: next})
 	if errors.Is(err, domain.ErrStateChanged) {
 		return nil // someone else re-drove it meanwhile
@@ -252,17 +253,6 @@ func (r *Runner) redriveFromRiverUI(ctx context.Context, c *gate.Claim) error {
 		return err
 	}
 	return tx.Commit(ctx)
-}
-
-// NextGeneration reports whether a failure with code means the provider
-// definitively did nothing, so that a re-drive may use a new downstream key.
-func NextGeneration(code domain.Code) bool {
-	switch code {
-	case domain.CodeCardDeclined, domain.CodeDownstreamRejected, domain.CodeAmountExceedsRefundable,
-		domain.CodeDownstreamIdempotencyMismatch, domain.CodeNotFound, domain.CodeInvalidArgument:
-		return true
-	}
-	return false
 }
 
 // complete stores the outcome: the fenced claim update first (lease lost:
@@ -381,7 +371,7 @@ type Worker[TDriver riverdriver.Driver[TTx], TTx any, A claimArgs] struct {
 
 // Timeout is River's JobTimeout for the job: below the lease.
 func (w *Worker[TDriver, TTx, A]) Timeout(job *river.Job[A]) time.Duration {
-	return jobTimeout(w.runner.Lease(job.Args.Ref().Tool))
+	return JobTimeout(w.runner.Lease(job.Args.Ref().Tool))
 }
 
 // Work implements river.Worker.

@@ -171,8 +171,36 @@ func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) 
 	return c, err
 }
 
+func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.claimRow(ctx, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, errJSON, p.Now)
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, domain.ErrStateChanged
+	}
+	return c, err
+}
+
+func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, p.Now)
+}
+
+func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), p.Since, limit)
+}
+
 func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
-	rows, err := e.q.Query(ctx, sqlClaimListLeaseExpired, p.Limit, p.Now)
+	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, p.Now)
+}
+
+func (e executor) claimRows(ctx context.Context, sql string, args ...any) ([]*Claim, error) {
+	rows, err := e.q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, translate(err)
 	}

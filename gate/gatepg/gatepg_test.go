@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/jobs"
 )
 
 type claimJobArgs struct {
@@ -54,8 +55,14 @@ func TestConformance(t *testing.T) {
 				client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 				require.NoError(t, err)
 				b := &gatetest.Bundle{
-					Store:      gatepg.New(pool),
-					Enqueuer:   riverEnqueuer{client: client},
+					Store:    gatepg.New(pool),
+					Enqueuer: riverEnqueuer{client: client},
+					Control:  &jobs.Control[pgx.Tx]{Client: client},
+					JobState: func(ctx context.Context, id int64) string {
+						var state string
+						_ = pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", id).Scan(&state)
+						return state
+					},
 					JobCount:   count(t, pool, "SELECT count(*) FROM river_job"),
 					ClaimCount: count(t, pool, "SELECT count(*) FROM idempotency_claims"),
 				}

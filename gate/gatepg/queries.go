@@ -126,3 +126,35 @@ SELECT id, created_at, tenant_id, user_id, token_id, request_id, tool, idempoten
 FROM audit_events
 WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3
 ORDER BY id`
+
+var sqlClaimAbandon = `
+UPDATE idempotency_claims SET
+	status = 'failed', error = $4, lease_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND epoch = $2 AND job_id = $3
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($5::timestamptz, now())))
+RETURNING ` + claimColumns + computed("$5")
+
+// A claim is orphaned when it waits on a job that will never run it again.
+var sqlClaimListOrphaned = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims c
+WHERE c.status IN ('queued', 'running')
+	AND NOT (c.status = 'running' AND c.lease_expires_at > coalesce($2::timestamptz, now()))
+	AND c.job_id IS NOT NULL
+	AND NOT EXISTS (
+		SELECT 1 FROM river_job j
+		WHERE j.id = c.job_id AND j.state NOT IN ('completed', 'cancelled', 'discarded')
+	)
+ORDER BY c.id
+LIMIT $1`
+
+var sqlClaimList = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE ($1 = '' OR tenant_id = $1)
+	AND ($2 = '' OR tool = $2)
+	AND ($3 = '' OR status = $3)
+	AND ($4::timestamptz IS NULL OR updated_at >= $4::timestamptz)
+ORDER BY updated_at DESC, id DESC
+LIMIT $5`

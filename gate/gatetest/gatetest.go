@@ -24,6 +24,11 @@ type Bundle struct {
 	Enqueuer gate.Enqueuer
 	// Waiter is optional; nil exercises the polling path.
 	Waiter gate.Waiter
+	// Control cancels and retries the enqueuer's jobs (River's JobCancelTx
+	// and JobRetryTx). Required.
+	Control gate.JobControl
+	// JobState returns the state of a job ("" when it does not exist).
+	JobState func(ctx context.Context, jobID int64) string
 	// JobCount returns how many jobs the enqueuer has inserted that are
 	// visible (committed).
 	JobCount func(ctx context.Context) int
@@ -522,5 +527,145 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, domain.OutcomeAccepted, other.Outcome)
 		require.Equal(t, domain.StatusQueued, other.Claim.Status)
 		require.Equal(t, gate.DefaultRetryAfter, other.RetryAfter)
+	},
+
+	"ReaperReclaimsExpiredLeases": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "reap-me-00001"}).Claim
+		dead := lease(ctx, t, s.Store, c, c.JobID, -time.Second)
+		live := Claim(ctx, t, s.gate, &ClaimOpts{Key: "leave-me-0001"}).Claim
+		lease(ctx, t, s.Store, live, live.JobID, time.Minute)
+
+		res, err := s.gate.Reap(ctx, s.Control)
+		require.NoError(t, err)
+		require.Equal(t, &gate.ReapResult{Reclaimed: 1}, res)
+		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusQueued, got.Status)
+		require.NotEqual(t, c.JobID, got.JobID, "a fresh job took over")
+		require.Equal(t, dead.Epoch, got.Epoch)
+		require.Equal(t, c.DownstreamKey, got.DownstreamKey, "the downstream key survives a reclaim")
+		require.Equal(t, 3, s.JobCount(ctx))
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionReclaimed}, decisions(audit(ctx, t, s.Store, "acme", "refund_order", "reap-me-00001")))
+
+		// The old job cannot lease any more; the new one can.
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
+		lease(ctx, t, s.Store, got, got.JobID, time.Minute)
+
+		// A second pass has nothing to do.
+		res, err = s.gate.Reap(ctx, s.Control)
+		require.NoError(t, err)
+		require.Equal(t, &gate.ReapResult{}, res)
+	},
+
+	"ReaperGivesUpAfterTheBudget": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "budget-key-001"}).Claim
+		for i := range gate.DefaultReclaimBudget {
+			leased := lease(ctx, t, s.Store, c, c.JobID, -time.Second)
+			require.Equal(t, i+1, leased.Attempts)
+			if i < gate.DefaultReclaimBudget-1 {
+				res, err := s.gate.Reap(ctx, s.Control)
+				require.NoError(t, err)
+				require.Equal(t, 1, res.Reclaimed)
+				c, err = s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+				require.NoError(t, err)
+			}
+		}
+		res, err := s.gate.Reap(ctx, s.Control)
+		require.NoError(t, err)
+		require.Equal(t, &gate.ReapResult{GaveUp: 1}, res)
+		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusFailed, got.Status)
+		require.Equal(t, domain.CodeOutcomeUnknown, got.Error.Code)
+	},
+
+	"ReaperFailsClaimsWhoseJobEnded": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		never := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-never-1"}).Claim
+		tried := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-tried-1"}).Claim
+		leased := lease(ctx, t, s.Store, tried, tried.JobID, time.Minute)
+		_, err := s.Store.ClaimRelease(ctx, &gate.ClaimReleaseParams{ID: tried.ID, Epoch: leased.Epoch, LastError: domain.ErrorInfo{Code: "x"}})
+		require.NoError(t, err)
+		fine := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-fine-01"}).Claim
+		for _, c := range []*gate.Claim{never, tried} {
+			tx, err := s.Store.Begin(ctx)
+			require.NoError(t, err)
+			require.NoError(t, s.Control.JobCancelTx(ctx, tx, c.JobID))
+			require.NoError(t, tx.Commit(ctx))
+			require.Equal(t, "cancelled", s.JobState(ctx, c.JobID))
+		}
+		res, err := s.gate.Reap(ctx, s.Control)
+		require.NoError(t, err)
+		require.Equal(t, &gate.ReapResult{Orphaned: 2}, res)
+		for c, code := range map[*gate.Claim]domain.Code{never: domain.CodeCancelled, tried: domain.CodeOutcomeUnknown} {
+			got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+			require.NoError(t, err)
+			require.Equal(t, domain.StatusFailed, got.Status)
+			require.Equal(t, code, got.Error.Code)
+		}
+		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: fine.ID})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusQueued, got.Status)
+	},
+
+	"RedriveThroughTheGate": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "redrive-key-01"}).Claim
+		leased := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
+		_, err := s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeOutcomeUnknown}})
+		require.NoError(t, err)
+		tx, err := s.Store.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, s.Control.JobCancelTx(ctx, tx, c.JobID))
+		require.NoError(t, tx.Commit(ctx))
+		params := &gate.RedriveParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "redrive-key-01", Operator: "ops@acme", Reason: "stripe outage over", DryRun: true}
+
+		res, err := s.gate.Redrive(ctx, params, s.Control)
+		require.NoError(t, err)
+		require.False(t, res.NextGeneration, "an unknown outcome keeps the downstream key")
+		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusFailed, got.Status, "a dry run changes nothing")
+
+		params.DryRun = false
+		res, err = s.gate.Redrive(ctx, params, s.Control)
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusQueued, res.Claim.Status)
+		require.Equal(t, c.DownstreamKey, res.Claim.DownstreamKey)
+		require.Equal(t, c.JobID, res.Claim.JobID, "its own job is retried")
+		require.Equal(t, "available", s.JobState(ctx, c.JobID))
+		events := audit(ctx, t, s.Store, "acme", "refund_order", "redrive-key-01")
+		last := events[len(events)-1]
+		require.Equal(t, domain.DecisionRedriven, last.Decision)
+		require.Equal(t, "ops@acme", last.UserID)
+		require.Contains(t, last.Reason, "stripe outage over")
+
+		// Re-driving a queued one is refused; so is a succeeded one.
+		_, err = s.gate.Redrive(ctx, params, s.Control)
+		require.ErrorIs(t, err, gate.ErrRedriveNotFailed)
+		leased = lease(ctx, t, s.Store, res.Claim, res.Claim.JobID, time.Minute)
+		_, err = s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		_, err = s.gate.Redrive(ctx, params, s.Control)
+		require.ErrorIs(t, err, gate.ErrRedriveSucceeded)
+	},
+
+	"PruneRemovesExpiredOnly": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		old := Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-old-0001"}).Claim
+		l := lease(ctx, t, s.Store, old, old.JobID, time.Minute)
+		_, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: old.ID, Epoch: l.Epoch, Result: json.RawMessage(`{}`), Now: ptr(time.Now().Add(-2 * gate.DefaultMoneyTTL))})
+		require.NoError(t, err)
+		Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-live-001"})
+		n, err := s.gate.Prune(ctx, 10)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, 1, s.ClaimCount(ctx))
+		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-old-0001"})
+		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+		require.NotEqual(t, old.OperationID, res.Claim.OperationID)
 	},
 }

@@ -1,0 +1,154 @@
+package app_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/app"
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/mailpit"
+	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/store/pgstore"
+)
+
+var (
+	workerBinOnce sync.Once
+	workerBin     string
+	workerBinErr  error
+)
+
+// buildWorker builds cmd/worker once per test process (without -race: it is
+// the product under test, not this test's code).
+func buildWorker(t *testing.T) string {
+	t.Helper()
+	workerBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "idemgate-worker-bin")
+		if err != nil {
+			workerBinErr = err
+			return
+		}
+		workerBin = filepath.Join(dir, "worker")
+		out, err := exec.Command("go", "build", "-o", workerBin, "../cmd/worker").CombinedOutput()
+		if err != nil {
+			workerBinErr = err
+			t.Logf("go build: %s", out)
+		}
+	})
+	require.NoError(t, workerBinErr)
+	return workerBin
+}
+
+// startWorkerProcess runs cmd/worker as its own process.
+func startWorkerProcess(t *testing.T, env []string, logPath string) *exec.Cmd {
+	t.Helper()
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(t, err)
+	cmd := exec.Command(buildWorker(t))
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logFile.Close()
+	})
+	return cmd
+}
+
+// TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval kills a
+// worker process with SIGKILL at the moment the test Stripe has applied the
+// refund and holds its response, and checks that the operation still ends
+// succeeded, with one refund, within the lease plus one reaper interval.
+func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) {
+	t.Parallel()
+	const (
+		lease          = 3 * time.Second
+		reaperInterval = time.Second
+		// River fetches the fresh job at once (LISTEN/NOTIFY); this slack
+		// covers process scheduling on a loaded 2-core machine.
+		slack = 2 * time.Second
+	)
+	ctx := context.Background()
+	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
+	stripeSrv.AddCharge("ch_123", 5000, "usd")
+	smtpAddr, _ := mailpit.Start(t)
+	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 20})
+	_, err := pgstore.New(pool).Seed(ctx, seedFile())
+	require.NoError(t, err)
+
+	cfg := config.Defaults()
+	cfg.DatabaseURL = dbURL
+	cfg.Wait = 0
+	cfg.StripeAPIKey = "sk_test_idemgate"
+	cfg.StripeAPIBase = stripeHTTP.URL
+	cfg.SMTPAddr = smtpAddr
+	cfg.Secret = strings.Repeat("k", 32)
+	cfg.InflightTimeout = lease
+	cfg.ReaperInterval = reaperInterval
+
+	// The api, and a maintenance-only worker that stays up: it is River's
+	// leader and runs the reaper, and never takes claim jobs itself.
+	a, err := app.NewAPI(cfg, pool, nil)
+	require.NoError(t, err)
+	maint, err := app.NewWorker(cfg, pool, nil, &app.WorkerOptions{MaintenanceOnly: true})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- maint.Run(runCtx, 5*time.Second) }()
+	go a.Run(runCtx)
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	b := &testBundle{pool: pool, api: a}
+	srvURL := startHTTP(t, a)
+	session := connect(t, srvURL, tokenAcme)
+
+	env := []string{
+		"DATABASE_URL=" + dbURL,
+		"STRIPE_API_KEY=sk_test_idemgate",
+		"STRIPE_API_BASE=" + stripeHTTP.URL,
+		"SMTP_ADDR=" + smtpAddr,
+		"IDEMGATE_SECRET=" + cfg.Secret,
+		"IDEMGATE_INFLIGHT_TIMEOUT=" + lease.String(),
+		"IDEMGATE_REAPER_INTERVAL=" + reaperInterval.String(),
+		"IDEMGATE_LOG_LEVEL=debug",
+	}
+	logPath := filepath.Join(t.TempDir(), "workers.log")
+	victim := startWorkerProcess(t, env, logPath)
+
+	applied, release := stripeSrv.HoldNext()
+	defer release()
+	first, isErr := callTool(t, session, "refund_order", refund("refund-kill9-0001", 2000))
+	require.False(t, isErr)
+	select {
+	case <-applied:
+	case <-time.After(30 * time.Second):
+		logs, _ := os.ReadFile(logPath)
+		t.Fatalf("the worker never reached Stripe; its log:\n%s", logs)
+	}
+	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
+	_ = victim.Wait()
+	killedAt := time.Now()
+
+	startWorkerProcess(t, env, logPath)
+	op := awaitStatus(t, session, "refund_order", "refund-kill9-0001", domain.StatusSucceeded)
+	elapsed := time.Since(killedAt)
+	t.Logf("succeeded %s after the kill (lease %s, reaper interval %s), attempts %d", elapsed.Round(time.Millisecond), lease, reaperInterval, op.Attempts)
+	require.LessOrEqual(t, elapsed, lease+reaperInterval+slack)
+	require.Equal(t, 2, op.Attempts, "one lease by the killed worker, one by its successor")
+
+	downstream := "idg_" + first.Operation.OperationID + "_0"
+	require.Equal(t, map[string]int{downstream: 1}, stripeSrv.RefundsByKey(), "exactly one refund at Stripe")
+	require.Len(t, stripeSrv.Refunds(), 1)
+	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM refunds`))
+	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM audit_events WHERE decision = 'reclaimed'`))
+}

@@ -1,0 +1,139 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/idemgate/idemgate/gate"
+)
+
+// MaintenanceQueue is the queue of the reaper's and the pruner's jobs, so
+// that a deployment can run a maintenance-only worker.
+const MaintenanceQueue = "maintenance"
+
+// DefaultPruneInterval is how often the pruner runs.
+const DefaultPruneInterval = time.Minute
+
+// pruneMaxBatches bounds one pruner run (gate.PruneBatch rows each).
+const pruneMaxBatches = 100
+
+// Control is gate.JobControl on a River client whose transactions are TTx.
+type Control[TTx any] struct {
+	Client *river.Client[TTx]
+}
+
+func (c *Control[TTx]) rawTx(tx gate.Tx) (TTx, error) {
+	raw, ok := tx.Raw().(TTx)
+	if !ok {
+		var zero TTx
+		return zero, fmt.Errorf("jobs: store transaction is %T, not the River driver's", tx.Raw())
+	}
+	return raw, nil
+}
+
+// JobCancelTx implements gate.JobControl. A job River no longer has is
+// fine: there is nothing to cancel.
+func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx gate.Tx, jobID int64) error {
+	raw, err := c.rawTx(tx)
+	if err != nil {
+		return err
+	}
+	_, err = c.Client.JobCancelTx(ctx, raw, jobID)
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// JobRetryTx implements gate.JobControl.
+func (c *Control[TTx]) JobRetryTx(ctx context.Context, tx gate.Tx, jobID int64) (bool, error) {
+	raw, err := c.rawTx(tx)
+	if err != nil {
+		return false, err
+	}
+	_, err = c.Client.JobRetryTx(ctx, raw, jobID)
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ReaperArgs is the reaper's periodic job.
+type ReaperArgs struct{}
+
+// Kind implements river.JobArgs.
+func (ReaperArgs) Kind() string { return "idemgate_reaper" }
+
+// InsertOpts keeps one reaper job at a time.
+func (ReaperArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: MaintenanceQueue, UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+		rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+	}}}
+}
+
+// PrunerArgs is the pruner's periodic job.
+type PrunerArgs struct{}
+
+// Kind implements river.JobArgs.
+func (PrunerArgs) Kind() string { return "idemgate_pruner" }
+
+// InsertOpts keeps one pruner job at a time.
+func (PrunerArgs) InsertOpts() river.InsertOpts { return ReaperArgs{}.InsertOpts() }
+
+// ReaperWorker runs gate.Reap.
+type ReaperWorker[TTx any] struct {
+	river.WorkerDefaults[ReaperArgs]
+	Gate    *gate.Gate
+	Control *Control[TTx]
+	Logger  *slog.Logger
+	// OnReap, when set, observes every pass (metrics).
+	OnReap func(*gate.ReapResult)
+}
+
+// Work implements river.Worker.
+func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error {
+	res, err := w.Gate.Reap(ctx, w.Control)
+	if res != nil && (res.Reclaimed+res.GaveUp+res.Orphaned > 0) {
+		w.Logger.Info("reaper", "reclaimed", res.Reclaimed, "gave_up", res.GaveUp, "orphaned", res.Orphaned)
+	}
+	if w.OnReap != nil && res != nil {
+		w.OnReap(res)
+	}
+	return err
+}
+
+// PrunerWorker runs gate.Prune.
+type PrunerWorker struct {
+	river.WorkerDefaults[PrunerArgs]
+	Gate   *gate.Gate
+	Logger *slog.Logger
+}
+
+// Work implements river.Worker.
+func (w *PrunerWorker) Work(ctx context.Context, _ *river.Job[PrunerArgs]) error {
+	n, err := w.Gate.Prune(ctx, pruneMaxBatches)
+	if n > 0 {
+		w.Logger.Info("pruner", "deleted", n)
+	}
+	return err
+}
+
+// PeriodicJobs are the reaper (every reaperInterval) and the pruner; River
+// runs periodic jobs on the elected leader only.
+func PeriodicJobs(reaperInterval, pruneInterval time.Duration) []*river.PeriodicJob {
+	return []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(reaperInterval), func() (river.JobArgs, *river.InsertOpts) {
+			return ReaperArgs{}, nil
+		}, &river.PeriodicJobOpts{RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(pruneInterval), func() (river.JobArgs, *river.InsertOpts) {
+			return PrunerArgs{}, nil
+		}, &river.PeriodicJobOpts{RunOnStart: true}),
+	}
+}
