@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -71,8 +72,27 @@ type call struct {
 // (authentication happened before): scope, arguments and key, rate limit,
 // then the gate. Every rejection after authentication but the rate limit
 // writes one denied audit row.
-func (s *Server) mutate(ctx context.Context, c *call) (*Answer, *callError) {
+func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callError) {
 	start := time.Now()
+	defer func() {
+		result := "error"
+		switch {
+		case ans != nil:
+			result = string(ans.Outcome)
+		case cerr != nil:
+			result = string(cerr.err.Code)
+		}
+		s.metrics.observe(c.tool.name, result, time.Since(start))
+		attrs := []slog.Attr{
+			slog.String("request_id", c.requestID), slog.String("tenant", c.actor.TenantID),
+			slog.String("tool", c.tool.name), slog.String("result", result), slog.Duration("duration", time.Since(start)),
+		}
+		if ans != nil && ans.Operation != nil {
+			attrs = append(attrs, slog.String("key", ans.Operation.IdempotencyKey),
+				slog.String("operation_id", ans.Operation.OperationID), slog.Int64("job_id", ans.Operation.JobID))
+		}
+		s.logger.LogAttrs(ctx, slog.LevelInfo, "mutation", attrs...)
+	}()
 	if !c.actor.HasScope(c.tool.scope) {
 		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name), start)
 	}

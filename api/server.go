@@ -147,7 +147,7 @@ func (s *Server) Router() chi.Router { return s.router }
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(requestID, middleware.Recoverer, s.limitBody)
+	r.Use(requestID, s.accessLog, middleware.Recoverer, s.limitBody)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
@@ -224,6 +224,32 @@ func requestID(next http.Handler) http.Handler {
 	})
 }
 
+// requestLog is filled in by later middleware for the access log line.
+type requestLog struct {
+	tenant, user string
+}
+
+const requestLogKey ctxKey = 100
+
+// accessLog writes one structured line per request: never a token.
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		info := &requestLog{}
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), requestLogKey, info)))
+		s.logger.LogAttrs(r.Context(), slog.LevelInfo, "http request",
+			slog.String("request_id", RequestIDFromContext(r.Context())),
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", ww.Status()),
+			slog.Duration("duration", time.Since(start)),
+			slog.String("tenant", info.tenant),
+			slog.String("user", info.user),
+		)
+	})
+}
+
 // authenticate refuses requests without a valid bearer token (401, no audit
 // row: there is no tenant) and answers 503 when it cannot tell.
 func (s *Server) authenticate(next http.Handler) http.Handler {
@@ -245,6 +271,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate", error="invalid_token"`)
 			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "the bearer token is unknown, revoked or expired")})
 			return
+		}
+		if info, ok := r.Context().Value(requestLogKey).(*requestLog); ok {
+			info.tenant, info.user = actor.TenantID, actor.UserID
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, actor)))
 	})
@@ -301,6 +330,7 @@ func (l *limiter) allow(tenant, tool string) (time.Duration, bool) {
 type metrics struct {
 	outcomes   *prometheus.CounterVec
 	rateLimits *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -313,8 +343,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "idemgate_rate_limited_total",
 			Help: "Mutation calls refused by the per-tenant rate limit, by tool.",
 		}, []string{"tool"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_call_duration_seconds",
+			Help:    "Mutation call latency by tool and result (an outcome or an error code), waiting included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"tool", "result"}),
 	}
-	for _, c := range []prometheus.Collector{m.outcomes, m.rateLimits} {
+	for _, c := range []prometheus.Collector{m.outcomes, m.rateLimits, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -326,3 +361,7 @@ func (m *metrics) outcome(tool string, o domain.Outcome) {
 	m.outcomes.WithLabelValues(tool, string(o)).Inc()
 }
 func (m *metrics) rateLimited(tool string) { m.rateLimits.WithLabelValues(tool).Inc() }
+
+func (m *metrics) observe(tool, result string, d time.Duration) {
+	m.latency.WithLabelValues(tool, result).Observe(d.Seconds())
+}

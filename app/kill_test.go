@@ -121,6 +121,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 		"IDEMGATE_INFLIGHT_TIMEOUT=" + lease.String(),
 		"IDEMGATE_REAPER_INTERVAL=" + reaperInterval.String(),
 		"IDEMGATE_LOG_LEVEL=debug",
+		"IDEMGATE_WORKER_ADDR=127.0.0.1:0",
 	}
 	logPath := filepath.Join(t.TempDir(), "workers.log")
 	victim := startWorkerProcess(t, env, logPath)

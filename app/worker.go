@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -36,6 +40,8 @@ type Worker struct {
 	Runner *jobs.Runner
 	// Control cancels and retries jobs in the gate's transactions.
 	Control *jobs.Control[pgx.Tx]
+	// Handler serves /metrics and /healthz (IDEMGATE_WORKER_ADDR).
+	Handler http.Handler
 }
 
 // WorkerOptions are what tests may change; nil fields take defaults.
@@ -77,6 +83,12 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
 	}
 	data := pgstore.New(pool)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newClaimsCollector(pool))
+	metrics, err := jobs.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	enqueuer := &jobs.Enqueuer[pgx.Tx]{}
 	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: gate.DefaultPolicies(), Logger: logger})
 	if err != nil {
@@ -91,6 +103,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 			"send_password_reset": &jobs.MailEffect{Data: data, Sender: sender, Secret: []byte(cfg.Secret)},
 		},
 		InflightTimeout: cfg.InflightTimeout,
+		Metrics:         metrics,
 		Logger:          logger,
 	})
 	if err != nil {
@@ -101,7 +114,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		return nil, err
 	}
 	control := &jobs.Control[pgx.Tx]{}
-	river.AddWorker(workers, &jobs.ReaperWorker[pgx.Tx]{Gate: g, Control: control, Logger: logger})
+	river.AddWorker(workers, &jobs.ReaperWorker[pgx.Tx]{Gate: g, Control: control, Logger: logger, OnReap: metrics.Reaped})
 	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
 	maxWorkers := opts.MaxWorkers
 	if maxWorkers == 0 {
@@ -128,7 +141,10 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	}
 	enqueuer.Client = client
 	control.Client = client
-	return &Worker{Client: client, Gate: g, Runner: runner, Control: control}, nil
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return &Worker{Client: client, Gate: g, Runner: runner, Control: control, Handler: mux}, nil
 }
 
 // Run starts the worker and blocks until ctx ends, then stops fetching and

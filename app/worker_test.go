@@ -303,3 +303,31 @@ func TestWorkerWithStaleEpochWritesNothing(t *testing.T) {
 	require.Zero(t, countRows(t, b.pool, `SELECT count(*) FROM audit_events WHERE decision = 'succeeded'`))
 	require.Equal(t, fmt.Sprint(1), fmt.Sprint(len(b.stripe.Refunds())), "Stripe applied it once; the new job will replay it with the same key")
 }
+
+func scrape(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	return rec.Body.String()
+}
+
+func TestMetricsCountOutcomesCallsAndClaims(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, 10*time.Second)
+	res, isErr := callTool(t, b.session, "refund_order", refund("refund-metrics-01", 100))
+	require.False(t, isErr)
+	require.Equal(t, domain.StatusSucceeded, res.Operation.Status)
+	_, isErr = callTool(t, b.session, "refund_order", refund("refund-metrics-01", 100))
+	require.False(t, isErr)
+
+	api := scrape(t, b.api.Handler)
+	require.Contains(t, api, `idemgate_gate_outcomes_total{outcome="accepted",tool="refund_order"} 1`)
+	require.Contains(t, api, `idemgate_gate_outcomes_total{outcome="replayed",tool="refund_order"} 1`)
+	require.Contains(t, api, `idemgate_call_duration_seconds_count{result="accepted",tool="refund_order"} 1`)
+	worker := scrape(t, b.worker.Handler)
+	require.Contains(t, worker, `idemgate_downstream_calls_total{provider="stripe",result="ok"} 1`)
+	require.Contains(t, worker, `idemgate_job_duration_seconds_count{result="succeeded",tool="refund_order"} 1`)
+	require.Contains(t, worker, `idemgate_claims{status="succeeded"} 1`)
+	require.NotContains(t, api+worker, tokenAcme)
+}

@@ -45,6 +45,7 @@ const (
 	EnvWait            = "IDEMGATE_WAIT"
 	EnvSecret          = "IDEMGATE_SECRET"
 	EnvLogLevel        = "IDEMGATE_LOG_LEVEL"
+	EnvWorkerAddr      = "IDEMGATE_WORKER_ADDR"
 )
 
 // Defaults. DatabaseURL, StripeAPIKey and Secret default to empty.
@@ -63,6 +64,8 @@ const (
 	DefaultReaperInterval = 30 * time.Second
 	// DefaultWait is how long a mutation call waits for a terminal outcome.
 	DefaultWait = 2 * time.Second
+	// DefaultWorkerAddr is where cmd/worker serves /metrics: loopback only.
+	DefaultWorkerAddr = "127.0.0.1:9091"
 	// DefaultLogLevel is the minimum level logged.
 	DefaultLogLevel = slog.LevelInfo
 	// DefaultSQLitePath is the SQLite file used when DATABASE_URL is empty,
@@ -147,6 +150,10 @@ type Config struct {
 	// "". Never logged.
 	Secret string
 
+	// WorkerAddr is where cmd/worker serves /metrics and /healthz. Env
+	// IDEMGATE_WORKER_ADDR, flag --worker-addr, default DefaultWorkerAddr.
+	WorkerAddr string
+
 	// LogLevel is the minimum level logged: debug, info, warn or error
 	// (case-insensitive). Env IDEMGATE_LOG_LEVEL, flag --log-level, default
 	// DefaultLogLevel (info).
@@ -200,6 +207,9 @@ var settings = []setting{
 	{Setting: Setting{EnvSecret, "", "",
 		"secret that derives password-reset tokens, at least 32 bytes (e.g. openssl rand -hex 32)"},
 		set: func(c *Config, v string) error { c.Secret = v; return nil }},
+	{Setting: Setting{EnvWorkerAddr, "worker-addr", DefaultWorkerAddr,
+		"`host:port` the worker serves /metrics and /healthz on"},
+		set: func(c *Config, v string) error { c.WorkerAddr = v; return nil }},
 	{Setting: Setting{EnvLogLevel, "log-level", "info",
 		"minimum log `level`: debug, info, warn or error"},
 		set: func(c *Config, v string) error { return parseLevel(&c.LogLevel, v) }},
@@ -247,6 +257,7 @@ func Defaults() *Config {
 		InflightTimeout: DefaultInflightTimeout,
 		ReaperInterval:  DefaultReaperInterval,
 		Wait:            DefaultWait,
+		WorkerAddr:      DefaultWorkerAddr,
 		LogLevel:        DefaultLogLevel,
 	}
 }
@@ -390,6 +401,7 @@ func (c *Config) Validate() error {
 	}
 	add(validateDatabaseURL(c.DatabaseURL))
 	add(validateHostPort(EnvAPIAddr, c.APIAddr, false))
+	add(validateHostPort(EnvWorkerAddr, c.WorkerAddr, false))
 	add(validateStripeAPIBase(c.StripeAPIBase))
 	add(validateHostPort(EnvSMTPAddr, c.SMTPAddr, true))
 	if _, err := mail.ParseAddress(c.MailFrom); err != nil {

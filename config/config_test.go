@@ -37,6 +37,7 @@ func TestLoadDefaults(t *testing.T) {
 		ReaperInterval:  30 * time.Second,
 		Wait:            2 * time.Second,
 		Secret:          "",
+		WorkerAddr:      DefaultWorkerAddr,
 		LogLevel:        slog.LevelInfo,
 	}, cfg)
 	require.Equal(t, DriverSQLite, cfg.Driver())
@@ -90,6 +91,7 @@ func TestLoadPrecedence(t *testing.T) {
 					ReaperInterval:  10 * time.Second,
 					Wait:            0,
 					Secret:          testSecret,
+					WorkerAddr:      DefaultWorkerAddr,
 					LogLevel:        slog.LevelDebug,
 				}, cfg)
 				require.Equal(t, DriverPostgres, cfg.Driver())
@@ -123,6 +125,7 @@ func TestLoadPrecedence(t *testing.T) {
 					ReaperInterval:  time.Minute,
 					Wait:            250 * time.Millisecond,
 					Secret:          testSecret,
+					WorkerAddr:      DefaultWorkerAddr,
 					LogLevel:        slog.LevelError,
 				}, cfg)
 				require.Equal(t, DriverSQLite, cfg.Driver())
@@ -462,7 +465,7 @@ func TestSettingsAndUsage(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 11)
+	require.Len(t, all, 12)
 	flags := map[string]bool{}
 	for _, s := range all {
 		require.NotEmpty(t, s.Env)

@@ -64,6 +64,8 @@ type RunnerConfig struct {
 	// InflightTimeout is the lease (IDEMGATE_INFLIGHT_TIMEOUT) unless the
 	// tool's policy overrides it.
 	InflightTimeout time.Duration
+	// Metrics, when set, receives the worker's series.
+	Metrics *Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -75,6 +77,7 @@ type Runner struct {
 	store   gate.Store
 	effects map[string]Effect
 	lease   time.Duration
+	metrics *Metrics
 	logger  *slog.Logger
 }
 
@@ -86,7 +89,7 @@ func NewRunner(cfg *RunnerConfig) (*Runner, error) {
 	if cfg.InflightTimeout <= 0 {
 		return nil, errors.New("jobs: RunnerConfig.InflightTimeout must be positive")
 	}
-	r := &Runner{gate: cfg.Gate, store: cfg.Gate.Store(), effects: cfg.Effects, lease: cfg.InflightTimeout, logger: cfg.Logger}
+	r := &Runner{gate: cfg.Gate, store: cfg.Gate.Store(), effects: cfg.Effects, lease: cfg.InflightTimeout, metrics: cfg.Metrics, logger: cfg.Logger}
 	if r.logger == nil {
 		r.logger = slog.Default()
 	}
@@ -125,10 +128,18 @@ type jobInfo struct {
 // (with or without effect), river.JobSnooze when another worker holds the
 // lease, and an error for River to retry after a transient failure.
 func (r *Runner) run(ctx context.Context, job jobInfo, hooks jobHooks) error {
+	start := time.Now()
+	result, err := r.runOnce(ctx, job, hooks)
+	r.metrics.job(job.ref.Tool, result, time.Since(start))
+	return err
+}
+
+// runOnce is run, also naming its result for the metrics.
+func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (string, error) {
 	log := r.logger.With("job_id", job.id, "claim_id", job.ref.ClaimID, "tenant", job.ref.TenantID, "tool", job.ref.Tool, "key", job.ref.IdempotencyKey)
 	effect, ok := r.effects[job.ref.Tool]
 	if !ok {
-		return river.JobCancel(fmt.Errorf("jobs: no effect registered for tool %q", job.ref.Tool))
+		return "failed", river.JobCancel(fmt.Errorf("jobs: no effect registered for tool %q", job.ref.Tool))
 	}
 	lease := r.Lease(job.ref.Tool)
 
@@ -136,14 +147,14 @@ func (r *Runner) run(ctx context.Context, job jobInfo, hooks jobHooks) error {
 	claim, err := r.store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: job.ref.ClaimID})
 	if errors.Is(err, domain.ErrNotFound) {
 		log.Info("claim is gone (pruned or taken over); job ends without effect")
-		return nil
+		return "no_effect", nil
 	}
 	if err != nil {
-		return err
+		return "retry", err
 	}
 	if claim.JobID != int64(job.id) {
 		log.Info("job is not the claim's job; ends without effect", "claim_job_id", claim.JobID)
-		return nil
+		return "no_effect", nil
 	}
 
 	// 2. enter
@@ -151,11 +162,11 @@ func (r *Runner) run(ctx context.Context, job jobInfo, hooks jobHooks) error {
 	switch {
 	case errors.Is(err, errNoEffect):
 		log.Info("claim needs no run", "status", claim.Status)
-		return nil
+		return "no_effect", nil
 	case errors.Is(err, errLeaseHeld):
-		return river.JobSnooze(lease / 4)
+		return "snoozed", river.JobSnooze(lease / 4)
 	case err != nil:
-		return err
+		return "retry", err
 	}
 	log = log.With("epoch", claim.Epoch, "attempt", claim.Attempts)
 
@@ -167,14 +178,18 @@ func (r *Runner) run(ctx context.Context, job jobInfo, hooks jobHooks) error {
 	var failure *Failure
 	switch {
 	case err == nil:
-		return r.complete(ctx, claim, effect, result, hooks, log)
+		r.metrics.call(claim.Tool, "ok")
+		return "succeeded", r.complete(ctx, claim, effect, result, hooks, log)
 	case errors.As(err, &failure):
-		return r.fail(ctx, claim, failure.Info, hooks, log)
+		r.metrics.call(claim.Tool, "definitive")
+		return "failed", r.fail(ctx, claim, failure.Info, hooks, log)
 	case job.attempt >= job.maxAttempts:
+		r.metrics.call(claim.Tool, "transient")
 		info := domain.ErrorInfo{Code: domain.CodeRetriesExhausted, Message: fmt.Sprintf("gave up after %d attempts: %v", job.attempt, err)}
-		return r.fail(ctx, claim, info, hooks, log)
+		return "failed", r.fail(ctx, claim, info, hooks, log)
 	default:
-		return r.release(ctx, claim, err, log)
+		r.metrics.call(claim.Tool, "transient")
+		return "retry", r.release(ctx, claim, err, log)
 	}
 }
 
@@ -243,6 +258,7 @@ func (r *Runner) redriveFromRiverUI(ctx context.Context, c *gate.Claim) error {
 	if err != nil {
 		return err
 	}
+	r.metrics.redrive()
 	reason := "job retried in River UI"
 	if next {
 		reason += "; next generation " + redriven.DownstreamKey

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -47,6 +49,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	logger.Info("worker starting", "config", cfg)
+	ln, err := net.Listen("tcp", cfg.WorkerAddr)
+	if err != nil {
+		return fmt.Errorf("IDEMGATE_WORKER_ADDR: %w", err)
+	}
+	srv := &http.Server{Handler: w.Handler, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	logger.Info("worker starting", "metrics", "http://"+ln.Addr().String()+"/metrics", "config", cfg)
 	return w.Run(ctx, stopTimeout)
 }
