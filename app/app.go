@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,7 @@ import (
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/migrations"
+	"github.com/idemgate/idemgate/ops"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tenancy"
@@ -37,10 +39,12 @@ const DefaultMaxConns = 20
 
 // API is the assembled api process.
 type API struct {
-	Pool     *pgxpool.Pool
-	Gate     *gate.Gate
-	Server   *api.Server
-	Handler  http.Handler
+	Pool    *pgxpool.Pool
+	Gate    *gate.Gate
+	Server  *api.Server
+	Handler http.Handler
+	// Ops is the operator routes under /ops (River UI, re-drive).
+	Ops      *ops.Server
 	listener *gatepg.Listener
 	logger   *slog.Logger
 }
@@ -60,9 +64,37 @@ func OpenPostgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Poo
 	return pgxpool.NewWithConfig(ctx, pc)
 }
 
-// NewAPI assembles the api on Postgres. The pool is the caller's: NewAPI
-// does not close it.
+// APIOptions are what tests and embedders may change; zero fields take
+// the api's defaults.
+type APIOptions struct {
+	// RateLimit is the sustained mutation calls per second allowed per
+	// tenant and tool. Default api.DefaultRateLimit; negative disables it.
+	RateLimit float64
+	// RateBurst is the burst above RateLimit. Default api.DefaultRateBurst.
+	RateBurst int
+	// Getenv reads the operator's Basic credentials (IDEMGATE_OPS_USER,
+	// IDEMGATE_OPS_PASSWORD) for the routes under /ops. Default os.Getenv.
+	Getenv func(string) string
+}
+
+// NewAPI assembles the api on Postgres with default options. The pool is
+// the caller's: NewAPI does not close it.
 func NewAPI(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*API, error) {
+	return NewAPIWithOptions(cfg, pool, logger, nil)
+}
+
+// NewAPIWithOptions is NewAPI with options; nil opts means defaults.
+func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts *APIOptions) (*API, error) {
+	if opts == nil {
+		opts = &APIOptions{}
+	}
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
 	if cfg.Driver() != "postgres" {
 		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build (SQLite comes with the embedded quickstart)")
 	}
@@ -90,6 +122,8 @@ func NewAPI(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*API, 
 		Auth:       tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now),
 		Orders:     orderReader{data},
 		Wait:       cfg.Wait,
+		RateLimit:  opts.RateLimit,
+		RateBurst:  opts.RateBurst,
 		Registerer: reg,
 		Logger:     logger,
 		Ready: func(ctx context.Context) error {
@@ -107,11 +141,22 @@ func NewAPI(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*API, 
 		return nil, err
 	}
 	srv.Router().Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return &API{Pool: pool, Gate: g, Server: srv, Handler: srv, listener: listener, logger: logger}, nil
+	opsServer, err := newOpsServer(pool, g, riverClient, srv, getenv, logger)
+	if err != nil {
+		return nil, err
+	}
+	opsServer.Mount(srv.Router())
+	return &API{Pool: pool, Gate: g, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
 }
 
-// Run runs the api's background work (the LISTEN connection) until ctx ends.
-func (a *API) Run(ctx context.Context) { a.listener.Run(ctx) }
+// Run runs the api's background work (the LISTEN connection, River UI's
+// cached counts) until ctx ends.
+func (a *API) Run(ctx context.Context) {
+	if err := a.Ops.Start(ctx); err != nil {
+		a.logger.Error("River UI's background services did not start; it counts on demand", "error", err)
+	}
+	a.listener.Run(ctx)
+}
 
 // orderReader adapts the data store to api.OrderReader with the
 // client-visible view of an order.

@@ -229,4 +229,40 @@ if ((e2e_run)); then
 	log "MCP end-to-end tests: e2e/run.sh"
 	bash e2e/run.sh
 fi
+
+# ---------------------------------------------------------------------------
+# (f2) River UI in a real browser: e2e/browser/run.sh installs Debian's
+# Chromium when it is missing, starts the api, a worker and the test Stripe on
+# a fresh database, and retries a failed refund's job in River UI with
+# playwright-core. Same gating as (f): E2E=auto/1/0.
+# ---------------------------------------------------------------------------
+if ((e2e_run)); then
+	step="e2e browser"
+	log "River UI browser test: e2e/browser/run.sh"
+	bash e2e/browser/run.sh
+fi
+
+# ---------------------------------------------------------------------------
+# (g) Chaos: scripts/chaos.sh --short runs its own Postgres, test Stripe,
+# Mailpit, api and three workers killed with SIGKILL, and counts effects.
+# Same rule as e2e: CHAOS=auto (default) runs it when the whole repo is tested
+# (no arguments, PKGS unset); CHAOS=1 always; CHAOS=0 never.
+# ---------------------------------------------------------------------------
+case ${CHAOS:-auto} in
+0) log "CHAOS=0: not running the chaos step (scripts/chaos.sh --short)" ;;
+1) chaos_run=1 ;;
+*)
+	chaos_run=0
+	if (($# == 0)) && [[ -z "${PKGS:-}" ]]; then
+		chaos_run=1
+	else
+		log "arguments or PKGS restrict this run: not running the chaos step (CHAOS=1 runs it)"
+	fi
+	;;
+esac
+if ((${chaos_run:-0})); then
+	step="chaos"
+	log "chaos: scripts/chaos.sh --short"
+	bash scripts/chaos.sh --short
+fi
 step="done"

@@ -6,7 +6,8 @@
 // registered in newRootCmd. Output meant for programs goes to stdout as JSON;
 // logs and errors go to stderr.
 //
-// Exit codes: 0 success, 1 failure, 2 invalid usage or configuration.
+// Exit codes: 0 success, 1 failure, 2 invalid usage or configuration,
+// 3 a re-drive refused (the operation succeeded, or is queued or running).
 package main
 
 import (
@@ -56,6 +57,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &usage) {
 		return exitUsage
 	}
+	var coded *exitError
+	if errors.As(err, &coded) {
+		return coded.code
+	}
 	return exitFailure
 }
 
@@ -98,6 +103,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newMigrateCmd(a),
 		newSeedCmd(a),
 		newTokenCmd(a),
+		newOpCmd(a),
+		newPruneCmd(a),
 	)
 	return root
 }

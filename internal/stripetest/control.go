@@ -34,6 +34,14 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		ctlJSON(w, http.StatusOK, s.Stats())
 	case "POST /_charges":
 		s.ctlCharges(w, r)
+	case "POST /_clear_charge_error":
+		id := q.Get("id")
+		if id == "" {
+			ctlJSON(w, http.StatusBadRequest, map[string]string{"error": "id is required"})
+			return
+		}
+		s.ClearChargeError(id)
+		ctlJSON(w, http.StatusOK, map[string]string{"cleared": id})
 	case "POST /_hold":
 		s.armHold(true)
 		s.mu.Lock()

@@ -23,6 +23,8 @@
 //
 //	GET  /_stats                 Stats
 //	POST /_charges               body: a ChargeSpec or an array of them
+//	POST /_clear_charge_error?id=ch_x
+//	                             ClearChargeError(id): refunds on it work again
 //	POST /_hold                  arms a hold (as HoldNext) owned by the control API
 //	GET  /_held?timeout=60s      waits until a hold armed by /_hold is applied: Held
 //	                             (404 when none is armed, 504 on timeout)

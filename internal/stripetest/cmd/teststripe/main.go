@@ -2,7 +2,7 @@
 // standalone process, for chaos scripts: it prints its base URL (for
 // STRIPE_API_BASE) alone on the first line of stdout, logs to stderr, and
 // serves Stripe's refund endpoints plus the control endpoints under /_
-// (GET /_stats, POST /_charges, POST /_hold, GET /_held, POST /_release,
+// (GET /_stats, POST /_charges, POST /_clear_charge_error, POST /_hold, GET /_held, POST /_release,
 // POST /_drop, POST /_fail, POST /_expire_keys) until SIGINT or SIGTERM.
 //
 //	teststripe -addr 127.0.0.1:12111 -drop-rate 0.2 -error-rate 0.1 -seed 42 \

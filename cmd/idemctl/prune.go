@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+// defaultPruneBatches bounds one prune run, gate.PruneBatch claims each.
+const defaultPruneBatches = 100
+
+// newPruneCmd builds `idemctl prune`: delete expired terminal claims now,
+// as the worker's pruner does every minute.
+func newPruneCmd(a *app) *cobra.Command {
+	var maxBatches int
+	cmd := &cobra.Command{
+		Use:   "prune [--max-batches N]",
+		Short: "Delete expired terminal claims now",
+		Long: "Delete succeeded and failed claims past their expiry (their tool's TTL after they ended), in\n" +
+			"bounded batches, never a queued or running one, and print {\"deleted\": N}. After that, a retry\n" +
+			"with the same key starts a new operation. The audit trail is kept.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if maxBatches < 1 {
+				return &usageError{fmt.Errorf("--max-batches: must be positive, got %d", maxBatches)}
+			}
+			pool, o, err := a.openOps(cmd)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			n, err := o.Gate.Prune(cmd.Context(), maxBatches)
+			if err != nil {
+				return fmt.Errorf("prune: deleted %d before: %w", n, err)
+			}
+			a.logger.Info("prune", "deleted", n)
+			return json.NewEncoder(a.stdout).Encode(map[string]int{"deleted": n})
+		},
+	}
+	cmd.Flags().IntVar(&maxBatches, "max-batches", defaultPruneBatches, "at most this many batches of 1000 claims")
+	return cmd
+}

@@ -1,0 +1,250 @@
+// River UI in a real browser: a refund whose card is declined fails and its
+// River job is cancelled; an operator opens River UI (refused without
+// credentials), fixes the charge, and clicks Retry on the job; the worker
+// re-drives the failed operation through the gate, and it ends succeeded
+// with exactly one refund at the test Stripe.
+//
+// Run by e2e/browser/run.sh, which starts the api, the worker and the test
+// Stripe and sets IDEMGATE_URL, TESTSTRIPE_URL, IDEMGATE_TOKEN_ACME,
+// IDEMGATE_OPS_USER, IDEMGATE_OPS_PASSWORD, IDEMCTL and DATABASE_URL (and
+// CHROMIUM_PATH).
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+
+import { chromium } from 'playwright-core';
+
+const env = (name) => {
+  const v = process.env[name];
+  assert.ok(v, `${name} is not set: run e2e/browser/run.sh`);
+  return v;
+};
+const base = env('IDEMGATE_URL');
+const stripe = env('TESTSTRIPE_URL');
+const token = env('IDEMGATE_TOKEN_ACME');
+const opsUser = env('IDEMGATE_OPS_USER');
+const opsPassword = env('IDEMGATE_OPS_PASSWORD');
+const idemctl = env('IDEMCTL');
+const executablePath = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+
+const riverUI = `${base}/ops/riverui`;
+const chargeID = 'ch_declined';
+const key = `browser-refund-${Date.now()}`;
+
+// Every profile is a fresh directory of its own, removed at the end.
+const profiles = [];
+after(async () => {
+  await Promise.all(profiles.map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
+// launch starts Chromium on a fresh profile; options go to the context
+// (httpCredentials, say).
+async function launch(options = {}) {
+  const dir = await mkdtemp(join(tmpdir(), 'idemgate-chromium-'));
+  profiles.push(dir);
+  const context = await chromium.launchPersistentContext(dir, {
+    executablePath,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-dev-shm-usage',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+    ...options,
+  });
+  context.setDefaultTimeout(20_000);
+  return context;
+}
+
+// poll calls fn until it returns a truthy value, or fails after timeoutMs
+// with the last value it saw.
+async function poll(what, fn, { timeoutMs = 30_000, intervalMs = 200 } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    last = await fn();
+    if (last?.done) return last.value;
+    if (Date.now() > deadline) assert.fail(`${what}: gave up after ${timeoutMs}ms; last: ${JSON.stringify(last?.value)}`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
+async function json(res) {
+  const text = await res.text();
+  try {
+    return JSON.parse(text);
+  } catch {
+    assert.fail(`${res.url} answered ${res.status} with non-JSON: ${text.slice(0, 200)}`);
+  }
+}
+
+async function control(method, path, body) {
+  const res = await fetch(`${stripe}${path}`, { method, body: body === undefined ? undefined : JSON.stringify(body) });
+  assert.equal(res.status, 200, `${method} ${path}`);
+  return json(res);
+}
+
+async function operation() {
+  const res = await fetch(`${base}/v1/operations/refund_order/${key}`, { headers: { authorization: `Bearer ${token}` } });
+  assert.equal(res.status, 200, `GET operation ${key}`);
+  return json(res);
+}
+
+// dump shows what the page looked like when a step failed.
+async function dump(page, err) {
+  try {
+    console.error(`page ${page.url()}:\n${await page.locator('body').ariaSnapshot()}`);
+  } catch {}
+  throw err;
+}
+
+test('retrying a failed refund in River UI re-drives it through the gate: one refund', { timeout: 180_000 }, async (t) => {
+  // A charge whose refunds are declined, and a refund of it.
+  await control('POST', '/_charges', {
+    id: chargeID,
+    amount: 5000,
+    currency: 'usd',
+    fail: { status: 402, type: 'card_error', code: 'card_declined' },
+  });
+  const res = await fetch(`${base}/v1/tools/refund_order`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'idempotency-key': key, 'content-type': 'application/json' },
+    body: JSON.stringify({ order_id: 'ord_declined', amount_cents: 1200 }),
+  });
+  assert.ok([200, 202].includes(res.status), `refund answered ${res.status}`);
+  const failed = await poll('the refund fails', async () => {
+    const op = await operation();
+    return { done: op.status === 'failed', value: op };
+  });
+  assert.equal(failed.error.code, 'card_declined');
+  const operationID = failed.operation_id;
+  assert.equal((await control('GET', '/_stats')).refunds_created, 0);
+
+  await t.test('River UI refuses a browser without credentials', async () => {
+    const bare = await fetch(`${riverUI}/`);
+    assert.equal(bare.status, 401);
+    assert.equal(bare.headers.get('www-authenticate'), 'Basic realm="idemgate ops"');
+
+    // Without credentials, and with wrong ones, the browser gets the 401
+    // and no page (Chromium ends such a navigation with
+    // ERR_INVALID_AUTH_CREDENTIALS once it has no credentials to offer).
+    for (const httpCredentials of [undefined, { username: opsUser, password: `${opsPassword}-wrong`, origin: base }]) {
+      const context = await launch(httpCredentials ? { httpCredentials } : {});
+      try {
+        const page = await context.newPage();
+        const statuses = [];
+        page.on('response', (r) => {
+          if (r.url().startsWith(riverUI)) statuses.push(r.status());
+        });
+        const status = await page.goto(`${riverUI}/jobs?state=cancelled`).then(
+          (resp) => resp.status(),
+          (err) => {
+            assert.match(err.message, /ERR_INVALID_AUTH_CREDENTIALS/);
+            return 401;
+          },
+        );
+        assert.equal(status, 401);
+        assert.ok(statuses.length > 0 && statuses.every((s) => s === 401), `River UI answered ${statuses}`);
+        assert.equal(await page.getByRole('link', { name: 'refund_order' }).count(), 0);
+      } finally {
+        await context.close();
+      }
+    }
+  });
+
+  await t.test('an operator retries the cancelled job in River UI', async () => {
+    const context = await launch({ httpCredentials: { username: opsUser, password: opsPassword, origin: base } });
+    const errors = [];
+    try {
+      const page = await context.newPage();
+      page.on('pageerror', (err) => errors.push(err.message));
+      try {
+        const resp = await page.goto(`${riverUI}/jobs?state=cancelled`);
+        assert.equal(resp.status(), 200);
+
+        // The cancelled refund_order job of this operation.
+        const row = page.getByRole('listitem').filter({ hasText: key });
+        const link = row.getByRole('link', { name: 'refund_order', exact: true });
+        await link.waitFor();
+        await link.click();
+        await page.getByRole('heading', { level: 1, name: 'refund_order' }).waitFor();
+        await page.getByRole('definition').filter({ hasText: /^Cancelled$/ }).waitFor();
+
+        // The charge is fixed; Retry.
+        await control('POST', `/_clear_charge_error?id=${chargeID}`);
+        const retried = page.waitForResponse((r) => r.url().endsWith('/ops/riverui/api/jobs/retry') && r.request().method() === 'POST');
+        await page.getByRole('button', { name: 'Retry', exact: true }).click();
+        assert.ok((await retried).ok(), 'River UI retried the job');
+
+        // The worker re-drives the operation through the gate.
+        const succeeded = await poll('the re-driven refund succeeds', async () => {
+          const op = await operation();
+          return { done: op.status === 'succeeded', value: op };
+        });
+        assert.equal(succeeded.operation_id, operationID);
+        assert.ok(succeeded.result?.refund_id?.startsWith('re_'), JSON.stringify(succeeded.result));
+
+        // River UI shows the job completed (live updates, polled by the page).
+        await page.getByRole('definition').filter({ hasText: /^Completed$/ }).waitFor();
+      } catch (err) {
+        await dump(page, err);
+      }
+      assert.deepEqual(errors, [], 'no page errors');
+    } finally {
+      await context.close();
+    }
+  });
+
+  await t.test('exactly one refund, with the next generation downstream key', async () => {
+    const stats = await control('GET', '/_stats');
+    assert.equal(stats.refunds_created, 1);
+    assert.deepEqual(stats.refunds_by_charge, { [chargeID]: 1 });
+    // card_declined means nothing happened, so the re-drive moved to the
+    // next generation's key.
+    assert.deepEqual(stats.refunds_by_key, { [`idg_${operationID}_1`]: 1 });
+    assert.equal(stats.refunded_amount[chargeID], 1200);
+
+    // A retry by the client replays the outcome; nothing new happens.
+    const replay = await fetch(`${base}/v1/tools/refund_order`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'idempotency-key': key, 'content-type': 'application/json' },
+      body: JSON.stringify({ order_id: 'ord_declined', amount_cents: 1200 }),
+    });
+    assert.equal(replay.status, 200);
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.equal((await control('GET', '/_stats')).refunds_created, 1);
+
+    // The audit trail: the retry in River UI re-drove the operation through
+    // the gate, and the gate wrote it down.
+    const detail = JSON.parse(
+      execFileSync(idemctl, ['op', 'get', '--tenant', 'acme', '--tool', 'refund_order', '--key', key], { encoding: 'utf8' }),
+    );
+    assert.equal(detail.status, 'succeeded');
+    assert.equal(detail.generation, 1);
+    assert.equal(detail.downstream_key, `idg_${operationID}_1`);
+    assert.deepEqual(
+      detail.audit.map((e) => e.decision),
+      ['accepted', 'started', 'failed', 'redriven', 'started', 'succeeded', 'replayed'],
+    );
+    assert.equal(detail.audit.find((e) => e.decision === 'redriven').user_id, 'riverui');
+
+    // Re-driving the succeeded operation is refused.
+    const redrive = await fetch(`${base}/ops/redrive`, {
+      method: 'POST',
+      headers: {
+        authorization: `Basic ${Buffer.from(`${opsUser}:${opsPassword}`).toString('base64')}`,
+        'content-type': 'application/json',
+      },
+      body: JSON.stringify({ tenant: 'acme', tool: 'refund_order', idempotency_key: key, reason: 'browser test' }),
+    });
+    assert.equal(redrive.status, 409);
+    assert.equal((await json(redrive)).action, 'refused');
+  });
+});

@@ -1,0 +1,178 @@
+package ops
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const testPassword = "s3cret-operator-password"
+
+func TestBasicFromEnv(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		user     string
+		password string
+		wantErr  string
+		wantNil  bool
+	}{
+		{name: "Unset", wantNil: true},
+		{name: "Set", user: "oncall@acme", password: testPassword},
+		{name: "UserOnly", user: "oncall", wantErr: "IDEMGATE_OPS_PASSWORD is required when IDEMGATE_OPS_USER is set"},
+		{name: "PasswordOnly", password: testPassword, wantErr: "IDEMGATE_OPS_USER is required when IDEMGATE_OPS_PASSWORD is set"},
+		{name: "ShortPassword", user: "oncall", password: "short", wantErr: "IDEMGATE_OPS_PASSWORD: must be at least 12 characters"},
+		{name: "ControlInPassword", user: "oncall", password: testPassword + "\n", wantErr: "IDEMGATE_OPS_PASSWORD: must not contain control characters"},
+		{name: "ColonInUser", user: "on:call", password: testPassword, wantErr: "IDEMGATE_OPS_USER: must be"},
+		{name: "SpaceInUser", user: "on call", password: testPassword, wantErr: "IDEMGATE_OPS_USER: must be"},
+		{name: "LongUser", user: strings.Repeat("u", MaxOperatorLen+1), password: testPassword, wantErr: "IDEMGATE_OPS_USER: must be"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{EnvOpsUser: tt.user, EnvOpsPassword: tt.password}
+			c, err := BasicFromEnv(func(k string) string { return env[k] })
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				if tt.password != "" {
+					require.NotContains(t, err.Error(), tt.password)
+				}
+				return
+			}
+			require.NoError(t, err)
+			if tt.wantNil {
+				require.Nil(t, c)
+				return
+			}
+			require.Equal(t, tt.user, c.User())
+			require.True(t, c.match(tt.user, tt.password))
+			require.False(t, c.match(tt.user, tt.password+"x"))
+			require.False(t, c.match(tt.user+"x", tt.password))
+			require.False(t, c.match("", ""))
+			// Never printed or logged.
+			var logs bytes.Buffer
+			slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "ops", c)
+			for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", *c), logs.String()} {
+				require.NotContains(t, s, tt.password)
+			}
+		})
+	}
+}
+
+func TestValidateOperatorAndReason(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"alice", "ops@acme.example", "svc:redrive-bot_1", "a+b"} {
+		require.NoError(t, ValidateOperator(ok), ok)
+	}
+	for _, bad := range []string{"", "a b", "a\nb", "ünïcode", strings.Repeat("a", MaxOperatorLen+1)} {
+		require.Error(t, ValidateOperator(bad), bad)
+	}
+	for _, ok := range []string{"stripe outage over", "card fixed — INC-42", strings.Repeat("r", MaxReasonLen)} {
+		require.NoError(t, ValidateReason(ok), ok)
+	}
+	for _, bad := range []string{"", "two\nlines", "tab\there", "\x00", strings.Repeat("r", MaxReasonLen+1), string([]byte{0xff})} {
+		require.Error(t, ValidateReason(bad), bad)
+	}
+}
+
+// fakeBearer plays the api's authenticate: "Bearer valid" passes without
+// an actor of ops:admin (the api's real tokens are exercised in app's
+// tests), anything else is 401.
+func fakeBearer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer valid" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func TestAuthMiddleware(t *testing.T) {
+	t.Parallel()
+	basic, err := NewBasicCredentials("oncall", testPassword)
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op, ok := OperatorFromContext(r.Context())
+		if !ok {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintf(w, "%s/%s/%s", op.Via, op.Name, op.TenantID)
+	})
+	withBasic := (&Auth{Bearer: fakeBearer, Basic: basic, Logger: logger}).Middleware(echo)
+	bearerOnly := (&Auth{Bearer: fakeBearer, Logger: logger}).Middleware(echo)
+
+	t.Run("Cases", func(t *testing.T) {
+		for _, tt := range []struct {
+			name          string
+			handler       http.Handler
+			authorization string
+			wantStatus    int
+			wantBody      string
+			wantChallenge string
+		}{
+			{"None", withBasic, "", http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
+			{"NoneBearerOnly", bearerOnly, "", http.StatusUnauthorized, "", `Bearer realm="idemgate ops"`},
+			{"Basic", withBasic, basicHeader("oncall", testPassword), http.StatusOK, "basic/oncall/", ""},
+			{"BasicLowercaseScheme", withBasic, "basic " + strings.TrimPrefix(basicHeader("oncall", testPassword), "Basic "), http.StatusOK, "basic/oncall/", ""},
+			{"BasicWrongPassword", withBasic, basicHeader("oncall", "nope"), http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
+			{"BasicWrongUser", withBasic, basicHeader("root", testPassword), http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
+			{"BasicMalformed", withBasic, "Basic !!!", http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
+			{"BasicWhenDisabled", bearerOnly, basicHeader("oncall", testPassword), http.StatusUnauthorized, "", `Bearer realm="idemgate ops"`},
+			{"BearerWithoutOpsAdmin", withBasic, "Bearer valid", http.StatusForbidden, "", ""},
+			{"BearerUnknown", withBasic, "Bearer nope", http.StatusUnauthorized, "", ""},
+			{"OtherScheme", withBasic, "Digest abc", http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				req := httptest.NewRequest(http.MethodGet, "/ops/riverui/", nil)
+				if tt.authorization != "" {
+					req.Header.Set("Authorization", tt.authorization)
+				}
+				rec := httptest.NewRecorder()
+				tt.handler.ServeHTTP(rec, req)
+				require.Equal(t, tt.wantStatus, rec.Code, rec.Body.String())
+				if tt.wantBody != "" {
+					require.Equal(t, tt.wantBody, rec.Body.String())
+				}
+				require.Equal(t, tt.wantChallenge, rec.Header().Get("WWW-Authenticate"))
+			})
+		}
+	})
+	require.NotContains(t, logs.String(), testPassword)
+	require.Contains(t, logs.String(), "basic credentials refused")
+	require.Contains(t, logs.String(), "without scope ops:admin")
+}
+
+func basicHeader(user, password string) string {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.SetBasicAuth(user, password)
+	return r.Header.Get("Authorization")
+}
+
+// syncBuffer is a log sink for parallel subtests.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
