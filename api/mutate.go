@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
@@ -141,9 +142,6 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 
 // deny writes the denied audit row for a rejection and returns it.
 func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Error, start time.Time) *callError {
-	if len(key) > gate.KeyMaxLen*2 {
-		key = key[:gate.KeyMaxLen*2]
-	}
 	reason := string(derr.Code)
 	if derr.Field != "" {
 		reason += " (" + derr.Field + ")"
@@ -157,9 +155,9 @@ func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Err
 		TokenID:        c.actor.TokenID,
 		RequestID:      c.requestID,
 		Tool:           c.tool.name,
-		IdempotencyKey: key,
+		IdempotencyKey: auditText(key, gate.KeyMaxLen*2),
 		Decision:       domain.DecisionDenied,
-		Reason:         truncate(reason, 1000),
+		Reason:         auditText(reason, 1000),
 		Duration:       time.Since(start),
 	}); err != nil {
 		s.logger.ErrorContext(ctx, "audit: denied row not written", "request_id", c.requestID, "tool", c.tool.name, "error", err)
@@ -195,21 +193,28 @@ func unavailable() *callError {
 
 // read runs a read tool.
 func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
+	start := time.Now()
 	if !c.actor.HasScope(c.tool.scope) {
-		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name), time.Now())
+		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name), start)
 	}
+	// Rejected arguments are audited as for mutations: one denied row.
 	args, err := gate.DecodeArgs(c.raw)
 	if err != nil {
-		return nil, &callError{err: asDomainError(err)}
+		return nil, s.deny(ctx, c, "", asDomainError(err), start)
 	}
+	key, _ := args["idempotency_key"].(string)
 	if err := c.tool.validate(args); err != nil {
-		return nil, &callError{err: asDomainError(err)}
+		return nil, s.deny(ctx, c, key, asDomainError(err), start)
+	}
+	if c.tool.name == "get_operation" {
+		if err := gate.ValidateKey(key, key != ""); err != nil {
+			return nil, s.deny(ctx, c, key, asDomainError(err), start)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.dbTimeout)
 	defer cancel()
 	switch c.tool.name {
 	case "get_operation":
-		key, _ := args["idempotency_key"].(string)
 		op, err := s.operation(ctx, c.actor, args["tool"].(string), key)
 		if err != nil {
 			return nil, s.internal(ctx, c, err)
@@ -251,9 +256,17 @@ func asDomainError(err error) *domain.Error {
 	return domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
 }
 
-func truncate(s string, n int) string {
+// auditText makes client-supplied text storable in an audit row: at most
+// n bytes, cut at a rune boundary, valid UTF-8, and without NUL, which
+// Postgres text refuses (the row would be lost).
+func auditText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

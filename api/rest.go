@@ -47,25 +47,25 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 	key := ""
 	if present {
 		if len(header) != 1 {
-			s.rejectREST(w, r, c, domain.Errorf(domain.CodeInvalidIdempotencyKey, "Idempotency-Key", "the header must appear once"))
+			s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeInvalidIdempotencyKey, "Idempotency-Key", "the header must appear once"))
 			return
 		}
 		var perr error
 		if key, perr = gate.ParseKeyHeader(header[0]); perr != nil {
-			s.rejectREST(w, r, c, asDomainError(perr))
+			s.rejectREST(w, r, c, header[0], asDomainError(perr))
 			return
 		}
 	} else {
-		s.rejectREST(w, r, c, domain.Errorf(domain.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", def.name))
+		s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", def.name))
 		return
 	}
 	args, err := gate.DecodeArgs(body)
 	if err != nil {
-		s.rejectREST(w, r, c, asDomainError(err))
+		s.rejectREST(w, r, c, key, asDomainError(err))
 		return
 	}
 	if bodyKey, ok := args["idempotency_key"]; ok && bodyKey != key {
-		s.rejectREST(w, r, c, domain.Errorf(domain.CodeInvalidArgument, "idempotency_key", "the body's idempotency_key differs from the Idempotency-Key header; send the key in the header only"))
+		s.rejectREST(w, r, c, key, domain.Errorf(domain.CodeInvalidArgument, "idempotency_key", "the body's idempotency_key differs from the Idempotency-Key header; send the key in the header only"))
 		return
 	}
 	args["idempotency_key"] = key
@@ -96,12 +96,13 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 }
 
 // rejectREST answers a rejection found before the common path ran, with
-// its denied audit row.
-func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, derr *domain.Error) {
+// its denied audit row naming the key as received.
+func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, key string, derr *domain.Error) {
 	if !c.actor.HasScope(c.tool.scope) {
 		derr = domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name)
+		key = "" // as over MCP: the scope is checked before anything is read
 	}
-	cerr := s.deny(r.Context(), c, "", derr, time.Now())
+	cerr := s.deny(r.Context(), c, key, derr, time.Now())
 	writeProblem(w, r, statusOf(cerr), cerr)
 }
 

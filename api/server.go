@@ -4,10 +4,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -154,7 +156,7 @@ func (s *Server) routes() chi.Router {
 	})
 	r.Get("/readyz", s.readyz)
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate)
+		r.Use(s.authenticate, s.readBody)
 		r.Handle("/mcp", s.mcpHandler())
 		r.Post("/v1/tools/{tool}", s.restTool)
 		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
@@ -179,12 +181,42 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > s.maxBody {
-			writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "request body is larger than %d bytes", s.maxBody)})
+			s.bodyTooLarge(w, r)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readBody reads, after authentication, a body sent without a
+// Content-Length (chunked), so that one over the limit is refused here like
+// one announcing its length: 413 problem+json, whichever handler (ours or
+// the MCP SDK's) would have read it.
+func (s *Server) readBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength >= 0 || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				s.bodyTooLarge(w, r)
+				return
+			}
+			writeProblem(w, r, http.StatusBadRequest, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "the request body could not be read")})
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) bodyTooLarge(w http.ResponseWriter, r *http.Request) {
+	writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "request body is larger than %d bytes", s.maxBody)})
 }
 
 type ctxKey int

@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"sort"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -268,6 +269,11 @@ func checkField(f field, v any) error {
 		case kindText:
 			if utf8.RuneCountInString(s) > MaxTextLen {
 				return domain.Errorf(domain.CodeInvalidArgument, f.name, "must be at most %d characters", MaxTextLen)
+			}
+			// Postgres refuses U+0000 in text and jsonb: the claim could not
+			// be stored.
+			if strings.IndexByte(s, 0) >= 0 {
+				return domain.Errorf(domain.CodeInvalidArgument, f.name, "must not contain NUL (U+0000)")
 			}
 		case kindToolName:
 			if def, ok := toolByName(s); !ok || !def.mutating {

@@ -239,6 +239,10 @@ func (d *argsDecoder) checkString(path string, start int64) error {
 		}
 		i += 4
 		switch {
+		case r == 0:
+			// Postgres text and jsonb cannot hold U+0000: refuse it here,
+			// with a field, rather than fail at the store.
+			return argsError(path, "string contains U+0000 (NUL)")
 		case 0xDC00 <= r && r <= 0xDFFF:
 			return argsError(path, "string has an unpaired UTF-16 surrogate escape \\u%04x", r)
 		case 0xD800 <= r && r <= 0xDBFF:

@@ -99,7 +99,6 @@ func TestFingerprintDiffer(t *testing.T) {
 		{"ArrayVsObject", `{"a":[]}`, `{"a":{}}`, nil},
 		{"Accent", `{"s":"é"}`, `{"s":"e"}`, nil},
 		{"Case", `{"s":"A"}`, `{"s":"a"}`, nil},
-		{"TrailingNUL", `{"s":"a\u0000"}`, `{"s":"a"}`, nil},
 		{"Fraction", `{"n":0.1}`, `{"n":0.2}`, nil},
 		{"NearMaxSafe", `{"n":9007199254740991}`, `{"n":9007199254740992}`, nil},
 		{"Nested", `{"m":{"x":1}}`, `{"m":{"x":2}}`, nil},
@@ -217,7 +216,7 @@ func TestDecodeArgs(t *testing.T) {
 			{"MaxDepthArrays", nestedArrays(MaxArgsDepth)},
 			{"SurrogatePair", `{"s":"\ud83d\ude00"}`},
 			{"EscapedBackslashBeforeU", `{"s":"\\ud800"}`},
-			{"ControlEscapes", `{"s":"\b\f\n\r\t\u0000\u001f"}`},
+			{"ControlEscapes", `{"s":"\b\f\n\r\t\u0001\u001f"}`},
 			{"EmptyName", `{"":1}`},
 			{"TrailingWhitespace", "{}\r\n\t "},
 			{"SameNameInSiblings", `{"a":{"x":1},"b":{"x":1},"x":[{"x":1},{"x":2}]}`},
@@ -364,4 +363,15 @@ func TestDiffFields(t *testing.T) {
 		require.Equal(t, []string{"c"}, DiffFields(map[string]any{"c": ch}, map[string]any{"c": make(chan int)}, nil))
 		require.Equal(t, []string{"c"}, DiffFields(map[string]any{"c": ch}, map[string]any{"c": 1}, nil))
 	})
+}
+
+func TestDecodeArgsRefusesNUL(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{`{"reason":"a\u0000b"}`, `{"a\u0000":1}`, `{"m":{"x":["\u0000"]}}`} {
+		_, err := DecodeArgs([]byte(raw))
+		var derr *domain.Error
+		require.ErrorAs(t, err, &derr, raw)
+		require.Equal(t, domain.CodeInvalidArgument, derr.Code)
+		require.Contains(t, derr.Message, "NUL")
+	}
 }
