@@ -2,7 +2,7 @@
 // binary, and applies them together with River's.
 //
 // Each storage engine has its own directory of goose-format SQL files
-// (postgres/ today; sqlite/ is planned) and its own Migrate function. River's
+// (postgres/ today; sqlite/ holds the SQLite migrations (see sqlite.go)) and its own Migrate function. River's
 // schema is never copied here: it is applied from the River version in go.mod
 // through rivermigrate, always before ours, so our tables may refer to River's.
 package migrations

@@ -49,6 +49,10 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 				Enqueuer: b.Enqueuer,
 				Waiter:   b.Waiter,
 				Policies: gate.DefaultPolicies(),
+				// A bound, not a timing assertion: 64 concurrent calls queue
+				// for SQLite's one connection, slowly under -race on a
+				// loaded machine.
+				DBTimeout: 30 * time.Second,
 			})
 			require.NoError(t, err)
 			test(t, &suite{Bundle: b, gate: g})

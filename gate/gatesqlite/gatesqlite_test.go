@@ -1,0 +1,403 @@
+package gatesqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatesqlite"
+	"github.com/idemgate/idemgate/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/sqlitetest"
+	"github.com/idemgate/idemgate/jobs"
+)
+
+type claimJobArgs struct {
+	ClaimID int64 `json:"claim_id"`
+}
+
+func (claimJobArgs) Kind() string { return "gatetest_claim" }
+
+// riverEnqueuer inserts a real River job in the claiming transaction.
+type riverEnqueuer struct {
+	client *river.Client[*sql.Tx]
+}
+
+func (e riverEnqueuer) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
+	res, err := e.client.InsertTx(ctx, tx.Raw().(*sql.Tx), claimJobArgs{ClaimID: c.ID}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return res.Job.ID, nil
+}
+
+func count(t *testing.T, db *sql.DB, query string) func(context.Context) int {
+	return func(ctx context.Context) int {
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, query).Scan(&n))
+		return n
+	}
+}
+
+func newBundle(t *testing.T) *gatetest.Bundle {
+	_, db := sqlitetest.NewDB(t)
+	client, err := river.NewClient(riversqlite.New(db), &river.Config{}) // insert-only
+	require.NoError(t, err)
+	return &gatetest.Bundle{
+		Store:    gatesqlite.New(db),
+		Enqueuer: riverEnqueuer{client: client},
+		Control:  &jobs.Control[*sql.Tx]{Client: client},
+		JobState: func(ctx context.Context, id int64) string {
+			var state string
+			_ = db.QueryRowContext(ctx, "SELECT state FROM river_job WHERE id = ?", id).Scan(&state)
+			return state
+		},
+		JobCount:   count(t, db, "SELECT count(*) FROM river_job"),
+		ClaimCount: count(t, db, "SELECT count(*) FROM idempotency_claims"),
+	}
+}
+
+// TestConformance runs the suite every gate.Store passes. SQLite has no
+// LISTEN, so the gate polls (Waiter nil).
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	gatetest.Exercise(t, newBundle)
+}
+
+func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, db := sqlitetest.NewDB(t)
+	s := gatesqlite.New(db)
+	tx, err := s.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	c, err := tx.ClaimInsert(ctx, &gate.ClaimInsertParams{
+		OperationID: "0b4c3c1e-5f0a-4c43-9a38-3f3b6f0e8a11", TenantID: "acme", Tool: "refund_order",
+		IdempotencyKey: "times-key-1", Args: json.RawMessage(`{}`), ArgsHash: "h", TTL: time.Hour,
+	})
+	require.NoError(t, err)
+	_, err = tx.ClaimSetJob(ctx, &gate.ClaimSetJobParams{ID: c.ID, JobID: 7})
+	require.NoError(t, err)
+	// A Now override with nanoseconds and a zone is stored in UTC, to the
+	// millisecond, in the same shape as the database's own clock.
+	zone := time.FixedZone("UTC+5", 5*3600)
+	now := time.Date(2030, 1, 2, 8, 4, 5, 123456789, zone)
+	leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: 7, Lease: 90 * time.Second, Now: &now})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	var lease, first, created string
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT lease_expires_at, first_called_at, created_at FROM idempotency_claims WHERE id = ?", c.ID).
+		Scan(&lease, &first, &created))
+	require.Equal(t, "2030-01-02T03:05:35.123Z", lease)
+	require.Equal(t, "2030-01-02T03:04:05.123Z", first)
+	require.Len(t, created, len(gatesqlite.TimeFormat))
+	require.Equal(t, time.Date(2030, 1, 2, 3, 5, 35, 123000000, time.UTC), *leased.LeaseExpiresAt)
+	require.Equal(t, time.UTC, leased.CreatedAt.Location())
+	require.WithinDuration(t, time.Now(), leased.CreatedAt, time.Minute)
+	require.True(t, leased.LeaseLive, "judged at the Now given, which is before the lease's end")
+}
+
+func TestSchemaRejectsWhatPostgresTypesWould(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, db := sqlitetest.NewDB(t)
+	for name, stmt := range map[string]string{
+		"TimeInAnotherShape": `INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, args, args_hash, status, ttl_seconds, created_at)
+			VALUES ('0b4c3c1e-5f0a-4c43-9a38-3f3b6f0e8a11', 'a', 't', 'k', '{}', 'h', 'queued', 60, '2030-01-02 03:04:05')`,
+		"InvalidJSON": `INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, args, args_hash, status, ttl_seconds)
+			VALUES ('0b4c3c1e-5f0a-4c43-9a38-3f3b6f0e8a11', 'a', 't', 'k', '{', 'h', 'queued', 60)`,
+		"NotAUUID": `INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, args, args_hash, status, ttl_seconds)
+			VALUES ('op-1', 'a', 't', 'k', '{}', 'h', 'queued', 60)`,
+		"TerminalWithoutExpiry": `INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, args, args_hash, status, ttl_seconds)
+			VALUES ('0b4c3c1e-5f0a-4c43-9a38-3f3b6f0e8a11', 'a', 't', 'k', '{}', 'h', 'succeeded', 60)`,
+		"TextInIntegerColumn": `INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, args, args_hash, status, ttl_seconds)
+			VALUES ('0b4c3c1e-5f0a-4c43-9a38-3f3b6f0e8a11', 'a', 't', 'k', '{}', 'h', 'queued', 'sixty')`,
+		"OrderOfUnknownTenant": `INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
+			VALUES ('a', 'ord_none', '0b4c3c1e-5f0a-4c43-9a38-3f3b6f0e8a11', 're_1', 1, 'usd', 'succeeded')`,
+	} {
+		_, err := db.ExecContext(ctx, stmt)
+		require.Error(t, err, name)
+	}
+}
+
+func TestAuditIsAppendOnly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, db := sqlitetest.NewDB(t)
+	s := gatesqlite.New(db)
+	require.NoError(t, s.AuditInsert(ctx, &gate.AuditInsertParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "k-append-1", Decision: domain.DecisionDenied}))
+	_, err := db.ExecContext(ctx, "UPDATE audit_events SET reason = 'x'")
+	require.ErrorContains(t, err, "append-only")
+	_, err = db.ExecContext(ctx, "DELETE FROM audit_events")
+	require.ErrorContains(t, err, "append-only")
+	events, err := s.AuditListByKey(ctx, &gate.AuditListByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "k-append-1"})
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+}
+
+func TestRollbackAfterCommitIsNoop(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, db := sqlitetest.NewDB(t)
+	tx, err := gatesqlite.New(db).Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, tx.Rollback(ctx))
+}
+
+// Two processes on one file: a writer holding the write lock past the
+// busy timeout makes the other's write fail with domain.ErrUnavailable, and
+// the wait ends early when the caller's deadline does.
+func TestBusyFileIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path, db := sqlitetest.NewDB(t)
+	other := gatesqlite.New(sqlitetest.Open(t, path))
+
+	holder, err := gatesqlite.New(db).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+
+	shortCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = other.Begin(shortCtx)
+	require.ErrorIs(t, err, domain.ErrUnavailable)
+	require.Less(t, time.Since(start), gatesqlite.BusyTimeout/2)
+
+	// SQLITE_BUSY itself, after the busy timeout (shortened on the other
+	// process's only connection).
+	_, err = other.DB().ExecContext(ctx, "PRAGMA busy_timeout = 100")
+	require.NoError(t, err)
+	err = other.AuditInsert(ctx, &gate.AuditInsertParams{TenantID: "acme", Tool: "t", Decision: domain.DecisionDenied})
+	require.ErrorIs(t, err, domain.ErrUnavailable)
+	require.ErrorContains(t, err, "SQLITE_BUSY")
+}
+
+func TestConcurrentWritersOnTwoConnectionsDoNotFail(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path, db := sqlitetest.NewDB(t)
+	stores := []*gatesqlite.Store{gatesqlite.New(db), gatesqlite.New(sqlitetest.Open(t, path))}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[i%2]
+			tx, err := s.Begin(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			// Read, then write: under a deferred BEGIN this upgrade could
+			// fail with SQLITE_BUSY_SNAPSHOT; BEGIN IMMEDIATE avoids it.
+			if _, err := tx.AuditListByKey(ctx, &gate.AuditListByKeyParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k"}); err != nil {
+				errs <- err
+				return
+			}
+			if err := tx.AuditInsert(ctx, &gate.AuditInsertParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k", Decision: domain.DecisionDenied}); err != nil {
+				errs <- err
+				return
+			}
+			errs <- tx.Commit(ctx)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	events, err := stores[0].AuditListByKey(ctx, &gate.AuditListByKeyParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k"})
+	require.NoError(t, err)
+	require.Len(t, events, 40)
+}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Pragmas", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		_, db := sqlitetest.NewEmptyDB(t)
+		var journal string
+		var fk, busy, sync int
+		require.NoError(t, db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&journal))
+		require.NoError(t, db.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk))
+		require.NoError(t, db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy))
+		require.NoError(t, db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync))
+		require.Equal(t, "wal", journal)
+		require.Equal(t, 1, fk)
+		require.Equal(t, int(gatesqlite.BusyTimeout.Milliseconds()), busy)
+		require.Equal(t, 1, sync, "NORMAL")
+		require.Equal(t, 1, db.Stats().MaxOpenConnections)
+	})
+
+	t.Run("PathWithURICharacters", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "a dir?x=1#frag%20", "db.sqlite3")
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
+		db, err := gatesqlite.Open(path)
+		require.NoError(t, err)
+		defer db.Close()
+		_, err = db.ExecContext(t.Context(), "CREATE TABLE t (x INTEGER)")
+		require.NoError(t, err)
+		require.FileExists(t, path)
+	})
+
+	t.Run("MissingDirectoryIsUnavailable", func(t *testing.T) {
+		t.Parallel()
+		_, err := gatesqlite.Open(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3"))
+		require.ErrorIs(t, err, domain.ErrUnavailable)
+	})
+
+	t.Run("EmptyPath", func(t *testing.T) {
+		t.Parallel()
+		_, err := gatesqlite.Open("")
+		require.ErrorContains(t, err, "path is empty")
+	})
+}
+
+// claimWorker is a minimal worker on the gate's store: it takes the lease in
+// one transaction and completes the claim and the River job in another, as
+// package jobs does.
+type claimWorker struct {
+	river.WorkerDefaults[claimJobArgs]
+	store *gatesqlite.Store
+}
+
+func (w *claimWorker) Work(ctx context.Context, job *river.Job[claimJobArgs]) error {
+	tx, err := w.store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: job.Args.ClaimID, JobID: job.ID, Lease: time.Minute})
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+
+	tx, err = w.store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"ok":true}`)}); err != nil {
+		return err
+	}
+	if _, err := river.JobCompleteTx[*riversqlite.Driver](ctx, tx.Raw().(*sql.Tx), job); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// A River client with workers shares the single connection with the gate:
+// claims, leases and completions interleave with River's own fetching and
+// completing without deadlock or SQLITE_BUSY.
+func TestRiverWorkersShareTheConnection(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, db := sqlitetest.NewDB(t)
+	s := gatesqlite.New(db)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &claimWorker{store: s})
+	client, err := river.NewClient(riversqlite.New(db), &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 8}},
+		Workers:           workers,
+		FetchCooldown:     20 * time.Millisecond,
+		FetchPollInterval: 50 * time.Millisecond,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(stopCtx))
+	})
+
+	// Everything queues for the one connection; under -race modernc's
+	// transpiled SQLite runs over ten times slower, so give each claim more
+	// than the default two seconds, as a busy SQLite deployment would.
+	g, err := gate.New(&gate.Config{Store: s, Enqueuer: riverEnqueuer{client: client}, Policies: gate.DefaultPolicies(),
+		DBTimeout: 30 * time.Second})
+	require.NoError(t, err)
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: fmt.Sprintf("shared-conn-%03d", i)})
+			require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+		}()
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		var succeeded int
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM idempotency_claims WHERE status = 'succeeded' AND result = '{\"ok\":true}'").Scan(&succeeded))
+		return succeeded == n
+	}, 20*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		var completed int
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed))
+		return completed == n
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+func TestClaimList(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBundle(t)
+	g, err := gate.New(&gate.Config{Store: b.Store, Enqueuer: b.Enqueuer, Policies: gate.DefaultPolicies()})
+	require.NoError(t, err)
+	first := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0001"}).Claim
+	time.Sleep(5 * time.Millisecond) // distinct updated_at to the millisecond
+	since := time.Now()
+	second := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0002"}).Claim
+	time.Sleep(5 * time.Millisecond)
+	seat := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0003", Tool: "reset_seat", Args: map[string]any{"seat_id": "seat_1"}}).Claim
+	gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0004", Tenant: "globex"})
+	time.Sleep(5 * time.Millisecond)
+	leased, err := b.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: first.ID, JobID: first.JobID, Lease: time.Minute})
+	require.NoError(t, err)
+	_, err = b.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: first.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
+	require.NoError(t, err)
+
+	ids := func(p *gate.ClaimListParams) []int64 {
+		claims, err := b.Store.ClaimList(ctx, p)
+		require.NoError(t, err)
+		out := []int64{}
+		for _, c := range claims {
+			out = append(out, c.ID)
+		}
+		return out
+	}
+	// Newest (by update) first.
+	require.Equal(t, []int64{first.ID, seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme"}))
+	require.Equal(t, []int64{first.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusFailed}))
+	require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Tool: "reset_seat"}))
+	require.Equal(t, []int64{first.ID, seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Since: &since}))
+	require.Equal(t, []int64{seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusQueued, Since: &since}))
+	require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Limit: 2}))
+	require.Len(t, ids(&gate.ClaimListParams{}), 4, "no filter: every tenant")
+}

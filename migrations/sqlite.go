@@ -1,0 +1,195 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// embeddedSQLite holds the SQLite migration files.
+//
+//go:embed sqlite/*.sql
+var embeddedSQLite embed.FS
+
+// SQLiteMigrateAttempts bounds how many times in a row MigrateSQLite tries
+// to apply one version when a concurrent migrator of the same file applied
+// it first (see MigrateSQLite).
+const SQLiteMigrateAttempts = 5
+
+// sqliteRetryBackoff is the pause before another attempt, times the number
+// of failed attempts so far.
+const sqliteRetryBackoff = 50 * time.Millisecond
+
+// SQLiteFS returns the SQLite migration files (the contents of sqlite/), for
+// tools that need to inspect them, such as the test template fingerprint.
+func SQLiteFS() fs.FS {
+	sub, err := fs.Sub(embeddedSQLite, "sqlite")
+	if err != nil {
+		// fs.Sub only fails on an invalid path; "sqlite" is a constant.
+		panic(err)
+	}
+	return sub
+}
+
+// MigrateSQLite applies River's pending SQLite migrations and then
+// idemgate's pending SQLite migrations to db, and reports how many of each
+// it applied. It is safe to call repeatedly (a second call applies nothing)
+// and from several processes at once.
+//
+// SQLite has no advisory lock to serialize migrators on. Instead,
+// MigrateSQLite applies one version at a time, each in a transaction of its
+// own together with its version record (River's and goose's own
+// behaviour). A migrator that loses a race to another one on the same
+// version fails on it without leaving a trace, waits a little and tries
+// again, up to SQLiteMigrateAttempts times in a row, and then finds the
+// version applied and goes on. Result counts exactly what this call applied.
+//
+// db should come from gatesqlite.Open (WAL, busy timeout, BEGIN IMMEDIATE).
+// A nil logger discards River's and goose's logs.
+func MigrateSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (*Result, error) {
+	if db == nil {
+		return nil, errors.New("migrations: db is nil")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	riverMigrator, err := rivermigrate.New(riversqlite.New(db), &rivermigrate.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("migrations: river migrator: %w", err)
+	}
+	provider, err := newSQLiteProvider(db, logger)
+	if err != nil {
+		return nil, err
+	}
+
+	res := &Result{}
+	res.RiverApplied, err = stepSQLite(ctx, logger, "river", func() (bool, error) {
+		r, err := riverMigrator.Migrate(ctx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{MaxSteps: 1})
+		if err != nil {
+			return false, fmt.Errorf("migrations: river up: %w", err)
+		}
+		return len(r.Versions) > 0, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.IdemgateApplied, err = stepSQLite(ctx, logger, "idemgate", func() (bool, error) {
+		_, err := provider.UpByOne(ctx)
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("migrations: idemgate up: %w", err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	logger.InfoContext(ctx, "migrations applied",
+		slog.Int("river_applied", res.RiverApplied),
+		slog.Int("idemgate_applied", res.IdemgateApplied))
+	return res, nil
+}
+
+// stepSQLite calls step, which applies the next pending version of one
+// migration line and reports whether there was one, until none is left, and
+// returns how many it applied. A failed step is tried again, after a pause,
+// up to SQLiteMigrateAttempts times in a row.
+func stepSQLite(ctx context.Context, logger *slog.Logger, line string, step func() (bool, error)) (int, error) {
+	applied, failures := 0, 0
+	for {
+		more, err := step()
+		if err == nil {
+			if !more {
+				return applied, nil
+			}
+			applied++
+			failures = 0
+			continue
+		}
+		failures++
+		if failures == SQLiteMigrateAttempts || ctx.Err() != nil {
+			return applied, err
+		}
+		logger.WarnContext(ctx, "migrations: version not applied; trying again (a concurrent migrator may have applied it first)",
+			slog.String("line", line), slog.Int("attempt", failures), slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+			return applied, errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(failures) * sqliteRetryBackoff):
+		}
+	}
+}
+
+// SQLiteStatus reports whether every River migration and every idemgate
+// migration known to this binary has been applied to db. It only reads: on
+// a database never migrated it answers false without creating goose's
+// version table. An error means the state could not be read.
+func SQLiteStatus(ctx context.Context, db *sql.DB) (ok bool, err error) {
+	if db == nil {
+		return false, errors.New("migrations: db is nil")
+	}
+	discard := slog.New(slog.DiscardHandler)
+
+	riverMigrator, err := rivermigrate.New(riversqlite.New(db), &rivermigrate.Config{Logger: discard})
+	if err != nil {
+		return false, fmt.Errorf("migrations: river migrator: %w", err)
+	}
+	existing, err := riverMigrator.ExistingVersions(ctx)
+	if err != nil {
+		return false, fmt.Errorf("migrations: river existing versions: %w", err)
+	}
+	applied := make(map[int]bool, len(existing))
+	for _, m := range existing {
+		applied[m.Version] = true
+	}
+	for _, m := range riverMigrator.AllVersions() {
+		if !applied[m.Version] {
+			return false, nil
+		}
+	}
+
+	// goose's HasPending creates its version table when missing; look first
+	// so that a readiness probe never writes.
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+		goose.DefaultTablename).Scan(&n); err != nil {
+		return false, fmt.Errorf("migrations: look up %s: %w", goose.DefaultTablename, err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+
+	provider, err := newSQLiteProvider(db, discard)
+	if err != nil {
+		return false, err
+	}
+	pending, err := provider.HasPending(ctx)
+	if err != nil {
+		return false, fmt.Errorf("migrations: idemgate pending: %w", err)
+	}
+	return !pending, nil
+}
+
+// newSQLiteProvider returns a goose provider over our embedded SQLite files.
+func newSQLiteProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
+	provider, err := goose.NewProvider(goose.DialectSQLite3, db, SQLiteFS(),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(logger),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: goose provider: %w", err)
+	}
+	return provider, nil
+}
