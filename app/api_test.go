@@ -549,3 +549,5 @@ func TestUnreachableDatabaseAnswersUnavailableAndRecovers(t *testing.T) {
 		return !isErr && res.Outcome == domain.OutcomeAccepted
 	}, 15*time.Second, 200*time.Millisecond)
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -115,7 +115,31 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		return nil, err
 	}
 	data := pgstore.New(pool)
-	reg := prometheus.NewRegistry()
+	srv, err := newAPIServer(cfg, g, data, func(ctx context.Context) (bool, error) {
+		return migrations.PostgresStatus(ctx, pool)
+	}, opts, prometheus.NewRegistry(), logger)
+	if err != nil {
+		return nil, err
+	}
+	opsServer, err := newOpsServer(pool, g, riverClient, srv, getenv, logger)
+	if err != nil {
+		return nil, err
+	}
+	opsServer.Mount(srv.Router())
+	return &API{Pool: pool, Gate: g, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
+}
+
+// apiData is what the api reads besides the gate.
+type apiData interface {
+	store.Tokens
+	store.Orders
+}
+
+// newAPIServer builds the api's handler on a gate, with /metrics serving
+// reg (to which it adds the Go and process collectors).
+func newAPIServer(cfg *config.Config, g *gate.Gate, data apiData, migrated func(context.Context) (bool, error),
+	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
+) (*api.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := api.New(&api.Config{
 		Gate:       g,
@@ -127,7 +151,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		Registerer: reg,
 		Logger:     logger,
 		Ready: func(ctx context.Context) error {
-			ok, err := migrations.PostgresStatus(ctx, pool)
+			ok, err := migrated(ctx)
 			if err != nil {
 				return err
 			}
@@ -141,12 +165,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		return nil, err
 	}
 	srv.Router().Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	opsServer, err := newOpsServer(pool, g, riverClient, srv, getenv, logger)
-	if err != nil {
-		return nil, err
-	}
-	opsServer.Mount(srv.Router())
-	return &API{Pool: pool, Gate: g, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
+	return srv, nil
 }
 
 // Run runs the api's background work (the LISTEN connection, River UI's

@@ -2,22 +2,72 @@ package app
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// claimCountsSQL is the same on both engines.
+const claimCountsSQL = `SELECT status, count(*) FROM idempotency_claims GROUP BY status`
+
 // claimsCollector reports idemgate_claims{status} from the database at
 // scrape time: one GROUP BY over the claims table, bounded by a timeout.
 type claimsCollector struct {
-	pool *pgxpool.Pool
-	desc *prometheus.Desc
+	count func(ctx context.Context) (map[string]int64, error)
+	desc  *prometheus.Desc
 }
 
-func newClaimsCollector(pool *pgxpool.Pool) *claimsCollector {
-	return &claimsCollector{pool: pool, desc: prometheus.NewDesc("idemgate_claims",
+func newClaimsCollector(count func(ctx context.Context) (map[string]int64, error)) *claimsCollector {
+	return &claimsCollector{count: count, desc: prometheus.NewDesc("idemgate_claims",
 		"Idempotency claims by status, read from the database at scrape time.", []string{"status"}, nil)}
+}
+
+// pgClaimCounts counts claims by status on Postgres.
+func pgClaimCounts(pool *pgxpool.Pool) func(ctx context.Context) (map[string]int64, error) {
+	return func(ctx context.Context) (map[string]int64, error) {
+		rows, err := pool.Query(ctx, claimCountsSQL)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		out := map[string]int64{}
+		for rows.Next() {
+			var (
+				status string
+				n      int64
+			)
+			if err := rows.Scan(&status, &n); err != nil {
+				return nil, err
+			}
+			out[status] = n
+		}
+		return out, rows.Err()
+	}
+}
+
+// sqlClaimCounts counts claims by status on a database/sql database.
+func sqlClaimCounts(db *sql.DB) func(ctx context.Context) (map[string]int64, error) {
+	return func(ctx context.Context) (map[string]int64, error) {
+		rows, err := db.QueryContext(ctx, claimCountsSQL)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		out := map[string]int64{}
+		for rows.Next() {
+			var (
+				status string
+				n      int64
+			)
+			if err := rows.Scan(&status, &n); err != nil {
+				return nil, err
+			}
+			out[status] = n
+		}
+		return out, rows.Err()
+	}
 }
 
 // Describe implements prometheus.Collector.
@@ -27,29 +77,12 @@ func (c *claimsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *claimsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	counts := map[string]float64{"queued": 0, "running": 0, "succeeded": 0, "failed": 0}
-	rows, err := c.pool.Query(ctx, `SELECT status, count(*) FROM idempotency_claims GROUP BY status`)
+	got, err := c.count(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			status string
-			n      int64
-		)
-		if err := rows.Scan(&status, &n); err != nil {
-			ch <- prometheus.NewInvalidMetric(c.desc, err)
-			return
-		}
-		counts[status] = float64(n)
-	}
-	if err := rows.Err(); err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
-		return
-	}
-	for status, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, status)
+	for _, status := range []string{"queued", "running", "succeeded", "failed"} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(got[status]), status)
 	}
 }

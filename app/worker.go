@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/idemgate/idemgate/config"
@@ -22,6 +23,7 @@ import (
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/jobs"
+	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
 )
 
@@ -70,21 +72,9 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if opts == nil {
 		opts = &WorkerOptions{}
 	}
-	stripeClient, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
-	if err != nil {
-		return nil, err
-	}
-	linkBase := opts.ResetLinkBase
-	if linkBase == "" {
-		linkBase = "http://" + cfg.APIAddr + "/reset-password"
-	}
-	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
-	}
 	data := pgstore.New(pool)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newClaimsCollector(pool))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newClaimsCollector(pgClaimCounts(pool)))
 	metrics, err := jobs.NewMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -93,6 +83,40 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: gate.DefaultPolicies(), Logger: logger})
 	if err != nil {
 		return nil, err
+	}
+	control := &jobs.Control[pgx.Tx]{}
+	workers, runner, err := newWorkers[*riverpgxv5.Driver](cfg, g, data, control, metrics, opts, logger)
+	if err != nil {
+		return nil, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(cfg, workers, opts, logger))
+	if err != nil {
+		return nil, err
+	}
+	enqueuer.Client = client
+	control.Client = client
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return &Worker{Client: client, Gate: g, Runner: runner, Control: control, Handler: mux}, nil
+}
+
+// newWorkers builds the claim jobs' runner with the four effects, and
+// River's workers for them and for the reaper and pruner, on driver TDriver.
+func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g *gate.Gate, data store.Domain,
+	control *jobs.Control[TTx], metrics *jobs.Metrics, opts *WorkerOptions, logger *slog.Logger,
+) (*river.Workers, *jobs.Runner, error) {
+	stripeClient, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
+	if err != nil {
+		return nil, nil, err
+	}
+	linkBase := opts.ResetLinkBase
+	if linkBase == "" {
+		linkBase = "http://" + cfg.APIAddr + "/reset-password"
+	}
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
 	}
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
 		Gate: g,
@@ -107,15 +131,23 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		Logger:          logger,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	workers := river.NewWorkers()
-	if err := jobs.AddWorkers[*riverpgxv5.Driver](workers, runner); err != nil {
-		return nil, err
+	if err := jobs.AddWorkers[TDriver](workers, runner); err != nil {
+		return nil, nil, err
 	}
-	control := &jobs.Control[pgx.Tx]{}
-	river.AddWorker(workers, &jobs.ReaperWorker[pgx.Tx]{Gate: g, Control: control, Logger: logger, OnReap: metrics.Reaped})
+	river.AddWorker(workers, &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, OnReap: metrics.Reaped})
 	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
+	return workers, runner, nil
+}
+
+// riverConfig is the River configuration of a working client: the claim
+// queue (unless maintenance-only) and the maintenance queue, the periodic
+// reaper and pruner, a job timeout below the lease, River's rescuer as a
+// backstop after the reaper, and a fetch cooldown far below River's 100ms
+// default (which caps a queue at MaxWorkers x 10 jobs per second).
+func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions, logger *slog.Logger) *river.Config {
 	maxWorkers := opts.MaxWorkers
 	if maxWorkers == 0 {
 		maxWorkers = DefaultMaxWorkers
@@ -124,7 +156,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if !opts.MaintenanceOnly {
 		queues[jobs.Queue] = river.QueueConfig{MaxWorkers: maxWorkers}
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+	return &river.Config{
 		Queues:            queues,
 		Workers:           workers,
 		PeriodicJobs:      jobs.PeriodicJobs(cfg.ReaperInterval, jobs.DefaultPruneInterval),
@@ -135,32 +167,29 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		// one reaper interval; River's rescuer stays as a backstop after that.
 		RescueStuckJobsAfter: cfg.InflightTimeout + 2*cfg.ReaperInterval,
 		Logger:               logger,
-	})
-	if err != nil {
-		return nil, err
 	}
-	enqueuer.Client = client
-	control.Client = client
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	return &Worker{Client: client, Gate: g, Runner: runner, Control: control, Handler: mux}, nil
 }
 
 // Run starts the worker and blocks until ctx ends, then stops fetching and
 // lets running jobs finish within stopTimeout.
 func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
-	// River's own context is not ctx: cancelling it would stop River hard,
-	// and we want a soft stop that lets running jobs finish.
+	return runRiver(ctx, w.Client, stopTimeout)
+}
+
+// runRiver starts a River client and blocks until ctx ends, then stops it
+// softly: no new fetches, running jobs finish within stopTimeout, and only
+// then are they cancelled.
+func runRiver[TTx any](ctx context.Context, client *river.Client[TTx], stopTimeout time.Duration) error {
+	// River's own context is not ctx: cancelling it would stop River hard.
 	riverCtx, cancelRiver := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRiver()
-	if err := w.Client.Start(riverCtx); err != nil {
+	if err := client.Start(riverCtx); err != nil {
 		return err
 	}
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	if err := w.Client.Stop(stopCtx); err != nil {
+	if err := client.Stop(stopCtx); err != nil {
 		cancelRiver() // jobs still running past the bound are cancelled
 		return fmt.Errorf("worker: stop: %w", err)
 	}

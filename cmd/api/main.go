@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/gate/gatesqlite"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 func main() {
@@ -36,28 +37,57 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	if cfg.Driver() != "postgres" {
-		return errors.New("DATABASE_URL: set a postgres:// URL; the embedded SQLite default is not built yet")
-	}
-	pool, err := app.OpenPostgres(ctx, cfg.DatabaseURL, app.DefaultMaxConns)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	a, err := app.NewAPI(cfg, pool, logger)
-	if err != nil {
-		return err
+	var (
+		handler    http.Handler
+		background func(ctx context.Context) error
+	)
+	switch cfg.Driver() {
+	case config.DriverSQLite:
+		// One process, one writer: the api runs the worker itself.
+		db, err := gatesqlite.Open(cfg.SQLitePath())
+		if err != nil {
+			return fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		defer db.Close()
+		if _, err := migrations.MigrateSQLite(ctx, db, logger); err != nil {
+			return fmt.Errorf("migrate %s: %w", cfg.SQLitePath(), err)
+		}
+		e, err := app.NewEmbedded(cfg, db, logger, nil, nil)
+		if err != nil {
+			return err
+		}
+		handler = e.Handler
+		background = func(ctx context.Context) error { return e.Run(ctx, 30*time.Second) }
+		logger.Info("embedded mode: SQLite with the worker in this process", "path", cfg.SQLitePath())
+	default:
+		pool, err := app.OpenPostgres(ctx, cfg.DatabaseURL, app.DefaultMaxConns)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		a, err := app.NewAPI(cfg, pool, logger)
+		if err != nil {
+			return err
+		}
+		handler = a.Handler
+		background = func(ctx context.Context) error { a.Run(ctx); return nil }
 	}
 	runCtx, cancelRun := context.WithCancel(context.Background())
-	defer cancelRun()
-	go a.Run(runCtx)
+	backgroundDone := make(chan error, 1)
+	go func() { backgroundDone <- background(runCtx) }()
+	defer func() {
+		cancelRun()
+		if err := <-backgroundDone; err != nil {
+			logger.Error("background work stopped with an error", "error", err)
+		}
+	}()
 
 	ln, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("IDEMGATE_API_ADDR: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           a.Handler,
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      cfg.Wait + 30*time.Second,

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/config"
 	"io"
 	"log/slog"
 	"net/url"
@@ -97,7 +98,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	// The default is resolved at run time rather than shown in --help, so
 	// that a password in DATABASE_URL never reaches the help text.
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "",
-		"database URL: postgres://… (default $"+envDatabaseURL+")")
+		"database URL: postgres://… or sqlite:PATH (default $"+envDatabaseURL+"; unset means SQLite at "+config.DefaultSQLitePath+")")
 
 	root.AddCommand(
 		newMigrateCmd(a),
@@ -122,10 +123,10 @@ func (a *app) openPostgres(ctx context.Context) (*pgxpool.Pool, error) {
 	raw := strings.TrimSpace(a.databaseURL)
 	switch {
 	case raw == "" || strings.HasPrefix(raw, "sqlite:"):
-		return nil, &usageError{fmt.Errorf("%s is unset or names SQLite, and SQLite support is not built yet: "+
-			"set %s (or --database-url) to a postgres:// URL", envDatabaseURL, envDatabaseURL)}
+		return nil, &usageError{fmt.Errorf("%s is unset or names SQLite: this command needs Postgres "+
+			"(on SQLite, idemctl has migrate, seed and token; set %s or --database-url to a postgres:// URL)", envDatabaseURL, envDatabaseURL)}
 	case !strings.HasPrefix(raw, "postgres://") && !strings.HasPrefix(raw, "postgresql://"):
-		return nil, &usageError{fmt.Errorf("invalid %s: want postgres://… (or, later, sqlite:PATH), got %q",
+		return nil, &usageError{fmt.Errorf("invalid %s: want postgres://… or sqlite:PATH, got %q",
 			envDatabaseURL, redactURL(raw))}
 	}
 	cfg, err := pgxpool.ParseConfig(raw)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/idemgate/idemgate/migrations"
 )
 
 // newMigrateCmd builds `idemctl migrate`: apply River's and idemgate's
@@ -22,13 +20,13 @@ func newMigrateCmd(a *app) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			pool, err := a.openPostgres(ctx)
+			d, err := a.openDatabase(ctx)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer d.Close()
 
-			res, err := migrations.MigratePostgres(ctx, pool, a.logger)
+			res, err := d.migrate(ctx, a)
 			if err != nil {
 				return fmt.Errorf("migrate: %w", err)
 			}

@@ -385,6 +385,6 @@ func TestOpCommandsRefuseSQLite(t *testing.T) {
 	} {
 		res := idemctl(t.Context(), t, "sqlite:idemgate.db", args...)
 		require.Equal(t, exitUsage, res.code)
-		require.Contains(t, res.stderr, "SQLite support is not built yet")
+		require.Contains(t, res.stderr, "this command needs Postgres")
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
 )
 
 // newSeedCmd builds `idemctl seed --file F`: load a seed file (DESIGN.md's
@@ -37,13 +36,13 @@ func newSeedCmd(a *app) *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			pool, err := a.openPostgres(ctx)
+			d, err := a.openDatabase(ctx)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer d.Close()
 
-			res, err := pgstore.New(pool).Seed(ctx, f)
+			res, err := d.data().Seed(ctx, f)
 			if err != nil {
 				return fmt.Errorf("seed %s: %w", file, err)
 			}

@@ -130,7 +130,28 @@ func TestSeedCommandStdinAndErrors(t *testing.T) {
 	// None of the rejected files loaded anything.
 	require.Equal(t, map[string]int{"orders": 0, "customers": 0, "seats": 0, "users": 1, "api_tokens": 0}, rowCounts(t, pool))
 
-	res = idemctl(ctx, t, "sqlite:idemgate.db", "seed", "--file", writeFile(t, "ok.json", `{}`))
-	require.Equal(t, exitUsage, res.code)
-	require.Contains(t, res.stderr, "SQLite support is not built yet")
+}
+
+func TestMigrateSeedAndTokensOnSQLite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "quickstart.db")
+	res := idemctl(ctx, t, dbURL, "migrate")
+	require.Equal(t, 0, res.code, res.stderr)
+	res = idemctl(ctx, t, dbURL, "migrate")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.JSONEq(t, `{"river_applied":0,"idemgate_applied":0}`, res.stdout)
+
+	seed := writeFile(t, "seed.json", `{"orders":[{"tenant":"acme","order_id":"ord_1","charge_id":"ch_1","amount_cents":100,"currency":"usd"}],
+		"tokens":[{"tenant":"acme","user":"bot","scopes":["billing:refund"],"token":"idg_sqlite_demo"}]}`)
+	for range 2 {
+		res = idemctl(ctx, t, dbURL, "seed", "--file", seed)
+		require.Equal(t, 0, res.code, res.stderr)
+	}
+	res = idemctl(ctx, t, dbURL, "token", "create", "--tenant", "acme", "--user", "u", "--scopes", "operations:read")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.True(t, strings.HasPrefix(strings.TrimSpace(res.stdout), "idg_"))
+	res = idemctl(ctx, t, dbURL, "token", "list", "--tenant", "acme")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, 2, strings.Count(res.stdout, "\n"))
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tenancy"
 )
 
@@ -47,11 +46,11 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			pool, err := a.openPostgres(ctx)
+			d, err := a.openDatabase(ctx)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer d.Close()
 
 			secret, id, err := tenancy.NewToken()
 			if err != nil {
@@ -62,7 +61,7 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 				at := time.Now().Add(expiresIn).UTC()
 				p.ExpiresAt = &at
 			}
-			tok, err := pgstore.New(pool).TokenInsert(ctx, p)
+			tok, err := d.data().TokenInsert(ctx, p)
 			if err != nil {
 				return fmt.Errorf("token create: %w", err)
 			}
@@ -111,13 +110,13 @@ func newTokenRevokeCmd(a *app) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			pool, err := a.openPostgres(ctx)
+			d, err := a.openDatabase(ctx)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer d.Close()
 
-			tok, err := pgstore.New(pool).TokenRevoke(ctx, &store.TokenRevokeParams{ID: args[0], TenantID: tenant})
+			tok, err := d.data().TokenRevoke(ctx, &store.TokenRevokeParams{ID: args[0], TenantID: tenant})
 			if errors.Is(err, domain.ErrNotFound) {
 				if tenant != "" {
 					return fmt.Errorf("token revoke: no token %q in tenant %q", args[0], tenant)
@@ -149,13 +148,13 @@ func newTokenListCmd(a *app) *cobra.Command {
 				return &usageError{errors.New("--tenant is required")}
 			}
 			ctx := cmd.Context()
-			pool, err := a.openPostgres(ctx)
+			d, err := a.openDatabase(ctx)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer d.Close()
 
-			toks, err := pgstore.New(pool).TokenList(ctx, &store.TokenListParams{TenantID: tenant})
+			toks, err := d.data().TokenList(ctx, &store.TokenListParams{TenantID: tenant})
 			if err != nil {
 				return fmt.Errorf("token list: %w", err)
 			}

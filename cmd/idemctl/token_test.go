@@ -179,16 +179,3 @@ func TestTokenCommandsUsage(t *testing.T) {
 		require.Empty(t, n, "no rejected command created a token")
 	})
 }
-
-func TestTokenCommandsRefuseSQLite(t *testing.T) {
-	t.Parallel()
-	for _, args := range [][]string{
-		{"token", "list", "--tenant", "acme"},
-		{"token", "create", "--tenant", "acme", "--user", "u", "--scopes", "ops:admin"},
-		{"token", "revoke", "tok_0000000000000000"},
-	} {
-		res := idemctl(t.Context(), t, "sqlite:idemgate.db", args...)
-		require.Equal(t, exitUsage, res.code)
-		require.Contains(t, res.stderr, "SQLite support is not built yet")
-	}
-}

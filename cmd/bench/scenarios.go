@@ -1,0 +1,1001 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatepg"
+)
+
+// Series are the measured figures; each has one row per concurrency.
+const (
+	sCommit     = "commit"      // claim-shaped one-row insert transactions
+	sBareInsert = "bare_insert" // bare River: InsertTx, one transaction per operation
+	sBareE2E    = "bare_e2e"    // bare River: inserted and worked
+	sIdemAccept = "idem_accept" // idemgate in process: gate.Claim accepted
+	sIdemE2E    = "idem_e2e"    // idemgate in process: accepted and worked
+	sMCPAccept  = "mcp_accept"  // idemgate over MCP: accepted
+	sMCPE2E     = "mcp_e2e"     // idemgate over MCP: accepted and worked
+	sReplay     = "replay"      // in process: retries of terminal claims
+	sReplayMCP  = "replay_mcp"  // over MCP: retries of terminal claims
+
+	// Experiments: not the product, a measurement of what one part costs.
+	sXNoNotifyAccept = "x_nonotify_accept" // idemgate in process with the NOTIFY trigger disabled
+	sXNoNotifyE2E    = "x_nonotify_e2e"
+)
+
+var seriesLabel = map[string]string{
+	sCommit:     "commit limit: claim-shaped insert tx",
+	sBareInsert: "bare River: InsertTx (accept)",
+	sBareE2E:    "bare River: end to end",
+	sIdemAccept: "idemgate in-process: accept",
+	sIdemE2E:    "idemgate in-process: end to end",
+	sMCPAccept:  "idemgate MCP/HTTP: accept",
+	sMCPE2E:     "idemgate MCP/HTTP: end to end",
+	sReplay:     "idemgate in-process: replay",
+	sReplayMCP:  "idemgate MCP/HTTP: replay",
+
+	sXNoNotifyAccept: "experiment, NOTIFY trigger off: accept",
+	sXNoNotifyE2E:    "experiment, NOTIFY trigger off: end to end",
+}
+
+// row is one measured figure.
+type row struct {
+	Series string
+	Conc   int
+	N      int
+	Errors int
+	Rate   float64
+	P50    time.Duration
+	P99    time.Duration
+	CPU    cpuUsage
+	Note   string
+}
+
+// cpuPerOp is CPU milliseconds per operation, harness + Postgres: what an
+// operation costs, whatever else shares the machine.
+func (r *row) cpuPerOp() string {
+	if r.N == 0 || r.CPU.Seconds == 0 {
+		return "–"
+	}
+	per := func(cores float64) float64 { return cores * r.CPU.Seconds / float64(r.N) * 1000 }
+	return fmt.Sprintf("%.2f + %.2f", per(r.CPU.HarnessCores), per(r.CPU.PGCores))
+}
+
+func (r *row) walPerOp() string {
+	if r.N == 0 || r.CPU.WALBytes == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f kB", float64(r.CPU.WALBytes)/float64(r.N)/1000)
+}
+
+// runner runs the scenarios and collects their figures.
+type runner struct {
+	srv        *dbServer
+	tn         tuning
+	logger     *slog.Logger
+	d          time.Duration
+	profileDir string
+	progress   func(format string, args ...any)
+
+	mu        sync.Mutex
+	rows      []row
+	checks    []string // write checks and their verdicts
+	storms    []stormResult
+	growthRes *growthResult
+}
+
+func (r *runner) add(rw row) {
+	r.mu.Lock()
+	r.rows = append(r.rows, rw)
+	r.mu.Unlock()
+	note := ""
+	if rw.Note != "" {
+		note = "  [" + rw.Note + "]"
+	}
+	r.progress("%-42s c=%-3d %7.0f/s  p50 %-8s p99 %-8s cpu ms/op %s  cores %s  wal/op %s%s",
+		seriesLabel[rw.Series], rw.Conc, rw.Rate, fmtDur(rw.P50), fmtDur(rw.P99), rw.cpuPerOp(), rw.CPU, rw.walPerOp(), note)
+}
+
+func (r *runner) find(series string, c int) *row {
+	for i := range r.rows {
+		if r.rows[i].Series == series && r.rows[i].Conc == c {
+			return &r.rows[i]
+		}
+	}
+	return nil
+}
+
+// profile starts a CPU profile of this process named after the figure,
+// when profiling is on; with pg_stat_statements in the server's admin
+// database it also resets the statement statistics and, when the figure
+// ends, writes its top statements beside the profile.
+func (r *runner) profile(name string) func() {
+	if r.profileDir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(r.profileDir, name+".pprof"))
+	if err != nil {
+		r.progress("profile %s: %v", name, err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return func() {}
+	}
+	stopStatements := r.statements(name)
+	return func() { pprof.StopCPUProfile(); f.Close(); stopStatements() }
+}
+
+// sqlTopStatements is pg_stat_statements' view of a figure: where the
+// database's time went, per statement.
+const sqlTopStatements = `
+SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), rows,
+	shared_blks_hit + shared_blks_read, wal_records, wal_fpi, wal_bytes,
+	left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+FROM pg_stat_statements
+WHERE query NOT LIKE '%pg_stat_statements%'
+ORDER BY total_exec_time DESC
+LIMIT 25`
+
+func (r *runner) statements(name string) func() {
+	ctx := context.Background()
+	conn, err := connectAdmin(ctx, r.srv.adminURL)
+	if err != nil {
+		return func() {}
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		_ = conn.Close(ctx)
+		return func() {} // not installed: CPU profile only
+	}
+	return func() {
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, sqlTopStatements)
+		if err != nil {
+			return
+		}
+		defer rows.Close()
+		var b strings.Builder
+		fmt.Fprintf(&b, "%8s %10s %8s %8s %9s %8s %6s %10s  %s\n", "calls", "total ms", "mean ms", "rows", "blocks", "wal rec", "fpi", "wal bytes", "statement")
+		for rows.Next() {
+			var (
+				calls, nrows, blks, walRec, fpi int64
+				total, mean                     float64
+				walBytes                        float64
+				q                               string
+			)
+			if err := rows.Scan(&calls, &total, &mean, &nrows, &blks, &walRec, &fpi, &walBytes, &q); err != nil {
+				return
+			}
+			fmt.Fprintf(&b, "%8d %10.1f %8.3f %8d %9d %8d %6d %10.0f  %s\n", calls, total, mean, nrows, blks, walRec, fpi, walBytes, q)
+		}
+		_ = os.WriteFile(filepath.Join(r.profileDir, name+".statements.txt"), []byte(b.String()), 0o644)
+	}
+}
+
+// --- operations ---
+
+func randomKey() string { return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()) }
+
+func creditArgs(key string) (customer string, amount int64, raw []byte) {
+	customer = customerID(rand.IntN(customers))
+	amount = int64(1 + rand.IntN(10_000))
+	raw = fmt.Appendf(nil, `{"customer_id":%q,"amount_cents":%d,"currency":"usd","idempotency_key":%q}`, customer, amount, key)
+	return customer, amount, raw
+}
+
+var benchActor = domain.Actor{TenantID: benchTenant, UserID: "bench-agent", TokenID: "bench", Scopes: []string{"billing:credit"}}
+
+// claimInProcess is what the api does for a mutation, minus HTTP and MCP:
+// decode once, fingerprint, claim.
+func claimInProcess(ctx context.Context, g *gate.Gate, raw []byte) (*gate.ClaimResult, error) {
+	args, err := gate.DecodeArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	intent, err := g.NewIntent("apply_credit", args)
+	if err != nil {
+		return nil, err
+	}
+	return g.Claim(ctx, &gate.ClaimParams{Actor: benchActor, RequestID: "bench", Intent: intent})
+}
+
+type mcpAnswer struct {
+	Outcome  domain.Outcome `json:"outcome"`
+	Replayed bool           `json:"replayed"`
+	Error    *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	Operation *domain.Operation `json:"operation"`
+}
+
+func callMCP(ctx context.Context, s *mcp.ClientSession, raw []byte) (*mcpAnswer, error) {
+	var args map[string]any
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return nil, err
+	}
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "apply_credit", Arguments: args})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Content) != 1 {
+		return nil, fmt.Errorf("tool result has %d content items", len(res.Content))
+	}
+	text, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		return nil, fmt.Errorf("tool result is %T", res.Content[0])
+	}
+	var ans mcpAnswer
+	if err := json.Unmarshal([]byte(text.Text), &ans); err != nil {
+		return nil, err
+	}
+	if res.IsError {
+		if ans.Error != nil {
+			return &ans, fmt.Errorf("tool error %s: %s", ans.Error.Code, ans.Error.Message)
+		}
+		return &ans, fmt.Errorf("tool error: %s", text.Text)
+	}
+	return &ans, nil
+}
+
+func sessions(ctx context.Context, url string, n int) ([]*mcp.ClientSession, func(), error) {
+	hc := httpClient(n)
+	out := make([]*mcp.ClientSession, 0, n)
+	closeAll := func() {
+		for _, s := range out {
+			_ = s.Close()
+		}
+		hc.CloseIdleConnections()
+	}
+	for range n {
+		s, err := mcpSession(ctx, url, hc)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		out = append(out, s)
+	}
+	return out, closeAll, nil
+}
+
+// --- 1. commit limit ---
+
+// commitLimit measures one-row insert transactions shaped like a claim: the
+// gate's own INSERT … ON CONFLICT DO NOTHING RETURNING into
+// idempotency_claims (its unique indexes and all), autocommitted, on a pool
+// of c connections. Nothing else: the database's commit rate on this disk.
+func (r *runner) commitLimit(ctx context.Context, c int) error {
+	db, err := r.srv.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.drop()
+	pool, err := db.openPool(ctx, int32(c))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st := gatepg.New(pool)
+	smp, err := newSampler(ctx, r.srv.adminURL, db.name)
+	if err != nil {
+		return err
+	}
+	defer smp.close()
+
+	stopProf := r.profile(fmt.Sprintf("%s-c%d", sCommit, c))
+	a := smp.snap(ctx)
+	res := closedLoop(ctx, c, r.d, func(ctx context.Context, _, _ int) error {
+		key := randomKey()
+		_, _, raw := creditArgs(key)
+		_, err := st.ClaimInsert(ctx, &gate.ClaimInsertParams{
+			OperationID: uuid.NewString(), TenantID: benchTenant, Tool: "apply_credit", IdempotencyKey: key,
+			UserID: "bench-agent", Args: raw, ArgsHash: randomKey() + randomKey(), TTL: 24 * time.Hour,
+		})
+		return err
+	})
+	b := smp.snap(ctx)
+	stopProf()
+	r.add(row{Series: sCommit, Conc: c, N: res.N, Errors: res.Errors, Rate: res.rate(),
+		P50: percentile(res.Lat, 50), P99: percentile(res.Lat, 99), CPU: usage(a, b), Note: errNote(res)})
+	return nil
+}
+
+// forEach calls fn for 0..n-1 on c goroutines and returns the first error.
+func forEach(ctx context.Context, n, c int, fn func(ctx context.Context, i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		next  int
+		first error
+	)
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next == n || first != nil {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				if err := fn(ctx, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+func errNote(res *loadResult) string {
+	if res.Errors == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d errors, first: %v", res.Errors, res.FirstErr)
+}
+
+// --- 2, 3: bare River and idemgate, accept and end to end ---
+
+// e2eSpec is one way of accepting operations that a worker then carries out
+// by writing one ledger row each.
+type e2eSpec struct {
+	accept, e2e string
+	// start brings the system up on db and returns the accept operation.
+	start func(ctx context.Context, db *benchDB, c int) (op func(ctx context.Context, w, i int) error, stop func(), err error)
+}
+
+// runE2E runs c clients accepting operations for r.d while the workers run,
+// then waits until every accepted operation has its ledger row. The accept
+// figure is accepts over the window; the end-to-end figure is operations
+// over the time from the first accept to the last ledger row. db nil means
+// a fresh database.
+func (r *runner) runE2E(ctx context.Context, db *benchDB, c int, spec e2eSpec, checkpoint bool) (accept, e2e *row, err error) {
+	if db == nil {
+		if db, err = r.srv.create(ctx); err != nil {
+			return nil, nil, err
+		}
+		defer db.drop()
+	}
+	op, stop, err := spec.start(ctx, db, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stop()
+	smp, err := newSampler(ctx, r.srv.adminURL, db.name)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer smp.close()
+	if checkpoint {
+		if _, err := smp.admin.Exec(ctx, "CHECKPOINT"); err != nil {
+			return nil, nil, err
+		}
+	}
+	pool, err := db.openPool(ctx, 2)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pool.Close()
+	var before int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries`).Scan(&before); err != nil {
+		return nil, nil, err
+	}
+
+	stopProf := r.profile(fmt.Sprintf("%s-c%d", spec.e2e, c))
+	a := smp.snap(ctx)
+	res := closedLoop(ctx, c, r.d, op)
+	b := smp.snap(ctx)
+	done, got, werr := waitLedger(ctx, pool, before+res.N, max(60*time.Second, 10*r.d))
+	cs := smp.snap(ctx)
+	stopProf()
+
+	accept = &row{Series: spec.accept, Conc: c, N: res.N, Errors: res.Errors, Rate: res.rate(),
+		P50: percentile(res.Lat, 50), P99: percentile(res.Lat, 99), CPU: usage(a, b), Note: errNote(res)}
+	e2e = &row{Series: spec.e2e, Conc: c, N: res.N, CPU: usage(a, cs)}
+	if werr != nil {
+		e2e.Note = werr.Error()
+		e2e.N = got - before
+		e2e.Rate = float64(got-before) / cs.at.Sub(res.Start).Seconds()
+	} else {
+		e2e.Rate = float64(res.N) / done.Sub(res.Start).Seconds()
+		e2e.Note = fmt.Sprintf("drained %s after the window", fmtDur(done.Sub(res.Start.Add(res.Elapsed))))
+	}
+	return accept, e2e, nil
+}
+
+func (r *runner) bareSpec() e2eSpec {
+	return e2eSpec{accept: sBareInsert, e2e: sBareE2E,
+		start: func(ctx context.Context, db *benchDB, _ int) (func(context.Context, int, int) error, func(), error) {
+			s, err := startBare(ctx, db, r.tn, r.logger)
+			if err != nil {
+				return nil, nil, err
+			}
+			op := func(ctx context.Context, _, _ int) error {
+				customer, amount, _ := creditArgs("")
+				return s.insert(ctx, bareArgs{TenantID: benchTenant, CustomerID: customer, AmountCents: amount, Key: randomKey()})
+			}
+			return op, s.stop, nil
+		}}
+}
+
+func (r *runner) idemSpec() e2eSpec {
+	return e2eSpec{accept: sIdemAccept, e2e: sIdemE2E,
+		start: func(ctx context.Context, db *benchDB, _ int) (func(context.Context, int, int) error, func(), error) {
+			s, err := startIdem(ctx, db, r.tn, r.logger, stackOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			g := s.api.Gate
+			op := func(ctx context.Context, _, _ int) error {
+				_, _, raw := creditArgs(randomKey())
+				res, err := claimInProcess(ctx, g, raw)
+				if err != nil {
+					return err
+				}
+				if res.Outcome != domain.OutcomeAccepted {
+					return fmt.Errorf("outcome %s, want accepted", res.Outcome)
+				}
+				return nil
+			}
+			return op, s.stop, nil
+		}}
+}
+
+// noNotifySpec is idemSpec on a database whose claims table does not
+// NOTIFY on terminal transitions: an experiment that prices the NOTIFY
+// (whose commit-time lock serializes every notifying commit in the
+// cluster). No caller waits in these figures, so nothing misses a wake-up.
+func (r *runner) noNotifySpec() e2eSpec {
+	inner := r.idemSpec()
+	return e2eSpec{accept: sXNoNotifyAccept, e2e: sXNoNotifyE2E,
+		start: func(ctx context.Context, db *benchDB, c int) (func(context.Context, int, int) error, func(), error) {
+			pool, err := db.openPool(ctx, 1)
+			if err != nil {
+				return nil, nil, err
+			}
+			_, err = pool.Exec(ctx, `ALTER TABLE idempotency_claims DISABLE TRIGGER idempotency_claims_notify_terminal`)
+			pool.Close()
+			if err != nil {
+				return nil, nil, err
+			}
+			return inner.start(ctx, db, c)
+		}}
+}
+
+func (r *runner) mcpSpec() e2eSpec {
+	return e2eSpec{accept: sMCPAccept, e2e: sMCPE2E,
+		start: func(ctx context.Context, db *benchDB, c int) (func(context.Context, int, int) error, func(), error) {
+			s, err := startIdem(ctx, db, r.tn, r.logger, stackOptions{http: true})
+			if err != nil {
+				return nil, nil, err
+			}
+			ss, closeSessions, err := sessions(ctx, s.url, c)
+			if err != nil {
+				s.stop()
+				return nil, nil, err
+			}
+			op := func(ctx context.Context, w, _ int) error {
+				_, _, raw := creditArgs(randomKey())
+				ans, err := callMCP(ctx, ss[w], raw)
+				if err != nil {
+					return err
+				}
+				if ans.Outcome != domain.OutcomeAccepted {
+					return fmt.Errorf("outcome %s, want accepted", ans.Outcome)
+				}
+				return nil
+			}
+			return op, func() { closeSessions(); s.stop() }, nil
+		}}
+}
+
+func (r *runner) e2eLevel(ctx context.Context, spec e2eSpec, c int) error {
+	accept, e2e, err := r.runE2E(ctx, nil, c, spec, false)
+	if err != nil {
+		return err
+	}
+	r.add(*accept)
+	r.add(*e2e)
+	return nil
+}
+
+// --- 4. replay ---
+
+// writeFingerprint is a digest of every version of every claim row and claim
+// job row (ctid and xmin change with any write, HOT or not) and the number
+// of ledger rows: equal before and after means the replays wrote none of
+// them.
+const sqlWriteFingerprint = `
+SELECT (SELECT md5(string_agg(ctid::text || xmin::text, ',' ORDER BY id)) FROM idempotency_claims)
+	|| '/' || (SELECT md5(coalesce(string_agg(ctid::text || xmin::text, ',' ORDER BY id), '')) FROM river_job WHERE kind = 'apply_credit')
+	|| '/' || (SELECT count(*) FROM ledger_entries)::text`
+
+// replay prepares terminal claims, then retries them with their own
+// arguments at every concurrency, in process and over MCP, and checks that
+// the retries wrote one audit row each and nothing else.
+func (r *runner) replay(ctx context.Context, concs []int, keys int) error {
+	db, err := r.srv.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.drop()
+	s, err := startIdem(ctx, db, r.tn, r.logger, stackOptions{http: true})
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	pool, err := db.openPool(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	// Prepare: accept every key and let the workers finish them.
+	raws := make([][]byte, keys)
+	for i := range raws {
+		_, _, raws[i] = creditArgs(randomKey())
+	}
+	if err := forEach(ctx, len(raws), 16, func(ctx context.Context, i int) error {
+		_, err := claimInProcess(ctx, s.api.Gate, raws[i])
+		return err
+	}); err != nil {
+		return fmt.Errorf("replay: prepare: %w", err)
+	}
+	if _, _, err := waitLedger(ctx, pool, keys, 2*time.Minute); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	var succeeded int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_claims WHERE status = 'succeeded'`).Scan(&succeeded); err != nil {
+		return err
+	}
+	if succeeded != keys {
+		return fmt.Errorf("replay: %d of %d claims succeeded", succeeded, keys)
+	}
+
+	smp, err := newSampler(ctx, r.srv.adminURL, db.name)
+	if err != nil {
+		return err
+	}
+	defer smp.close()
+
+	measure := func(series string, c int, op func(ctx context.Context, w, i int) error) error {
+		var fp0, fp1 string
+		var audit0, audit1, other int64
+		if err := pool.QueryRow(ctx, sqlWriteFingerprint).Scan(&fp0); err != nil {
+			return err
+		}
+		if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM audit_events`).Scan(&audit0); err != nil {
+			return err
+		}
+		stopProf := r.profile(fmt.Sprintf("%s-c%d", series, c))
+		a := smp.snap(ctx)
+		res := closedLoop(ctx, c, min(r.d, 5*time.Second), op)
+		b := smp.snap(ctx)
+		stopProf()
+		time.Sleep(100 * time.Millisecond) // let a cancelled call's audit row land
+		if err := pool.QueryRow(ctx, sqlWriteFingerprint).Scan(&fp1); err != nil {
+			return err
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE decision = 'replayed'), count(*) FILTER (WHERE decision <> 'replayed') FROM audit_events WHERE id > $1`, audit0).Scan(&audit1, &other); err != nil {
+			return err
+		}
+		rw := row{Series: series, Conc: c, N: res.N, Errors: res.Errors, Rate: res.rate(),
+			P50: percentile(res.Lat, 50), P99: percentile(res.Lat, 99), CPU: usage(a, b), Note: errNote(res)}
+		verdict := "ok"
+		switch {
+		case fp0 != fp1:
+			verdict = "FAILED: a claim, claim job or ledger row was written"
+		case other != 0:
+			verdict = fmt.Sprintf("FAILED: %d audit rows other than replayed", other)
+		case audit1 < int64(res.N) || audit1 > int64(res.N+res.Errors+c):
+			verdict = fmt.Sprintf("FAILED: %d replayed audit rows for %d replays", audit1, res.N)
+		}
+		if verdict != "ok" {
+			rw.Note = strings.TrimSpace(rw.Note + " " + verdict)
+		}
+		r.mu.Lock()
+		r.checks = append(r.checks, fmt.Sprintf("%s c=%d: %d replays wrote %d replayed audit rows; claims, claim jobs and ledger unchanged: %s",
+			seriesLabel[series], c, res.N, audit1, verdict))
+		r.mu.Unlock()
+		r.add(rw)
+		return nil
+	}
+
+	for _, c := range concs {
+		err := measure(sReplay, c, func(ctx context.Context, _, _ int) error {
+			res, err := claimInProcess(ctx, s.api.Gate, raws[rand.IntN(len(raws))])
+			if err != nil {
+				return err
+			}
+			if res.Outcome != domain.OutcomeReplayed {
+				return fmt.Errorf("outcome %s, want replayed", res.Outcome)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, c := range concs {
+		ss, closeSessions, err := sessions(ctx, s.url, c)
+		if err != nil {
+			return err
+		}
+		err = measure(sReplayMCP, c, func(ctx context.Context, w, _ int) error {
+			ans, err := callMCP(ctx, ss[w], raws[rand.IntN(len(raws))])
+			if err != nil {
+				return err
+			}
+			if ans.Outcome != domain.OutcomeReplayed {
+				return fmt.Errorf("outcome %s, want replayed", ans.Outcome)
+			}
+			return nil
+		})
+		closeSessions()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// --- 5. retry storm ---
+
+type stormResult struct {
+	Via       string // MCP or REST
+	Calls     int
+	Errors    int
+	Outcomes  map[domain.Outcome]int
+	P50, P99  time.Duration
+	Max       time.Duration
+	Effects   int // ledger rows of the operation
+	Jobs      int
+	Claims    int
+	AuditRows int
+	Settled   time.Duration // first call to terminal claim
+	CPU       cpuUsage
+	FirstErr  string
+}
+
+// storm fires size identical apply_credit calls at once over MCP at an api
+// with IDEMGATE_WAIT=0, and counts the effects (ledger rows) per storm.
+func (r *runner) storm(ctx context.Context, storms, size int) error {
+	db, err := r.srv.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.drop()
+	s, err := startIdem(ctx, db, r.tn, r.logger, stackOptions{http: true})
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	pool, err := db.openPool(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	hc := httpClient(size)
+	defer hc.CloseIdleConnections()
+	session, err := mcpSession(ctx, s.url, hc)
+	if err != nil {
+		return err
+	}
+	defer session.Close()
+	smp, err := newSampler(ctx, r.srv.adminURL, db.name)
+	if err != nil {
+		return err
+	}
+	defer smp.close()
+
+	// restCall is the REST twin of the call: the same gate behind plain
+	// HTTP, to show what the MCP layer costs on top.
+	restCall := func(ctx context.Context, key string, raw []byte) (domain.Outcome, error) {
+		var args map[string]any
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return "", err
+		}
+		delete(args, "idempotency_key")
+		body, _ := json.Marshal(args)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/tools/apply_credit", bytes.NewReader(body))
+		if err != nil {
+			return "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		var ans mcpAnswer
+		if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+			return "", fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
+		}
+		if resp.StatusCode >= 400 && resp.StatusCode != http.StatusConflict {
+			return "", fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		if ans.Outcome == "" && resp.StatusCode == http.StatusConflict {
+			return domain.OutcomeInFlight, nil
+		}
+		return ans.Outcome, nil
+	}
+
+	one := func(measured bool, via string) error {
+		key := "storm-" + randomKey()
+		_, _, raw := creditArgs(key)
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+			lat   = make([]time.Duration, size)
+			outs  = make([]domain.Outcome, size)
+			errs  = make([]error, size)
+		)
+		for i := range size {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				t0 := time.Now()
+				var (
+					out domain.Outcome
+					err error
+				)
+				if via == "REST" {
+					out, err = restCall(ctx, key, raw)
+				} else {
+					var ans *mcpAnswer
+					if ans, err = callMCP(ctx, session, raw); err == nil {
+						out = ans.Outcome
+					}
+				}
+				lat[i] = time.Since(t0)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				outs[i] = out
+			}()
+		}
+		time.Sleep(50 * time.Millisecond) // every goroutine parked on start
+		a := smp.snap(ctx)
+		t0 := time.Now()
+		close(start)
+		wg.Wait()
+		b := smp.snap(ctx)
+		// Wait for the one operation to finish.
+		var settled time.Duration
+		for {
+			var status string
+			err := pool.QueryRow(ctx, `SELECT status FROM idempotency_claims WHERE tenant_id = $1 AND tool = 'apply_credit' AND idempotency_key = $2`, benchTenant, key).Scan(&status)
+			if err == nil && (status == "succeeded" || status == "failed") {
+				settled = time.Since(t0)
+				break
+			}
+			if time.Since(t0) > time.Minute {
+				return fmt.Errorf("storm: claim %s not terminal after a minute (status %q, err %v)", key, status, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !measured {
+			return nil
+		}
+		sr := stormResult{Via: via, Calls: size, Outcomes: map[domain.Outcome]int{}, Settled: settled, CPU: usage(a, b)}
+		ok := lat[:0:0]
+		for i := range size {
+			if errs[i] != nil {
+				sr.Errors++
+				if sr.FirstErr == "" {
+					sr.FirstErr = errs[i].Error()
+				}
+				continue
+			}
+			sr.Outcomes[outs[i]]++
+			ok = append(ok, lat[i])
+		}
+		sr.P50, sr.P99, sr.Max = percentile(ok, 50), percentile(ok, 99), percentile(ok, 100)
+		err := pool.QueryRow(ctx, `
+SELECT (SELECT count(*) FROM ledger_entries l JOIN idempotency_claims c ON c.operation_id = l.operation_id
+        WHERE c.tenant_id = $1 AND c.idempotency_key = $2),
+       (SELECT count(*) FROM river_job WHERE args->>'idempotency_key' = $2),
+       (SELECT count(*) FROM idempotency_claims WHERE idempotency_key = $2),
+       (SELECT count(*) FROM audit_events WHERE idempotency_key = $2 AND decision IN ('accepted', 'replayed', 'in_flight', 'conflict'))`,
+			benchTenant, key).Scan(&sr.Effects, &sr.Jobs, &sr.Claims, &sr.AuditRows)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.storms = append(r.storms, sr)
+		r.mu.Unlock()
+		r.progress("storm of %d over %s: p50 %s p99 %s max %s, outcomes %v, errors %d (first: %s), effects %d, jobs %d, claims %d, call audit rows %d, settled in %s, cpu %s",
+			size, via, fmtDur(sr.P50), fmtDur(sr.P99), fmtDur(sr.Max), sr.Outcomes, sr.Errors, sr.FirstErr, sr.Effects, sr.Jobs, sr.Claims, sr.AuditRows, fmtDur(sr.Settled), sr.CPU)
+		return nil
+	}
+	// The first storm opens the client's connections and warms the token
+	// cache; it is not measured.
+	if err := one(false, "MCP"); err != nil {
+		return err
+	}
+	stopProf := r.profile("storm")
+	for range storms {
+		if err := one(true, "MCP"); err != nil {
+			stopProf()
+			return err
+		}
+	}
+	stopProf()
+	stopProf = r.profile("storm_rest")
+	defer stopProf()
+	return one(true, "REST")
+}
+
+// --- 6. growth ---
+
+type growthResult struct {
+	Claims       int
+	LoadTime     time.Duration
+	TableBytes   int64
+	Empty, Full  *row // accepts at growthConc
+	EmptyE2E     *row
+	FullE2E      *row
+	PruneRows    int
+	PruneDeleted int
+	PruneTime    time.Duration
+	PruneCPU     cpuUsage
+}
+
+const growthConc = 32
+
+// growth compares accepts (in process, workers running) on an empty claims
+// table and on one holding claims terminal claims loaded with COPY, then
+// loads pruneRows expired claims beside them and times gate.Prune.
+func (r *runner) growth(ctx context.Context, claims, pruneRows int) error {
+	gr := &growthResult{Claims: claims, PruneRows: pruneRows}
+	spec := r.idemSpec()
+	accept, e2e, err := r.runE2E(ctx, nil, growthConc, spec, true)
+	if err != nil {
+		return err
+	}
+	gr.Empty, gr.EmptyE2E = accept, e2e
+	r.progress("growth, empty claims table:   %9.0f accepts/s, p99 %s, cpu %s", accept.Rate, fmtDur(accept.P99), accept.CPU)
+
+	db, err := r.srv.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.drop()
+	pool, err := db.openPool(ctx, 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	t0 := time.Now()
+	if err := loadClaims(ctx, pool, claims, false); err != nil {
+		return fmt.Errorf("growth: load: %w", err)
+	}
+	gr.LoadTime = time.Since(t0)
+	if _, err := pool.Exec(ctx, "ANALYZE idempotency_claims"); err != nil {
+		return err
+	}
+	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('idempotency_claims')`).Scan(&gr.TableBytes); err != nil {
+		return err
+	}
+	r.progress("growth: loaded %d claims with COPY in %s (%.0f rows/s), table and indexes %d MB",
+		claims, gr.LoadTime.Round(time.Millisecond), float64(claims)/gr.LoadTime.Seconds(), gr.TableBytes>>20)
+	accept, e2e, err = r.runE2E(ctx, db, growthConc, spec, true)
+	if err != nil {
+		return err
+	}
+	gr.Full, gr.FullE2E = accept, e2e
+	r.progress("growth, %d claims: %9.0f accepts/s, p99 %s, cpu %s (%.2f × empty)", claims, accept.Rate, fmtDur(accept.P99), accept.CPU, accept.Rate/gr.Empty.Rate)
+
+	// Pruner: expired claims beside the live ones.
+	if err := loadClaims(ctx, pool, pruneRows, true); err != nil {
+		return fmt.Errorf("growth: load expired: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE idempotency_claims"); err != nil {
+		return err
+	}
+	smp, err := newSampler(ctx, r.srv.adminURL, db.name)
+	if err != nil {
+		return err
+	}
+	defer smp.close()
+	if _, err := smp.admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		return err
+	}
+	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: noEnqueuer{}, Policies: gate.DefaultPolicies(), Logger: r.logger})
+	if err != nil {
+		return err
+	}
+	stopProf := r.profile("prune")
+	a := smp.snap(ctx)
+	t0 = time.Now()
+	n, err := g.Prune(ctx, pruneRows/gate.PruneBatch+10)
+	gr.PruneTime = time.Since(t0)
+	b := smp.snap(ctx)
+	stopProf()
+	if err != nil {
+		return fmt.Errorf("growth: prune: %w", err)
+	}
+	gr.PruneDeleted, gr.PruneCPU = n, usage(a, b)
+	r.progress("growth: gate.Prune deleted %d of %d expired claims in %s: %.0f rows/s, cpu %s",
+		n, pruneRows, gr.PruneTime.Round(time.Millisecond), float64(n)/gr.PruneTime.Seconds(), gr.PruneCPU)
+	r.growthRes = gr
+	return nil
+}
+
+type noEnqueuer struct{}
+
+func (noEnqueuer) JobInsert(context.Context, gate.Tx, *gate.Claim) (int64, error) {
+	return 0, errors.New("bench: the pruner enqueues nothing")
+}
+
+// loadClaims COPYs n terminal (succeeded) apply_credit and refund_order
+// claims of 100 tenants into idempotency_claims, with random keys. Live
+// ones expire a day from now; expired ones expired within the last hour.
+func loadClaims(ctx context.Context, pool *pgxpool.Pool, n int, expired bool) error {
+	cols := []string{"operation_id", "tenant_id", "tool", "idempotency_key", "user_id", "args", "args_hash",
+		"status", "epoch", "attempts", "job_id", "ttl_seconds", "result", "first_called_at", "created_at",
+		"updated_at", "expires_at"}
+	now := time.Now()
+	tenants := make([]string, 100)
+	for i := range tenants {
+		tenants[i] = fmt.Sprintf("tenant_%02d", i)
+	}
+	i := 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		if i == n {
+			return nil, nil
+		}
+		i++
+		tool := "apply_credit"
+		args := fmt.Sprintf(`{"amount_cents":%d,"currency":"usd","customer_id":"cus_%03d"}`, 1+rand.IntN(10000), rand.IntN(1000))
+		if i%3 == 0 {
+			tool = "refund_order"
+			args = fmt.Sprintf(`{"amount_cents":%d,"order_id":"ord_%06d"}`, 1+rand.IntN(10000), rand.IntN(100000))
+		}
+		opID := uuid.New()
+		created := now.Add(-time.Duration(rand.Int64N(int64(23 * time.Hour))))
+		expires := created.Add(24 * time.Hour)
+		if expired {
+			created = now.Add(-25*time.Hour + time.Duration(rand.Int64N(int64(time.Hour))))
+			expires = created.Add(24 * time.Hour)
+		}
+		return []any{
+			opID.String(), tenants[rand.IntN(len(tenants))], tool, randomKey(), "support-bot", args,
+			randomKey() + randomKey(), "succeeded", int64(1), int32(1), int64(rand.Int64N(1 << 40)), int32(86400),
+			fmt.Sprintf(`{"ledger_entry_id":%q}`, opID.String()), created, created, created.Add(time.Second), expires,
+		}, nil
+	})
+	_, err := pool.CopyFrom(ctx, pgx.Identifier{"idempotency_claims"}, cols, src)
+	return err
+}

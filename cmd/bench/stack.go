@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/idemgate/idemgate/app"
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/jobs"
+)
+
+// tuning is applied to bare River and to idemgate alike.
+type tuning struct {
+	// MaxWorkers is the claim queue's (and bare River's queue's) workers.
+	MaxWorkers int
+	// APIConns is the pool of the inserting side: the api process for
+	// idemgate, the inserting client for bare River.
+	APIConns int32
+	// WorkerConns is the worker process's pool.
+	WorkerConns int32
+}
+
+func (t tuning) String() string {
+	return fmt.Sprintf("MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s, inserting pool %d connections, worker pool %d connections",
+		t.MaxWorkers, app.DefaultFetchCooldown, app.DefaultFetchPollInterval, t.APIConns, t.WorkerConns)
+}
+
+// benchConfig is the configuration the api and the worker run with. The
+// Stripe and SMTP settings are placeholders: apply_credit calls neither.
+func benchConfig(dbURL string, wait time.Duration) *config.Config {
+	cfg := config.Defaults()
+	cfg.DatabaseURL = dbURL
+	cfg.Wait = wait
+	cfg.StripeAPIKey = "sk_test_bench"
+	cfg.StripeAPIBase = "http://127.0.0.1:9"
+	cfg.Secret = strings.Repeat("b", 32)
+	return cfg
+}
+
+// idemStack is idemgate as deployed, in this process: the api (app's
+// assembly, its pool, its LISTEN connection), optionally served over HTTP
+// on a loopback port, and the worker (app.NewWorker: the real jobs.Runner
+// workers, reaper and pruner) on a pool of its own.
+type idemStack struct {
+	apiPool, workerPool *pgxpool.Pool
+	api                 *app.API
+	worker              *app.Worker
+	url                 string // http://127.0.0.1:port when served
+
+	cancel func()
+	wg     sync.WaitGroup
+	srv    *http.Server
+}
+
+type stackOptions struct {
+	wait     time.Duration
+	http     bool
+	noWorker bool
+}
+
+func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger, o stackOptions) (*idemStack, error) {
+	s := &idemStack{}
+	var err error
+	if s.apiPool, err = db.openPool(ctx, tn.APIConns); err != nil {
+		return nil, err
+	}
+	cfg := benchConfig(db.url, o.wait)
+	// The per-tenant rate limit (50 calls/s, burst 200, by default) is off:
+	// one tenant drives all the load here, and the limiter would be measured
+	// instead of the gate.
+	s.api, err = app.NewAPIWithOptions(cfg, s.apiPool, logger, &app.APIOptions{
+		RateLimit: -1,
+		Getenv:    func(string) string { return "" },
+	})
+	if err != nil {
+		s.apiPool.Close()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.api.Run(runCtx) }()
+
+	if !o.noWorker {
+		if s.workerPool, err = db.openPool(ctx, tn.WorkerConns); err != nil {
+			s.stop()
+			return nil, err
+		}
+		s.worker, err = app.NewWorker(cfg, s.workerPool, logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers})
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.worker.Run(runCtx, 10*time.Second); err != nil {
+				logger.Error("bench: worker stopped", "error", err)
+			}
+		}()
+	}
+	if o.http {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		s.srv = &http.Server{Handler: s.api.Handler, ReadHeaderTimeout: 5 * time.Second}
+		s.url = "http://" + ln.Addr().String()
+		go func() { _ = s.srv.Serve(ln) }()
+	}
+	// Let the LISTEN connection and River's producers come up.
+	time.Sleep(300 * time.Millisecond)
+	return s, nil
+}
+
+func (s *idemStack) stop() {
+	if s.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.srv.Shutdown(ctx)
+		cancel()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	if s.workerPool != nil {
+		s.workerPool.Close()
+	}
+	if s.apiPool != nil {
+		s.apiPool.Close()
+	}
+}
+
+// bearer adds the benchmark token to every request.
+type bearer struct{ rt http.RoundTripper }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+benchToken)
+	return b.rt.RoundTrip(r)
+}
+
+// httpClient returns a client whose keep-alive pool holds conns connections
+// to the api, so that the load reuses them.
+func httpClient(conns int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = conns + 16
+	tr.MaxIdleConnsPerHost = conns + 16
+	return &http.Client{Transport: bearer{rt: tr}, Timeout: 60 * time.Second}
+}
+
+// mcpSession connects an official go-sdk client over Streamable HTTP.
+func mcpSession(ctx context.Context, url string, hc *http.Client) (*mcp.ClientSession, error) {
+	client := mcp.NewClient(&mcp.Implementation{Name: "idemgate-bench", Version: "1"}, nil)
+	return client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:             url + "/mcp",
+		HTTPClient:           hc,
+		DisableStandaloneSSE: true,
+		MaxRetries:           -1,
+	}, nil)
+}
+
+// --- bare River ---
+
+// bareArgs is bare River's job: the operation travels in the job's args.
+type bareArgs struct {
+	TenantID    string `json:"tenant_id"`
+	CustomerID  string `json:"customer_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Key         string `json:"key"`
+}
+
+func (bareArgs) Kind() string { return "bench_bare_credit" }
+
+// bareWorker writes the domain row (one ledger entry, the row apply_credit
+// writes) and completes the job in the same transaction.
+type bareWorker struct {
+	river.WorkerDefaults[bareArgs]
+	pool *pgxpool.Pool
+}
+
+const sqlBareLedger = `INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
+VALUES ($1, $2, $3, $4, 'usd', '')`
+
+func (w *bareWorker) Work(ctx context.Context, job *river.Job[bareArgs]) error {
+	tx, err := w.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, sqlBareLedger, job.Args.TenantID, job.Args.CustomerID, uuid.New(), job.Args.AmountCents); err != nil {
+		return err
+	}
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// bareStack is plain River tuned like idemgate's worker: an insert-only
+// client on the inserting pool (as the api has), and a worker client with
+// app's FetchCooldown, FetchPollInterval and MaxWorkers on a pool the size
+// of the worker's.
+type bareStack struct {
+	insertPool, workerPool *pgxpool.Pool
+	inserter               *river.Client[pgx.Tx]
+	worker                 *river.Client[pgx.Tx]
+}
+
+func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger) (*bareStack, error) {
+	s := &bareStack{}
+	var err error
+	if s.insertPool, err = db.openPool(ctx, tn.APIConns); err != nil {
+		return nil, err
+	}
+	if s.workerPool, err = db.openPool(ctx, tn.WorkerConns); err != nil {
+		s.insertPool.Close()
+		return nil, err
+	}
+	if s.inserter, err = river.NewClient(riverpgxv5.New(s.insertPool), &river.Config{Logger: logger}); err != nil {
+		s.stop()
+		return nil, err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &bareWorker{pool: s.workerPool})
+	inflight := config.DefaultInflightTimeout
+	s.worker, err = river.NewClient(riverpgxv5.New(s.workerPool), &river.Config{
+		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: tn.MaxWorkers}},
+		Workers:              workers,
+		FetchCooldown:        app.DefaultFetchCooldown,
+		FetchPollInterval:    app.DefaultFetchPollInterval,
+		JobTimeout:           jobs.JobTimeout(inflight),
+		RescueStuckJobsAfter: inflight + 2*config.DefaultReaperInterval,
+		Logger:               logger,
+	})
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	if err := s.worker.Start(context.WithoutCancel(ctx)); err != nil {
+		s.stop()
+		return nil, err
+	}
+	time.Sleep(300 * time.Millisecond)
+	return s, nil
+}
+
+// insert inserts one operation in its own transaction with InsertTx.
+func (s *bareStack) insert(ctx context.Context, args bareArgs) error {
+	tx, err := s.insertPool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := s.inserter.InsertTx(ctx, tx, args, jobs.InsertOpts()); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (s *bareStack) stop() {
+	if s.worker != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.worker.Stop(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			_ = err
+		}
+		cancel()
+	}
+	if s.workerPool != nil {
+		s.workerPool.Close()
+	}
+	if s.insertPool != nil {
+		s.insertPool.Close()
+	}
+}
