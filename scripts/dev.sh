@@ -66,6 +66,12 @@ export IDEMGATE_API_ADDR="${IDEMGATE_API_ADDR:-127.0.0.1:8080}"
 token=idg_demo_acme_support_bot
 
 # 3. The api with its embedded worker.
+host=${IDEMGATE_API_ADDR%:*}
+port=${IDEMGATE_API_ADDR##*:}
+if (exec 3<>"/dev/tcp/${host:-127.0.0.1}/$port") 2>/dev/null; then
+	log "$IDEMGATE_API_ADDR is already in use (another dev.sh?); stop it or set IDEMGATE_API_ADDR=127.0.0.1:PORT"
+	exit 1
+fi
 log "starting the api on $IDEMGATE_API_ADDR (log: $dev_dir/api.log)"
 "$bin_dir/idemgate-api" >"$dev_dir/api.log" 2>&1 &
 api_pid=$!
