@@ -206,6 +206,29 @@ if [[ -n "$unformatted" ]]; then
 fi
 
 # ---------------------------------------------------------------------------
+# (c2) docker-compose.yml
+# ---------------------------------------------------------------------------
+step="compose"
+# docker-compose.yml must stay valid for users with Docker. No engine runs
+# here: `config -q` only parses and validates the file. Compose v2 (the
+# docker plugin) when present, else Compose v1 (Debian's docker-compose,
+# installed here when missing and apt-get is usable).
+if docker compose version >/dev/null 2>&1; then
+	docker compose config -q
+else
+	if ! command -v docker-compose >/dev/null; then
+		if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+			log "installing docker-compose (Debian) to validate docker-compose.yml"
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+		else
+			log "neither 'docker compose' nor 'docker-compose' is installed: install one to validate docker-compose.yml"
+			exit 1
+		fi
+	fi
+	docker-compose config -q
+fi
+
+# ---------------------------------------------------------------------------
 # (d) go vet
 # ---------------------------------------------------------------------------
 step="go vet"
