@@ -106,7 +106,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	listener := gatepg.NewListener(pool, logger)
 	g, err := gate.New(&gate.Config{
 		Store:    gatepg.New(pool),
-		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient},
+		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: gatepg.Unavailable},
 		Policies: gate.DefaultPolicies(),
 		Waiter:   listener,
 		Logger:   logger,

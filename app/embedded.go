@@ -58,7 +58,7 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 		workerOpts = &WorkerOptions{}
 	}
 	data := sqlitestore.New(db)
-	enqueuer := &jobs.Enqueuer[*sql.Tx]{}
+	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: gatesqlite.Unavailable}
 	g, err := gate.New(&gate.Config{
 		Store:     gatesqlite.New(db),
 		Enqueuer:  enqueuer,

@@ -42,7 +42,7 @@ func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, 
 	}
 	g, err := gate.New(&gate.Config{
 		Store:    gatepg.New(pool),
-		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client},
+		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client, Unavailable: gatepg.Unavailable},
 		Policies: gate.DefaultPolicies(),
 		Logger:   logger,
 	})

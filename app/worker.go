@@ -79,7 +79,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if err != nil {
 		return nil, err
 	}
-	enqueuer := &jobs.Enqueuer[pgx.Tx]{}
+	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: gatepg.Unavailable}
 	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: gate.DefaultPolicies(), Logger: logger})
 	if err != nil {
 		return nil, err
@@ -137,7 +137,7 @@ func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g 
 	if err := jobs.AddWorkers[TDriver](workers, runner); err != nil {
 		return nil, nil, err
 	}
-	river.AddWorker(workers, &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, OnReap: metrics.Reaped})
+	river.AddWorker(workers, &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout, OnReap: metrics.Reaped})
 	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
 	return workers, runner, nil
 }

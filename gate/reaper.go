@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemgate/idemgate/domain"
 )
@@ -31,6 +32,9 @@ type ReapResult struct {
 	GaveUp int
 	// Orphaned claims failed because their job ended without them.
 	Orphaned int
+	// Requeued claims were queued behind a job that a worker fetched and
+	// stopped before taking the lease; a fresh job replaced it.
+	Requeued int
 }
 
 // NothingHappened reports whether a failure with code means the provider
@@ -52,7 +56,12 @@ func NothingHappened(code domain.Code) bool {
 // whose job ended while they were not terminal and held no live lease fail
 // with outcome_unknown (they were attempted) or cancelled (never attempted);
 // they are never re-enqueued behind the attempt budget's back.
-func (g *Gate) Reap(ctx context.Context, jobs JobControl) (*ReapResult, error) {
+//
+// A queued claim whose job River has reported running for longer than
+// staleAfter (the in-flight lease) was fetched by a worker that stopped
+// before taking the lease: it gets a fresh job too, instead of waiting for
+// River's rescuer.
+func (g *Gate) Reap(ctx context.Context, jobs JobControl, staleAfter time.Duration) (*ReapResult, error) {
 	var res ReapResult
 	expired, err := g.store.ClaimListLeaseExpired(ctx, &ClaimListLeaseExpiredParams{Limit: ReapBatch})
 	if err != nil {
@@ -69,6 +78,36 @@ func (g *Gate) Reap(ctx context.Context, jobs JobControl) (*ReapResult, error) {
 			res.GaveUp++
 		default:
 			res.Reclaimed++
+		}
+	}
+	stalled, err := g.store.ClaimListStalled(ctx, &ClaimListStalledParams{Limit: ReapBatch, StaleAfter: staleAfter})
+	if err != nil {
+		return &res, err
+	}
+	for _, c := range stalled {
+		err := g.inTx(ctx, func(tx Tx) error {
+			jobID, err := g.enqueuer.JobInsert(ctx, tx, c)
+			if err != nil {
+				return fmt.Errorf("gate: insert job: %w", err)
+			}
+			requeued, err := tx.ClaimRepoint(ctx, &ClaimRepointParams{ID: c.ID, Epoch: c.Epoch, OldJobID: c.JobID, NewJobID: jobID})
+			if err != nil {
+				return err
+			}
+			// Marked cancelled, River's rescuer cancels the stuck job
+			// rather than retrying it.
+			if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
+				return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
+			}
+			return tx.AuditInsert(ctx, workerAudit(requeued, domain.DecisionReclaimed,
+				fmt.Sprintf("job %d was fetched but never took the lease; job %d replaces it", c.JobID, jobID)))
+		})
+		switch {
+		case errors.Is(err, domain.ErrStateChanged):
+		case err != nil:
+			return &res, err
+		default:
+			res.Requeued++
 		}
 	}
 	orphans, err := g.store.ClaimListOrphaned(ctx, &ClaimListOrphanedParams{Limit: ReapBatch})

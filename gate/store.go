@@ -157,6 +157,13 @@ type Executor interface {
 	// lease, and whose job has ended (completed, cancelled, discarded) or no
 	// longer exists.
 	ClaimListOrphaned(ctx context.Context, params *ClaimListOrphanedParams) ([]*Claim, error)
+	// ClaimListStalled lists queued claims whose job River reports running
+	// since at least StaleAfter: a worker fetched the job and stopped before
+	// it took the lease (a live worker takes it within milliseconds).
+	ClaimListStalled(ctx context.Context, params *ClaimListStalledParams) ([]*Claim, error)
+	// ClaimRepoint points a queued claim, still at Epoch and OldJobID, at a
+	// fresh job, or returns domain.ErrStateChanged.
+	ClaimRepoint(ctx context.Context, params *ClaimRepointParams) (*Claim, error)
 	// ClaimList lists a tenant's claims, newest first, for operators.
 	ClaimList(ctx context.Context, params *ClaimListParams) ([]*Claim, error)
 	// ClaimListLeaseExpired lists running claims whose lease expired.
@@ -290,6 +297,22 @@ type ClaimListOrphanedParams struct {
 	Limit int
 	// Now overrides the database clock; tests only.
 	Now *time.Time
+}
+
+// ClaimListStalledParams are the parameters of Executor.ClaimListStalled.
+type ClaimListStalledParams struct {
+	Limit      int
+	StaleAfter time.Duration
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimRepointParams are the parameters of Executor.ClaimRepoint.
+type ClaimRepointParams struct {
+	ID       int64
+	Epoch    int64
+	OldJobID int64
+	NewJobID int64
 }
 
 // ClaimListParams are the parameters of Executor.ClaimList. Empty fields

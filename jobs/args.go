@@ -9,6 +9,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -85,6 +86,11 @@ func InsertOpts() *river.InsertOpts {
 // transaction. TTx is the driver's transaction type (pgx.Tx, *sql.Tx).
 type Enqueuer[TTx any] struct {
 	Client *river.Client[TTx]
+	// Unavailable, when set, tells a database outage from other insert
+	// errors (gatepg.Unavailable, gatesqlite.Unavailable): those are wrapped
+	// in domain.ErrUnavailable so that callers answer "unavailable, retry"
+	// rather than "internal".
+	Unavailable func(error) bool
 }
 
 // JobInsert implements gate.Enqueuer.
@@ -99,6 +105,9 @@ func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim
 	}
 	res, err := e.Client.InsertTx(ctx, rawTx, args, InsertOpts())
 	if err != nil {
+		if e.Unavailable != nil && e.Unavailable(err) {
+			return 0, fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
+		}
 		return 0, err
 	}
 	return res.Job.ID, nil

@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"tool", "result"}),
 		reaper: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemgate_reaper_claims_total",
-			Help: "Claims handled by the reaper, by action (reclaimed, gave_up, orphaned).",
+			Help: "Claims handled by the reaper, by action (reclaimed, requeued, gave_up, orphaned).",
 		}, []string{"action"}),
 		redrives: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemgate_redrives_total",
@@ -82,4 +82,5 @@ func (m *Metrics) Reaped(r *gate.ReapResult) {
 	m.reaper.WithLabelValues("reclaimed").Add(float64(r.Reclaimed))
 	m.reaper.WithLabelValues("gave_up").Add(float64(r.GaveUp))
 	m.reaper.WithLabelValues("orphaned").Add(float64(r.Orphaned))
+	m.reaper.WithLabelValues("requeued").Add(float64(r.Requeued))
 }

@@ -187,6 +187,18 @@ func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphan
 	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, p.Now)
 }
 
+func (e executor) ClaimListStalled(ctx context.Context, p *gate.ClaimListStalledParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListStalled, p.Limit, p.Now, p.StaleAfter.Seconds())
+}
+
+func (e executor) ClaimRepoint(ctx context.Context, p *gate.ClaimRepointParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, domain.ErrStateChanged
+	}
+	return c, err
+}
+
 func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
 	limit := p.Limit
 	if limit <= 0 {

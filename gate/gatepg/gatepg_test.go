@@ -3,6 +3,7 @@ package gatepg_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -62,6 +63,11 @@ func TestConformance(t *testing.T) {
 						var state string
 						_ = pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", id).Scan(&state)
 						return state
+					},
+					MarkJobRunning: func(ctx context.Context, id int64, since time.Duration) {
+						_, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1,
+							attempted_at = now() - make_interval(secs => $2) WHERE id = $1`, id, since.Seconds())
+						require.NoError(t, err)
 					},
 					JobCount:   count(t, pool, "SELECT count(*) FROM river_job"),
 					ClaimCount: count(t, pool, "SELECT count(*) FROM idempotency_claims"),

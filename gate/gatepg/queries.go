@@ -158,3 +158,20 @@ WHERE ($1 = '' OR tenant_id = $1)
 	AND ($4::timestamptz IS NULL OR updated_at >= $4::timestamptz)
 ORDER BY updated_at DESC, id DESC
 LIMIT $5`
+
+var sqlClaimListStalled = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims c
+WHERE c.status = 'queued'
+	AND EXISTS (
+		SELECT 1 FROM river_job j
+		WHERE j.id = c.job_id AND j.state = 'running'
+			AND j.attempted_at <= coalesce($2::timestamptz, now()) - make_interval(secs => $3::double precision)
+	)
+ORDER BY c.id
+LIMIT $1`
+
+const sqlClaimRepoint = `
+UPDATE idempotency_claims SET job_id = $4, updated_at = now()
+WHERE id = $1 AND status = 'queued' AND epoch = $2 AND job_id = $3
+RETURNING ` + claimColumns + `, false, false`

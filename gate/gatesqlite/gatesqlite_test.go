@@ -64,6 +64,11 @@ func newBundle(t *testing.T) *gatetest.Bundle {
 			_ = db.QueryRowContext(ctx, "SELECT state FROM river_job WHERE id = ?", id).Scan(&state)
 			return state
 		},
+		MarkJobRunning: func(ctx context.Context, id int64, since time.Duration) {
+			_, err := db.ExecContext(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1,
+				attempted_at = datetime('now', 'subsec', ?) WHERE id = ?`, fmt.Sprintf("-%.3f seconds", since.Seconds()), id)
+			require.NoError(t, err)
+		},
 		JobCount:   count(t, db, "SELECT count(*) FROM river_job"),
 		ClaimCount: count(t, db, "SELECT count(*) FROM idempotency_claims"),
 	}

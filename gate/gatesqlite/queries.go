@@ -139,6 +139,25 @@ WHERE c.status IN ('queued', 'running')
 ORDER BY c.id
 LIMIT ?1`
 
+// River's SQLite driver writes attempted_at as datetime('now', 'subsec')
+// ("YYYY-MM-DD HH:MM:SS.SSS"): compare as Julian days, which read both forms.
+var sqlClaimListStalled = `
+SELECT ` + claimColumns + computed("?2") + `
+FROM idempotency_claims c
+WHERE c.status = 'queued'
+	AND EXISTS (
+		SELECT 1 FROM river_job j
+		WHERE j.id = c.job_id AND j.state = 'running'
+			AND julianday(j.attempted_at) <= julianday(` + at("?2") + `) - ?3 / 86400.0
+	)
+ORDER BY c.id
+LIMIT ?1`
+
+var sqlClaimRepoint = `
+UPDATE idempotency_claims SET job_id = ?4, updated_at = ` + sqlNow + `
+WHERE id = ?1 AND status = 'queued' AND epoch = ?2 AND job_id = ?3
+RETURNING ` + claimColumns + notComputed
+
 // ?4 is the Since bound in TimeFormat, or NULL.
 var sqlClaimList = `
 SELECT ` + claimColumns + computed("NULL") + `
@@ -185,6 +204,6 @@ ORDER BY id`
 var allQueries = []string{
 	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimSetJob, sqlClaimLease,
 	sqlClaimComplete, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
-	sqlClaimListOrphaned, sqlClaimList, sqlClaimListLeaseExpired, sqlClaimDeleteExpired, sqlAuditInsert,
+	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListLeaseExpired, sqlClaimDeleteExpired, sqlAuditInsert,
 	sqlAuditListByKey,
 }

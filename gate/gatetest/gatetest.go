@@ -27,6 +27,9 @@ type Bundle struct {
 	// Control cancels and retries the enqueuer's jobs (River's JobCancelTx
 	// and JobRetryTx). Required.
 	Control gate.JobControl
+	// MarkJobRunning makes River report a job running since `since` ago, as
+	// if a worker had fetched it then. Required.
+	MarkJobRunning func(ctx context.Context, jobID int64, since time.Duration)
 	// JobState returns the state of a job ("" when it does not exist).
 	JobState func(ctx context.Context, jobID int64) string
 	// JobCount returns how many jobs the enqueuer has inserted that are
@@ -540,7 +543,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		live := Claim(ctx, t, s.gate, &ClaimOpts{Key: "leave-me-0001"}).Claim
 		lease(ctx, t, s.Store, live, live.JobID, time.Minute)
 
-		res, err := s.gate.Reap(ctx, s.Control)
+		res, err := s.gate.Reap(ctx, s.Control, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, &gate.ReapResult{Reclaimed: 1}, res)
 		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
@@ -558,7 +561,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		lease(ctx, t, s.Store, got, got.JobID, time.Minute)
 
 		// A second pass has nothing to do.
-		res, err = s.gate.Reap(ctx, s.Control)
+		res, err = s.gate.Reap(ctx, s.Control, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, &gate.ReapResult{}, res)
 	},
@@ -570,14 +573,14 @@ var tests = map[string]func(t *testing.T, s *suite){
 			leased := lease(ctx, t, s.Store, c, c.JobID, -time.Second)
 			require.Equal(t, i+1, leased.Attempts)
 			if i < gate.DefaultReclaimBudget-1 {
-				res, err := s.gate.Reap(ctx, s.Control)
+				res, err := s.gate.Reap(ctx, s.Control, time.Minute)
 				require.NoError(t, err)
 				require.Equal(t, 1, res.Reclaimed)
 				c, err = s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
 				require.NoError(t, err)
 			}
 		}
-		res, err := s.gate.Reap(ctx, s.Control)
+		res, err := s.gate.Reap(ctx, s.Control, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, &gate.ReapResult{GaveUp: 1}, res)
 		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
@@ -601,7 +604,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 			require.NoError(t, tx.Commit(ctx))
 			require.Equal(t, "cancelled", s.JobState(ctx, c.JobID))
 		}
-		res, err := s.gate.Reap(ctx, s.Control)
+		res, err := s.gate.Reap(ctx, s.Control, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, &gate.ReapResult{Orphaned: 2}, res)
 		for c, code := range map[*gate.Claim]domain.Code{never: domain.CodeCancelled, tried: domain.CodeOutcomeUnknown} {
@@ -671,5 +674,30 @@ var tests = map[string]func(t *testing.T, s *suite){
 		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-old-0001"})
 		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
 		require.NotEqual(t, old.OperationID, res.Claim.OperationID)
+	},
+
+	"ReaperRequeuesClaimsWhoseWorkerStoppedBeforeTheLease": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		stuck := Claim(ctx, t, s.gate, &ClaimOpts{Key: "stalled-key-01"}).Claim
+		fresh := Claim(ctx, t, s.gate, &ClaimOpts{Key: "stalled-key-02"}).Claim
+		s.MarkJobRunning(ctx, stuck.JobID, 2*time.Minute)
+		s.MarkJobRunning(ctx, fresh.JobID, time.Second) // just fetched: a live worker is about to lease
+
+		res, err := s.gate.Reap(ctx, s.Control, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, &gate.ReapResult{Requeued: 1}, res)
+		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: stuck.ID})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusQueued, got.Status)
+		require.NotEqual(t, stuck.JobID, got.JobID)
+		require.Equal(t, stuck.DownstreamKey, got.DownstreamKey)
+		// The stuck job is marked for cancellation; the fresh one can lease.
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: stuck.ID, JobID: stuck.JobID, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
+		lease(ctx, t, s.Store, got, got.JobID, time.Minute)
+		same, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: fresh.ID})
+		require.NoError(t, err)
+		require.Equal(t, fresh.JobID, same.JobID)
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionReclaimed}, decisions(audit(ctx, t, s.Store, "acme", "refund_order", "stalled-key-01")))
 	},
 }

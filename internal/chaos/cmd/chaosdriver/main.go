@@ -1,0 +1,400 @@
+// Command chaosdriver is the Go half of scripts/chaos.sh.
+//
+//	chaosdriver plan -seed S -duration D [-ops N] -out DIR
+//	    writes DIR/seed.json (for idemctl seed) and DIR/plan.json
+//	chaosdriver run -plan DIR/plan.json -api URL -stripe URL -mailpit URL \
+//	    -worker-bin BIN -log-dir DIR -pg-restart-cmd CMD ...
+//	    starts the workers, runs the load while killing workers with SIGKILL
+//	    and restarting Postgres once, waits for the drain, counts the effects
+//	    and prints a Markdown table; exits 1 on any violation
+//
+// The workers inherit the driver's environment (DATABASE_URL, STRIPE_API_BASE,
+// SMTP_ADDR, IDEMGATE_*), which the script sets.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/internal/chaos"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: chaosdriver plan|run [flags]")
+		os.Exit(2)
+	}
+	var code int
+	switch os.Args[1] {
+	case "plan":
+		code = planCmd(os.Args[2:])
+	case "run":
+		code = runCmd(os.Args[2:])
+	default:
+		fmt.Fprintf(os.Stderr, "chaosdriver: unknown command %q (want plan or run)\n", os.Args[1])
+		code = 2
+	}
+	os.Exit(code)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "chaosdriver: %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func planCmd(args []string) int {
+	fs := flag.NewFlagSet("plan", flag.ExitOnError)
+	seed := fs.Int64("seed", 1, "random seed of the workload")
+	duration := fs.Duration("duration", time.Minute, "load duration")
+	ops := fs.Int("ops", 0, "operations (0: scale with -duration, 150 a minute)")
+	out := fs.String("out", "", "directory to write seed.json and plan.json to")
+	_ = fs.Parse(args)
+	if *out == "" || *duration <= 0 || *ops < 0 {
+		fmt.Fprintln(os.Stderr, "chaosdriver plan: -out is required; -duration must be positive and -ops not negative")
+		return 2
+	}
+	n := *ops
+	if n == 0 {
+		n = chaos.DefaultOps(*duration)
+	}
+	p, seedFile := chaos.NewPlan(*seed, n, *duration)
+	if err := chaos.WriteJSON(filepath.Join(*out, "seed.json"), seedFile); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosdriver plan:", err)
+		return 1
+	}
+	if err := chaos.WriteJSON(filepath.Join(*out, "plan.json"), p); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosdriver plan:", err)
+		return 1
+	}
+	counts := map[string]int{}
+	for _, op := range p.Ops {
+		counts[op.Tool]++
+	}
+	logf("planned %d operations over %s (seed %d): %v", n, *duration, *seed, counts)
+	return 0
+}
+
+func runCmd(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	var (
+		planPath     = fs.String("plan", "", "plan.json written by chaosdriver plan")
+		apiURL       = fs.String("api", "", "base URL of the api")
+		apiPid       = fs.Int("api-pid", 0, "pid of the api process, watched for an early death")
+		stripeURL    = fs.String("stripe", "", "base URL of the test Stripe (its /_stats is read)")
+		mailpitURL   = fs.String("mailpit", "", "base URL of Mailpit's API")
+		smtpUpstream = fs.String("smtp-upstream", "", "Mailpit's SMTP host:port: the workers send through a proxy to it that can hold a stored mail's answer (targeted kills); empty: the workers use SMTP_ADDR directly")
+		dbURL        = fs.String("database-url", os.Getenv("DATABASE_URL"), "database to count rows in")
+		workerBin    = fs.String("worker-bin", "", "cmd/worker binary")
+		nWorkers     = fs.Int("workers", 3, "worker processes")
+		logDir       = fs.String("log-dir", ".", "directory for worker-N.log")
+		pidFile      = fs.String("pid-file", "", "file that lists the running workers' pids")
+		killEvery    = fs.Duration("kill-every", 4*time.Second, "mean interval between worker kills (±25%)")
+		restartDelay = fs.Duration("restart-delay", 300*time.Millisecond, "pause between a kill and the replacement's start")
+		pgRestart    = fs.String("pg-restart-cmd", "", "shell command that restarts Postgres (run once, mid-load); empty: none")
+		pgRestartAt  = fs.Float64("pg-restart-at", 0.45, "when to restart Postgres, as a fraction of the load duration")
+		drainTimeout = fs.Duration("drain-timeout", 120*time.Second, "deadline for every operation to be terminal after the load ended")
+		settle       = fs.Duration("settle", 5*time.Second, "how long the workers keep running after the drain before counting, so that late effects show")
+		concurrency  = fs.Int("concurrency", 32, "operations in flight at most")
+		reportPath   = fs.String("report", "", "write per-operation results as JSON here")
+		seed         = fs.Int64("seed", 0, "seed of the kill schedule and clients (default: the plan's)")
+		slowAfter    = fs.Duration("slow-after", 10*time.Second, "list operations slower than this in the report's notes")
+	)
+	_ = fs.Parse(args)
+	if *planPath == "" || *apiURL == "" || *stripeURL == "" || *mailpitURL == "" || *workerBin == "" || *dbURL == "" {
+		fmt.Fprintln(os.Stderr, "chaosdriver run: -plan, -api, -stripe, -mailpit, -worker-bin and -database-url (or DATABASE_URL) are required")
+		return 2
+	}
+	plan, err := chaos.ReadPlan(*planPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaosdriver run:", err)
+		return 1
+	}
+	if *seed == 0 {
+		*seed = plan.Seed
+	}
+	began := time.Now()
+	rng := rand.New(rand.NewPCG(uint64(*seed), 0x6b696c6c)) // "kill"
+
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+
+	pool, err := pgxpool.New(sigCtx, *dbURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaosdriver run: -database-url:", err)
+		return 2
+	}
+	defer pool.Close()
+	stripeCtl := &chaos.StripeControl{Base: *stripeURL, HTTP: &http.Client{Timeout: time.Minute}}
+	workers := &chaos.Workers{Bin: *workerBin, LogDir: *logDir, PidFile: *pidFile, Logf: logf}
+	var smtp *chaos.SMTPProxy
+	if *smtpUpstream != "" {
+		if smtp, err = chaos.StartSMTPProxy(*smtpUpstream); err != nil {
+			logf("SMTP proxy: %v", err)
+			return 1
+		}
+		defer smtp.Close()
+		workers.Env = append(workers.Env, "SMTP_ADDR="+smtp.Addr())
+		logf("SMTP proxy %s -> Mailpit %s", smtp.Addr(), *smtpUpstream)
+	}
+	if err := workers.Start(*nWorkers); err != nil {
+		logf("%v", err)
+		workers.Stop(5 * time.Second)
+		return 1
+	}
+	defer workers.Stop(15 * time.Second)
+	info := &chaos.RunInfo{Seed: *seed, Duration: plan.Duration, KillEvery: *killEvery, Workers: *nWorkers, DrainDeadline: *drainTimeout, SlowAfter: *slowAfter}
+
+	// Clients may run until the load ends plus the drain deadline; the api
+	// watcher ends them early if the api dies.
+	clientCtx, cancelClients := context.WithTimeout(sigCtx, plan.Duration+*drainTimeout)
+	defer cancelClients()
+	var apiDied atomic.Bool
+	if *apiPid > 0 {
+		go func() {
+			for clientCtx.Err() == nil {
+				if !alive(*apiPid) {
+					apiDied.Store(true)
+					logf("the api (pid %d) died: stopping the clients", *apiPid)
+					cancelClients()
+					return
+				}
+				sleepCtx(clientCtx, 500*time.Millisecond)
+			}
+		}()
+	}
+
+	// Chaos: kills at random intervals and one Postgres restart, until the
+	// load ends.
+	loadCtx, endLoad := context.WithCancel(clientCtx)
+	var chaosWG sync.WaitGroup
+	info.KillsByKind = map[string]int{}
+	chaosWG.Add(1)
+	go func() {
+		defer chaosWG.Done()
+		// Every fourth kill waits for a refund applied at the test Stripe,
+		// every fourth for a mail stored by Mailpit, and kills the worker
+		// that holds it; the others pick a worker at random.
+		kinds := []string{"refund", "random", "mail", "random"}
+		// Kills are due on a schedule (one per -kill-every on average), so
+		// that the time a targeted kill waits for its effect does not
+		// lower the rate: a targeted kill starts waiting half an interval
+		// before it is due.
+		due := time.Now()
+		for k := 0; ; k++ {
+			d := time.Duration(float64(*killEvery) * (0.75 + 0.5*rng.Float64()))
+			// Behind schedule by more than half an interval: do not
+			// catch up with a burst of kills.
+			if due = due.Add(d); due.Before(time.Now().Add(-d / 2)) {
+				due = time.Now()
+			}
+			kind, who, key := kinds[k%len(kinds)], "", ""
+			if kind == "mail" && smtp == nil {
+				kind = "random"
+			}
+			lead := time.Duration(0)
+			if kind != "random" {
+				lead = d / 2
+			}
+			if !sleepCtx(loadCtx, time.Until(due.Add(-lead))) {
+				return
+			}
+			var killedAt time.Time
+			var err error
+			switch kind {
+			case "refund":
+				who, key, killedAt, err = killHoldingRefund(loadCtx, stripeCtl, pool, workers, d, *restartDelay)
+			case "mail":
+				who, key, killedAt, err = killHoldingMail(loadCtx, smtp, pool, workers, d, *restartDelay)
+			}
+			if err != nil {
+				logf("targeted kill (%s): %v; killing a random worker instead", kind, err)
+			}
+			if who == "" {
+				if loadCtx.Err() != nil {
+					return
+				}
+				kind = "random"
+				if who, err = workers.KillRandom(rng, *restartDelay); err != nil {
+					logf("kill: %v", err)
+					continue
+				}
+			}
+			kills, _, _ := workers.Stats()
+			info.KillsByKind[kind]++
+			if key != "" {
+				info.Targeted = append(info.Targeted, chaos.TargetedKill{Kind: kind, Key: key, At: killedAt})
+			}
+			what := ""
+			switch kind {
+			case "refund":
+				what = " while the test Stripe held its applied refund " + key
+			case "mail":
+				what = " while the SMTP proxy held the 250 for its stored mail " + key
+			}
+			logf("kill #%d (%s): SIGKILL %s%s, replaced", kills, kind, who, what)
+		}
+	}()
+	if *pgRestart != "" {
+		chaosWG.Add(1)
+		go func() {
+			defer chaosWG.Done()
+			if !sleepCtx(loadCtx, time.Duration(float64(plan.Duration)**pgRestartAt)) {
+				return
+			}
+			logf("restarting Postgres: %s", *pgRestart)
+			start := time.Now()
+			out, err := exec.Command("sh", "-c", *pgRestart).CombinedOutput()
+			info.PGOutage = time.Since(start)
+			info.PGRestarts++
+			if err != nil {
+				info.PGRestartErr = fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(out)))
+				logf("Postgres restart failed: %s", info.PGRestartErr)
+				return
+			}
+			logf("Postgres restarted in %s", info.PGOutage.Round(time.Millisecond))
+		}()
+	}
+
+	client := chaos.NewClient(strings.TrimRight(*apiURL, "/"), chaos.Token, *seed)
+	dispatched := make(chan struct{})
+	loadEnded := make(chan time.Time, 1)
+	go func() {
+		<-dispatched
+		// Keep the chaos going until the planned load duration is over.
+		sleepCtx(clientCtx, time.Until(began.Add(plan.Duration)))
+		loadEnded <- time.Now()
+		endLoad()
+		if clientCtx.Err() == nil {
+			logf("load over: %d operations dispatched; waiting for the drain (deadline %s)", len(plan.Ops), *drainTimeout)
+		}
+	}()
+	logf("load: %d operations over %s, %d workers, a kill every ~%s", len(plan.Ops), plan.Duration, *nWorkers, *killEvery)
+	results := client.Run(clientCtx, plan, *concurrency, dispatched)
+	allDone := time.Now()
+	loadEnd := <-loadEnded
+	chaosWG.Wait()
+	info.Drain = max(0, allDone.Sub(loadEnd))
+	pending := 0
+	for _, r := range results {
+		if r.Status == "" {
+			pending++
+		}
+	}
+	info.DrainMissed = pending > 0
+	info.APIDied = apiDied.Load()
+	if sigCtx.Err() != nil {
+		logf("interrupted")
+		return 130
+	}
+	logf("drain: %s after the load ended, %d operation(s) not terminal", info.Drain.Round(time.Millisecond), pending)
+
+	// Let stale jobs and the reaper run against the settled state, so that a
+	// late duplicate effect would be counted, then stop the workers.
+	workers.WaitAllRunning(sigCtx)
+	sleepCtx(sigCtx, *settle)
+	workers.Stop(15 * time.Second)
+	info.Kills, info.WorkerStarts, info.WorkerExits = workers.Stats()
+	info.Elapsed = time.Since(began)
+
+	if *reportPath != "" {
+		if b, err := json.MarshalIndent(results, "", "  "); err == nil {
+			_ = os.WriteFile(*reportPath, b, 0o644)
+		}
+	}
+	checkCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := chaos.Check(checkCtx, chaos.Sources{DatabaseURL: *dbURL, StripeURL: *stripeURL, MailpitURL: *mailpitURL}, info, results)
+	if err != nil {
+		logf("counting effects: %v", err)
+		return 1
+	}
+	fmt.Println()
+	rep.Markdown(os.Stdout)
+	fmt.Println()
+	if len(rep.Violations) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// killHoldingRefund arms a hold at the test Stripe, waits for a refund to
+// be applied, and kills the worker whose request it is. It returns the
+// worker, the refund's downstream key and the kill's time; who is "" when
+// no refund came in time or its worker was not found.
+func killHoldingRefund(ctx context.Context, ctl *chaos.StripeControl, pool *pgxpool.Pool, w *chaos.Workers, wait, restartDelay time.Duration) (who, key string, at time.Time, err error) {
+	defer func() { _ = ctl.Release(context.Background()) }()
+	key, err = ctl.Hold(ctx, wait)
+	if err != nil || key == "" {
+		return "", "", at, err
+	}
+	return killOwner(ctx, pool, w, key, restartDelay)
+}
+
+// killHoldingMail is killHoldingRefund for a mail stored by Mailpit whose
+// 250 the SMTP proxy holds.
+func killHoldingMail(ctx context.Context, p *chaos.SMTPProxy, pool *pgxpool.Pool, w *chaos.Workers, wait, restartDelay time.Duration) (who, key string, at time.Time, err error) {
+	msgID, release := p.Hold(ctx, wait)
+	defer release()
+	if msgID == "" {
+		return "", "", at, nil
+	}
+	key, _, _ = strings.Cut(msgID, "@")
+	return killOwner(ctx, pool, w, key, restartDelay)
+}
+
+func killOwner(ctx context.Context, pool *pgxpool.Pool, w *chaos.Workers, downstreamKey string, restartDelay time.Duration) (string, string, time.Time, error) {
+	clientID, err := chaos.WorkerOf(ctx, pool, downstreamKey)
+	if err != nil || clientID == "" {
+		return "", "", time.Time{}, fmt.Errorf("finding the worker of %s: %v", downstreamKey, err)
+	}
+	at := time.Now()
+	who, found, err := w.KillClient(clientID, restartDelay)
+	if err != nil || !found {
+		return "", "", time.Time{}, fmt.Errorf("no running worker has River client id %s (%v)", clientID, err)
+	}
+	return who, downstreamKey, at, nil
+}
+
+// sleepCtx sleeps d or until ctx ends; it reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// alive reports whether pid runs (a zombie does not count).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // no procfs: trust kill -0
+	}
+	// The state follows the command name in parentheses.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}

@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# scripts/chaos.sh: proof that the retry storm and the kill -9 change nothing,
+# by counting effects where they land.
+#
+#   scripts/chaos.sh --short     about a minute of load, for CI (scripts/test.sh
+#                                step g): 150 operations, a kill every ~4s
+#   scripts/chaos.sh             the long run: --duration 10m, a kill every
+#                                ~2.5s (over 200 kills), 1500 operations
+#
+# Flags (after the mode; each overrides its default):
+#   --duration D       load duration (Go syntax: 90s, 10m)
+#   --seed N           seed of the workload, the kill schedule and the test
+#                      Stripe's faults (default 1; a run is repeatable up to
+#                      timing)
+#   --ops N            operations (default: 150 per minute of load)
+#   --kill-every D     mean interval between worker kills (±25%)
+#   --drain-timeout D  deadline for every operation to be terminal after the
+#                      load ended (default 120s)
+#   --lease D          IDEMGATE_INFLIGHT_TIMEOUT of the workers (default 3s)
+#
+# What it does, all on loopback and in a temp dir removed on exit:
+#   1. starts its own Postgres cluster (initdb + pg_ctl on a free port, as
+#      user postgres when run as root), builds cmd/api, cmd/worker,
+#      cmd/idemctl, the test Stripe and the driver (without -race), migrates,
+#      and seeds what the planned operations need (chaosdriver plan);
+#   2. starts the test Stripe (-drop-rate 0.10 -error-rate 0.05: refunds
+#      applied whose response is lost, 500s before anything is applied), a
+#      private Mailpit (the binary scripts/services.sh installs) and the api
+#      (IDEMGATE_WAIT=1s);
+#   3. runs internal/chaos/cmd/chaosdriver, which starts THREE workers
+#      (short lease, reaper every 1s), fires the operations of all four tools
+#      over the REST twin like agents do (same key on every retry, 2-3
+#      parallel duplicates for a third of them, polling on 202/409, retrying
+#      on 429, 5xx and network errors), kills a worker with SIGKILL every few
+#      seconds and starts a new one, restarts Postgres once (pg_ctl restart
+#      -m fast) mid-load, waits for every operation to be terminal, and then
+#      counts: refunds per operation at the test Stripe (by metadata
+#      idemgate_operation_id), ledger rows and seat changes per operation,
+#      mails per Message-ID at Mailpit, claims never terminal.
+#      Half of the kills pick a worker at random; the others wait until an
+#      effect was applied but not yet answered (a refund held by the test
+#      Stripe's /_hold, a mail stored by Mailpit whose 250 the driver's SMTP
+#      proxy holds) and kill exactly the worker that made that call, so the
+#      reclaim really repeats the call (the duplicate mails this causes are
+#      the SMTP window the table measures).
+#
+# It prints a Markdown table and exits non-zero on a duplicate refund, ledger
+# row or seat change, a lost operation, an unexpected failure code or a
+# missed drain deadline. Duplicate mails are reported, not failed: SMTP cannot
+# deduplicate (DESIGN.md, "Guarantees"). On failure the tails of every log
+# are printed; CHAOS_KEEP=1 keeps the temp dir (logs, results.json).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+started=$SECONDS
+
+log() { printf 'chaos.sh: %s\n' "$*" >&2; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
+
+mode=long
+duration="" seed=1 ops=0 kill_every="" drain=120s lease=3s
+need() { [[ $# -ge 2 && -n $2 ]] || { log "$1 needs a value"; exit 2; }; }
+while (($#)); do
+	case $1 in
+	--short) mode=short ;;
+	--long) mode=long ;;
+	--duration) need "$@"; duration=$2; shift ;;
+	--duration=*) duration=${1#*=} ;;
+	--seed) need "$@"; seed=$2; shift ;;
+	--seed=*) seed=${1#*=} ;;
+	--ops) need "$@"; ops=$2; shift ;;
+	--ops=*) ops=${1#*=} ;;
+	--kill-every) need "$@"; kill_every=$2; shift ;;
+	--kill-every=*) kill_every=${1#*=} ;;
+	--drain-timeout) need "$@"; drain=$2; shift ;;
+	--drain-timeout=*) drain=${1#*=} ;;
+	--lease) need "$@"; lease=$2; shift ;;
+	--lease=*) lease=${1#*=} ;;
+	-h | --help) usage; exit 0 ;;
+	*) log "unknown argument '$1' (see --help)"; exit 2 ;;
+	esac
+	shift
+done
+if [[ $mode == short ]]; then
+	: "${duration:=60s}" "${kill_every:=4s}"
+else
+	: "${duration:=10m}" "${kill_every:=2500ms}"
+fi
+[[ $seed =~ ^[1-9][0-9]*$ ]] || { log "--seed must be a positive integer, got '$seed'"; exit 2; }
+[[ $ops =~ ^[0-9]+$ ]] || { log "--ops must be a non-negative integer, got '$ops'"; exit 2; }
+
+tmp=""          # everything of this run: binaries, logs, the cluster
+pg_as=()        # prefix to run Postgres binaries as the right user
+pg_bin=""
+pg_data=""
+pids=()         # processes this script started (api, test Stripe, Mailpit)
+driver_pid=""   # chaosdriver, which owns the workers
+step=setup
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# stop_pid PID: SIGTERM, then SIGKILL after 5s, and reap.
+stop_pid() {
+	local pid=$1 i
+	alive "$pid" || { wait "$pid" 2>/dev/null; return 0; }
+	kill "$pid" 2>/dev/null
+	for ((i = 0; i < 50; i++)); do
+		alive "$pid" || break
+		sleep 0.1
+	done
+	alive "$pid" && kill -9 "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	return 0
+}
+
+cleanup() {
+	local rc=$? pid f i
+	set +e
+	trap - INT TERM
+	if ((rc != 0)) && [[ -n $tmp ]]; then
+		log "FAILED at step '$step' (exit $rc); the tails of the logs:"
+		for f in "$tmp"/logs/*.log "$tmp"/pg/postgres.log; do
+			[[ -s $f ]] || continue
+			printf '\n----- %s (last 25 lines) -----\n' "${f#"$tmp"/}" >&2
+			tail -n 25 "$f" | cut -c1-400 >&2
+		done
+		echo >&2
+	fi
+	# The driver stops its workers on SIGTERM; any it left behind are in
+	# the pid file.
+	if [[ -n $driver_pid ]]; then
+		kill "$driver_pid" 2>/dev/null
+		for ((i = 0; i < 200; i++)); do
+			alive "$driver_pid" || break
+			sleep 0.1
+		done
+		stop_pid "$driver_pid"
+	fi
+	if [[ -n $tmp && -f $tmp/workers.pids ]]; then
+		while read -r pid; do
+			[[ -n $pid ]] || continue
+			if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "^$tmp/bin/worker"; then
+				kill -9 "$pid" 2>/dev/null
+			fi
+		done <"$tmp/workers.pids"
+	fi
+	for pid in "${pids[@]}"; do
+		stop_pid "$pid"
+	done
+	if [[ -n $pg_data && -f $pg_data/postmaster.pid ]]; then
+		"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_data" -m immediate -w stop >/dev/null 2>&1
+	fi
+	if [[ -n $tmp ]]; then
+		if [[ ${CHAOS_KEEP:-0} == 1 ]]; then
+			log "CHAOS_KEEP=1: kept $tmp"
+		else
+			rm -rf "$tmp"
+		fi
+	fi
+	if ((rc == 0)); then
+		log "OK ($mode mode) in $((SECONDS - started))s"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-chaos.XXXXXX")
+chmod 755 "$tmp" # the postgres user must reach $tmp/pg
+mkdir -p "$tmp/bin" "$tmp/logs" "$tmp/pg"
+
+# ---------------------------------------------------------------------------
+# Build (without -race: these are the products under test)
+# ---------------------------------------------------------------------------
+step=build
+log "building cmd/api, cmd/worker, cmd/idemctl, teststripe and chaosdriver into $tmp/bin"
+go build -o "$tmp/bin/" ./cmd/api ./cmd/worker ./cmd/idemctl \
+	./internal/stripetest/cmd/teststripe ./internal/chaos/cmd/chaosdriver
+bin=$tmp/bin
+
+# ---------------------------------------------------------------------------
+# Postgres: a throwaway cluster of our own (fsync stays on)
+# ---------------------------------------------------------------------------
+step=postgres
+initdb=$(printf '%s\n' /usr/lib/postgresql/*/bin/initdb | grep -v '\*' | sort -V | tail -n 1 || true)
+if [[ -z $initdb ]]; then
+	initdb=$(command -v initdb || true)
+fi
+if [[ -z $initdb ]]; then
+	log "initdb not found (looked in /usr/lib/postgresql/*/bin and PATH): install Postgres (apt-get install postgresql)"
+	exit 1
+fi
+pg_bin=$(dirname "$initdb")
+if [[ $EUID -eq 0 ]]; then
+	id postgres >/dev/null 2>&1 || { log "running as root without a 'postgres' user to run the cluster as (useradd -r postgres)"; exit 1; }
+	pg_as=(runuser -u postgres --)
+	chown postgres: "$tmp/pg"
+else
+	pg_as=(env)
+fi
+pg_data=$tmp/pg/data
+"${pg_as[@]}" "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --no-locale --no-sync \
+	>"$tmp/logs/initdb.log" 2>&1 || { cat "$tmp/logs/initdb.log" >&2; exit 1; }
+pg_port=""
+for try in 1 2 3 4 5; do
+	p=$((40000 + (RANDOM * 32768 + RANDOM) % 20000))
+	port_open 127.0.0.1 "$p" && continue
+	if "${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_data" -l "$tmp/pg/postgres.log" -w -t 60 \
+		-o "-p $p -k $tmp/pg -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null; then
+		pg_port=$p
+		break
+	fi
+	log "Postgres did not start on port $p (try $try); retrying on another port"
+done
+[[ -n $pg_port ]] || { log "could not start Postgres"; exit 1; }
+export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable"
+pg_restart_cmd=$(printf '%q ' "${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_data" -l "$tmp/pg/postgres.log" -w -t 60 -m fast restart)
+log "Postgres $("$pg_bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pg_port ($pg_data)"
+
+# ---------------------------------------------------------------------------
+# Schema, workload plan and seed data
+# ---------------------------------------------------------------------------
+step=migrate
+"$bin/idemctl" migrate >"$tmp/logs/migrate.log" 2>&1 || { cat "$tmp/logs/migrate.log" >&2; exit 1; }
+step=seed
+"$bin/chaosdriver" plan -seed "$seed" -duration "$duration" -ops "$ops" -out "$tmp"
+"$bin/idemctl" seed --file "$tmp/seed.json" >"$tmp/logs/seed.log" 2>&1 || { cat "$tmp/logs/seed.log" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------
+# The test Stripe, Mailpit, the api
+# ---------------------------------------------------------------------------
+step=teststripe
+"$bin/teststripe" -addr 127.0.0.1:0 -drop-rate 0.10 -error-rate 0.05 -seed "$seed" -auto-charge-amount 100000 \
+	>"$tmp/teststripe.url" 2>"$tmp/logs/teststripe.log" &
+pids+=("$!")
+stripe_url=""
+for ((i = 0; i < 300; i++)); do
+	stripe_url=$(head -n 1 "$tmp/teststripe.url" 2>/dev/null || true)
+	[[ -n $stripe_url ]] && break
+	alive "${pids[-1]}" || break
+	sleep 0.1
+done
+[[ -n $stripe_url ]] || { log "the test Stripe did not report its address"; exit 1; }
+
+step=mailpit
+# shellcheck source=scripts/services.sh
+source scripts/services.sh
+_svc_install mailpit "$_SVC_MAILPIT_MODULE" "$_SVC_MAILPIT_VERSION"
+mailpit_api="" smtp_addr=""
+for try in 1 2 3; do
+	mp_smtp=$(_svc_free_port)
+	mp_http=$(_svc_free_port "$mp_smtp")
+	"$root/.tmp/bin/mailpit" --smtp "127.0.0.1:$mp_smtp" --listen "127.0.0.1:$mp_http" \
+		--database "$tmp/mailpit.db" --max 0 --smtp-auth-accept-any --smtp-auth-allow-insecure \
+		--smtp-disable-rdns --disable-version-check >"$tmp/logs/mailpit.log" 2>&1 &
+	mp_pid=$!
+	pids+=("$mp_pid")
+	for ((i = 0; i < 300; i++)); do
+		if port_open 127.0.0.1 "$mp_smtp" && port_open 127.0.0.1 "$mp_http"; then
+			mailpit_api="http://127.0.0.1:$mp_http" smtp_addr="127.0.0.1:$mp_smtp"
+			break 2
+		fi
+		alive "$mp_pid" || break
+		sleep 0.1
+	done
+	log "Mailpit did not start on ports $mp_smtp/$mp_http (try $try)"
+	stop_pid "$mp_pid"
+done
+[[ -n $mailpit_api ]] || { log "could not start Mailpit"; exit 1; }
+
+# What the api and the workers read (the workers inherit it from the driver).
+export STRIPE_API_KEY=sk_test_chaos
+export STRIPE_API_BASE=$stripe_url
+export SMTP_ADDR=$smtp_addr
+export MAIL_FROM="idemgate chaos <no-reply@chaos.example>"
+export IDEMGATE_SECRET=chaos-secret-0123456789abcdef0123456789abcdef
+export IDEMGATE_INFLIGHT_TIMEOUT=$lease
+export IDEMGATE_REAPER_INTERVAL=1s
+export IDEMGATE_WAIT=1s
+export IDEMGATE_API_ADDR=127.0.0.1:0
+export IDEMGATE_WORKER_ADDR=127.0.0.1:0
+export IDEMGATE_LOG_LEVEL=info
+
+step=api
+"$bin/api" >"$tmp/logs/api.log" 2>&1 &
+api_pid=$!
+pids+=("$api_pid")
+api_addr=""
+for ((i = 0; i < 300; i++)); do
+	api_addr=$(sed -n 's/.*"msg":"api listening","addr":"\([^"]*\)".*/\1/p' "$tmp/logs/api.log" | head -n 1)
+	[[ -n $api_addr ]] && break
+	alive "$api_pid" || break
+	sleep 0.1
+done
+[[ -n $api_addr ]] || { log "the api did not report its address"; exit 1; }
+log "test Stripe $stripe_url, Mailpit $mailpit_api (SMTP $smtp_addr), api http://$api_addr"
+
+# ---------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------
+step=chaos
+log "$mode mode: load $duration, seed $seed, a worker kill every ~$kill_every, lease $lease, drain deadline $drain"
+"$bin/chaosdriver" run \
+	-plan "$tmp/plan.json" -seed "$seed" \
+	-api "http://$api_addr" -api-pid "$api_pid" \
+	-stripe "$stripe_url" -mailpit "$mailpit_api" -smtp-upstream "$smtp_addr" \
+	-worker-bin "$bin/worker" -workers 3 -log-dir "$tmp/logs" -pid-file "$tmp/workers.pids" \
+	-kill-every "$kill_every" -pg-restart-cmd "$pg_restart_cmd" \
+	-drain-timeout "$drain" -report "$tmp/results.json" &
+driver_pid=$!
+wait "$driver_pid" # interruptible: a signal runs cleanup, which stops the driver first
+driver_pid=""
+step="done"
