@@ -242,6 +242,10 @@ func (d *argsDecoder) checkString(path string, start int64) error {
 		case r == 0:
 			// Postgres text and jsonb cannot hold U+0000: refuse it here,
 			// with a field, rather than fail at the store.
+			if path == "idempotency_key" {
+				// Still a key problem, with the key's own code.
+				return domain.Errorf(domain.CodeInvalidIdempotencyKey, path, "string contains U+0000 (NUL)")
+			}
 			return argsError(path, "string contains U+0000 (NUL)")
 		case 0xDC00 <= r && r <= 0xDFFF:
 			return argsError(path, "string has an unpaired UTF-16 surrogate escape \\u%04x", r)

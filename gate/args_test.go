@@ -375,3 +375,9 @@ func TestDecodeArgsRefusesNUL(t *testing.T) {
 		require.Contains(t, derr.Message, "NUL")
 	}
 }
+
+func TestDecodeArgsKeyProblemsKeepTheKeyCode(t *testing.T) {
+	t.Parallel()
+	_, err := DecodeArgs([]byte(`{"idempotency_key":"abc\u0000defgh"}`))
+	requireDomainError(t, err, domain.CodeInvalidIdempotencyKey, "idempotency_key", "NUL")
+}

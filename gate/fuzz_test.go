@@ -271,7 +271,11 @@ func FuzzDecodeArgs(f *testing.F) {
 		if err != nil {
 			var derr *domain.Error
 			require.True(t, errors.As(err, &derr), "%T: %v", err, err)
-			require.Equal(t, domain.CodeInvalidArgument, derr.Code, "%v", err)
+			if derr.Code == domain.CodeInvalidIdempotencyKey {
+				require.Equal(t, "idempotency_key", derr.Field, "%v", err)
+			} else {
+				require.Equal(t, domain.CodeInvalidArgument, derr.Code, "%v", err)
+			}
 			require.NotEmpty(t, derr.Field)
 			require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
 			require.Nil(t, args)
