@@ -20,6 +20,22 @@ type loadResult struct {
 	Lat      []time.Duration
 	Start    time.Time
 	Elapsed  time.Duration
+	// PerSecond counts the calls that ended in each second of the window.
+	PerSecond []int
+}
+
+// rateBetween is the rate of calls that ended between from and to seconds
+// into the window.
+func (r *loadResult) rateBetween(from, to int) float64 {
+	to = min(to, len(r.PerSecond))
+	if to <= from {
+		return 0
+	}
+	n := 0
+	for _, v := range r.PerSecond[from:to] {
+		n += v
+	}
+	return float64(n) / float64(to-from)
 }
 
 func (r *loadResult) rate() float64 {
@@ -45,6 +61,7 @@ func closedLoop(ctx context.Context, c int, d time.Duration, op func(ctx context
 		res      = &loadResult{}
 		errCount atomic.Int64
 		lats     = make([][]time.Duration, c)
+		perSec   = make([]atomic.Int64, int(d/time.Second)+2)
 	)
 	res.Start = time.Now()
 	deadline := res.Start.Add(d)
@@ -74,6 +91,9 @@ func closedLoop(ctx context.Context, c int, d time.Duration, op func(ctx context
 					continue
 				}
 				lat = append(lat, time.Since(t0))
+				if sec := int(time.Since(res.Start) / time.Second); sec < len(perSec) {
+					perSec[sec].Add(1)
+				}
 			}
 			lats[w] = lat
 		}()
@@ -84,6 +104,9 @@ func closedLoop(ctx context.Context, c int, d time.Duration, op func(ctx context
 		res.Lat = append(res.Lat, l...)
 	}
 	res.N = len(res.Lat)
+	for i := range int(d / time.Second) {
+		res.PerSecond = append(res.PerSecond, int(perSec[i].Load()))
+	}
 	res.Errors = int(errCount.Load())
 	return res
 }

@@ -55,6 +55,7 @@ type options struct {
 	adminURL    string
 	concs       []int
 	window      time.Duration
+	growthWin   time.Duration
 	claims      int
 	pruneRows   int
 	replayKeys  int
@@ -80,6 +81,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.adminURL, "db", "", "admin database URL of the Postgres server (default $BENCH_DATABASE_URL, $TEST_DATABASE_URL, or "+defaultAdminURL+")")
 	fs.StringVar(&concs, "conc", "", "concurrency levels, comma-separated (default 1,8,32,64; quick 8,32)")
 	fs.DurationVar(&o.window, "window", 0, "measurement window of each throughput figure (default 8s, replays at most 5s; quick 1.5s)")
+	fs.DurationVar(&o.growthWin, "growth-window", 0, "window of each growth figure (default 20s; quick 3s): long enough to see the accept rate settle after the checkpoint")
 	fs.IntVar(&o.claims, "claims", 0, "claims loaded for the growth figure (default 1000000; quick 50000; 10000000 for the big run)")
 	fs.IntVar(&o.pruneRows, "prune-rows", 0, "expired claims the pruner deletes (default 100000; quick 10000)")
 	fs.IntVar(&o.replayKeys, "replay-keys", 0, "terminal claims the replay figures retry (default 2000; quick 200)")
@@ -114,6 +116,12 @@ func parseFlags(args []string) (*options, error) {
 		o.window = 8 * time.Second
 		if o.quick {
 			o.window = 1500 * time.Millisecond
+		}
+	}
+	if o.growthWin == 0 {
+		o.growthWin = 20 * time.Second
+		if o.quick {
+			o.growthWin = 3 * time.Second
 		}
 	}
 	if concs == "" {
@@ -248,7 +256,7 @@ func run() error {
 		}
 	}
 	if o.runs("growth") {
-		if err := r.growth(ctx, o.claims, o.pruneRows); err != nil {
+		if err := r.growth(ctx, o.claims, o.pruneRows, o.growthWin); err != nil {
 			return fmt.Errorf("growth: %w", err)
 		}
 	}

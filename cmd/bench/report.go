@@ -141,14 +141,22 @@ func (r *runner) markdown(info *runInfo) string {
 
 	if g := r.growthRes; g != nil {
 		w("### Growth\n\n")
-		w("Accepts in process at c=%d with the workers running, on a fresh database with an empty claims table and on one holding %d terminal claims (100 tenants, random keys, live for another day) loaded with COPY in %s (%.0f rows/s; table and indexes %d MB). ",
-			growthConc, g.Claims, g.LoadTime.Round(time.Second), float64(g.Claims)/g.LoadTime.Seconds(), g.TableBytes>>20)
-		w("Both start right after a CHECKPOINT.\n\n")
-		w("| claims in the table | accepts/s | p50 | p99 | end to end ops/s | CPU (accept window): harness + Postgres cores · machine busy | WAL/op |\n")
-		w("|---:|---:|---:|---:|---:|---|---:|\n")
-		w("| 0 | %.0f | %s | %s | %.0f | %s | %s |\n", g.Empty.Rate, fmtDur(g.Empty.P50), fmtDur(g.Empty.P99), g.EmptyE2E.Rate, g.Empty.CPU, g.Empty.walPerOp())
-		w("| %d | %.0f | %s | %s | %.0f | %s | %s |\n\n", g.Claims, g.Full.Rate, fmtDur(g.Full.P50), fmtDur(g.Full.P99), g.FullE2E.Rate, g.Full.CPU, g.Full.walPerOp())
-		w("Pruner: `gate.Prune` deleted %d expired claims (of %d loaded beside the %d live ones) in %s: **%.0f rows/s** in batches of 1000; CPU %s.\n\n",
+		w("Accepts in process at c=%d for %s with the workers running, on a fresh database with an empty claims table and on one holding %d terminal claims (100 tenants, random keys, live for another day) loaded with COPY in %s (%.0f rows/s; table and indexes %d MB). ",
+			growthConc, g.Window, g.Claims, g.LoadTime.Round(time.Second), float64(g.Claims)/g.LoadTime.Seconds(), g.TableBytes>>20)
+		w("Both start right after a CHECKPOINT, so the first write to each page after it carries a full-page image: the big table's random-key index inserts pay that for the first touch of every leaf page, the empty one hardly. ")
+		w("The first and last quarter of the window show the rate settling as the touched pages accumulate.\n\n")
+		w("| claims in the table | accepts/s | first quarter | last quarter | p50 | p99 | CPU ms/op: harness + Postgres | cores: harness + Postgres · machine busy | WAL/op |\n")
+		w("|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+		for _, x := range []struct {
+			n  int
+			a  *row
+			lr *loadResult
+		}{{0, g.Empty, g.EmptyLoad}, {g.Claims, g.Full, g.FullLoad}} {
+			q := max(len(x.lr.PerSecond)/4, 1)
+			w("| %d | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s |\n", x.n, x.a.Rate, x.lr.rateBetween(0, q), x.lr.rateBetween(len(x.lr.PerSecond)-q, len(x.lr.PerSecond)),
+				fmtDur(x.a.P50), fmtDur(x.a.P99), x.a.cpuPerOp(), x.a.CPU, x.a.walPerOp())
+		}
+		w("\nPruner: `gate.Prune` deleted %d expired claims (of %d loaded beside the %d live ones) in %s: **%.0f rows/s** in batches of 1000; CPU %s.\n\n",
 			g.PruneDeleted, g.PruneRows, g.Claims, g.PruneTime.Round(time.Millisecond), float64(g.PruneDeleted)/g.PruneTime.Seconds(), g.PruneCPU)
 	}
 	return b.String()
@@ -242,7 +250,14 @@ func (r *runner) targets(concs []int) []target {
 	}
 	if g := r.growthRes; g != nil && g.Empty != nil && g.Full != nil && g.Empty.Rate > 0 {
 		v := g.Full.Rate / g.Empty.Rate
-		out = append(out, target{fmt.Sprintf("accepts with %d claims ≥ 0.85 × empty table", g.Claims), fmt.Sprintf("%.2f (%.0f vs %.0f accepts/s)", v, g.Full.Rate, g.Empty.Rate), verdict(v >= 0.85)})
+		measured := fmt.Sprintf("%.2f over the window (%.0f vs %.0f accepts/s)", v, g.Full.Rate, g.Empty.Rate)
+		if q := len(g.FullLoad.PerSecond) / 4; q > 0 && len(g.EmptyLoad.PerSecond) == len(g.FullLoad.PerSecond) {
+			n := len(g.FullLoad.PerSecond)
+			if e := g.EmptyLoad.rateBetween(n-q, n); e > 0 {
+				measured += fmt.Sprintf("; %.2f in the last quarter", g.FullLoad.rateBetween(n-q, n)/e)
+			}
+		}
+		out = append(out, target{fmt.Sprintf("accepts with %d claims ≥ 0.85 × empty table", g.Claims), measured, verdict(v >= 0.85) + " over the window"})
 	}
 	return out
 }

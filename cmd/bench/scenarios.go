@@ -378,47 +378,59 @@ type e2eSpec struct {
 // over the time from the first accept to the last ledger row. db nil means
 // a fresh database.
 func (r *runner) runE2E(ctx context.Context, db *benchDB, c int, spec e2eSpec, checkpoint bool) (accept, e2e *row, err error) {
+	accept, e2e, _, err = r.runE2EWindow(ctx, db, c, spec, checkpoint, r.d, true)
+	return accept, e2e, err
+}
+
+// runE2EWindow is runE2E with a window of its own; it also returns the
+// accepts' load result. Without drain it does not wait for the workers and
+// returns no end-to-end figure.
+func (r *runner) runE2EWindow(ctx context.Context, db *benchDB, c int, spec e2eSpec, checkpoint bool, window time.Duration, drain bool) (accept, e2e *row, lr *loadResult, err error) {
 	if db == nil {
 		if db, err = r.srv.create(ctx); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		defer db.drop()
 	}
 	op, stop, err := spec.start(ctx, db, c)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer stop()
 	smp, err := newSampler(ctx, r.srv.adminURL, db.name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer smp.close()
 	if checkpoint {
 		if _, err := smp.admin.Exec(ctx, "CHECKPOINT"); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	pool, err := db.openPool(ctx, 2)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer pool.Close()
 	var before int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries`).Scan(&before); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 
 	stopProf := r.profile(fmt.Sprintf("%s-c%d", spec.e2e, c))
 	a := smp.snap(ctx)
-	res := closedLoop(ctx, c, r.d, op)
+	res := closedLoop(ctx, c, window, op)
 	b := smp.snap(ctx)
-	done, got, werr := waitLedger(ctx, pool, before+res.N, max(60*time.Second, 10*r.d))
+	accept = &row{Series: spec.accept, Conc: c, N: res.N, Errors: res.Errors, Rate: res.rate(),
+		P50: percentile(res.Lat, 50), P99: percentile(res.Lat, 99), CPU: usage(a, b), Note: errNote(res)}
+	if !drain {
+		stopProf()
+		return accept, nil, res, nil
+	}
+	done, got, werr := waitLedger(ctx, pool, before+res.N, max(60*time.Second, 10*window))
 	cs := smp.snap(ctx)
 	stopProf()
 
-	accept = &row{Series: spec.accept, Conc: c, N: res.N, Errors: res.Errors, Rate: res.rate(),
-		P50: percentile(res.Lat, 50), P99: percentile(res.Lat, 99), CPU: usage(a, b), Note: errNote(res)}
 	e2e = &row{Series: spec.e2e, Conc: c, N: res.N, CPU: usage(a, cs)}
 	if werr != nil {
 		e2e.Note = werr.Error()
@@ -428,7 +440,7 @@ func (r *runner) runE2E(ctx context.Context, db *benchDB, c int, spec e2eSpec, c
 		e2e.Rate = float64(res.N) / done.Sub(res.Start).Seconds()
 		e2e.Note = fmt.Sprintf("drained %s after the window", fmtDur(done.Sub(res.Start.Add(res.Elapsed))))
 	}
-	return accept, e2e, nil
+	return accept, e2e, res, nil
 }
 
 func (r *runner) bareSpec() e2eSpec {
@@ -860,12 +872,13 @@ SELECT (SELECT count(*) FROM ledger_entries l JOIN idempotency_claims c ON c.ope
 // --- 6. growth ---
 
 type growthResult struct {
+	Window       time.Duration
 	Claims       int
+	EmptyLoad    *loadResult
+	FullLoad     *loadResult
 	LoadTime     time.Duration
 	TableBytes   int64
 	Empty, Full  *row // accepts at growthConc
-	EmptyE2E     *row
-	FullE2E      *row
 	PruneRows    int
 	PruneDeleted int
 	PruneTime    time.Duration
@@ -877,14 +890,14 @@ const growthConc = 32
 // growth compares accepts (in process, workers running) on an empty claims
 // table and on one holding claims terminal claims loaded with COPY, then
 // loads pruneRows expired claims beside them and times gate.Prune.
-func (r *runner) growth(ctx context.Context, claims, pruneRows int) error {
-	gr := &growthResult{Claims: claims, PruneRows: pruneRows}
+func (r *runner) growth(ctx context.Context, claims, pruneRows int, window time.Duration) error {
+	gr := &growthResult{Claims: claims, PruneRows: pruneRows, Window: window}
 	spec := r.idemSpec()
-	accept, e2e, err := r.runE2E(ctx, nil, growthConc, spec, true)
+	accept, _, lr, err := r.runE2EWindow(ctx, nil, growthConc, spec, true, window, false)
 	if err != nil {
 		return err
 	}
-	gr.Empty, gr.EmptyE2E = accept, e2e
+	gr.Empty, gr.EmptyLoad = accept, lr
 	r.progress("growth, empty claims table:   %9.0f accepts/s, p99 %s, cpu %s", accept.Rate, fmtDur(accept.P99), accept.CPU)
 
 	db, err := r.srv.create(ctx)
@@ -910,11 +923,11 @@ func (r *runner) growth(ctx context.Context, claims, pruneRows int) error {
 	}
 	r.progress("growth: loaded %d claims with COPY in %s (%.0f rows/s), table and indexes %d MB",
 		claims, gr.LoadTime.Round(time.Millisecond), float64(claims)/gr.LoadTime.Seconds(), gr.TableBytes>>20)
-	accept, e2e, err = r.runE2E(ctx, db, growthConc, spec, true)
+	accept, _, lr, err = r.runE2EWindow(ctx, db, growthConc, spec, true, window, false)
 	if err != nil {
 		return err
 	}
-	gr.Full, gr.FullE2E = accept, e2e
+	gr.Full, gr.FullLoad = accept, lr
 	r.progress("growth, %d claims: %9.0f accepts/s, p99 %s, cpu %s (%.2f × empty)", claims, accept.Rate, fmtDur(accept.P99), accept.CPU, accept.Rate/gr.Empty.Rate)
 
 	// Pruner: expired claims beside the live ones.

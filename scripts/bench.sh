@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# scripts/bench.sh: what the gate costs, side by side with bare River and the
+# database's commit limit, in one run (cmd/bench). Runs from any directory.
+#
+#   scripts/bench.sh                 the full run (under 10 minutes): c=1,8,32,64,
+#                                    1M claims; prints Markdown and rewrites the
+#                                    generated part of docs/benchmarks.md and
+#                                    docs/benchmarks.svg
+#   scripts/bench.sh --quick         about a minute, for iteration: c=8,32, 1.5s
+#                                    windows, 50k claims; writes nothing
+#   scripts/bench.sh --profile       the run on a private throwaway Postgres with
+#                                    pg_stat_statements, a CPU profile of the
+#                                    harness and the top statements per figure in
+#                                    .tmp/bench-profile/ (go tool pprof); writes
+#                                    nothing to docs/
+#   scripts/bench.sh -claims 10000000   other arguments go to cmd/bench
+#                                    (go run ./cmd/bench -h lists them)
+#
+# Postgres: BENCH_DATABASE_URL if set; else TEST_DATABASE_URL; else the server
+# on 127.0.0.1:5432; else a throwaway cluster started from
+# /usr/lib/postgresql/*/bin (fsync on: the commit limit must be the disk's) and
+# removed on exit. The URL names an admin database; its user needs CREATEDB.
+# Each scenario runs on a fresh database copied from a migrated template
+# (idemgate_benchtpl_<fingerprint>), dropped when it ends.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf 'bench.sh: %s\n' "$*" >&2; }
+redact() { sed -E 's#(://[^:/@]+):[^@]*@#\1:xxxxx@#' <<<"$1"; }
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+quick=0
+profile=0
+args=()
+for a in "$@"; do
+	case $a in
+	--quick) quick=1 ;;
+	--profile) profile=1 ;;
+	-h | --help)
+		sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*) args+=("$a") ;;
+	esac
+done
+
+pg_tmp=""
+pg_as=()
+pg_bin=""
+cleanup() {
+	local rc=$?
+	set +e
+	if [[ -n "$pg_tmp" ]]; then
+		"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -m fast -w stop >/dev/null 2>&1
+		rm -rf "$pg_tmp"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+
+# start_cluster EXTRA_OPTIONS: a throwaway Postgres on a free port, with the
+# durability settings of a real server; sets url.
+start_cluster() {
+	local initdb
+	initdb=$(printf '%s\n' /usr/lib/postgresql/*/bin/initdb | grep -v '\*' | sort -V | tail -n 1 || true)
+	if [[ -z "$initdb" ]]; then
+		log "no Postgres to run on: set BENCH_DATABASE_URL, start one on 127.0.0.1:5432,"
+		log "or install the server (apt-get install postgresql) so that a throwaway cluster can be started."
+		exit 1
+	fi
+	pg_bin=$(dirname "$initdb")
+	if [[ $EUID -eq 0 ]]; then
+		if ! id postgres >/dev/null 2>&1; then
+			log "running as root and there is no 'postgres' user to run a throwaway cluster as; set BENCH_DATABASE_URL"
+			exit 1
+		fi
+		pg_as=(runuser -u postgres --)
+	else
+		pg_as=(env)
+	fi
+	local port
+	for port in $(seq 54430 54530); do
+		port_open 127.0.0.1 "$port" || break
+	done
+	pg_tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-benchpg.XXXXXX")
+	[[ $EUID -eq 0 ]] && chown postgres: "$pg_tmp"
+	log "starting a throwaway Postgres ($pg_bin) on 127.0.0.1:$port in $pg_tmp"
+	"${pg_as[@]}" "$pg_bin/initdb" -D "$pg_tmp/data" -U postgres -A trust -E UTF8 --no-locale \
+		>"$pg_tmp/initdb.log" 2>&1 || { cat "$pg_tmp/initdb.log" >&2; exit 1; }
+	"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -l "$pg_tmp/postgres.log" -w -t 60 \
+		-o "-p $port -k $pg_tmp -c listen_addresses=127.0.0.1 -c max_connections=200 $1" \
+		start >/dev/null || { cat "$pg_tmp/postgres.log" >&2; exit 1; }
+	url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+}
+
+if ((profile)); then
+	start_cluster "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c track_io_timing=on -c track_wal_io_timing=on"
+	"$pg_bin/psql" "$url" -XAtq -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
+	mkdir -p .tmp/bench-profile
+	args=(-cpuprofile .tmp/bench-profile -write=false "${args[@]}")
+	log "profiling: CPU profiles and pg_stat_statements per figure go to .tmp/bench-profile/"
+elif [[ -n "${BENCH_DATABASE_URL:-}" ]]; then
+	url=$BENCH_DATABASE_URL
+elif [[ -n "${TEST_DATABASE_URL:-}" ]]; then
+	url=$TEST_DATABASE_URL
+elif { command -v pg_isready >/dev/null && pg_isready -q -h 127.0.0.1 -p 5432; } ||
+	{ ! command -v pg_isready >/dev/null && port_open 127.0.0.1 5432; }; then
+	url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+else
+	start_cluster ""
+fi
+log "Postgres: $(redact "$url")"
+
+# Drop databases that killed benchmark runs left behind: older than an hour,
+# nobody connected (a concurrent run's databases are younger or in use).
+if command -v psql >/dev/null; then
+	leftovers=$(psql "$url" -XAtq -c "
+		SELECT d.datname FROM pg_database d
+		WHERE d.datname ~ '^idemgate_bench_[0-9]+_[0-9a-f]+\$'
+		  AND split_part(d.datname, '_', 3)::bigint < extract(epoch FROM now()) - 3600
+		  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)" 2>/dev/null || true)
+	for db in $leftovers; do
+		psql "$url" -XAtq -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 && log "dropped leftover $db"
+	done
+fi
+
+# Build first, so that compiling does not share the cores with a measurement.
+mkdir -p .tmp
+go build -o .tmp/bench ./cmd/bench
+
+cmd="scripts/bench.sh${*:+ $*}"
+if ((quick)); then
+	args=(-quick -write=false "${args[@]}")
+fi
+log "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+BENCH_DATABASE_URL=$url ./.tmp/bench -db "$url" -command "$cmd" "${args[@]}"
