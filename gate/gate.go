@@ -208,12 +208,28 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 		res     *ClaimResult
 		current *Claim
 	)
-	for range maxClaimLoops {
+	// Retries are the common case: read the claim first, outside any
+	// transaction (one round trip, no write). Only a missing or expired
+	// claim goes on to the claiming transaction, where the unique index
+	// stays the lock.
+	readCtx, cancelRead := context.WithTimeout(ctx, g.timeout)
+	existing, err := g.store.ClaimGetByKey(readCtx, &ClaimGetByKeyParams{
+		TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
+	})
+	cancelRead()
+	switch {
+	case err == nil && !existing.Expired:
+		current = existing
+	case err == nil, errors.Is(err, domain.ErrNotFound):
+	default:
+		return nil, err
+	}
+	for i := 0; current == nil && i < maxClaimLoops; i++ {
 		res, current, err = g.claimOnce(ctx, params, policy, auditArgs, start)
 		if err != nil {
 			return nil, err
 		}
-		if res != nil || current != nil {
+		if res != nil {
 			break
 		}
 	}
