@@ -11,7 +11,10 @@
 # (migrations and seed are idempotent) and the generated IDEMGATE_SECRET.
 #
 #   scripts/dev.sh                 api on 127.0.0.1:8080 (IDEMGATE_API_ADDR)
-#   DEV_EXIT_AFTER_READY=1 scripts/dev.sh   start, print, then stop (smoke test)
+#   DEV_EXIT_AFTER_READY=1 scripts/dev.sh   start, print, then stop
+#   DEV_SMOKE=1 scripts/dev.sh     start, run the printed curl line twice (the
+#                                  second must be a replay), then stop: what
+#                                  scripts/test.sh runs
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -21,7 +24,7 @@ log() { printf 'dev.sh: %s\n' "$*" >&2; }
 
 command -v go >/dev/null || { log "Go is required: install Go 1.26 (https://go.dev/dl/)"; exit 1; }
 
-dev_dir="$root/.tmp/dev"
+dev_dir="${DEV_DIR:-$root/.tmp/dev}"
 bin_dir="$root/.tmp/bin"
 mkdir -p "$dev_dir" "$bin_dir"
 api_pid=""
@@ -118,6 +121,18 @@ curl -s -X POST $base/v1/tools/refund_order -H 'Authorization: Bearer $token' -H
 Press Ctrl-C to stop.
 MSG
 
+if [[ -n "${DEV_SMOKE:-}" ]]; then
+	key="smoke-refund-$(date +%s%N)"
+	for attempt in 1 2; do
+		headers=$(curl -fsS -D - -o "$dev_dir/smoke.json" -X POST "$base/v1/tools/refund_order" \
+			-H "Authorization: Bearer $token" -H "Idempotency-Key: $key" -H 'Content-Type: application/json' \
+			-d '{"order_id":"ord_a71","amount_cents":100}')
+		grep -q '"status":"succeeded"' "$dev_dir/smoke.json" || { log "smoke: refund $attempt did not succeed: $(cat "$dev_dir/smoke.json")"; exit 1; }
+	done
+	grep -qi '^Idempotent-Replayed: true' <<<"$headers" || { log "smoke: the retry was not a replay"; exit 1; }
+	log "smoke: refund succeeded through stripe-mock; the retry was replayed"
+	exit 0
+fi
 if [[ -n "${DEV_EXIT_AFTER_READY:-}" ]]; then
 	exit 0
 fi

@@ -288,4 +288,21 @@ if ((${chaos_run:-0})); then
 	log "chaos: scripts/chaos.sh --short"
 	bash scripts/chaos.sh --short
 fi
+
+# ---------------------------------------------------------------------------
+# (h) The quickstart, as a new user runs it: scripts/dev.sh on a fresh
+# SQLite file and a free port, its curl line twice (the second a replay).
+# Same gating as e2e.
+# ---------------------------------------------------------------------------
+if ((e2e_run)); then
+	step="quickstart"
+	log "quickstart: DEV_SMOKE=1 scripts/dev.sh"
+	smoke_dir=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-dev.XXXXXX")
+	smoke_port=""
+	for p in $(seq 18080 18180); do
+		port_open 127.0.0.1 "$p" || { smoke_port=$p; break; }
+	done
+	DEV_SMOKE=1 DEV_DIR="$smoke_dir" IDEMGATE_API_ADDR="127.0.0.1:${smoke_port:?no free port}" bash scripts/dev.sh
+	rm -rf "$smoke_dir"
+fi
 step="done"
