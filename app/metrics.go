@@ -24,6 +24,29 @@ func newClaimsCollector(count func(ctx context.Context) (map[string]int64, error
 		"Idempotency claims by status, read from the database at scrape time.", []string{"status"}, nil)}
 }
 
+// countRows is what pgx.Rows and *sql.Rows have in common here.
+type countRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanCounts reads (status, count) rows.
+func scanCounts(rows countRows) (map[string]int64, error) {
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			status string
+			n      int64
+		)
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, err
+		}
+		out[status] = n
+	}
+	return out, rows.Err()
+}
+
 // pgClaimCounts counts claims by status on Postgres.
 func pgClaimCounts(pool *pgxpool.Pool) func(ctx context.Context) (map[string]int64, error) {
 	return func(ctx context.Context) (map[string]int64, error) {
@@ -32,18 +55,7 @@ func pgClaimCounts(pool *pgxpool.Pool) func(ctx context.Context) (map[string]int
 			return nil, err
 		}
 		defer rows.Close()
-		out := map[string]int64{}
-		for rows.Next() {
-			var (
-				status string
-				n      int64
-			)
-			if err := rows.Scan(&status, &n); err != nil {
-				return nil, err
-			}
-			out[status] = n
-		}
-		return out, rows.Err()
+		return scanCounts(rows)
 	}
 }
 
@@ -55,18 +67,7 @@ func sqlClaimCounts(db *sql.DB) func(ctx context.Context) (map[string]int64, err
 			return nil, err
 		}
 		defer rows.Close()
-		out := map[string]int64{}
-		for rows.Next() {
-			var (
-				status string
-				n      int64
-			)
-			if err := rows.Scan(&status, &n); err != nil {
-				return nil, err
-			}
-			out[status] = n
-		}
-		return out, rows.Err()
+		return scanCounts(rows)
 	}
 }
 

@@ -30,9 +30,7 @@ import (
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tenancy"
@@ -801,60 +799,6 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// setupWorkerLogged is setupWorker with one logger for the api and the
-// worker.
-func setupWorkerLogged(t *testing.T, wait time.Duration, logger *slog.Logger) *workerBundle {
-	t.Helper()
-	ctx := context.Background()
-	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
-	stripeSrv.AddCharge("ch_123", 5000, "usd")
-	stripeSrv.AddCharge("ch_456", 7000, "usd")
-	stripeSrv.AddCharge("ch_declined", 5000, "usd")
-	stripeSrv.SetChargeError("ch_declined", http.StatusPaymentRequired, "card_error", "card_declined")
-	smtpAddr, mailAPI := mailpit.Start(t)
-
-	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 30})
-	seed := seedFile()
-	seed.Orders = append(seed.Orders, store.SeedOrder{Tenant: "acme", OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"})
-	seed.Users = []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}
-	_, err := pgstore.New(pool).Seed(ctx, seed)
-	require.NoError(t, err)
-
-	cfg := config.Defaults()
-	cfg.DatabaseURL = dbURL
-	cfg.Wait = wait
-	cfg.StripeAPIKey = stripeKey
-	cfg.StripeAPIBase = stripeHTTP.URL
-	cfg.SMTPAddr = smtpAddr
-	cfg.Secret = strings.Repeat("s", 32)
-	cfg.InflightTimeout = 10 * time.Second
-
-	a, err := app.NewAPI(cfg, pool, logger)
-	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	listenDone := make(chan struct{})
-	go func() { defer close(listenDone); a.Run(runCtx) }()
-	srv := httptest.NewServer(a.Handler)
-	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: 4})
-	require.NoError(t, err)
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Run(runCtx, 10*time.Second) }()
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		<-listenDone
-		require.NoError(t, <-workerDone)
-	})
-	b := &workerBundle{
-		testBundle: &testBundle{url: srv.URL, pool: pool, api: a},
-		stripe:     stripeSrv,
-		mail:       mailpit.New(mailAPI),
-		worker:     w,
-	}
-	b.session = connect(t, srv.URL, tokenAcme)
-	return b
 }
 
 const stripeKey = "sk_test_idemgate_redaction_0123456789"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -37,6 +38,13 @@ type workerBundle struct {
 // database, the test Stripe and a real Mailpit.
 func setupWorker(t *testing.T, wait time.Duration) *workerBundle {
 	t.Helper()
+	return setupWorkerLogged(t, wait, nil)
+}
+
+// setupWorkerLogged is setupWorker with the api's and the worker's logs
+// going to logger (nil: slog.Default()).
+func setupWorkerLogged(t *testing.T, wait time.Duration, logger *slog.Logger) *workerBundle {
+	t.Helper()
 	ctx := context.Background()
 	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
 	stripeSrv.AddCharge("ch_123", 5000, "usd")
@@ -56,20 +64,20 @@ func setupWorker(t *testing.T, wait time.Duration) *workerBundle {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = wait
-	cfg.StripeAPIKey = "sk_test_idemgate"
+	cfg.StripeAPIKey = stripeKey
 	cfg.StripeAPIBase = stripeHTTP.URL
 	cfg.SMTPAddr = smtpAddr
 	cfg.Secret = strings.Repeat("s", 32)
 	cfg.InflightTimeout = 10 * time.Second
 
-	a, err := app.NewAPI(cfg, pool, nil)
+	a, err := app.NewAPI(cfg, pool, logger)
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	listenDone := make(chan struct{})
 	go func() { defer close(listenDone); a.Run(runCtx) }()
 	srv := httptest.NewServer(a.Handler)
 
-	w, err := app.NewWorker(cfg, pool, nil, &app.WorkerOptions{MaxWorkers: 10})
+	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: 10})
 	require.NoError(t, err)
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- w.Run(runCtx, 10*time.Second) }()
