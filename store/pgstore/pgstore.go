@@ -1,5 +1,5 @@
 // Package pgstore is the Postgres implementation of package store's
-// interfaces (store.Tokens, store.Orders, store.Seeder), on pgx.
+// interfaces (store.Tokens, store.Orders, store.Seeder, store.Domain), on pgx.
 package pgstore
 
 import (
