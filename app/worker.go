@@ -44,6 +44,9 @@ type Worker struct {
 	Control *jobs.Control[pgx.Tx]
 	// Handler serves /metrics and /healthz (IDEMGATE_WORKER_ADDR).
 	Handler http.Handler
+
+	reaperInterval time.Duration
+	logger         *slog.Logger
 }
 
 // WorkerOptions are what tests may change; nil fields take defaults.
@@ -52,9 +55,6 @@ type WorkerOptions struct {
 	MaxWorkers int
 	// ResetLinkBase is where password-reset links point.
 	ResetLinkBase string
-	// MaintenanceOnly works the maintenance queue only (reaper, pruner) and
-	// no claim jobs.
-	MaintenanceOnly bool
 }
 
 // NewWorker assembles the River workers on Postgres. Start it with
@@ -98,7 +98,8 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	return &Worker{Client: client, Gate: g, Runner: runner, Control: control, Handler: mux}, nil
+	return &Worker{Client: client, Gate: g, Runner: runner, Control: control, Handler: mux,
+		reaperInterval: cfg.ReaperInterval, logger: logger}, nil
 }
 
 // newWorkers builds the claim jobs' runner with the four effects, and
@@ -143,7 +144,7 @@ func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g 
 }
 
 // riverConfig is the River configuration of a working client: the claim
-// queue (unless maintenance-only) and the maintenance queue, the periodic
+// queue and the maintenance queue, the periodic
 // reaper and pruner, a job timeout below the lease, River's rescuer as a
 // backstop after the reaper, and a fetch cooldown far below River's 100ms
 // default (which caps a queue at MaxWorkers x 10 jobs per second).
@@ -152,9 +153,9 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 	if maxWorkers == 0 {
 		maxWorkers = DefaultMaxWorkers
 	}
-	queues := map[string]river.QueueConfig{jobs.MaintenanceQueue: {MaxWorkers: 2}}
-	if !opts.MaintenanceOnly {
-		queues[jobs.Queue] = river.QueueConfig{MaxWorkers: maxWorkers}
+	queues := map[string]river.QueueConfig{
+		jobs.Queue:            {MaxWorkers: maxWorkers},
+		jobs.MaintenanceQueue: {MaxWorkers: 2},
 	}
 	return &river.Config{
 		Queues:            queues,
@@ -173,6 +174,9 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 // Run starts the worker and blocks until ctx ends, then stops fetching and
 // lets running jobs finish within stopTimeout.
 func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
+	reapCtx, stopReaping := context.WithCancel(ctx)
+	defer stopReaping()
+	go jobs.KeepReaping(reapCtx, w.Client, w.reaperInterval, w.logger)
 	return runRiver(ctx, w.Client, stopTimeout)
 }
 

@@ -13,8 +13,8 @@ import (
 	"github.com/idemgate/idemgate/gate"
 )
 
-// MaintenanceQueue is the queue of the reaper's and the pruner's jobs, so
-// that a deployment can run a maintenance-only worker.
+// MaintenanceQueue is the queue of the reaper's and the pruner's jobs, apart
+// from the claim jobs so that a backlog of claims never delays the reaper.
 const MaintenanceQueue = "maintenance"
 
 // DefaultPruneInterval is how often the pruner runs.
@@ -138,5 +138,26 @@ func PeriodicJobs(reaperInterval, pruneInterval time.Duration) []*river.Periodic
 		river.NewPeriodicJob(river.PeriodicInterval(pruneInterval), func() (river.JobArgs, *river.InsertOpts) {
 			return PrunerArgs{}, nil
 		}, &river.PeriodicJobOpts{RunOnStart: true}),
+	}
+}
+
+// KeepReaping inserts a reaper job every interval until ctx ends. River runs
+// periodic jobs on its elected leader only, and when the leader is killed a
+// new one is elected only after River's leadership TTL (about 15s in v0.51,
+// not configurable): every worker process runs this too, so that reaping
+// goes on within one interval whoever dies. ReaperArgs are unique while one
+// is pending or running, so the extra inserts are skipped, not queued.
+func KeepReaping[TTx any](ctx context.Context, client *river.Client[TTx], interval time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := client.Insert(ctx, ReaperArgs{}, nil); err != nil && ctx.Err() == nil {
+				logger.Warn("reaper: inserting the reaper job failed; retrying next interval", "error", err)
+			}
+		}
 	}
 }
