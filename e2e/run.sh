@@ -28,20 +28,9 @@ cd "$root"
 log() { printf 'e2e: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
-# redact hides a password in a URL for messages.
-redact() { sed -E 's#(://[^:/@]+):[^@]*@#\1:xxxxx@#' <<<"$1"; }
-
-for tool in go node npm psql curl; do
-	if ! command -v "$tool" >/dev/null; then
-		case $tool in
-		node | npm) die "$tool is not installed: install Node.js 20 or newer with npm (https://nodejs.org/, or apt-get install nodejs npm)" ;;
-		psql) die "psql is not installed: install the PostgreSQL client (apt-get install postgresql-client)" ;;
-		*) die "$tool is not installed" ;;
-		esac
-	fi
-done
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-((node_major >= 20)) || die "node $(node --version) is too old: install Node.js 20 or newer"
+# shellcheck source=e2e/lib.sh
+source "$root/e2e/lib.sh"
+e2e_require_tools
 
 admin_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 
@@ -61,10 +50,7 @@ cleanup() {
 		log "api log ($api_log):"
 		sed 's/^/  api| /' "$api_log" >&2
 	fi
-	if [[ -n "$db" ]]; then
-		psql "$admin_url" -XAtq -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 ||
-			log "could not drop database $db; drop it by hand"
-	fi
+	e2e_drop_database
 	rm -rf "$tmp"
 	if [[ $rc -eq 0 ]]; then
 		log "OK"
@@ -80,17 +66,7 @@ trap 'exit 143' TERM
 # ---------------------------------------------------------------------------
 # 1. a fresh database
 # ---------------------------------------------------------------------------
-psql "$admin_url" -XAtq -c 'SELECT 1' >/dev/null ||
-	die "Postgres at $(redact "$admin_url") does not accept connections; set TEST_DATABASE_URL to an admin URL"
-db="idemgate_e2e_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
-psql "$admin_url" -XAtq -v ON_ERROR_STOP=1 -c "CREATE DATABASE \"$db\"" >/dev/null
-# The same URL with the new database's name as its path.
-database_url=$(node -e '
-	const u = new URL(process.argv[1]);
-	u.pathname = "/" + process.argv[2];
-	process.stdout.write(u.toString());
-' "$admin_url" "$db")
-log "database $db on $(redact "$database_url")"
+e2e_create_database idemgate_e2e
 
 # ---------------------------------------------------------------------------
 # 2. build

@@ -1,0 +1,46 @@
+# e2e/lib.sh: what e2e/run.sh and e2e/browser/run.sh share. Source it after
+# defining log and die; it defines functions only.
+
+# redact hides a password in a URL for messages.
+redact() { sed -E 's#(://[^:/@]+):[^@]*@#\1:xxxxx@#' <<<"$1"; }
+
+# e2e_require_tools: go, node 20+, npm, psql and curl, or die naming what to
+# install.
+e2e_require_tools() {
+	local tool node_major
+	for tool in go node npm psql curl; do
+		if ! command -v "$tool" >/dev/null; then
+			case $tool in
+			node | npm) die "$tool is not installed: install Node.js 20 or newer with npm (apt-get install nodejs npm)" ;;
+			psql) die "psql is not installed: install the PostgreSQL client (apt-get install postgresql-client)" ;;
+			*) die "$tool is not installed" ;;
+			esac
+		fi
+	done
+	node_major=$(node -p 'process.versions.node.split(".")[0]')
+	((node_major >= 20)) || die "node $(node --version) is too old: install Node.js 20 or newer"
+}
+
+# e2e_create_database PREFIX: creates a fresh database PREFIX_<random> on the
+# server of $admin_url and sets db (its name, for e2e_drop_database) and
+# database_url (the admin URL with the new database's name as its path).
+e2e_create_database() {
+	psql "$admin_url" -XAtq -c 'SELECT 1' >/dev/null ||
+		die "Postgres at $(redact "$admin_url") does not accept connections; set TEST_DATABASE_URL to an admin URL"
+	db="$1_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+	psql "$admin_url" -XAtq -v ON_ERROR_STOP=1 -c "CREATE DATABASE \"$db\"" >/dev/null
+	database_url=$(node -e '
+		const u = new URL(process.argv[1]);
+		u.pathname = "/" + process.argv[2];
+		process.stdout.write(u.toString());
+	' "$admin_url" "$db")
+	log "database $db on $(redact "$database_url")"
+}
+
+# e2e_drop_database: drops $db if e2e_create_database made one.
+e2e_drop_database() {
+	if [[ -n "${db:-}" ]]; then
+		psql "$admin_url" -XAtq -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 ||
+			log "could not drop database $db; drop it by hand"
+	fi
+}
