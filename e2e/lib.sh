@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154 # admin_url, log and die come from the sourcing script
 # e2e/lib.sh: what e2e/run.sh and e2e/browser/run.sh share. Source it after
 # defining log and die; it defines functions only.
 
