@@ -46,13 +46,12 @@ for a in "$@"; do
 done
 
 pg_tmp=""
-pg_as=()
-pg_bin=""
+source scripts/pgcluster.sh
 cleanup() {
 	local rc=$?
 	set +e
 	if [[ -n "$pg_tmp" ]]; then
-		"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -m fast -w stop >/dev/null 2>&1
+		pgcluster_stop fast
 		rm -rf "$pg_tmp"
 	fi
 	exit "$rc"
@@ -62,36 +61,9 @@ trap cleanup EXIT
 # start_cluster EXTRA_OPTIONS: a throwaway Postgres on a free port, with the
 # durability settings of a real server; sets url.
 start_cluster() {
-	local initdb
-	initdb=$(printf '%s\n' /usr/lib/postgresql/*/bin/initdb | grep -v '\*' | sort -V | tail -n 1 || true)
-	if [[ -z "$initdb" ]]; then
-		log "no Postgres to run on: set BENCH_DATABASE_URL, start one on 127.0.0.1:5432,"
-		log "or install the server (apt-get install postgresql) so that a throwaway cluster can be started."
-		exit 1
-	fi
-	pg_bin=$(dirname "$initdb")
-	if [[ $EUID -eq 0 ]]; then
-		if ! id postgres >/dev/null 2>&1; then
-			log "running as root and there is no 'postgres' user to run a throwaway cluster as; set BENCH_DATABASE_URL"
-			exit 1
-		fi
-		pg_as=(runuser -u postgres --)
-	else
-		pg_as=(env)
-	fi
-	local port
-	for port in $(seq 54430 54530); do
-		port_open 127.0.0.1 "$port" || break
-	done
 	pg_tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-benchpg.XXXXXX")
-	[[ $EUID -eq 0 ]] && chown postgres: "$pg_tmp"
-	log "starting a throwaway Postgres ($pg_bin) on 127.0.0.1:$port in $pg_tmp"
-	"${pg_as[@]}" "$pg_bin/initdb" -D "$pg_tmp/data" -U postgres -A trust -E UTF8 --no-locale \
-		>"$pg_tmp/initdb.log" 2>&1 || { cat "$pg_tmp/initdb.log" >&2; exit 1; }
-	"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -l "$pg_tmp/postgres.log" -w -t 60 \
-		-o "-p $port -k $pg_tmp -c listen_addresses=127.0.0.1 -c max_connections=200 $1" \
-		start >/dev/null || { cat "$pg_tmp/postgres.log" >&2; exit 1; }
-	url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+	pgcluster_start "$pg_tmp" "-c max_connections=200 $1" || exit 1
+	url=$pg_url
 }
 
 if ((profile)); then

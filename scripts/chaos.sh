@@ -91,9 +91,7 @@ fi
 [[ $ops =~ ^[0-9]+$ ]] || { log "--ops must be a non-negative integer, got '$ops'"; exit 2; }
 
 tmp=""          # everything of this run: binaries, logs, the cluster
-pg_as=()        # prefix to run Postgres binaries as the right user
-pg_bin=""
-pg_data=""
+source scripts/pgcluster.sh # pg_bin, pg_as, pg_data, pg_port, pg_url
 pids=()         # processes this script started (api, test Stripe, Mailpit)
 driver_pid=""   # chaosdriver, which owns the workers
 step=setup
@@ -149,9 +147,7 @@ cleanup() {
 	for pid in "${pids[@]}"; do
 		stop_pid "$pid"
 	done
-	if [[ -n $pg_data && -f $pg_data/postmaster.pid ]]; then
-		"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_data" -m immediate -w stop >/dev/null 2>&1
-	fi
+	pgcluster_stop immediate
 	if [[ -n $tmp ]]; then
 		if [[ ${CHAOS_KEEP:-0} == 1 ]]; then
 			log "CHAOS_KEEP=1: kept $tmp"
@@ -184,38 +180,8 @@ bin=$tmp/bin
 # Postgres: a throwaway cluster of our own (fsync stays on)
 # ---------------------------------------------------------------------------
 step=postgres
-initdb=$(printf '%s\n' /usr/lib/postgresql/*/bin/initdb | grep -v '\*' | sort -V | tail -n 1 || true)
-if [[ -z $initdb ]]; then
-	initdb=$(command -v initdb || true)
-fi
-if [[ -z $initdb ]]; then
-	log "initdb not found (looked in /usr/lib/postgresql/*/bin and PATH): install Postgres (apt-get install postgresql)"
-	exit 1
-fi
-pg_bin=$(dirname "$initdb")
-if [[ $EUID -eq 0 ]]; then
-	id postgres >/dev/null 2>&1 || { log "running as root without a 'postgres' user to run the cluster as (useradd -r postgres)"; exit 1; }
-	pg_as=(runuser -u postgres --)
-	chown postgres: "$tmp/pg"
-else
-	pg_as=(env)
-fi
-pg_data=$tmp/pg/data
-"${pg_as[@]}" "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --no-locale --no-sync \
-	>"$tmp/logs/initdb.log" 2>&1 || { cat "$tmp/logs/initdb.log" >&2; exit 1; }
-pg_port=""
-for try in 1 2 3 4 5; do
-	p=$((40000 + (RANDOM * 32768 + RANDOM) % 20000))
-	port_open 127.0.0.1 "$p" && continue
-	if "${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_data" -l "$tmp/pg/postgres.log" -w -t 60 \
-		-o "-p $p -k $tmp/pg -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null; then
-		pg_port=$p
-		break
-	fi
-	log "Postgres did not start on port $p (try $try); retrying on another port"
-done
-[[ -n $pg_port ]] || { log "could not start Postgres"; exit 1; }
-export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable"
+pgcluster_start "$tmp/pg" "-c max_connections=300" || exit 1
+export DATABASE_URL=$pg_url
 pg_restart_cmd=$(printf '%q ' "${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_data" -l "$tmp/pg/postgres.log" -w -t 60 -m fast restart)
 log "Postgres $("$pg_bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pg_port ($pg_data)"
 

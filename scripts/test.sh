@@ -21,10 +21,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 started=$SECONDS
 step="setup"
 pg_tmp=""       # throwaway cluster directory, if we started one
-pg_as=()        # command prefix to run Postgres binaries as the right user
-pg_bin=""
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
+source scripts/pgcluster.sh # a throwaway cluster when no server is reachable
 
 cleanup() {
 	local rc=$?
@@ -32,7 +31,7 @@ cleanup() {
 	# Services (stripe-mock, Mailpit) stop here.
 	declare -F services_stop >/dev/null && services_stop
 	if [[ -n "$pg_tmp" ]]; then
-		"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -m immediate -w stop >/dev/null 2>&1
+		pgcluster_stop immediate
 		rm -rf "$pg_tmp"
 	fi
 	if [[ $rc -eq 0 ]]; then
@@ -57,41 +56,13 @@ step="postgres"
 default_url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 start_throwaway_postgres() {
-	local initdb
-	initdb=$(printf '%s\n' /usr/lib/postgresql/*/bin/initdb | grep -v '\*' | sort -V | tail -n 1 || true)
-	if [[ -z "$initdb" ]]; then
-		log "no Postgres: TEST_DATABASE_URL is unset, nothing listens on 127.0.0.1:5432,"
-		log "and initdb is not installed. Install it (apt-get install postgresql) or set TEST_DATABASE_URL."
+	pg_tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-pg.XXXXXX")
+	if ! pgcluster_start "$pg_tmp" "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"; then
+		log "no Postgres: TEST_DATABASE_URL is unset and nothing listens on 127.0.0.1:5432;"
+		log "install Postgres (apt-get install postgresql) or set TEST_DATABASE_URL."
 		exit 1
 	fi
-	pg_bin=$(dirname "$initdb")
-
-	if [[ $EUID -eq 0 ]]; then
-		# initdb and postgres refuse to run as root.
-		if ! id postgres >/dev/null 2>&1; then
-			log "running as root and there is no 'postgres' user to run a throwaway cluster as;"
-			log "create one (useradd -r postgres), or set TEST_DATABASE_URL."
-			exit 1
-		fi
-		pg_as=(runuser -u postgres --)
-	else
-		pg_as=(env)
-	fi
-
-	local port
-	for port in $(seq 54329 54429); do
-		port_open 127.0.0.1 "$port" || break
-	done
-
-	pg_tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-pg.XXXXXX")
-	[[ $EUID -eq 0 ]] && chown postgres: "$pg_tmp"
-	log "starting a throwaway Postgres ($pg_bin) on 127.0.0.1:$port in $pg_tmp"
-	"${pg_as[@]}" "$pg_bin/initdb" -D "$pg_tmp/data" -U postgres -A trust -E UTF8 --no-locale --no-sync \
-		>"$pg_tmp/initdb.log" 2>&1 || { cat "$pg_tmp/initdb.log" >&2; exit 1; }
-	"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_tmp/data" -l "$pg_tmp/postgres.log" -w -t 60 \
-		-o "-p $port -k $pg_tmp -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-		start >/dev/null || { cat "$pg_tmp/postgres.log" >&2; exit 1; }
-	TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+	TEST_DATABASE_URL=$pg_url
 }
 
 if [[ -n "${TEST_DATABASE_URL:-}" ]]; then
