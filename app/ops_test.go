@@ -74,7 +74,7 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 	opID, jobID := res.Operation.OperationID, res.Operation.JobID
 	require.Eventually(t, func() bool {
 		return countRows(t, b.pool, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'cancelled'`, jobID) == 1
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 60*time.Second, 50*time.Millisecond)
 	require.Empty(t, b.stripe.Refunds())
 
 	// The charge is fixed; an operator re-drives.

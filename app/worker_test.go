@@ -22,6 +22,7 @@ import (
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
 )
@@ -114,7 +115,7 @@ func awaitStatus(t *testing.T, s *mcp.ClientSession, tool, key string, status do
 	require.Eventually(t, func() bool {
 		op = getOperation(t, s, tool, key)
 		return op.Status == status
-	}, 20*time.Second, 50*time.Millisecond, "operation %s/%s never reached %s", tool, key, status)
+	}, 60*time.Second, 50*time.Millisecond, "operation %s/%s never reached %s", tool, key, status)
 	return op
 }
 
@@ -160,7 +161,7 @@ func TestWorkerRetriesWhileRunningNeverRefundTwice(t *testing.T) {
 	require.False(t, isErr)
 	select {
 	case <-applied:
-	case <-time.After(20 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("the refund never reached the test Stripe")
 	}
 	// The refund is applied at Stripe, its response held: retries now get
@@ -214,7 +215,7 @@ func TestWorkerPermanentStripeErrorFailsAndReplays(t *testing.T) {
 	// The job was cancelled in the failing transaction.
 	require.Eventually(t, func() bool {
 		return countRows(t, b.pool, `SELECT count(*) FROM river_job WHERE state = 'cancelled'`) == 1
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 60*time.Second, 50*time.Millisecond)
 
 	// Over the refundable amount: definitive, before Stripe.
 	res, isErr = callTool(t, b.session, "refund_order", refund("refund-too-much-1", 6000))
@@ -276,7 +277,7 @@ func TestWorkerCreditSeatAndMailHappenOnce(t *testing.T) {
 	require.Eventually(t, func() bool {
 		n, err := b.mail.CountByMessageID(ctx, sent.MessageID)
 		return err == nil && n == 1
-	}, 10*time.Second, 100*time.Millisecond)
+	}, 60*time.Second, 100*time.Millisecond)
 }
 
 func TestWorkerWithStaleEpochWritesNothing(t *testing.T) {
@@ -289,23 +290,32 @@ func TestWorkerWithStaleEpochWritesNothing(t *testing.T) {
 	<-applied
 
 	// While the worker waits on Stripe, its lease is reclaimed for another
-	// job (as the reaper does once a lease expired).
+	// job (as the reaper does once a lease expired). The new job is real and
+	// scheduled an hour ahead, so that no worker runs it during the test and
+	// the reaper sees a live job, not an orphan, whenever it runs.
 	s := b.api.Gate.Store()
 	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "refund-stale-0001"})
 	require.NoError(t, err)
 	require.Equal(t, domain.StatusRunning, c.Status)
+	args, err := jobs.ArgsFor(c)
+	require.NoError(t, err)
+	opts := jobs.InsertOpts()
+	opts.ScheduledAt = time.Now().Add(time.Hour)
+	next, err := b.worker.Client.Insert(ctx, args, opts)
+	require.NoError(t, err)
 	future := time.Now().Add(time.Hour)
-	_, err = s.ClaimReclaim(ctx, &gate.ClaimReclaimParams{ID: c.ID, Epoch: c.Epoch, JobID: c.JobID + 1_000_000, Now: &future})
+	_, err = s.ClaimReclaim(ctx, &gate.ClaimReclaimParams{ID: c.ID, Epoch: c.Epoch, JobID: next.Job.ID, Now: &future})
 	require.NoError(t, err)
 
 	release()
 	// The old worker's completion finds its epoch gone: nothing is written.
 	require.Eventually(t, func() bool {
 		return countRows(t, b.pool, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'completed'`, first.Operation.JobID) == 1
-	}, 20*time.Second, 50*time.Millisecond)
+	}, 60*time.Second, 50*time.Millisecond)
 	after, err := s.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
 	require.NoError(t, err)
 	require.Equal(t, domain.StatusQueued, after.Status)
+	require.Equal(t, next.Job.ID, after.JobID)
 	require.Nil(t, after.Result)
 	require.Zero(t, countRows(t, b.pool, `SELECT count(*) FROM refunds`))
 	require.Zero(t, countRows(t, b.pool, `SELECT count(*) FROM audit_events WHERE decision = 'succeeded'`))

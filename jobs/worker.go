@@ -175,6 +175,14 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 	result, err := effect.Call(effectCtx, claim)
 	cancel()
 
+	// 4./5. settle. The transactions that store the outcome run on a context
+	// that the job's cancellation does not reach: committing a failure
+	// cancels the job (JobCancelTx), River then cancels the running job's
+	// context, and a commit waiting on that context could report an error
+	// although Postgres committed. River's JobTimeout must not cut a fenced
+	// write short either; the epoch keeps a late write harmless.
+	ctx, cancelSettle := settleContext(ctx)
+	defer cancelSettle()
 	var failure *Failure
 	switch {
 	case err == nil:
@@ -191,6 +199,16 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 		r.metrics.call(claim.Tool, "transient")
 		return "retry", r.release(ctx, claim, err, log)
 	}
+}
+
+// SettleTimeout bounds the transaction that stores an outcome (complete,
+// fail or release), which runs detached from the job's own cancellation.
+const SettleTimeout = 30 * time.Second
+
+// settleContext keeps ctx's values (River's client) but not its
+// cancellation, bounded by SettleTimeout.
+func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), SettleTimeout)
 }
 
 var (

@@ -9,6 +9,12 @@
 #   scripts/test.sh -run Migrat ./migrations/...
 #                                        arguments starting with ./ or ../ are
 #                                        taken as the package list instead of PKGS
+#   scripts/test.sh --stress N [args]    the Go suite (go test -race -count=1)
+#                                        N times in a row while one busy loop per
+#                                        core hogs the CPU; stops at the first
+#                                        failure. No e2e, browser, chaos or
+#                                        quickstart steps.
+#   TEST_HOG=1 scripts/test.sh           any run, with the same CPU hogs
 #
 # Postgres: TEST_DATABASE_URL if set; else the server on 127.0.0.1:5432; else a
 # throwaway cluster started from /usr/lib/postgresql/*/bin and removed on exit.
@@ -21,13 +27,43 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 started=$SECONDS
 step="setup"
 pg_tmp=""       # throwaway cluster directory, if we started one
+hog_pids=()     # CPU hogs of --stress and TEST_HOG=1
+
+stress=0
+if [[ ${1:-} == --stress ]]; then
+	stress=${2:-}
+	if ! [[ $stress =~ ^[1-9][0-9]*$ ]]; then
+		printf 'test.sh: --stress needs a positive count of runs, got %q\n' "$stress" >&2
+		exit 2
+	fi
+	shift 2
+fi
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
 source scripts/pgcluster.sh # a throwaway cluster when no server is reachable
 
+# hog_start starts one busy loop per core, so that the tests meet a machine
+# as loaded as a busy CI runner; hog_stop (also run on exit) ends them.
+hog_start() {
+	local n
+	n=$(nproc 2>/dev/null || echo 2)
+	for ((i = 0; i < n; i++)); do
+		bash -c 'while :; do :; done' &
+		hog_pids+=($!)
+	done
+	log "CPU hogs: ${#hog_pids[@]} busy loops (pids ${hog_pids[*]})"
+}
+hog_stop() {
+	((${#hog_pids[@]} == 0)) && return 0
+	kill "${hog_pids[@]}" 2>/dev/null
+	wait "${hog_pids[@]}" 2>/dev/null
+	hog_pids=()
+}
+
 cleanup() {
 	local rc=$?
 	set +e
+	hog_stop
 	# Services (stripe-mock, Mailpit) stop here.
 	declare -F services_stop >/dev/null && services_stop
 	if [[ -n "$pg_tmp" ]]; then
@@ -122,7 +158,9 @@ case ${E2E:-auto} in
 1) e2e_run=1 ;;
 0) log "E2E=0: not running the MCP end-to-end tests (e2e/run.sh)" ;;
 auto)
-	if (($# == 0)) && [[ -z "${PKGS:-}" ]]; then
+	if ((stress)); then
+		log "--stress: not running the MCP end-to-end tests"
+	elif (($# == 0)) && [[ -z "${PKGS:-}" ]]; then
 		e2e_run=1
 	else
 		log "arguments or PKGS restrict this run: not running the MCP end-to-end tests (E2E=1 runs them)"
@@ -209,11 +247,28 @@ go vet "${pkgs[@]}"
 # (e) go test
 # ---------------------------------------------------------------------------
 step="go test"
-if ((arg_pkgs)); then
-	go test -race -count=1 "$@"
-else
-	go test -race -count=1 "$@" "${pkgs[@]}"
+run_go_tests() {
+	if ((arg_pkgs)); then
+		go test -race -count=1 "$@"
+	else
+		go test -race -count=1 "$@" "${pkgs[@]}"
+	fi
+}
+if ((stress)); then
+	go test -race -count=1 -run '^$' "${pkgs[@]}" >/dev/null # build once, unhogged
+	hog_start
+	for ((run = 1; run <= stress; run++)); do
+		step="go test (stress run $run of $stress)"
+		run_started=$SECONDS
+		run_go_tests "$@"
+		log "stress run $run of $stress passed in $((SECONDS - run_started))s"
+	done
+	hog_stop
+	step="done"
+	exit 0
 fi
+[[ ${TEST_HOG:-0} == 1 ]] && hog_start
+run_go_tests "$@"
 
 # ---------------------------------------------------------------------------
 # (f) MCP end-to-end tests with the official TypeScript SDK

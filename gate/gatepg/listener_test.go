@@ -31,7 +31,7 @@ func TestListenerWakesOnTerminalTransitionOnly(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, l.Connected, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, l.Connected, 60*time.Second, 10*time.Millisecond)
 
 	c := gatetest.Claim(ctx, t, g, nil).Claim
 	ch, unsubscribe := l.Subscribe(c.ID)

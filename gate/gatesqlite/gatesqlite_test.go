@@ -52,10 +52,16 @@ func count(t *testing.T, db *sql.DB, query string) func(context.Context) int {
 }
 
 func newBundle(t *testing.T) *gatetest.Bundle {
+	b, _ := newBundleDB(t)
+	return b
+}
+
+// newBundleDB is newBundle, also returning the database.
+func newBundleDB(t *testing.T) (*gatetest.Bundle, *sql.DB) {
 	_, db := sqlitetest.NewDB(t)
 	client, err := river.NewClient(riversqlite.New(db), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	return &gatetest.Bundle{
+	b := &gatetest.Bundle{
 		Store:    gatesqlite.New(db),
 		Enqueuer: riverEnqueuer{client: client},
 		Control:  &jobs.Control[*sql.Tx]{Client: client},
@@ -72,6 +78,7 @@ func newBundle(t *testing.T) *gatetest.Bundle {
 		JobCount:   count(t, db, "SELECT count(*) FROM river_job"),
 		ClaimCount: count(t, db, "SELECT count(*) FROM idempotency_claims"),
 	}
+	return b, db
 }
 
 // TestConformance runs the suite every gate.Store passes. SQLite has no
@@ -361,32 +368,37 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 		var succeeded int
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM idempotency_claims WHERE status = 'succeeded' AND result = '{\"ok\":true}'").Scan(&succeeded))
 		return succeeded == n
-	}, 20*time.Second, 50*time.Millisecond)
+	}, 60*time.Second, 50*time.Millisecond)
 	require.Eventually(t, func() bool {
 		var completed int
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed))
 		return completed == n
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 60*time.Second, 50*time.Millisecond)
 }
 
 func TestClaimList(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	b := newBundle(t)
+	b, db := newBundleDB(t)
 	g, err := gate.New(&gate.Config{Store: b.Store, Enqueuer: b.Enqueuer, Policies: gate.DefaultPolicies()})
 	require.NoError(t, err)
 	first := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0001"}).Claim
-	time.Sleep(5 * time.Millisecond) // distinct updated_at to the millisecond
-	since := time.Now()
 	second := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0002"}).Claim
-	time.Sleep(5 * time.Millisecond)
 	seat := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0003", Tool: "reset_seat", Args: map[string]any{"seat_id": "seat_1"}}).Claim
-	gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0004", Tenant: "globex"})
-	time.Sleep(5 * time.Millisecond)
+	globex := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0004", Tenant: "globex"}).Claim
 	leased, err := b.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: first.ID, JobID: first.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	_, err = b.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: first.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
 	require.NoError(t, err)
+	// Distinct update times, set rather than waited for: first was
+	// updated last (it failed), then the seat and globex's; second before
+	// since.
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for id, offset := range map[int64]time.Duration{second.ID: 0, seat.ID: 2 * time.Second, globex.ID: 2 * time.Second, first.ID: 3 * time.Second} {
+		_, err := db.ExecContext(ctx, "UPDATE idempotency_claims SET updated_at = ? WHERE id = ?", gatesqlite.FormatTime(base.Add(offset)), id)
+		require.NoError(t, err)
+	}
+	since := base.Add(500 * time.Millisecond)
 
 	ids := func(p *gate.ClaimListParams) []int64 {
 		claims, err := b.Store.ClaimList(ctx, p)
@@ -401,8 +413,8 @@ func TestClaimList(t *testing.T) {
 	require.Equal(t, []int64{first.ID, seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme"}))
 	require.Equal(t, []int64{first.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusFailed}))
 	require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Tool: "reset_seat"}))
-	require.Equal(t, []int64{first.ID, seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Since: &since}))
-	require.Equal(t, []int64{seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusQueued, Since: &since}))
+	require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Since: &since}), "second was updated before since")
+	require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusQueued, Since: &since}))
 	require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Limit: 2}))
 	require.Len(t, ids(&gate.ClaimListParams{}), 4, "no filter: every tenant")
 }

@@ -270,7 +270,7 @@ func TestHoldThenClientGoesAway(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, _, ok := s.StoredResponse("idg_killed")
 		return ok
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 60*time.Second, 10*time.Millisecond)
 	r, err := sc.Refunds.New(refundParams("ch_1", 400, "idg_killed"))
 	require.NoError(t, err)
 	require.True(t, replayed(r))
