@@ -47,8 +47,9 @@ func SQLiteFS() fs.FS {
 //
 // SQLite has no advisory lock to serialize migrators on. Instead,
 // MigrateSQLite applies one version at a time, each in a transaction of its
-// own together with its version record (River's and goose's own
-// behaviour). A migrator that loses a race to another one on the same
+// own together with its version record; River's versions in transactions
+// that take the write lock first, so concurrent migrators queue for it. A
+// migrator that loses a race (goose's versions) to another one on the same
 // version fails on it without leaving a trace, waits a little and tries
 // again, up to SQLiteMigrateAttempts times in a row, and then finds the
 // version applied and goes on. Result counts exactly what this call applied.
@@ -72,9 +73,21 @@ func MigrateSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (*Resul
 	}
 
 	res := &Result{}
+	// River's line is applied in one transaction that begins IMMEDIATE
+	// (Open's DSN): it holds the write lock from the start, so a concurrent
+	// migrator waits for it (busy timeout) and then finds nothing to do,
+	// instead of racing it version by version.
 	res.RiverApplied, err = stepSQLite(ctx, logger, "river", func() (bool, error) {
-		r, err := riverMigrator.Migrate(ctx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{MaxSteps: 1})
+		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
+			return false, fmt.Errorf("migrations: river up: %w", err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		r, err := riverMigrator.MigrateTx(ctx, tx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{MaxSteps: 1})
+		if err != nil {
+			return false, fmt.Errorf("migrations: river up: %w", err)
+		}
+		if err := tx.Commit(); err != nil {
 			return false, fmt.Errorf("migrations: river up: %w", err)
 		}
 		return len(r.Versions) > 0, nil
