@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // Version is the server version announced to MCP clients.
@@ -20,18 +21,18 @@ func (s *Server) mcpHandler() http.Handler {
 		Instructions: "Mutating tools take an idempotency_key: reuse it when you retry the same intent, " +
 			"never for a different one. An in_flight answer carries the operation handle: poll get_operation.",
 	})
-	for i := range toolDefs {
-		def := &toolDefs[i]
+	for _, spec := range s.allTools() {
 		// The low-level AddTool does not validate arguments against the
 		// schema: our own validation runs, so every rejection carries our
-		// code and its audit row. The schema is still published.
+		// code and its audit row. The schemas are still published.
 		server.AddTool(&mcp.Tool{
-			Name:        def.name,
-			Title:       def.title,
-			Description: def.description,
-			InputSchema: def.inputSchema(),
-			Annotations: def.annotations(),
-		}, s.toolHandler(def))
+			Name:         spec.Name,
+			Title:        spec.Title,
+			Description:  spec.Description,
+			InputSchema:  spec.InputSchema,
+			OutputSchema: spec.OutputSchema,
+			Annotations:  annotations(spec),
+		}, s.toolHandler(spec))
 	}
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
@@ -40,7 +41,7 @@ func (s *Server) mcpHandler() http.Handler {
 	})
 }
 
-func (s *Server) toolHandler(def *toolDef) mcp.ToolHandler {
+func (s *Server) toolHandler(def *tool.Spec) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		actor, ok := ActorFromContext(ctx)
 		if !ok {
@@ -53,7 +54,7 @@ func (s *Server) toolHandler(def *toolDef) mcp.ToolHandler {
 			out  any
 			cerr *callError
 		)
-		if def.mutating {
+		if def.Mutating {
 			out, cerr = s.mutate(ctx, c)
 		} else {
 			out, cerr = s.read(ctx, c)

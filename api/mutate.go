@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // Answer is what a mutation call answers with, over MCP and REST alike.
@@ -64,7 +65,7 @@ func (e *callError) body() *errorBody {
 type call struct {
 	actor     domain.Actor
 	requestID string
-	tool      *toolDef
+	tool      *tool.Spec
 	// raw are the JSON arguments as received.
 	raw []byte
 }
@@ -83,10 +84,10 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 		case cerr != nil:
 			result = string(cerr.err.Code)
 		}
-		s.metrics.observe(c.tool.name, result, time.Since(start))
+		s.metrics.observe(c.tool.Name, result, time.Since(start))
 		attrs := []slog.Attr{
 			slog.String("request_id", c.requestID), slog.String("tenant", c.actor.TenantID),
-			slog.String("tool", c.tool.name), slog.String("result", result), slog.Duration("duration", time.Since(start)),
+			slog.String("tool", c.tool.Name), slog.String("result", result), slog.Duration("duration", time.Since(start)),
 		}
 		if ans != nil && ans.Operation != nil {
 			attrs = append(attrs, slog.String("key", ans.Operation.IdempotencyKey),
@@ -94,31 +95,31 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 		}
 		s.logger.LogAttrs(ctx, slog.LevelInfo, "mutation", attrs...)
 	}()
-	if !c.actor.HasScope(c.tool.scope) {
-		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name), start)
+	if !c.actor.HasScope(c.tool.Scope) {
+		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name), start)
 	}
 	args, err := gate.DecodeArgs(c.raw)
 	if err != nil {
 		return nil, s.deny(ctx, c, "", asDomainError(err), start)
 	}
 	key, _ := args["idempotency_key"].(string)
-	if err := c.tool.validate(args); err != nil {
+	if err := c.tool.Validate(args); err != nil {
 		return nil, s.deny(ctx, c, key, asDomainError(err), start)
 	}
-	intent, err := s.gate.NewIntent(c.tool.name, args)
+	intent, err := s.gate.NewIntent(c.tool.Name, args)
 	if err != nil {
 		return nil, s.deny(ctx, c, key, asDomainError(err), start)
 	}
-	if wait, ok := s.limiter.allow(c.actor.TenantID, c.tool.name); !ok {
-		s.metrics.rateLimited(c.tool.name)
-		return nil, &callError{err: domain.Errorf(domain.CodeRateLimited, "", "too many %s calls for this tenant; retry after %s", c.tool.name, wait.Round(time.Millisecond)), retryAfter: wait}
+	if wait, ok := s.limiter.allow(c.actor.TenantID, c.tool.Name); !ok {
+		s.metrics.rateLimited(c.tool.Name)
+		return nil, &callError{err: domain.Errorf(domain.CodeRateLimited, "", "too many %s calls for this tenant; retry after %s", c.tool.Name, wait.Round(time.Millisecond)), retryAfter: wait}
 	}
 
 	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, Intent: intent, Wait: s.wait})
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}
-	s.metrics.outcome(c.tool.name, res.Outcome)
+	s.metrics.outcome(c.tool.Name, res.Outcome)
 	op := res.Claim.Operation()
 	switch {
 	case res.Outcome == domain.OutcomeConflict:
@@ -154,18 +155,18 @@ func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Err
 		UserID:         c.actor.UserID,
 		TokenID:        c.actor.TokenID,
 		RequestID:      c.requestID,
-		Tool:           c.tool.name,
+		Tool:           c.tool.Name,
 		IdempotencyKey: auditText(key, gate.KeyMaxLen*2),
 		Decision:       domain.DecisionDenied,
 		Reason:         auditText(reason, 1000),
 		Duration:       time.Since(start),
 	}); err != nil {
-		s.logger.ErrorContext(ctx, "audit: denied row not written", "request_id", c.requestID, "tool", c.tool.name, "error", err)
+		s.logger.ErrorContext(ctx, "audit: denied row not written", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
 		if errors.Is(err, domain.ErrUnavailable) {
 			return unavailable()
 		}
 	}
-	s.metrics.outcome(c.tool.name, domain.Outcome("denied"))
+	s.metrics.outcome(c.tool.Name, domain.Outcome("denied"))
 	return &callError{err: derr}
 }
 
@@ -177,10 +178,10 @@ func (s *Server) internal(ctx context.Context, c *call, err error) *callError {
 		return &callError{err: derr}
 	}
 	if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		s.logger.WarnContext(ctx, "database unavailable", "request_id", c.requestID, "tool", c.tool.name, "error", err)
+		s.logger.WarnContext(ctx, "database unavailable", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
 		return unavailable()
 	}
-	s.logger.ErrorContext(ctx, "call failed", "request_id", c.requestID, "tool", c.tool.name, "error", err)
+	s.logger.ErrorContext(ctx, "call failed", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
 	return &callError{err: domain.Errorf(domain.CodeInternal, "", "internal error (request %s)", c.requestID)}
 }
 
@@ -194,8 +195,8 @@ func unavailable() *callError {
 // read runs a read tool.
 func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 	start := time.Now()
-	if !c.actor.HasScope(c.tool.scope) {
-		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name), start)
+	if !c.actor.HasScope(c.tool.Scope) {
+		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name), start)
 	}
 	// Rejected arguments are audited as for mutations: one denied row.
 	args, err := gate.DecodeArgs(c.raw)
@@ -203,34 +204,28 @@ func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 		return nil, s.deny(ctx, c, "", asDomainError(err), start)
 	}
 	key, _ := args["idempotency_key"].(string)
-	if err := c.tool.validate(args); err != nil {
+	if err := c.tool.Validate(args); err != nil {
 		return nil, s.deny(ctx, c, key, asDomainError(err), start)
 	}
-	if c.tool.name == "get_operation" {
+	if c.tool.Name == GetOperation {
+		if err := s.checkToolName(args); err != nil {
+			return nil, s.deny(ctx, c, key, asDomainError(err), start)
+		}
 		if err := gate.ValidateKey(key, key != ""); err != nil {
 			return nil, s.deny(ctx, c, key, asDomainError(err), start)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.dbTimeout)
 	defer cancel()
-	switch c.tool.name {
-	case "get_operation":
-		op, err := s.operation(ctx, c.actor, args["tool"].(string), key)
-		if err != nil {
-			return nil, s.internal(ctx, c, err)
-		}
-		return op, nil
-	case "get_order":
-		order, err := s.orders.OrderGet(ctx, c.actor.TenantID, args["order_id"].(string))
-		if errors.Is(err, domain.ErrNotFound) {
-			return nil, &callError{err: domain.Errorf(domain.CodeNotFound, "order_id", "no order %q", args["order_id"])}
-		}
-		if err != nil {
-			return nil, s.internal(ctx, c, err)
-		}
-		return order, nil
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, s.internal(ctx, c, err)
 	}
-	return nil, &callError{err: domain.Errorf(domain.CodeNotFound, "tool", "unknown tool %q", c.tool.name)}
+	out, err := c.tool.Serve(ctx, tool.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID}, raw)
+	if err != nil {
+		return nil, s.internal(ctx, c, err)
+	}
+	return out, nil
 }
 
 // operation returns the actor's tenant's operation by tool and key.

@@ -19,7 +19,7 @@ import (
 // header and the other arguments as a JSON object body.
 func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFromContext(r.Context())
-	def, ok := toolByName(chi.URLParam(r, "tool"))
+	def, ok := s.toolByName(chi.URLParam(r, "tool"))
 	if !ok {
 		writeProblem(w, r, http.StatusNotFound, &callError{err: domain.Errorf(domain.CodeNotFound, "tool", "no tool %q", chi.URLParam(r, "tool"))})
 		return
@@ -31,7 +31,7 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), tool: def, raw: body}
 
-	if !def.mutating {
+	if !def.Mutating {
 		out, cerr := s.read(r.Context(), c)
 		if cerr != nil {
 			writeProblem(w, r, statusOf(cerr), cerr)
@@ -56,7 +56,7 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", def.name))
+		s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", def.Name))
 		return
 	}
 	args, err := gate.DecodeArgs(body)
@@ -84,10 +84,10 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 	case ans.Outcome == domain.OutcomeInFlight:
 		status = http.StatusConflict
 		w.Header().Set("Retry-After", retryAfterSeconds(time.Duration(ans.RetryAfterMS)*time.Millisecond))
-		w.Header().Set("Location", operationPath(def.name, key))
+		w.Header().Set("Location", operationPath(def.Name, key))
 	case !ans.Operation.Status.Terminal():
 		status = http.StatusAccepted
-		w.Header().Set("Location", operationPath(def.name, key))
+		w.Header().Set("Location", operationPath(def.Name, key))
 	}
 	if ans.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
@@ -98,8 +98,8 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 // rejectREST answers a rejection found before the common path ran, with
 // its denied audit row naming the key as received.
 func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, key string, derr *domain.Error) {
-	if !c.actor.HasScope(c.tool.scope) {
-		derr = domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.scope, c.tool.name)
+	if !c.actor.HasScope(c.tool.Scope) {
+		derr = domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name)
 		key = "" // as over MCP: the scope is checked before anything is read
 	}
 	cerr := s.deny(r.Context(), c, key, derr, time.Now())
@@ -109,7 +109,7 @@ func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, key
 // restOperation is GET /v1/operations/{tool}/{key}.
 func (s *Server) restOperation(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFromContext(r.Context())
-	def, _ := toolByName("get_operation")
+	def, _ := s.toolByName(GetOperation)
 	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), tool: def,
 		raw: mustJSON(map[string]string{"tool": chi.URLParam(r, "tool"), "idempotency_key": chi.URLParam(r, "key")})}
 	out, cerr := s.read(r.Context(), c)

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // Defaults of Config.
@@ -43,20 +45,14 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, bearer string) (domain.Actor, error)
 }
 
-// OrderReader reads orders for get_order.
-type OrderReader interface {
-	// OrderGet returns the order's client-visible view, or domain.ErrNotFound.
-	OrderGet(ctx context.Context, tenantID, orderID string) (any, error)
-}
-
 // Config configures a Server.
 type Config struct {
 	// Gate is the idempotency gate. Required.
 	Gate *gate.Gate
 	// Auth authenticates bearer tokens. Required.
 	Auth Authenticator
-	// Orders serves get_order. Required.
-	Orders OrderReader
+	// Tools are the tools served besides the built-in get_operation.
+	Tools *tool.Registry
 	// Wait is how long a mutation waits for its outcome (IDEMGATE_WAIT).
 	Wait time.Duration
 	// DBTimeout bounds reads and audit writes. Default gate.DefaultDBTimeout.
@@ -79,32 +75,40 @@ type Config struct {
 
 // Server serves MCP, REST and health routes.
 type Server struct {
-	gate      *gate.Gate
-	auth      Authenticator
-	orders    OrderReader
-	wait      time.Duration
-	dbTimeout time.Duration
-	maxBody   int64
-	ready     func(ctx context.Context) error
-	limiter   *limiter
-	metrics   *metrics
-	logger    *slog.Logger
-	router    chi.Router
+	gate  *gate.Gate
+	auth  Authenticator
+	tools *tool.Registry
+	// getOperation is the built-in get_operation.
+	getOperation *tool.Spec
+	wait         time.Duration
+	dbTimeout    time.Duration
+	maxBody      int64
+	ready        func(ctx context.Context) error
+	limiter      *limiter
+	metrics      *metrics
+	logger       *slog.Logger
+	router       chi.Router
 }
 
 // New returns a Server. It refuses to start when a mutating tool has no gate
 // policy: nothing mutates outside the gate.
 func New(cfg *Config) (*Server, error) {
-	if cfg.Gate == nil || cfg.Auth == nil || cfg.Orders == nil {
-		return nil, errors.New("api: Config.Gate, Config.Auth and Config.Orders are required")
+	if cfg.Gate == nil || cfg.Auth == nil || cfg.Tools == nil {
+		return nil, errors.New("api: Config.Gate, Config.Auth and Config.Tools are required")
 	}
-	if err := checkPolicies(cfg.Gate, toolDefs); err != nil {
-		return nil, err
+	// Nothing mutates outside the gate: every mutation needs its policy.
+	for _, name := range cfg.Tools.MutationNames() {
+		if _, ok := cfg.Gate.Policy(name); !ok {
+			return nil, fmt.Errorf("api: mutating tool %q has no gate policy; refusing to start", name)
+		}
+	}
+	if _, dup := cfg.Tools.Get(GetOperation); dup {
+		return nil, fmt.Errorf("api: %s is built in; a registered tool may not take its name", GetOperation)
 	}
 	s := &Server{
 		gate:      cfg.Gate,
 		auth:      cfg.Auth,
-		orders:    cfg.Orders,
+		tools:     cfg.Tools,
 		wait:      cfg.Wait,
 		dbTimeout: cfg.DBTimeout,
 		maxBody:   cfg.MaxBodyBytes,
@@ -128,11 +132,15 @@ func New(cfg *Config) (*Server, error) {
 		burst = DefaultRateBurst
 	}
 	s.limiter = newLimiter(rl, burst)
+	getOperation, err := s.getOperationSpec()
+	if err != nil {
+		return nil, err
+	}
+	s.getOperation = getOperation
 	reg := cfg.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	var err error
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
 	}

@@ -4,24 +4,23 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/api"
+	"github.com/idemgate/idemgate/app"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
+	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/tool"
 )
 
 type noAuth struct{}
 
 func (noAuth) Authenticate(context.Context, string) (domain.Actor, error) {
 	return domain.Actor{}, domain.ErrNotFound
-}
-
-type noOrders struct{}
-
-func (noOrders) OrderGet(context.Context, string, string) (any, error) {
-	return nil, domain.ErrNotFound
 }
 
 type noEnqueue struct{}
@@ -39,11 +38,24 @@ func TestMutatingToolWithoutPolicyStopsStart(t *testing.T) {
 	}
 	g, err := gate.New(&gate.Config{Store: gatepg.New(nil), Enqueuer: noEnqueue{}, Policies: policies})
 	require.NoError(t, err)
-	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Orders: noOrders{}})
+	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t)})
 	require.ErrorContains(t, err, `mutating tool "reset_seat" has no gate policy`)
 
 	g, err = gate.New(&gate.Config{Store: gatepg.New(nil), Enqueuer: noEnqueue{}, Policies: gate.DefaultPolicies()})
 	require.NoError(t, err)
-	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Orders: noOrders{}})
+	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t)})
 	require.NoError(t, err)
+}
+
+// builtinTools is the built-in tools' registry; nothing is called.
+func builtinTools(t *testing.T) *tool.Registry {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cfg := config.Defaults()
+	cfg.StripeAPIKey = "sk_test_unused"
+	reg, err := app.BuiltinTools(cfg, pgstore.New(pool), "")
+	require.NoError(t, err)
+	return reg
 }

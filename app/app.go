@@ -23,7 +23,6 @@ import (
 
 	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/jobs"
@@ -32,6 +31,7 @@ import (
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tenancy"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // DefaultMaxConns is the api's pool size.
@@ -41,6 +41,7 @@ const DefaultMaxConns = 20
 type API struct {
 	Pool    *pgxpool.Pool
 	Gate    *gate.Gate
+	Tools   *tool.Registry
 	Server  *api.Server
 	Handler http.Handler
 	// Ops is the operator routes under /ops (River UI, re-drive).
@@ -72,6 +73,8 @@ type APIOptions struct {
 	RateLimit float64
 	// RateBurst is the burst above RateLimit. Default api.DefaultRateBurst.
 	RateBurst int
+	// Tools are the tools to serve. Default: the built-in tools.
+	Tools *tool.Registry
 	// Getenv reads the operator's Basic credentials (IDEMGATE_OPS_USER,
 	// IDEMGATE_OPS_PASSWORD) for the routes under /ops. Default os.Getenv.
 	Getenv func(string) string
@@ -103,19 +106,25 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
+	data := pgstore.New(pool)
+	tools := opts.Tools
+	if tools == nil {
+		if tools, err = builtinTools(cfg, data, "", false); err != nil {
+			return nil, err
+		}
+	}
 	listener := gatepg.NewListener(pool, logger)
 	g, err := gate.New(&gate.Config{
 		Store:    gatepg.New(pool),
 		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: gatepg.Unavailable},
-		Policies: gate.DefaultPolicies(),
+		Policies: tools.Policies(),
 		Waiter:   listener,
 		Logger:   logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	data := pgstore.New(pool)
-	srv, err := newAPIServer(cfg, g, data, func(ctx context.Context) (bool, error) {
+	srv, err := newAPIServer(cfg, g, data, tools, func(ctx context.Context) (bool, error) {
 		return migrations.PostgresStatus(ctx, pool)
 	}, opts, prometheus.NewRegistry(), logger)
 	if err != nil {
@@ -126,7 +135,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		return nil, err
 	}
 	opsServer.Mount(srv.Router())
-	return &API{Pool: pool, Gate: g, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
+	return &API{Pool: pool, Gate: g, Tools: tools, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
 }
 
 // apiData is what the api reads besides the gate.
@@ -137,14 +146,14 @@ type apiData interface {
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
 // reg (to which it adds the Go and process collectors).
-func newAPIServer(cfg *config.Config, g *gate.Gate, data apiData, migrated func(context.Context) (bool, error),
+func newAPIServer(cfg *config.Config, g *gate.Gate, data apiData, tools *tool.Registry, migrated func(context.Context) (bool, error),
 	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
 ) (*api.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := api.New(&api.Config{
 		Gate:       g,
 		Auth:       tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now),
-		Orders:     orderReader{data},
+		Tools:      tools,
 		Wait:       cfg.Wait,
 		RateLimit:  opts.RateLimit,
 		RateBurst:  opts.RateBurst,
@@ -175,38 +184,4 @@ func (a *API) Run(ctx context.Context) {
 		a.logger.Error("River UI's background services did not start; it counts on demand", "error", err)
 	}
 	a.listener.Run(ctx)
-}
-
-// orderReader adapts the data store to api.OrderReader with the
-// client-visible view of an order.
-type orderReader struct {
-	orders store.Orders
-}
-
-// OrderView is what get_order answers.
-type OrderView struct {
-	OrderID         string    `json:"order_id"`
-	AmountCents     int64     `json:"amount_cents"`
-	RefundedCents   int64     `json:"refunded_cents"`
-	RefundableCents int64     `json:"refundable_cents"`
-	Currency        string    `json:"currency"`
-	CreatedAt       time.Time `json:"created_at"`
-}
-
-func (o orderReader) OrderGet(ctx context.Context, tenantID, orderID string) (any, error) {
-	order, err := o.orders.OrderGet(ctx, &store.OrderGetParams{TenantID: tenantID, OrderID: orderID})
-	if err != nil {
-		if errors.Is(err, domain.ErrNotFound) {
-			return nil, domain.ErrNotFound
-		}
-		return nil, err
-	}
-	return &OrderView{
-		OrderID:         order.OrderID,
-		AmountCents:     order.AmountCents,
-		RefundedCents:   order.RefundedCents,
-		RefundableCents: order.AmountCents - order.RefundedCents,
-		Currency:        order.Currency,
-		CreatedAt:       order.CreatedAt,
-	}, nil
 }

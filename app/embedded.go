@@ -58,11 +58,15 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 		workerOpts = &WorkerOptions{}
 	}
 	data := sqlitestore.New(db)
+	tools, err := workerTools(cfg, data, workerOpts)
+	if err != nil {
+		return nil, err
+	}
 	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: gatesqlite.Unavailable}
 	g, err := gate.New(&gate.Config{
 		Store:     gatesqlite.New(db),
 		Enqueuer:  enqueuer,
-		Policies:  gate.DefaultPolicies(),
+		Policies:  tools.Policies(),
 		DBTimeout: EmbeddedDBTimeout,
 		Logger:    logger,
 	})
@@ -76,7 +80,7 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 		return nil, err
 	}
 	control := &jobs.Control[*sql.Tx]{}
-	workers, _, err := newWorkers[*riversqlite.Driver](cfg, g, data, control, metrics, workerOpts, logger)
+	workers, _, err := newWorkers[*riversqlite.Driver](cfg, g, tools, control, metrics, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +90,7 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	}
 	enqueuer.Client, control.Client = client, client
 
-	srv, err := newAPIServer(cfg, g, data, func(ctx context.Context) (bool, error) {
+	srv, err := newAPIServer(cfg, g, data, tools, func(ctx context.Context) (bool, error) {
 		return migrations.SQLiteStatus(ctx, db)
 	}, apiOpts, reg, logger)
 	if err != nil {

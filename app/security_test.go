@@ -458,7 +458,7 @@ func TestSecurityRevocationTakesEffectWithinCacheTTL(t *testing.T) {
 		defer clockMu.Unlock()
 		now = now.Add(d)
 	}
-	srv, err := api.New(&api.Config{Gate: b.api.Gate, Auth: tenancy.NewAuthenticator(data, ttl, clock), Orders: emptyOrders{}})
+	srv, err := api.New(&api.Config{Gate: b.api.Gate, Auth: tenancy.NewAuthenticator(data, ttl, clock), Tools: b.api.Tools})
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
@@ -475,12 +475,6 @@ func TestSecurityRevocationTakesEffectWithinCacheTTL(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, get(), "still cached just inside the TTL")
 	advance(2 * time.Millisecond)
 	require.Equal(t, http.StatusUnauthorized, get(), "refused once the cache entry is older than the TTL")
-}
-
-type emptyOrders struct{}
-
-func (emptyOrders) OrderGet(context.Context, string, string) (any, error) {
-	return nil, domain.ErrNotFound
 }
 
 func TestSecurityTokensAreStoredOnlyAsHashes(t *testing.T) {

@@ -18,13 +18,11 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/domain/refunds"
-	"github.com/idemgate/idemgate/domain/resetmail"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/jobs"
-	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // Worker tuning. FetchCooldown is River's floor between fetches: its
@@ -53,8 +51,10 @@ type Worker struct {
 type WorkerOptions struct {
 	// MaxWorkers is the default queue's concurrency.
 	MaxWorkers int
-	// ResetLinkBase is where password-reset links point.
+	// ResetLinkBase is where the built-in password-reset links point.
 	ResetLinkBase string
+	// Tools are the tools to work. Default: the built-in tools.
+	Tools *tool.Registry
 }
 
 // NewWorker assembles the River workers on Postgres. Start it with
@@ -79,13 +79,17 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if err != nil {
 		return nil, err
 	}
+	tools, err := workerTools(cfg, data, opts)
+	if err != nil {
+		return nil, err
+	}
 	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: gatepg.Unavailable}
-	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: gate.DefaultPolicies(), Logger: logger})
+	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: tools.Policies(), Logger: logger})
 	if err != nil {
 		return nil, err
 	}
 	control := &jobs.Control[pgx.Tx]{}
-	workers, runner, err := newWorkers[*riverpgxv5.Driver](cfg, g, data, control, metrics, opts, logger)
+	workers, runner, err := newWorkers[*riverpgxv5.Driver](cfg, g, tools, control, metrics, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -102,31 +106,15 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		reaperInterval: cfg.ReaperInterval, logger: logger}, nil
 }
 
-// newWorkers builds the claim jobs' runner with the four effects, and
-// River's workers for them and for the reaper and pruner, on driver TDriver.
-func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g *gate.Gate, data store.Domain,
-	control *jobs.Control[TTx], metrics *jobs.Metrics, opts *WorkerOptions, logger *slog.Logger,
+// newWorkers builds the claim jobs' runner over the registry's mutations,
+// and River's workers for them and for the reaper and pruner, on driver
+// TDriver.
+func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g *gate.Gate, reg *tool.Registry,
+	control *jobs.Control[TTx], metrics *jobs.Metrics, logger *slog.Logger,
 ) (*river.Workers, *jobs.Runner, error) {
-	stripeClient, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
-	if err != nil {
-		return nil, nil, err
-	}
-	linkBase := opts.ResetLinkBase
-	if linkBase == "" {
-		linkBase = "http://" + cfg.APIAddr + "/reset-password"
-	}
-	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second})
-	if err != nil {
-		return nil, nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
-	}
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
-		Gate: g,
-		Effects: map[string]jobs.Effect{
-			"refund_order":        &jobs.RefundEffect{Data: data, Stripe: stripeClient},
-			"apply_credit":        &jobs.CreditEffect{Data: data},
-			"reset_seat":          &jobs.SeatEffect{Data: data},
-			"send_password_reset": &jobs.MailEffect{Data: data, Sender: sender, Secret: []byte(cfg.Secret)},
-		},
+		Gate:            g,
+		Tools:           reg,
 		InflightTimeout: cfg.InflightTimeout,
 		Metrics:         metrics,
 		Logger:          logger,
@@ -141,6 +129,14 @@ func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g 
 	river.AddWorker(workers, &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout, OnReap: metrics.Reaped})
 	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
 	return workers, runner, nil
+}
+
+// workerTools is opts.Tools, or the built-in tools on data.
+func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tool.Registry, error) {
+	if opts.Tools != nil {
+		return opts.Tools, nil
+	}
+	return BuiltinTools(cfg, data, opts.ResetLinkBase)
 }
 
 // riverConfig is the River configuration of a working client: the claim

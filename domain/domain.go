@@ -109,4 +109,8 @@ type Operation struct {
 type ErrorInfo struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
+	// NothingHappened is set when the downstream answered definitively
+	// that it made no effect, so that a re-drive may use a new downstream
+	// key (the next generation).
+	NothingHappened bool `json:"nothing_happened,omitempty"`
 }

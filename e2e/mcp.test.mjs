@@ -120,6 +120,10 @@ let globex;
 
 before(async () => {
   acme = await connect(tokens.acme, 'e2e-acme');
+  // Listing the tools makes the SDK validate every later structuredContent
+  // of acme's calls against the tool's outputSchema (and throw on a
+  // mismatch), tool errors included.
+  await acme.listTools();
   acmeReadOnly = await connect(tokens.acmeReadOnly, 'e2e-acme-readonly');
   globex = await connect(tokens.globex, 'e2e-globex');
 });
@@ -141,7 +145,12 @@ describe('tools/list', () => {
       assert.equal(s.additionalProperties, false, `${t.name}: additionalProperties must be false`);
       assert.ok(s.properties?.idempotency_key, `${t.name}: no idempotency_key property`);
       assert.equal(t.annotations?.idempotentHint, true, `${t.name}: idempotentHint`);
+      assert.equal(t.outputSchema?.type, 'object', `${t.name}: outputSchema.type`);
+      assert.equal(t.outputSchema.anyOf?.length, 2, `${t.name}: outputSchema is the answer or a tool error`);
     }
+    // A mutation's answer carries its typed result as operation.result.
+    const refundAnswer = byName.refund_order.outputSchema.anyOf[0];
+    assert.ok(refundAnswer.properties.operation.properties.result.properties.refund_id, 'refund_order: result.refund_id in outputSchema');
 
     for (const name of MUTATIONS) {
       const t = byName[name];

@@ -53,6 +53,9 @@ type Policy struct {
 	FailUnknownOutcome bool
 }
 
+// Validate checks the policy's fields and names the field that is wrong.
+func (p *Policy) Validate() error { return p.validate() }
+
 // validate checks the policy's fields and names the field that is wrong.
 func (p *Policy) validate() error {
 	if p.Tool == "" {

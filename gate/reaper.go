@@ -242,7 +242,7 @@ func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (
 	case domain.StatusQueued, domain.StatusRunning:
 		return &RedriveResult{Claim: c}, ErrRedriveNotFailed
 	}
-	res := &RedriveResult{Claim: c, NextGeneration: c.Error != nil && NothingHappened(c.Error.Code)}
+	res := &RedriveResult{Claim: c, NextGeneration: c.Error != nil && (c.Error.NothingHappened || NothingHappened(c.Error.Code))}
 	if p.DryRun {
 		return res, nil
 	}

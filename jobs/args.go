@@ -37,44 +37,30 @@ type ClaimRef struct {
 // type alike.
 func (r ClaimRef) Ref() ClaimRef { return r }
 
-// RefundOrderArgs is the job of a refund_order claim.
-type RefundOrderArgs struct{ ClaimRef }
+// ClaimArgs is the job of a claim. Its kind is the tool's name, so River
+// UI shows refund_order jobs as such; one worker per mutating tool is
+// registered with river.AddWorkerArgs.
+type ClaimArgs struct {
+	ClaimRef
+	kind string
+}
 
-// Kind implements river.JobArgs.
-func (RefundOrderArgs) Kind() string { return "refund_order" }
-
-// ApplyCreditArgs is the job of an apply_credit claim.
-type ApplyCreditArgs struct{ ClaimRef }
-
-// Kind implements river.JobArgs.
-func (ApplyCreditArgs) Kind() string { return "apply_credit" }
-
-// ResetSeatArgs is the job of a reset_seat claim.
-type ResetSeatArgs struct{ ClaimRef }
-
-// Kind implements river.JobArgs.
-func (ResetSeatArgs) Kind() string { return "reset_seat" }
-
-// SendPasswordResetArgs is the job of a send_password_reset claim.
-type SendPasswordResetArgs struct{ ClaimRef }
-
-// Kind implements river.JobArgs.
-func (SendPasswordResetArgs) Kind() string { return "send_password_reset" }
+// Kind implements river.JobArgs. A job decoded by River for work carries no
+// kind; its tool is in the reference.
+func (a ClaimArgs) Kind() string {
+	if a.kind != "" {
+		return a.kind
+	}
+	return a.Tool
+}
 
 // ArgsFor returns the job arguments for claim.
 func ArgsFor(c *gate.Claim) (river.JobArgs, error) {
-	ref := ClaimRef{ClaimID: c.ID, OperationID: c.OperationID, TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey}
-	switch c.Tool {
-	case "refund_order":
-		return RefundOrderArgs{ref}, nil
-	case "apply_credit":
-		return ApplyCreditArgs{ref}, nil
-	case "reset_seat":
-		return ResetSeatArgs{ref}, nil
-	case "send_password_reset":
-		return SendPasswordResetArgs{ref}, nil
+	if c.Tool == "" {
+		return nil, fmt.Errorf("jobs: claim %d has no tool", c.ID)
 	}
-	return nil, fmt.Errorf("jobs: no job kind for tool %q", c.Tool)
+	ref := ClaimRef{ClaimID: c.ID, OperationID: c.OperationID, TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey}
+	return ClaimArgs{ClaimRef: ref, kind: c.Tool}, nil
 }
 
 // InsertOpts are the options every claim job is inserted with.

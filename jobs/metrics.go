@@ -45,20 +45,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// provider names the downstream of a tool.
-func provider(tool string) string {
-	switch tool {
-	case "refund_order":
-		return "stripe"
-	case "send_password_reset":
-		return "smtp"
-	}
-	return "ledger"
-}
-
-func (m *Metrics) call(tool, result string) {
+// call counts one effect by its provider (the tool declaration's
+// Provider) and result.
+func (m *Metrics) call(provider, result string) {
 	if m != nil {
-		m.downstream.WithLabelValues(provider(tool), result).Inc()
+		m.downstream.WithLabelValues(provider, result).Inc()
 	}
 }
 

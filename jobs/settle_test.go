@@ -3,7 +3,6 @@ package jobs
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // cancelOnCommit is a gate.Store whose transactions cancel the running
@@ -63,18 +63,22 @@ func (tx *cancelOnCommitTx) Commit(ctx context.Context) error {
 	return tx.Tx.Commit(ctx)
 }
 
-// failingEffect fails definitively, as an over-refund does, after arming
-// the store: the lease is committed by then, and the next commit is the
-// failure's.
-type failingEffect struct{ arm func() }
-
-func (e failingEffect) Call(context.Context, *gate.Claim) (json.RawMessage, error) {
-	e.arm()
-	return nil, Fail(domain.CodeAmountExceedsRefundable, true, "amount_cents exceeds what is refundable")
+type refundArgs struct {
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
 }
 
-func (failingEffect) Record(context.Context, gate.Tx, *gate.Claim, json.RawMessage) error {
-	return errors.New("a failed operation records nothing")
+// failingRefund fails definitively, as an over-refund does, after arming
+// the store: the lease is committed by then, and the next commit is the
+// failure's.
+func failingRefund(arm func()) *tool.Mutation[refundArgs, struct{}] {
+	return &tool.Mutation[refundArgs, struct{}]{
+		Name: "refund_order", Title: "Refund", Description: "A refund that fails.", Scope: "billing:refund", Provider: "stripe",
+		Call: func(context.Context, *tool.Op[refundArgs]) (*struct{}, error) {
+			arm()
+			return nil, tool.NothingHappened(domain.CodeAmountExceedsRefundable, "amount_cents exceeds what is refundable")
+		},
+	}
 }
 
 // TestFailureCancellingItsOwnJobStillLogsAndCounts: a failing operation's
@@ -103,8 +107,8 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	require.NoError(t, err)
 	jobCtx, cancelJob := context.WithCancel(ctx)
 	defer cancelJob()
-	effect := failingEffect{arm: func() { store.arm(cancelJob) }}
-	runner, err := NewRunner(&RunnerConfig{Gate: g, Effects: map[string]Effect{"refund_order": effect},
+	tools := tool.NewRegistry().MustAdd(failingRefund(func() { store.arm(cancelJob) }))
+	runner, err := NewRunner(&RunnerConfig{Gate: g, Tools: tools,
 		InflightTimeout: time.Minute, Metrics: metrics, Logger: logger})
 	require.NoError(t, err)
 

@@ -13,54 +13,16 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/tool"
 )
-
-// Effect is one tool's effect, split where the gate needs it split.
-type Effect interface {
-	// Call makes the downstream call (Stripe, SMTP) outside any transaction,
-	// under a deadline shorter than the lease, and returns the result to
-	// store. A *Failure is definitive; any other error is transient.
-	Call(ctx context.Context, c *gate.Claim) (json.RawMessage, error)
-	// Record writes the domain rows in the completing transaction, after the
-	// claim's fenced update succeeded.
-	Record(ctx context.Context, tx gate.Tx, c *gate.Claim, result json.RawMessage) error
-}
-
-// Failure is a definitive outcome: the claim fails with Info and the job is
-// cancelled in the same transaction. Retrying cannot change it.
-type Failure struct {
-	Info domain.ErrorInfo
-	// NothingHappened is true when the downstream answered definitively
-	// that no effect was made, so a re-drive may use the next generation.
-	NothingHappened bool
-}
-
-func (f *Failure) Error() string { return string(f.Info.Code) + ": " + f.Info.Message }
-
-// Transient is a retryable error with the code to record as the claim's
-// last_error.
-type Transient struct {
-	Info domain.ErrorInfo
-	Err  error
-}
-
-func (t *Transient) Error() string { return string(t.Info.Code) + ": " + t.Info.Message }
-
-// Unwrap returns the cause.
-func (t *Transient) Unwrap() error { return t.Err }
-
-// Fail returns a definitive *Failure.
-func Fail(code domain.Code, nothingHappened bool, format string, args ...any) *Failure {
-	return &Failure{Info: domain.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}, NothingHappened: nothingHappened}
-}
 
 // RunnerConfig configures a Runner.
 type RunnerConfig struct {
 	// Gate supplies the policies and the store. Required.
 	Gate *gate.Gate
-	// Effects maps each mutating tool to its effect. Required for every
-	// tool a worker is registered for.
-	Effects map[string]Effect
+	// Tools are the deployment's tools; the runner runs the mutations'
+	// effects. Required.
+	Tools *tool.Registry
 	// InflightTimeout is the lease (IDEMGATE_INFLIGHT_TIMEOUT) unless the
 	// tool's policy overrides it.
 	InflightTimeout time.Duration
@@ -75,7 +37,7 @@ type RunnerConfig struct {
 type Runner struct {
 	gate    *gate.Gate
 	store   gate.Store
-	effects map[string]Effect
+	tools   *tool.Registry
 	lease   time.Duration
 	metrics *Metrics
 	logger  *slog.Logger
@@ -86,10 +48,13 @@ func NewRunner(cfg *RunnerConfig) (*Runner, error) {
 	if cfg.Gate == nil {
 		return nil, errors.New("jobs: RunnerConfig.Gate is required")
 	}
+	if cfg.Tools == nil {
+		return nil, errors.New("jobs: RunnerConfig.Tools is required")
+	}
 	if cfg.InflightTimeout <= 0 {
 		return nil, errors.New("jobs: RunnerConfig.InflightTimeout must be positive")
 	}
-	r := &Runner{gate: cfg.Gate, store: cfg.Gate.Store(), effects: cfg.Effects, lease: cfg.InflightTimeout, metrics: cfg.Metrics, logger: cfg.Logger}
+	r := &Runner{gate: cfg.Gate, store: cfg.Gate.Store(), tools: cfg.Tools, lease: cfg.InflightTimeout, metrics: cfg.Metrics, logger: cfg.Logger}
 	if r.logger == nil {
 		r.logger = slog.Default()
 	}
@@ -137,9 +102,9 @@ func (r *Runner) run(ctx context.Context, job jobInfo, hooks jobHooks) error {
 // runOnce is run, also naming its result for the metrics.
 func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (string, error) {
 	log := r.logger.With("job_id", job.id, "claim_id", job.ref.ClaimID, "tenant", job.ref.TenantID, "tool", job.ref.Tool, "key", job.ref.IdempotencyKey)
-	effect, ok := r.effects[job.ref.Tool]
-	if !ok {
-		return "failed", river.JobCancel(fmt.Errorf("jobs: no effect registered for tool %q", job.ref.Tool))
+	spec, ok := r.tools.Get(job.ref.Tool)
+	if !ok || !spec.Mutating {
+		return "failed", river.JobCancel(fmt.Errorf("jobs: no mutating tool %q is registered", job.ref.Tool))
 	}
 	lease := r.Lease(job.ref.Tool)
 
@@ -155,6 +120,9 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 	if claim.JobID != int64(job.id) {
 		log.Info("job is not the claim's job; ends without effect", "claim_job_id", claim.JobID)
 		return "no_effect", nil
+	}
+	if spec.InTx {
+		return r.runInTx(ctx, claim, spec, job, lease, hooks, log)
 	}
 
 	// 2. enter
@@ -172,7 +140,7 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 
 	// 3. effect, outside any transaction, bounded well inside the lease.
 	effectCtx, cancel := context.WithTimeout(ctx, effectDeadline(lease))
-	result, err := effect.Call(effectCtx, claim)
+	result, err := spec.Effect.Call(effectCtx, claim)
 	cancel()
 
 	// 4./5. settle. The transactions that store the outcome run on a context
@@ -183,22 +151,117 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 	// write short either; the epoch keeps a late write harmless.
 	ctx, cancelSettle := settleContext(ctx)
 	defer cancelSettle()
-	var failure *Failure
+	if err == nil {
+		r.metrics.call(spec.Provider, "ok")
+		return "succeeded", r.complete(ctx, claim, spec, nil, result, hooks, log)
+	}
+	info, definitive := classify(err)
 	switch {
-	case err == nil:
-		r.metrics.call(claim.Tool, "ok")
-		return "succeeded", r.complete(ctx, claim, effect, result, hooks, log)
-	case errors.As(err, &failure):
-		r.metrics.call(claim.Tool, "definitive")
-		return "failed", r.fail(ctx, claim, failure.Info, hooks, log)
+	case definitive:
+		r.metrics.call(spec.Provider, "definitive")
+		return "failed", r.fail(ctx, claim, info, hooks, log)
 	case job.attempt >= job.maxAttempts:
-		r.metrics.call(claim.Tool, "transient")
+		r.metrics.call(spec.Provider, "transient")
 		info := domain.ErrorInfo{Code: domain.CodeRetriesExhausted, Message: fmt.Sprintf("gave up after %d attempts: %v", job.attempt, err)}
 		return "failed", r.fail(ctx, claim, info, hooks, log)
 	default:
-		r.metrics.call(claim.Tool, "transient")
-		return "retry", r.release(ctx, claim, err, log)
+		r.metrics.call(spec.Provider, "transient")
+		return "retry", r.release(ctx, claim, info, err, log)
 	}
+}
+
+// classify reads an effect's error: a definitive *tool.Error fails the
+// operation with its code; anything else is transient.
+func classify(err error) (domain.ErrorInfo, bool) {
+	te, ok := tool.AsError(err)
+	if !ok {
+		return domain.ErrorInfo{Code: "transient", Message: err.Error()}, false
+	}
+	info := te.Info
+	info.NothingHappened = te.Outcome == tool.OutcomeNothingHappened
+	if te.Outcome == tool.OutcomeUnknown {
+		info.Code = domain.CodeOutcomeUnknown
+	}
+	return info, te.Definitive()
+}
+
+// runInTx runs an in-transaction effect: one transaction takes the lease,
+// runs the effect, stores the result with the fenced update, writes the
+// audit row and completes the job. Nothing is committed before, so nothing
+// can happen twice: a worker killed mid-way leaves the claim as it was.
+// A failed effect rolls back, and a second transaction records the
+// failure (definitive) or the attempt (transient).
+func (r *Runner) runInTx(ctx context.Context, claim *gate.Claim, spec *tool.Spec, job jobInfo, lease time.Duration, hooks jobHooks, log *slog.Logger) (string, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectDeadline(lease))
+	defer cancel()
+	for range 2 {
+		tx, err := r.store.Begin(ctx)
+		if err != nil {
+			return "retry", err
+		}
+		leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: claim.ID, JobID: int64(job.id), Lease: lease})
+		if errors.Is(err, domain.ErrLeaseUnavailable) {
+			_ = tx.Rollback(ctx)
+			switch {
+			case leased.Status == domain.StatusFailed:
+				if err := r.redriveFromRiverUI(ctx, leased); err != nil {
+					return "retry", err
+				}
+				continue
+			case leased.LeaseLive:
+				return "snoozed", river.JobSnooze(lease / 4)
+			default:
+				log.Info("claim needs no run", "status", leased.Status)
+				return "no_effect", nil
+			}
+		}
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return "retry", err
+		}
+		log := log.With("epoch", leased.Epoch, "attempt", leased.Attempts)
+		ttx, err := tool.WrapTx(tx)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return "retry", err
+		}
+		result, err := spec.Effect.Apply(ctx, ttx, leased)
+		if err == nil {
+			r.metrics.call(spec.Provider, "ok")
+			return "succeeded", r.complete(ctx, leased, spec, tx, result, hooks, log)
+		}
+		_ = tx.Rollback(ctx)
+		info, definitive := classify(err)
+		switch {
+		case definitive:
+			r.metrics.call(spec.Provider, "definitive")
+		case job.attempt >= job.maxAttempts:
+			r.metrics.call(spec.Provider, "transient")
+			info = domain.ErrorInfo{Code: domain.CodeRetriesExhausted, Message: fmt.Sprintf("gave up after %d attempts: %v", job.attempt, err)}
+		default:
+			r.metrics.call(spec.Provider, "transient")
+			return "retry", r.recordAttempt(ctx, claim, job, lease, info, err, log)
+		}
+		entered, err := r.enter(ctx, claim, job, lease)
+		if err != nil {
+			log.Info("claim changed before its failure was stored; the new holder decides", "error", err)
+			return "no_effect", nil
+		}
+		return "failed", r.fail(ctx, entered, info, hooks, log)
+	}
+	return "no_effect", nil
+}
+
+// recordAttempt stores a transient in-transaction failure: the lease is
+// taken and released again, so the attempt and last_error are kept, and
+// River retries the job.
+func (r *Runner) recordAttempt(ctx context.Context, claim *gate.Claim, job jobInfo, lease time.Duration, info domain.ErrorInfo, cause error, log *slog.Logger) error {
+	entered, err := r.enter(ctx, claim, job, lease)
+	if err != nil {
+		log.Info("claim changed before its attempt was recorded", "error", err)
+		return cause
+	}
+	return r.release(ctx, entered, info, cause, log)
 }
 
 // SettleTimeout bounds the transaction that stores an outcome (complete,
@@ -268,7 +331,7 @@ func (r *Runner) redriveFromRiverUI(ctx context.Context, c *gate.Claim) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	next := c.Error != nil && gate.NothingHappened(c.Error.Code)
+	next := c.Error != nil && (c.Error.NothingHappened || gate.NothingHappened(c.Error.Code))
 	redriven, err := tx.ClaimRedrive(ctx, &gate.ClaimRedriveParams{ID: c.ID, NextGeneration: next})
 	if errors.Is(err, domain.ErrStateChanged) {
 		return nil // someone else re-drove it meanwhile
@@ -291,16 +354,20 @@ func (r *Runner) redriveFromRiverUI(ctx context.Context, c *gate.Claim) error {
 
 // complete stores the outcome: the fenced claim update first (lease lost:
 // roll back, write nothing), then the domain rows, the audit row and the
-// job's completion, in one transaction.
-func (r *Runner) complete(ctx context.Context, claim *gate.Claim, effect Effect, result json.RawMessage, hooks jobHooks, log *slog.Logger) error {
-	policy, _ := r.gate.Policy(claim.Tool)
-	stored, err := policy.RedactResult(result)
+// job's completion, in one transaction: tx when an in-transaction effect
+// already runs in it, else a new one.
+func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spec, tx gate.Tx, result json.RawMessage, hooks jobHooks, log *slog.Logger) error {
+	stored, err := spec.Policy.RedactResult(result)
 	if err != nil {
+		if tx != nil {
+			_ = tx.Rollback(ctx)
+		}
 		return err
 	}
-	tx, err := r.store.Begin(ctx)
-	if err != nil {
-		return err
+	if tx == nil {
+		if tx, err = r.store.Begin(ctx); err != nil {
+			return err
+		}
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	done, err := tx.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: claim.ID, Epoch: claim.Epoch, Result: stored})
@@ -311,8 +378,14 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, effect Effect,
 	if err != nil {
 		return err
 	}
-	if err := effect.Record(ctx, tx, done, result); err != nil {
-		return err
+	if !spec.InTx {
+		ttx, err := tool.WrapTx(tx)
+		if err != nil {
+			return err
+		}
+		if err := spec.Effect.Record(ctx, ttx, done, result); err != nil {
+			return err
+		}
 	}
 	if err := tx.AuditInsert(ctx, r.audit(done, domain.DecisionSucceeded, "", stored)); err != nil {
 		return err
@@ -358,12 +431,7 @@ func (r *Runner) fail(ctx context.Context, claim *gate.Claim, info domain.ErrorI
 
 // release hands a transient failure back to River: the claim goes back to
 // queued (same epoch, lease cleared, last_error kept) and the job retries.
-func (r *Runner) release(ctx context.Context, claim *gate.Claim, cause error, log *slog.Logger) error {
-	info := domain.ErrorInfo{Code: "transient", Message: cause.Error()}
-	var t *Transient
-	if errors.As(cause, &t) {
-		info = t.Info
-	}
+func (r *Runner) release(ctx context.Context, claim *gate.Claim, info domain.ErrorInfo, cause error, log *slog.Logger) error {
 	_, err := r.store.ClaimRelease(ctx, &gate.ClaimReleaseParams{ID: claim.ID, Epoch: claim.Epoch, LastError: info})
 	if errors.Is(err, domain.ErrLeaseLost) {
 		log.Warn("lease lost before releasing; the new holder decides")
@@ -427,30 +495,26 @@ func (w *Worker[TDriver, TTx, A]) Work(ctx context.Context, job *river.Job[A]) e
 	return w.runner.run(ctx, jobInfo{id: int(job.ID), attempt: job.Attempt, maxAttempts: job.MaxAttempts, ref: job.Args.Ref()}, hooks)
 }
 
-// AddWorkers registers a worker for every tool of the four built-in kinds
-// that has an effect.
+// AddWorkers registers a River worker for every mutating tool of the
+// runner's registry, under the tool's name as the job kind.
 func AddWorkers[TDriver riverdriver.Driver[TTx], TTx any](workers *river.Workers, r *Runner) error {
-	adders := map[string]func() error{
-		"refund_order": func() error {
-			return river.AddWorkerSafely(workers, &Worker[TDriver, TTx, RefundOrderArgs]{runner: r})
-		},
-		"apply_credit": func() error {
-			return river.AddWorkerSafely(workers, &Worker[TDriver, TTx, ApplyCreditArgs]{runner: r})
-		},
-		"reset_seat": func() error {
-			return river.AddWorkerSafely(workers, &Worker[TDriver, TTx, ResetSeatArgs]{runner: r})
-		},
-		"send_password_reset": func() error {
-			return river.AddWorkerSafely(workers, &Worker[TDriver, TTx, SendPasswordResetArgs]{runner: r})
-		},
-	}
-	for tool, add := range adders {
-		if _, ok := r.effects[tool]; !ok {
-			return fmt.Errorf("jobs: no effect for tool %q", tool)
-		}
-		if err := add(); err != nil {
+	for _, spec := range r.tools.Mutations() {
+		if err := addWorker(workers, spec.Name, &Worker[TDriver, TTx, ClaimArgs]{runner: r}); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// addWorker registers w for the kind: river.AddWorkerArgs takes the kind
+// from an args value, which is how one args type serves every tool. It
+// panics on a duplicate kind; that becomes an error here.
+func addWorker(workers *river.Workers, kind string, w river.Worker[ClaimArgs]) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("jobs: worker for %s: %v", kind, p)
+		}
+	}()
+	river.AddWorkerArgs(workers, ClaimArgs{kind: kind}, w)
 	return nil
 }

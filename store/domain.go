@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"time"
-
-	"github.com/idemgate/idemgate/gate"
 )
 
 // Customer is a customer that credits apply to.
@@ -59,6 +57,12 @@ type ResetTokenInsertParams struct {
 // Domain is what the workers read and write besides the gate. Writes take
 // the completing transaction (gate.Tx), so that the domain rows, the claim's
 // outcome and the job's completion commit together.
+// Tx is a transaction the domain writes join: a gate.Tx or a tool.Tx,
+// whose Raw is the engine's transaction (pgx.Tx, *sql.Tx).
+type Tx interface {
+	Raw() any
+}
+
 type Domain interface {
 	Orders
 	// CustomerGet returns a tenant's customer or domain.ErrNotFound.
@@ -69,12 +73,12 @@ type Domain interface {
 	UserGet(ctx context.Context, tenantID, userID string) (*User, error)
 	// RefundRecord stores a Stripe refund and adds it to the order's
 	// refunded amount; recording the same Stripe refund twice is a no-op.
-	RefundRecord(ctx context.Context, tx gate.Tx, p *RefundRecordParams) error
+	RefundRecord(ctx context.Context, tx Tx, p *RefundRecordParams) error
 	// LedgerInsert appends a ledger entry.
-	LedgerInsert(ctx context.Context, tx gate.Tx, p *LedgerInsertParams) (*LedgerEntry, error)
+	LedgerInsert(ctx context.Context, tx Tx, p *LedgerInsertParams) (*LedgerEntry, error)
 	// SeatReset frees a seat and records the change.
-	SeatReset(ctx context.Context, tx gate.Tx, p *SeatResetParams) (*SeatResetResult, error)
+	SeatReset(ctx context.Context, tx Tx, p *SeatResetParams) (*SeatResetResult, error)
 	// ResetTokenInsert stores a password-reset token's hash; the same token
 	// twice (a resent mail) is a no-op.
-	ResetTokenInsert(ctx context.Context, tx gate.Tx, p *ResetTokenInsertParams) error
+	ResetTokenInsert(ctx context.Context, tx Tx, p *ResetTokenInsertParams) error
 }

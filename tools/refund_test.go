@@ -1,4 +1,4 @@
-package jobs_test
+package tools_test
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/stripetest"
-	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/tools"
 )
 
 // TestRefundReconcilesAfterStripesKeyWindow: more than 23 hours after the
@@ -42,13 +42,15 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 		Args:          json.RawMessage(`{"amount_cents":1500,"order_id":"ord_9f2"}`),
 	}
 	now := time.Now()
-	effect := &jobs.RefundEffect{Data: data, Stripe: client, Now: func() time.Time { return now }}
+	spec, err := tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client}, func() time.Time { return now }).Spec()
+	require.NoError(t, err)
+	effect := spec.Effect
 
 	// The first call refunded; then Stripe's key window passed.
 	first, err := effect.Call(ctx, claim)
 	require.NoError(t, err)
 	require.True(t, srv.ExpireKey(claim.DownstreamKey))
-	firstCall := now.Add(-jobs.ReconcileAfter - time.Hour)
+	firstCall := now.Add(-tools.ReconcileAfter - time.Hour)
 	claim.FirstCalledAt = &firstCall
 
 	again, err := effect.Call(ctx, claim)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -58,7 +57,7 @@ INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash,
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (token_hash) DO NOTHING`
 
-func rawTx(tx gate.Tx) (pgx.Tx, error) {
+func rawTx(tx store.Tx) (pgx.Tx, error) {
 	t, ok := tx.Raw().(pgx.Tx)
 	if !ok {
 		return nil, fmt.Errorf("pgstore: transaction is %T, not pgx.Tx", tx.Raw())
@@ -94,7 +93,7 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 }
 
 // RefundRecord implements store.Domain.
-func (s *Store) RefundRecord(ctx context.Context, tx gate.Tx, p *store.RefundRecordParams) error {
+func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRecordParams) error {
 	t, err := rawTx(tx)
 	if err != nil {
 		return err
@@ -104,7 +103,7 @@ func (s *Store) RefundRecord(ctx context.Context, tx gate.Tx, p *store.RefundRec
 }
 
 // LedgerInsert implements store.Domain.
-func (s *Store) LedgerInsert(ctx context.Context, tx gate.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
+func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
 	t, err := rawTx(tx)
 	if err != nil {
 		return nil, err
@@ -117,7 +116,7 @@ func (s *Store) LedgerInsert(ctx context.Context, tx gate.Tx, p *store.LedgerIns
 }
 
 // SeatReset implements store.Domain.
-func (s *Store) SeatReset(ctx context.Context, tx gate.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
+func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
 	t, err := rawTx(tx)
 	if err != nil {
 		return nil, err
@@ -130,7 +129,7 @@ func (s *Store) SeatReset(ctx context.Context, tx gate.Tx, p *store.SeatResetPar
 }
 
 // ResetTokenInsert implements store.Domain.
-func (s *Store) ResetTokenInsert(ctx context.Context, tx gate.Tx, p *store.ResetTokenInsertParams) error {
+func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.ResetTokenInsertParams) error {
 	t, err := rawTx(tx)
 	if err != nil {
 		return err

@@ -5,13 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/store"
 )
 
 // rawTx returns the *sql.Tx of a gatesqlite transaction.
-func rawTx(tx gate.Tx) (*sql.Tx, error) {
+func rawTx(tx store.Tx) (*sql.Tx, error) {
 	t, ok := tx.Raw().(*sql.Tx)
 	if !ok {
 		return nil, fmt.Errorf("sqlitestore: transaction is %T, not *sql.Tx", tx.Raw())
@@ -47,7 +46,7 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 }
 
 // RefundRecord implements store.Domain.
-func (s *Store) RefundRecord(ctx context.Context, tx gate.Tx, p *store.RefundRecordParams) error {
+func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRecordParams) error {
 	t, err := rawTx(tx)
 	if err != nil {
 		return err
@@ -65,7 +64,7 @@ func (s *Store) RefundRecord(ctx context.Context, tx gate.Tx, p *store.RefundRec
 }
 
 // LedgerInsert implements store.Domain.
-func (s *Store) LedgerInsert(ctx context.Context, tx gate.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
+func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
 	t, err := rawTx(tx)
 	if err != nil {
 		return nil, err
@@ -81,7 +80,7 @@ func (s *Store) LedgerInsert(ctx context.Context, tx gate.Tx, p *store.LedgerIns
 }
 
 // SeatReset implements store.Domain.
-func (s *Store) SeatReset(ctx context.Context, tx gate.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
+func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
 	t, err := rawTx(tx)
 	if err != nil {
 		return nil, err
@@ -97,7 +96,7 @@ func (s *Store) SeatReset(ctx context.Context, tx gate.Tx, p *store.SeatResetPar
 }
 
 // ResetTokenInsert implements store.Domain.
-func (s *Store) ResetTokenInsert(ctx context.Context, tx gate.Tx, p *store.ResetTokenInsertParams) error {
+func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.ResetTokenInsertParams) error {
 	t, err := rawTx(tx)
 	if err != nil {
 		return err

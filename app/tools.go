@@ -1,0 +1,52 @@
+package app
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/domain/refunds"
+	"github.com/idemgate/idemgate/domain/resetmail"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/tools"
+)
+
+// toolData is what the built-in tools read and write.
+type toolData interface {
+	store.Domain
+	store.Orders
+}
+
+// BuiltinTools returns a registry of the built-in tools (refund_order,
+// apply_credit, reset_seat, send_password_reset, get_order) on data, with
+// Stripe and SMTP clients from cfg. linkBase is where password-reset links
+// point ("" derives it from IDEMGATE_API_ADDR). Building it connects to
+// nothing.
+func BuiltinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Registry, error) {
+	return builtinTools(cfg, data, linkBase, true)
+}
+
+// builtinTools is BuiltinTools; unless forWorker, a missing Stripe key is
+// fine: the api publishes and claims but never runs an effect.
+func builtinTools(cfg *config.Config, data toolData, linkBase string, forWorker bool) (*tool.Registry, error) {
+	var stripeClient *refunds.Client
+	if forWorker || cfg.StripeAPIKey != "" {
+		var err error
+		if stripeClient, err = refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase}); err != nil {
+			return nil, err
+		}
+	}
+	if linkBase == "" {
+		linkBase = "http://" + cfg.APIAddr + "/reset-password"
+	}
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
+	}
+	reg := tool.NewRegistry()
+	if err := tools.Register(reg, &tools.Deps{Data: data, Orders: data, Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}

@@ -1,0 +1,66 @@
+package tools
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemgate/idemgate/domain/resetmail"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// ResetTokenTTL is how long a password-reset link stays valid.
+const ResetTokenTTL = time.Hour
+
+// MailArgs are send_password_reset's arguments.
+type MailArgs struct {
+	UserID string `json:"user_id" jsonschema:"The user to mail." idem:"id"`
+}
+
+// Mail is send_password_reset's result.
+type Mail struct {
+	UserID    string    `json:"user_id"`
+	MessageID string    `json:"message_id" jsonschema:"The mail's Message-ID, derived from the operation: a resent mail has the same."`
+	SentAt    time.Time `json:"sent_at"`
+}
+
+// SendPasswordReset mails a password-reset link. The token is
+// HMAC(secret, downstream key), so a resent mail carries the same link, and
+// the Message-ID derives from the downstream key, so receivers can fold
+// duplicates that SMTP cannot prevent.
+func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
+	return &tool.Mutation[MailArgs, Mail]{
+		Name:        "send_password_reset",
+		Title:       "Send a password-reset mail",
+		Description: "Mail a password-reset link to a user, once per idempotency_key (a resent mail carries the same link).",
+		Scope:       "users:password_reset",
+		Provider:    "smtp",
+		Policy: tool.Policy{
+			TTL:         gate.DefaultMailTTL,
+			AuditFields: []string{"user_id"},
+		},
+		Call: func(ctx context.Context, op *tool.Op[MailArgs]) (*Mail, error) {
+			user, err := d.Data.UserGet(ctx, op.TenantID, op.Args.UserID)
+			if err != nil {
+				return nil, notFound(err, "user_id", op.Args.UserID)
+			}
+			token := resetmail.Token(d.Secret, op.DownstreamKey)
+			sent, err := d.Mail.Send(ctx, &resetmail.Mail{To: user.Email, UserID: op.Args.UserID, DownstreamKey: op.DownstreamKey, Token: token})
+			if err != nil {
+				if resetmail.Permanent(err) {
+					return nil, &tool.Error{Outcome: tool.OutcomeHappened, Info: errInfo("mail_rejected", err), Err: err}
+				}
+				return nil, tool.Transient("mail_error", err)
+			}
+			return &Mail{UserID: op.Args.UserID, MessageID: sent.MessageID, SentAt: sent.SentAt.UTC()}, nil
+		},
+		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[MailArgs], m *Mail) error {
+			return d.Data.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{
+				TenantID: op.TenantID, UserID: m.UserID, OperationID: op.OperationID,
+				TokenHash: resetmail.TokenHash(resetmail.Token(d.Secret, op.DownstreamKey)),
+				MessageID: m.MessageID, ExpiresAt: m.SentAt.Add(ResetTokenTTL),
+			})
+		},
+	}
+}
