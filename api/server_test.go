@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
+	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -29,7 +30,7 @@ func (noEnqueue) JobInsert(context.Context, gate.Tx, *gate.Claim) (int64, error)
 
 func TestMutatingToolWithoutPolicyStopsStart(t *testing.T) {
 	t.Parallel()
-	policies := gate.DefaultPolicies()
+	policies := gatetest.Policies()
 	for i, p := range policies {
 		if p.Tool == "reset_seat" {
 			policies = append(policies[:i], policies[i+1:]...)
@@ -41,7 +42,7 @@ func TestMutatingToolWithoutPolicyStopsStart(t *testing.T) {
 	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t)})
 	require.ErrorContains(t, err, `mutating tool "reset_seat" has no gate policy`)
 
-	g, err = gate.New(&gate.Config{Store: gatepg.New(nil), Enqueuer: noEnqueue{}, Policies: gate.DefaultPolicies()})
+	g, err = gate.New(&gate.Config{Store: gatepg.New(nil), Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t)})
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/ops"
+	"github.com/idemgate/idemgate/store/pgstore"
 )
 
 // Ops is what operators' tools need: the gate on Postgres with an
@@ -40,10 +41,14 @@ func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, 
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
+	tools, err := builtinTools(cfg, pgstore.New(pool), "", false)
+	if err != nil {
+		return nil, err
+	}
 	g, err := gate.New(&gate.Config{
 		Store:    gatepg.New(pool),
 		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client, Unavailable: gatepg.Unavailable},
-		Policies: gate.DefaultPolicies(),
+		Policies: tools.Policies(),
 		Logger:   logger,
 	})
 	if err != nil {

@@ -117,35 +117,3 @@ func keepFields(raw json.RawMessage, fields []string) (json.RawMessage, error) {
 	}
 	return json.Marshal(out)
 }
-
-// DefaultPolicies returns the policies of the four built-in mutation tools.
-func DefaultPolicies() []Policy {
-	return []Policy{
-		{
-			Tool:           "refund_order",
-			TTL:            DefaultMoneyTTL,
-			VolatileFields: []string{"reason"},
-			AuditArgFields: []string{"order_id", "amount_cents"},
-			ResultFields:   []string{"refund_id", "order_id", "amount_cents", "currency", "status"},
-		},
-		{
-			Tool:           "apply_credit",
-			TTL:            DefaultMoneyTTL,
-			VolatileFields: []string{"memo"},
-			AuditArgFields: []string{"customer_id", "amount_cents", "currency"},
-			ResultFields:   []string{"ledger_entry_id", "customer_id", "amount_cents", "currency"},
-		},
-		{
-			Tool:           "reset_seat",
-			TTL:            DefaultMoneyTTL,
-			AuditArgFields: []string{"seat_id"},
-			ResultFields:   []string{"seat_id", "status"},
-		},
-		{
-			Tool:           "send_password_reset",
-			TTL:            DefaultMailTTL,
-			AuditArgFields: []string{"user_id"},
-			ResultFields:   []string{"user_id", "message_id", "sent_at"},
-		},
-	}
-}

@@ -92,7 +92,7 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 	require.NoError(t, err)
 	store := &cancelOnCommit{Store: gatepg.New(pool)}
-	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &Enqueuer[pgx.Tx]{Client: client}, Policies: gate.DefaultPolicies()})
+	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &Enqueuer[pgx.Tx]{Client: client}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 
 	var logs bytes.Buffer

@@ -25,6 +25,10 @@ type SeedFile struct {
 	Seats     []SeedSeat     `json:"seats,omitempty"`
 	Users     []SeedUser     `json:"users,omitempty"`
 	Tokens    []SeedToken    `json:"tokens,omitempty"`
+	// KnownScopes, set by the caller (not the file), are the scopes its
+	// tokens may grant: the tool registry's Scopes. Nil checks only that
+	// each scope looks like resource:action.
+	KnownScopes []string `json:"-"`
 }
 
 // SeedOrder is an entry of "orders".
@@ -163,7 +167,7 @@ func (f *SeedFile) Validate() error {
 	for i, t := range f.Tokens {
 		name := fmt.Sprintf("tokens[%d]", i)
 		var scopesErr, tokenErr error
-		if err := tokenspec.ValidateScopes(t.Scopes); err != nil {
+		if err := tokenspec.ValidateScopes(t.Scopes, f.KnownScopes); err != nil {
 			scopesErr = fmt.Errorf("%s.scopes: %w", name, err)
 		}
 		if t.Token != "" {

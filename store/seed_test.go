@@ -117,7 +117,7 @@ func TestParseSeed(t *testing.T) {
 		{"TokenUserInvalid", token(`"tenant": "a", "user": "support bot", "scopes": ["billing:refund"]`), "tokens[0].user:"},
 		{"TokenScopesMissing", token(`"tenant": "a", "user": "u"`), "tokens[0].scopes: must list at least one scope"},
 		{"TokenScopesEmpty", token(`"tenant": "a", "user": "u", "scopes": []`), "tokens[0].scopes: must list at least one scope"},
-		{"TokenScopeUnknown", token(`"tenant": "a", "user": "u", "scopes": ["billing:refund", "billing:everything"]`), `tokens[0].scopes: unknown scope "billing:everything"`},
+		{"TokenScopeMalformed", token(`"tenant": "a", "user": "u", "scopes": ["billing:refund", "everything"]`), `tokens[0].scopes: scope "everything" must look like resource:action`},
 		{"TokenScopeRepeated", token(`"tenant": "a", "user": "u", "scopes": ["seats:reset", "seats:reset"]`), `tokens[0].scopes: scope "seats:reset" is listed twice`},
 		{"TokenValueNoPrefix", token(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "test_acme_1"`), "tokens[0].token: must be \"idg_\""},
 		{"TokenValueTooShort", token(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_abc"`), "tokens[0].token:"},

@@ -98,7 +98,7 @@ func createToken(ctx context.Context, t *testing.T, s store.Tokens, opts *TokenO
 	require.NoError(t, err)
 	tok, err = s.TokenInsert(ctx, &store.TokenInsertParams{
 		ID: id, TenantID: tenant, UserID: "support-bot", Hash: tenancy.HashToken(secret),
-		Scopes:    []string{tenancy.ScopeBillingRefund, tenancy.ScopeOperationsRead},
+		Scopes:    []string{"billing:refund", tenancy.ScopeOperationsRead},
 		ExpiresAt: opts.ExpiresAt,
 	})
 	require.NoError(t, err)
@@ -117,7 +117,7 @@ func TestAuthenticate(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, domain.Actor{
 			TenantID: "acme", UserID: "support-bot", TokenID: tok.ID,
-			Scopes: []string{tenancy.ScopeBillingRefund, tenancy.ScopeOperationsRead},
+			Scopes: []string{"billing:refund", tenancy.ScopeOperationsRead},
 		}, actor)
 	})
 

@@ -18,25 +18,16 @@ import (
 	"github.com/idemgate/idemgate/tenancy/tokenspec"
 )
 
-// The scopes a token may grant (DESIGN.md, "Tools"): one per mutation, one
-// for reads, one for operator routes.
+// The scopes every deployment knows besides its tools' own.
 const (
-	ScopeBillingRefund      = tokenspec.ScopeBillingRefund      // refund_order
-	ScopeBillingCredit      = tokenspec.ScopeBillingCredit      // apply_credit
-	ScopeSeatsReset         = tokenspec.ScopeSeatsReset         // reset_seat
-	ScopeUsersPasswordReset = tokenspec.ScopeUsersPasswordReset // send_password_reset
-	ScopeOperationsRead     = tokenspec.ScopeOperationsRead     // get_operation, get_order
-	ScopeOpsAdmin           = tokenspec.ScopeOpsAdmin           // River UI, re-drive over HTTP
+	ScopeOperationsRead = tokenspec.ScopeOperationsRead // get_operation and read tools
+	ScopeOpsAdmin       = tokenspec.ScopeOpsAdmin       // River UI, re-drive over HTTP
 )
 
-// KnownScopes lists every scope above. It is a copy: changing it changes
-// nothing that validation accepts (ValidateScopes and seed files use
-// package tokenspec's own list).
-var KnownScopes = tokenspec.KnownScopes()
-
-// ValidateScopes checks that scopes is non-empty, known and free of
-// repeats. Messages name the offending scope; callers prefix the field.
-func ValidateScopes(scopes []string) error { return tokenspec.ValidateScopes(scopes) }
+// ValidateScopes checks that scopes is non-empty, known (the tool
+// registry's Scopes) and free of repeats. Messages name the offending
+// scope; callers prefix the field.
+func ValidateScopes(scopes, known []string) error { return tokenspec.ValidateScopes(scopes, known) }
 
 // TokenPrefix starts every token secret.
 const TokenPrefix = tokenspec.Prefix

@@ -35,6 +35,20 @@ func Register(reg *tool.Registry, d *Deps) error {
 	if d == nil || d.Data == nil || d.Orders == nil {
 		return errors.New("tools: Deps.Data and Deps.Orders are required")
 	}
+	return add(reg, d)
+}
+
+// Scopes returns the scopes a token may be granted with the built-in tools:
+// their own, operations:read and ops:admin. It runs nothing.
+func Scopes() []string {
+	reg := tool.NewRegistry()
+	if err := add(reg, &Deps{}); err != nil {
+		panic(err) // the declarations are fixed at compile time
+	}
+	return reg.Scopes()
+}
+
+func add(reg *tool.Registry, d *Deps) error {
 	return reg.Add(
 		RefundOrder(d),
 		ApplyCredit(d),

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatetest"
 )
 
 // The CPU the gate spends on a call before it reaches the database: decode
@@ -44,7 +45,7 @@ func BenchmarkFingerprint(b *testing.B) {
 // arguments into an intent: decode, validate the key, fingerprint and
 // canonicalize.
 func BenchmarkNewIntent(b *testing.B) {
-	g, err := gate.New(&gate.Config{Store: nilStore{}, Enqueuer: noEnqueuer{}, Policies: gate.DefaultPolicies()})
+	g, err := gate.New(&gate.Config{Store: nilStore{}, Enqueuer: noEnqueuer{}, Policies: gatetest.Policies()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,9 +21,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemgate/idemgate/app"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
+	"github.com/idemgate/idemgate/store/pgstore"
 )
 
 // Series are the measured figures; each has one row per concurrency.
@@ -945,7 +948,13 @@ func (r *runner) growth(ctx context.Context, claims, pruneRows int, window time.
 	if _, err := smp.admin.Exec(ctx, "CHECKPOINT"); err != nil {
 		return err
 	}
-	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: noEnqueuer{}, Policies: gate.DefaultPolicies(), Logger: r.logger})
+	cfg := config.Defaults()
+	cfg.StripeAPIKey = "sk_test_bench"
+	tools, err := app.BuiltinTools(cfg, pgstore.New(pool), "")
+	if err != nil {
+		return err
+	}
+	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: noEnqueuer{}, Policies: tools.Policies(), Logger: r.logger})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/tools"
 )
 
 // newSeedCmd builds `idemctl seed --file F`: load a seed file (DESIGN.md's
@@ -66,6 +67,11 @@ func readSeed(stdin io.Reader, name string) (*store.SeedFile, error) {
 		r = fh
 	}
 	f, err := store.ParseSeed(r)
+	if err == nil {
+		// Tokens may grant the built-in tools' scopes.
+		f.KnownScopes = tools.Scopes()
+		err = f.Validate()
+	}
 	if err != nil {
 		return nil, &usageError{fmt.Errorf("--file %s: %w", name, err)}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/tenancy"
+	"github.com/idemgate/idemgate/tools"
 )
 
 // newTokenCmd builds `idemctl token`: create, revoke and list bearer tokens.
@@ -39,7 +40,7 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 		Short: "Create a bearer token and print its secret",
 		Long: "Create a bearer token for a tenant and user with the given scopes, and print its secret alone on\n" +
 			"stdout: it is stored only as a hash and shown this once. The token's id goes to stderr.\n" +
-			"Known scopes: " + strings.Join(tenancy.KnownScopes, ", ") + ".",
+			"Known scopes: " + strings.Join(tools.Scopes(), ", ") + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := validateTokenFlags(tenant, user, scopes, expiresIn); err != nil {
@@ -74,7 +75,7 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&tenant, "tenant", "", "tenant the token acts for (required)")
 	f.StringVar(&user, "user", "", "user or bot the token is issued to (required)")
-	f.StringSliceVar(&scopes, "scopes", nil, "comma-separated scopes (required): "+strings.Join(tenancy.KnownScopes, ", "))
+	f.StringSliceVar(&scopes, "scopes", nil, "comma-separated scopes (required): "+strings.Join(tools.Scopes(), ", "))
 	f.DurationVar(&expiresIn, "expires-in", 0, "lifetime, such as 720h (default: the token does not expire)")
 	return cmd
 }
@@ -92,7 +93,7 @@ func validateTokenFlags(tenant, user string, scopes []string, expiresIn time.Dur
 	case expiresIn < 0:
 		return &usageError{fmt.Errorf("--expires-in: must be positive, got %s", expiresIn)}
 	}
-	if err := tenancy.ValidateScopes(scopes); err != nil {
+	if err := tenancy.ValidateScopes(scopes, tools.Scopes()); err != nil {
 		return &usageError{fmt.Errorf("--scopes: %w", err)}
 	}
 	return nil

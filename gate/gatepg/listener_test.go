@@ -23,7 +23,7 @@ func TestListenerWakesOnTerminalTransitionOnly(t *testing.T) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	store := gatepg.New(pool)
-	g, err := gate.New(&gate.Config{Store: store, Enqueuer: riverEnqueuer{client: client}, Policies: gate.DefaultPolicies()})
+	g, err := gate.New(&gate.Config{Store: store, Enqueuer: riverEnqueuer{client: client}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 
 	l := gatepg.NewListener(pool, nil)

@@ -350,7 +350,7 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 	// Everything queues for the one connection; under -race modernc's
 	// transpiled SQLite runs over ten times slower, so give each claim more
 	// than the default two seconds, as a busy SQLite deployment would.
-	g, err := gate.New(&gate.Config{Store: s, Enqueuer: riverEnqueuer{client: client}, Policies: gate.DefaultPolicies(),
+	g, err := gate.New(&gate.Config{Store: s, Enqueuer: riverEnqueuer{client: client}, Policies: gatetest.Policies(),
 		DBTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	const n = 20
@@ -380,7 +380,7 @@ func TestClaimList(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b, db := newBundleDB(t)
-	g, err := gate.New(&gate.Config{Store: b.Store, Enqueuer: b.Enqueuer, Policies: gate.DefaultPolicies()})
+	g, err := gate.New(&gate.Config{Store: b.Store, Enqueuer: b.Enqueuer, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 	first := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0001"}).Claim
 	second := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0002"}).Claim

@@ -51,7 +51,7 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 				Store:    b.Store,
 				Enqueuer: b.Enqueuer,
 				Waiter:   b.Waiter,
-				Policies: gate.DefaultPolicies(),
+				Policies: Policies(),
 				// A bound, not a timing assertion: 64 concurrent calls queue
 				// for SQLite's one connection, slowly under -race on a
 				// loaded machine.
@@ -700,4 +700,37 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, fresh.JobID, same.JobID)
 		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionReclaimed}, decisions(audit(ctx, t, s.Store, "acme", "refund_order", "stalled-key-01")))
 	},
+}
+
+// Policies are the suite's fixture policies, shaped like the built-in
+// tools' (package tools declares the real ones).
+func Policies() []gate.Policy {
+	return []gate.Policy{
+		{
+			Tool:           "refund_order",
+			TTL:            gate.DefaultMoneyTTL,
+			VolatileFields: []string{"reason"},
+			AuditArgFields: []string{"order_id", "amount_cents"},
+			ResultFields:   []string{"refund_id", "order_id", "amount_cents", "currency", "status"},
+		},
+		{
+			Tool:           "apply_credit",
+			TTL:            gate.DefaultMoneyTTL,
+			VolatileFields: []string{"memo"},
+			AuditArgFields: []string{"customer_id", "amount_cents", "currency"},
+			ResultFields:   []string{"ledger_entry_id", "customer_id", "amount_cents", "currency"},
+		},
+		{
+			Tool:           "reset_seat",
+			TTL:            gate.DefaultMoneyTTL,
+			AuditArgFields: []string{"seat_id"},
+			ResultFields:   []string{"seat_id", "status"},
+		},
+		{
+			Tool:           "send_password_reset",
+			TTL:            gate.DefaultMailTTL,
+			AuditArgFields: []string{"user_id"},
+			ResultFields:   []string{"user_id", "message_id", "sent_at"},
+		},
+	}
 }

@@ -103,7 +103,7 @@ func insertToken(ctx context.Context, t *testing.T, s store.Tokens, p *store.Tok
 		q.UserID = "support-bot"
 	}
 	if q.Scopes == nil {
-		q.Scopes = []string{tenancy.ScopeBillingRefund}
+		q.Scopes = []string{"billing:refund"}
 	}
 	tok, err = s.TokenInsert(ctx, &q)
 	require.NoError(t, err)
@@ -136,13 +136,13 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 	"TokenInsertGet": func(ctx context.Context, t *testing.T, b *Bundle) {
 		expires := time.Now().Add(time.Hour).UTC().Truncate(b.TimeResolution)
 		secret, tok := insertToken(ctx, t, b.Store, &store.TokenInsertParams{
-			TenantID: "acme", UserID: "ana", Scopes: []string{tenancy.ScopeBillingRefund, tenancy.ScopeOperationsRead},
+			TenantID: "acme", UserID: "ana", Scopes: []string{"billing:refund", tenancy.ScopeOperationsRead},
 			ExpiresAt: &expires,
 		})
 		require.True(t, strings.HasPrefix(tok.ID, "tok_"))
 		require.Equal(t, "acme", tok.TenantID)
 		require.Equal(t, "ana", tok.UserID)
-		require.Equal(t, []string{tenancy.ScopeBillingRefund, tenancy.ScopeOperationsRead}, tok.Scopes)
+		require.Equal(t, []string{"billing:refund", tenancy.ScopeOperationsRead}, tok.Scopes)
 		require.Equal(t, tenancy.HashToken(secret), tok.Hash)
 		require.WithinDuration(t, time.Now(), tok.CreatedAt, time.Minute)
 		require.Equal(t, time.UTC, tok.CreatedAt.Location())

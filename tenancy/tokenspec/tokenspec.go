@@ -11,47 +11,39 @@ package tokenspec
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 )
 
-// The scopes a token may grant (DESIGN.md, "Tools").
+// The scopes every deployment knows; each tool declares its own (package
+// tool's Registry.Scopes lists them all).
 const (
-	ScopeBillingRefund      = "billing:refund"
-	ScopeBillingCredit      = "billing:credit"
-	ScopeSeatsReset         = "seats:reset"
-	ScopeUsersPasswordReset = "users:password_reset"
-	ScopeOperationsRead     = "operations:read"
-	ScopeOpsAdmin           = "ops:admin"
+	ScopeOperationsRead = "operations:read"
+	ScopeOpsAdmin       = "ops:admin"
 )
 
-// knownScopes is private so that no caller can change what validation
-// accepts; KnownScopes hands out copies.
-var knownScopes = []string{
-	ScopeBillingRefund,
-	ScopeBillingCredit,
-	ScopeSeatsReset,
-	ScopeUsersPasswordReset,
-	ScopeOperationsRead,
-	ScopeOpsAdmin,
-}
+// scopePattern is a scope's shape: resource:action.
+var scopePattern = regexp.MustCompile(`^[a-z][a-z0-9_.-]*:[a-z][a-z0-9_.-]*$`)
 
-// KnownScopes returns a fresh copy of every known scope, in a stable order.
-func KnownScopes() []string { return slices.Clone(knownScopes) }
-
-// KnownScope reports whether s is one of the known scopes.
-func KnownScope(s string) bool { return slices.Contains(knownScopes, s) }
-
-// ValidateScopes checks that scopes is non-empty, that every entry is a
-// known scope, and that none repeats. Its messages name the offending
-// entry but not the field: callers prefix their own ("--scopes: …").
-func ValidateScopes(scopes []string) error {
+// ValidateScopes checks that scopes is non-empty, that every entry is
+// known (one of known, the deployment's registry's scopes) or, when known
+// is nil, at least shaped like a scope (resource:action), and that none
+// repeats. Its messages name the offending entry but not the field:
+// callers prefix their own ("--scopes: …").
+func ValidateScopes(scopes, known []string) error {
 	if len(scopes) == 0 {
-		return fmt.Errorf("must list at least one scope (known: %s)", strings.Join(knownScopes, ", "))
+		if known == nil {
+			return fmt.Errorf("must list at least one scope")
+		}
+		return fmt.Errorf("must list at least one scope (known: %s)", strings.Join(known, ", "))
 	}
 	for i, s := range scopes {
-		if !KnownScope(s) {
-			return fmt.Errorf("unknown scope %q (known: %s)", s, strings.Join(knownScopes, ", "))
+		switch {
+		case known != nil && !slices.Contains(known, s):
+			return fmt.Errorf("unknown scope %q (known: %s)", s, strings.Join(known, ", "))
+		case !scopePattern.MatchString(s):
+			return fmt.Errorf("scope %q must look like resource:action", s)
 		}
 		if slices.Contains(scopes[:i], s) {
 			return fmt.Errorf("scope %q is listed twice", s)
