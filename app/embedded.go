@@ -45,9 +45,6 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	if cfg.Driver() != config.DriverSQLite {
 		return nil, errors.New("DATABASE_URL: the embedded deployment runs on SQLite (unset DATABASE_URL or sqlite:PATH)")
 	}
-	if err := cfg.RequireSecret(); err != nil {
-		return nil, err
-	}
 	if logger == nil {
 		logger = slog.Default()
 	}

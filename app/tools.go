@@ -30,6 +30,12 @@ func BuiltinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Reg
 // builtinTools is BuiltinTools; unless forWorker, a missing Stripe key is
 // fine: the api publishes and claims but never runs an effect.
 func builtinTools(cfg *config.Config, data toolData, linkBase string, forWorker bool) (*tool.Registry, error) {
+	if forWorker {
+		// Password-reset tokens derive from the secret.
+		if err := cfg.RequireSecret(); err != nil {
+			return nil, err
+		}
+	}
 	var stripeClient *refunds.Client
 	if forWorker || cfg.StripeAPIKey != "" {
 		var err error
@@ -49,4 +55,21 @@ func builtinTools(cfg *config.Config, data toolData, linkBase string, forWorker 
 		return nil, err
 	}
 	return reg, nil
+}
+
+// BuiltinDeclarations is BuiltinTools for a process that may only serve
+// the api: a missing Stripe key or secret is not an error here, and
+// CheckBuiltinWorker says whether a worker may run them.
+func BuiltinDeclarations(cfg *config.Config, data toolData) (*tool.Registry, error) {
+	return builtinTools(cfg, data, "", false)
+}
+
+// CheckBuiltinWorker returns an error naming the setting that a worker of
+// the built-in tools lacks (STRIPE_API_KEY, IDEMGATE_SECRET).
+func CheckBuiltinWorker(cfg *config.Config) error {
+	if err := cfg.RequireSecret(); err != nil {
+		return err
+	}
+	_, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
+	return err
 }

@@ -63,9 +63,6 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if cfg.Driver() != config.DriverPostgres {
 		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build")
 	}
-	if err := cfg.RequireSecret(); err != nil {
-		return nil, err
-	}
 	if logger == nil {
 		logger = slog.Default()
 	}

@@ -26,7 +26,7 @@ const (
 // Policy is what the gate knows about one mutating tool. A mutating tool
 // without a policy cannot be registered: nothing mutates outside the gate.
 type Policy struct {
-	// Tool is the tool's name, such as "refund_order".
+	// Tool is the tool's name, such as refund_order.
 	Tool string
 	// TTL is how long a terminal claim keeps answering replays before a new
 	// intent may take its key over. Between MinTTL and MaxTTL.

@@ -37,12 +37,24 @@ func (r *Registry) Add(tools ...Tool) error {
 		if err != nil {
 			return err
 		}
-		if _, dup := r.specs[spec.Name]; dup {
-			return fmt.Errorf("tool %s: registered twice", spec.Name)
+		if err := r.AddSpec(spec); err != nil {
+			return err
 		}
-		r.specs[spec.Name] = spec
-		r.order = append(r.order, spec.Name)
 	}
+	return nil
+}
+
+// AddSpec registers an already derived tool, such as one of another
+// registry's.
+func (r *Registry) AddSpec(spec *Spec) error {
+	if spec == nil {
+		return fmt.Errorf("tool: AddSpec: nil spec")
+	}
+	if _, dup := r.specs[spec.Name]; dup {
+		return fmt.Errorf("tool %s: registered twice", spec.Name)
+	}
+	r.specs[spec.Name] = spec
+	r.order = append(r.order, spec.Name)
 	return nil
 }
 

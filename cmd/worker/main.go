@@ -1,6 +1,8 @@
-// Command worker runs idemgate's River workers: every job re-enters the gate
-// before Stripe, the ledger, seats or the mailer. Configuration: see package
-// config. Wiring only; the parts live in app and jobs.
+// Command worker runs idemgate's River workers for the built-in tools:
+// every job re-enters the gate before Stripe, the ledger, seats or the
+// mailer; the reaper and the pruner run beside them. Postgres only.
+// Configuration: see package config. It is the public assembly (package
+// idemgate) with the built-in tools registered.
 package main
 
 import (
@@ -8,19 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"github.com/idemgate/idemgate/app"
+	"github.com/idemgate/idemgate"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/tool"
 )
-
-// stopTimeout bounds how long running jobs may take to finish on SIGTERM.
-const stopTimeout = 30 * time.Second
 
 func main() {
 	if err := run(); err != nil {
@@ -30,32 +27,20 @@ func main() {
 }
 
 func run() error {
-	cfg, err := config.Load(os.Args[1:], os.Getenv)
+	cfg, err := idemgate.LoadConfig(os.Args[1:])
 	if err != nil {
 		return err
+	}
+	if cfg.Driver() != config.DriverPostgres {
+		return errors.New("DATABASE_URL: set a postgres:// URL; on the embedded SQLite default the api runs the worker")
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if cfg.Driver() != config.DriverPostgres {
-		return errors.New("DATABASE_URL: set a postgres:// URL; the embedded SQLite default is not built yet")
-	}
-	pool, err := app.OpenPostgres(ctx, cfg.DatabaseURL, int32(app.DefaultMaxWorkers+10))
+	svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry(), &idemgate.Options{Builtins: true, Logger: logger})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	w, err := app.NewWorker(cfg, pool, logger, nil)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", cfg.WorkerAddr)
-	if err != nil {
-		return fmt.Errorf("IDEMGATE_WORKER_ADDR: %w", err)
-	}
-	srv := &http.Server{Handler: w.Handler, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	logger.Info("worker starting", "metrics", "http://"+ln.Addr().String()+"/metrics", "config", cfg)
-	return w.Run(ctx, stopTimeout)
+	defer svc.Close()
+	return svc.RunWorker(ctx)
 }

@@ -1,0 +1,307 @@
+// Package idemgate serves a team's mutating tools so that agents may retry
+// them safely: one effect per idempotency key, over MCP (Streamable HTTP)
+// and a REST twin, with durable River jobs, a reaper for killed workers,
+// operator re-drive and River UI.
+//
+// Declare tools with package tool, add them to a tool.Registry, and build
+// a Service from a Config:
+//
+//	reg := tool.NewRegistry()
+//	reg.MustAdd(IssueCoupon)
+//	cfg, err := idemgate.LoadConfig(os.Args[1:])
+//	svc, err := idemgate.Open(ctx, cfg, reg, nil)
+//	defer svc.Close()
+//	err = svc.Migrate(ctx)
+//	err = svc.RunAll(ctx) // api and worker in one process
+//
+// On Postgres (DATABASE_URL=postgres://…) the api (ServeAPI) and the worker
+// (RunWorker) may run as separate processes, each any number of times. On
+// the embedded SQLite default the worker always runs inside the api process.
+package idemgate
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/app"
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/gate/gatesqlite"
+	"github.com/idemgate/idemgate/migrations"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/store/sqlitestore"
+	"github.com/idemgate/idemgate/tenancy"
+	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/tools"
+)
+
+// Config is every process's configuration: DATABASE_URL, IDEMGATE_API_ADDR
+// and the rest (see package config for each setting and its default).
+type Config = config.Config
+
+// LoadConfig reads the configuration from args (flags) and the environment.
+// Invalid settings are an error that names the setting.
+func LoadConfig(args []string) (*Config, error) {
+	return config.Load(args, os.Getenv)
+}
+
+// StopTimeout is how long running jobs may finish when a worker stops.
+const StopTimeout = 30 * time.Second
+
+// Options are a Service's optional parts. The zero value is valid.
+type Options struct {
+	// Logger defaults to JSON on stderr at the configured level.
+	Logger *slog.Logger
+	// Builtins adds idemgate's built-in tools (refund_order, apply_credit,
+	// reset_seat, send_password_reset, get_order) to the registry.
+	Builtins bool
+	// PostgresMigrations and SQLiteMigrations are the service's own goose
+	// SQL migrations (for its own tables), applied by Migrate after
+	// idemgate's, with their own version table (migrations.AppTable).
+	PostgresMigrations fs.FS
+	SQLiteMigrations   fs.FS
+}
+
+// Service is one deployment's database and tools, from which the api and
+// the worker are run.
+type Service struct {
+	cfg    *Config
+	reg    *tool.Registry
+	opts   Options
+	logger *slog.Logger
+	pool   *pgxpool.Pool // Postgres
+	db     *sql.DB       // SQLite
+	tokens store.Tokens
+}
+
+// Open opens cfg's database and prepares reg's tools. It connects to
+// nothing else. Close the Service when done.
+func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (*Service, error) {
+	if cfg == nil || reg == nil {
+		return nil, errors.New("idemgate: Open needs a Config and a Registry")
+	}
+	s := &Service{cfg: cfg, reg: reg}
+	if opts != nil {
+		s.opts = *opts
+	}
+	s.logger = s.opts.Logger
+	if s.logger == nil {
+		s.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	}
+	var data interface {
+		store.Domain
+		store.Orders
+		store.Tokens
+	}
+	switch cfg.Driver() {
+	case config.DriverSQLite:
+		db, err := gatesqlite.Open(cfg.SQLitePath())
+		if err != nil {
+			return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		s.db = db
+		data = sqlitestore.New(db)
+	default:
+		pool, err := app.OpenPostgres(ctx, cfg.DatabaseURL, int32(app.DefaultMaxConns+app.DefaultMaxWorkers+10))
+		if err != nil {
+			return nil, err
+		}
+		s.pool = pool
+		data = pgstore.New(pool)
+	}
+	s.tokens = data
+	if s.opts.Builtins {
+		builtins, err := app.BuiltinDeclarations(cfg, data)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		for _, spec := range builtins.All() {
+			if err := reg.AddSpec(spec); err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Service) Close() {
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	if s.db != nil {
+		_ = s.db.Close()
+	}
+}
+
+// Migrate applies River's and idemgate's migrations, then the service's
+// own. It is safe to run repeatedly and from several processes.
+func (s *Service) Migrate(ctx context.Context) error {
+	if s.db != nil {
+		if _, err := migrations.MigrateSQLite(ctx, s.db, s.logger); err != nil {
+			return err
+		}
+		if s.opts.SQLiteMigrations != nil {
+			_, err := migrations.MigrateAppSQLite(ctx, s.db, s.opts.SQLiteMigrations, s.logger)
+			return err
+		}
+		return nil
+	}
+	if _, err := migrations.MigratePostgres(ctx, s.pool, s.logger); err != nil {
+		return err
+	}
+	if s.opts.PostgresMigrations != nil {
+		_, err := migrations.MigrateAppPostgres(ctx, s.pool, s.opts.PostgresMigrations, s.logger)
+		return err
+	}
+	return nil
+}
+
+// CreateToken mints a bearer token for tenant and user with scopes (each
+// one of the registry's Scopes), stores its hash and returns the secret,
+// which is shown this once.
+func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes ...string) (string, error) {
+	if err := tenancy.ValidateScopes(scopes, s.reg.Scopes()); err != nil {
+		return "", fmt.Errorf("scopes: %w", err)
+	}
+	secret, id, err := tenancy.NewToken()
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.tokens.TokenInsert(ctx, &store.TokenInsertParams{ID: id, TenantID: tenant, UserID: user, Scopes: scopes, Hash: tenancy.HashToken(secret)}); err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+// ServeAPI serves MCP at /mcp, the REST twin at /v1, the operator routes
+// at /ops and /healthz, /readyz, /metrics on IDEMGATE_API_ADDR until ctx
+// ends. On SQLite the worker runs in this process too.
+func (s *Service) ServeAPI(ctx context.Context) error {
+	if s.db != nil {
+		return s.RunAll(ctx)
+	}
+	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg})
+	if err != nil {
+		return err
+	}
+	return s.serve(ctx, a.Handler, func(ctx context.Context) error { a.Run(ctx); return nil })
+}
+
+// RunWorker works the tools' jobs, the reaper and the pruner until ctx
+// ends, serving /metrics and /healthz on IDEMGATE_WORKER_ADDR. Postgres
+// only: on SQLite the worker runs inside ServeAPI.
+func (s *Service) RunWorker(ctx context.Context) error {
+	if s.db != nil {
+		return errors.New("DATABASE_URL: on SQLite the worker runs inside the api process (ServeAPI)")
+	}
+	if err := s.checkWorker(); err != nil {
+		return err
+	}
+	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.cfg.WorkerAddr)
+	if err != nil {
+		return fmt.Errorf("IDEMGATE_WORKER_ADDR: %w", err)
+	}
+	srv := &http.Server{Handler: w.Handler, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	s.logger.Info("worker starting", "metrics", "http://"+ln.Addr().String()+"/metrics", "config", s.cfg)
+	return w.Run(ctx, StopTimeout)
+}
+
+// RunAll runs the api and the worker in this process until ctx ends, on
+// either engine.
+func (s *Service) RunAll(ctx context.Context) error {
+	if err := s.checkWorker(); err != nil {
+		return err
+	}
+	if s.db != nil {
+		e, err := app.NewEmbedded(s.cfg, s.db, s.logger, &app.APIOptions{Tools: s.reg}, &app.WorkerOptions{Tools: s.reg})
+		if err != nil {
+			return err
+		}
+		s.logger.Info("embedded mode: SQLite with the worker in this process", "path", s.cfg.SQLitePath())
+		return s.serve(ctx, e.Handler, func(ctx context.Context) error { return e.Run(ctx, StopTimeout) })
+	}
+	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg})
+	if err != nil {
+		return err
+	}
+	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg})
+	if err != nil {
+		return err
+	}
+	return s.serve(ctx, a.Handler, func(ctx context.Context) error {
+		done := make(chan struct{})
+		go func() { defer close(done); a.Run(ctx) }()
+		err := w.Run(ctx, StopTimeout)
+		<-done
+		return err
+	})
+}
+
+// checkWorker refuses to work the built-in tools without their settings.
+func (s *Service) checkWorker() error {
+	if s.opts.Builtins {
+		return app.CheckBuiltinWorker(s.cfg)
+	}
+	return nil
+}
+
+// serve serves handler on IDEMGATE_API_ADDR with background work beside
+// it until ctx ends, then drains requests and stops the background work.
+func (s *Service) serve(ctx context.Context, handler http.Handler, background func(context.Context) error) error {
+	ln, err := net.Listen("tcp", s.cfg.APIAddr)
+	if err != nil {
+		return fmt.Errorf("IDEMGATE_API_ADDR: %w", err)
+	}
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	backgroundDone := make(chan error, 1)
+	go func() { backgroundDone <- background(runCtx) }()
+	defer func() {
+		cancelRun()
+		if err := <-backgroundDone; err != nil {
+			s.logger.Error("background work stopped with an error", "error", err)
+		}
+	}()
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      s.cfg.Wait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	s.logger.Info("api listening", "addr", ln.Addr().String(), "mcp", "http://"+ln.Addr().String()+"/mcp", "config", s.cfg)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.logger.Info("api shutting down: draining requests")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
+}
+
+// BuiltinScopes are the scopes of the built-in tools, operations:read and
+// ops:admin.
+func BuiltinScopes() []string { return tools.Scopes() }
