@@ -108,12 +108,15 @@ export IDEMGATE_TOKEN_ACME IDEMGATE_TOKEN_ACME_READONLY IDEMGATE_TOKEN_GLOBEX
 # ---------------------------------------------------------------------------
 # 4. the api, on a port the kernel picks; its log says which
 # ---------------------------------------------------------------------------
+# The log exists first: the loop below reads it at once, and on a busy
+# machine the background redirection may not have run yet.
+: >"$api_log"
 IDEMGATE_API_ADDR=127.0.0.1:0 IDEMGATE_WAIT=200ms IDEMGATE_LOG_LEVEL=debug \
 	"$tmp/api" >"$api_log" 2>&1 &
 api_pid=$!
 
 addr=""
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do
 	kill -0 "$api_pid" 2>/dev/null || die "the api exited during start"
 	addr=$(node -e '
 		const fs = require("node:fs");
@@ -127,11 +130,11 @@ for _ in $(seq 1 150); do
 	[[ -n "$addr" ]] && break
 	sleep 0.1
 done
-[[ -n "$addr" ]] || die "the api did not log its address within 15s"
+[[ -n "$addr" ]] || die "the api did not log its address within 60s"
 export IDEMGATE_URL="http://$addr"
 
 ready=0
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do
 	kill -0 "$api_pid" 2>/dev/null || die "the api exited during start"
 	if curl -fsS -o /dev/null --max-time 2 "$IDEMGATE_URL/readyz" 2>/dev/null; then
 		ready=1
@@ -139,7 +142,7 @@ for _ in $(seq 1 150); do
 	fi
 	sleep 0.1
 done
-((ready)) || die "$IDEMGATE_URL/readyz did not answer 200 within 15s"
+((ready)) || die "$IDEMGATE_URL/readyz did not answer 200 within 60s"
 log "api ready at $IDEMGATE_URL"
 
 # ---------------------------------------------------------------------------

@@ -51,17 +51,24 @@ func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx gate.Tx, jobID int64)
 	return err
 }
 
-// JobRetryTx implements gate.JobControl.
+// JobRetryTx implements gate.JobControl. It reports false when River no
+// longer has the job or will not run it again (still running).
 func (c *Control[TTx]) JobRetryTx(ctx context.Context, tx gate.Tx, jobID int64) (bool, error) {
 	raw, err := c.rawTx(tx)
 	if err != nil {
 		return false, err
 	}
-	_, err = c.Client.JobRetryTx(ctx, raw, jobID)
+	job, err := c.Client.JobRetryTx(ctx, raw, jobID)
 	if errors.Is(err, rivertype.ErrNotFound) {
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	// River leaves a running job alone: its worker has returned (the claim
+	// failed) but River has not finalized the row yet, and will mark it
+	// cancelled. It will not run again, so the gate needs a fresh job.
+	return job.State != rivertype.JobStateRunning, nil
 }
 
 // ReaperArgs is the reaper's periodic job.

@@ -202,7 +202,7 @@ step=teststripe
 	>"$tmp/teststripe.url" 2>"$tmp/logs/teststripe.log" &
 pids+=("$!")
 stripe_url=""
-for ((i = 0; i < 300; i++)); do
+for ((i = 0; i < 600; i++)); do
 	stripe_url=$(head -n 1 "$tmp/teststripe.url" 2>/dev/null || true)
 	[[ -n $stripe_url ]] && break
 	alive "${pids[-1]}" || break
@@ -250,11 +250,14 @@ export IDEMGATE_WORKER_ADDR=127.0.0.1:0
 export IDEMGATE_LOG_LEVEL=info
 
 step=api
+# The log exists before the api does: the loop below reads it at once, and
+# on a busy machine the background redirection may not have run yet.
+: >"$tmp/logs/api.log"
 "$bin/api" >"$tmp/logs/api.log" 2>&1 &
 api_pid=$!
 pids+=("$api_pid")
 api_addr=""
-for ((i = 0; i < 300; i++)); do
+for ((i = 0; i < 600; i++)); do
 	api_addr=$(sed -n 's/.*"msg":"api listening","addr":"\([^"]*\)".*/\1/p' "$tmp/logs/api.log" | head -n 1)
 	[[ -n $api_addr ]] && break
 	alive "$api_pid" || break

@@ -97,6 +97,10 @@ trap 'exit 143' TERM
 start() {
 	local name=$1
 	shift
+	# The logs exist before the process does: a reader polling them must not
+	# race the background redirection on a busy machine.
+	: >"$tmp/$name.out"
+	: >"$tmp/$name.log"
 	"$@" >"$tmp/$name.out" 2>"$tmp/$name.log" &
 	pids+=($!)
 	names+=("$name")
@@ -162,14 +166,14 @@ export IDEMGATE_TOKEN_ACME
 # ---------------------------------------------------------------------------
 start teststripe "$tmp/bin/teststripe" -addr 127.0.0.1:0
 TESTSTRIPE_URL=""
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do
 	alive teststripe || die "the test Stripe exited during start"
 	TESTSTRIPE_URL=$(head -n 1 "$tmp/teststripe.out" 2>/dev/null || true)
 	[[ $TESTSTRIPE_URL == http://* ]] && break
 	TESTSTRIPE_URL=""
 	sleep 0.1
 done
-[[ -n "$TESTSTRIPE_URL" ]] || die "the test Stripe did not print its URL within 15s"
+[[ -n "$TESTSTRIPE_URL" ]] || die "the test Stripe did not print its URL within 60s"
 export TESTSTRIPE_URL
 log "test Stripe at $TESTSTRIPE_URL"
 
@@ -182,16 +186,16 @@ secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 IDEMGATE_API_ADDR=127.0.0.1:0 IDEMGATE_WAIT=200ms \
 	start api "$tmp/bin/api"
 addr=""
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do
 	alive api || die "the api exited during start"
 	addr=$(log_field api "api listening" addr)
 	[[ -n "$addr" ]] && break
 	sleep 0.1
 done
-[[ -n "$addr" ]] || die "the api did not log its address within 15s"
+[[ -n "$addr" ]] || die "the api did not log its address within 60s"
 export IDEMGATE_URL="http://$addr"
 ready=0
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do
 	alive api || die "the api exited during start"
 	if curl -fsS -o /dev/null --max-time 2 "$IDEMGATE_URL/readyz" 2>/dev/null; then
 		ready=1
@@ -199,14 +203,14 @@ for _ in $(seq 1 150); do
 	fi
 	sleep 0.1
 done
-((ready)) || die "$IDEMGATE_URL/readyz did not answer 200 within 15s"
+((ready)) || die "$IDEMGATE_URL/readyz did not answer 200 within 60s"
 log "api ready at $IDEMGATE_URL"
 
 STRIPE_API_KEY=sk_test_browser STRIPE_API_BASE=$TESTSTRIPE_URL IDEMGATE_SECRET=$secret \
 	IDEMGATE_API_ADDR=$addr IDEMGATE_WORKER_ADDR=127.0.0.1:0 IDEMGATE_REAPER_INTERVAL=1s \
 	start worker "$tmp/bin/worker"
 started=0
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do
 	alive worker || die "the worker exited during start"
 	if [[ -n $(log_field worker "River client started" client_id) ]]; then
 		started=1
@@ -214,7 +218,7 @@ for _ in $(seq 1 150); do
 	fi
 	sleep 0.1
 done
-((started)) || die "the worker's River client did not start within 15s"
+((started)) || die "the worker's River client did not start within 60s"
 log "worker started"
 
 # ---------------------------------------------------------------------------

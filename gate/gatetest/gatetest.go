@@ -618,6 +618,24 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, domain.StatusQueued, got.Status)
 	},
 
+	// An operator may re-drive the moment the failure commits, before
+	// River has finalized the failed job (still running, to be cancelled):
+	// River will not run that job again, so a fresh one replaces it.
+	"RedriveWhileRiverStillRunsTheFailedJob": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "redrive-run-01"}).Claim
+		s.MarkJobRunning(ctx, c.JobID, time.Second)
+		leased := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
+		_, err := s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
+		require.NoError(t, err)
+		res, err := s.gate.Redrive(ctx, &gate.RedriveParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "redrive-run-01",
+			Operator: "ops@acme", Reason: "card updated"}, s.Control)
+		require.NoError(t, err)
+		require.True(t, res.FreshJob, "the running job will not run again")
+		require.NotEqual(t, c.JobID, res.Claim.JobID)
+		require.Equal(t, "available", s.JobState(ctx, res.Claim.JobID))
+		require.Equal(t, domain.StatusQueued, res.Claim.Status)
+	},
 	"RedriveThroughTheGate": func(t *testing.T, s *suite) {
 		ctx := context.Background()
 		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "redrive-key-01"}).Claim

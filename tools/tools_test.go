@@ -1,0 +1,113 @@
+package tools_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/domain/refunds"
+	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/tool/tooltest"
+	"github.com/idemgate/idemgate/tools"
+)
+
+// The built-in tools checked with the same kit a team uses for its own.
+
+func seedFile() *store.SeedFile {
+	return &store.SeedFile{
+		Orders: []store.SeedOrder{
+			{Tenant: tooltest.Tenant, OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1_000_000, Currency: "usd"},
+			{Tenant: tooltest.Tenant, OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"},
+		},
+		Customers: []store.SeedCustomer{{Tenant: tooltest.Tenant, CustomerID: "cus_1", Currency: "usd"}},
+		Seats:     []store.SeedSeat{{Tenant: tooltest.Tenant, SeatID: "seat_1", UserID: "usr_1"}},
+	}
+}
+
+func build(stripe *refunds.Client) func(tooltest.Data) *tool.Registry {
+	return func(data tooltest.Data) *tool.Registry {
+		reg := tool.NewRegistry()
+		d := &tools.Deps{Data: data, Orders: data, Stripe: stripe}
+		reg.MustAdd(tools.ApplyCredit(d), tools.ResetSeat(d))
+		if stripe != nil {
+			reg.MustAdd(tools.RefundOrder(d))
+		}
+		return reg
+	}
+}
+
+func inTxCases() []*tooltest.Case {
+	return []*tooltest.Case{
+		{
+			Tool:        "apply_credit",
+			Args:        map[string]any{"customer_id": "cus_1", "amount_cents": 250, "currency": "usd"},
+			Differ:      map[string]any{"customer_id": "cus_1", "amount_cents": 300, "currency": "usd"},
+			DifferField: "amount_cents",
+			Failing:     map[string]any{"customer_id": "cus_1", "amount_cents": 250, "currency": "eur"},
+			FailCode:    domain.CodeInvalidArgument,
+			Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
+				return h.Count(t, `SELECT count(*) FROM ledger_entries WHERE operation_id = $1`, op.OperationID)
+			},
+		},
+		{
+			Tool:        "reset_seat",
+			Args:        map[string]any{"seat_id": "seat_1"},
+			Differ:      map[string]any{"seat_id": "seat_2"},
+			DifferField: "seat_id",
+			Failing:     map[string]any{"seat_id": "seat_none"},
+			FailCode:    domain.CodeNotFound,
+			Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
+				return h.Count(t, `SELECT count(*) FROM seat_resets WHERE operation_id = $1`, op.OperationID)
+			},
+		},
+	}
+}
+
+func TestInTransactionToolsOnSQLite(t *testing.T) {
+	t.Parallel()
+	h := tooltest.SQLite(t, nil, &tooltest.Options{Seed: seedFile(), Build: build(nil)})
+	for _, c := range inTxCases() {
+		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
+	}
+}
+
+func TestToolsOnPostgres(t *testing.T) {
+	t.Parallel()
+	srv, ts := stripetest.Start(t, nil)
+	srv.AddCharge("ch_1", 1_000_000, "usd")
+	srv.AddCharge("ch_declined", 5000, "usd")
+	srv.SetChargeError("ch_declined", http.StatusPaymentRequired, "card_error", "card_declined")
+	stripe, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})
+	require.NoError(t, err)
+	h := tooltest.Postgres(t, nil, &tooltest.Options{Seed: seedFile(), Build: build(stripe),
+		Configure: func(cfg *config.Config) { cfg.StripeAPIKey, cfg.StripeAPIBase = stripetest.TestAPIKey, ts.URL }})
+	cases := append(inTxCases(), &tooltest.Case{
+		Tool:        "refund_order",
+		Args:        map[string]any{"order_id": "ord_1", "amount_cents": 100},
+		Differ:      map[string]any{"order_id": "ord_1", "amount_cents": 200},
+		DifferField: "amount_cents",
+		Failing:     map[string]any{"order_id": "ord_declined", "amount_cents": 100},
+		FailCode:    domain.CodeCardDeclined,
+		// Refunds where they land: at the test Stripe, by our downstream
+		// key, and the refund row.
+		Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
+			atStripe := 0
+			for key, n := range srv.RefundsByKey() {
+				if len(key) > 4 && key[4:4+len(op.OperationID)] == op.OperationID {
+					atStripe += n
+				}
+			}
+			rows := h.Count(t, `SELECT count(*) FROM refunds WHERE operation_id = $1`, op.OperationID)
+			require.Equal(t, atStripe, rows, "refunds at Stripe and refund rows agree")
+			return atStripe
+		},
+	})
+	for _, c := range cases {
+		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
+	}
+}
