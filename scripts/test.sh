@@ -71,7 +71,7 @@ cleanup() {
 		rm -rf "$pg_tmp"
 	fi
 	if [[ $rc -eq 0 ]]; then
-		log "OK: every step passed (gofmt, compose, vet, go test -race, and on full runs e2e, browser, chaos, quickstart) in $((SECONDS - started))s"
+		log "OK: every step passed (gofmt, compose, vet, go test -race, and on full runs e2e, browser, chaos, quickstart, example) in $((SECONDS - started))s"
 	else
 		log "FAILED at step '$step' (exit $rc) after $((SECONDS - started))s"
 	fi
@@ -330,5 +330,16 @@ if ((e2e_run)); then
 	done
 	DEV_SMOKE=1 DEV_DIR="$smoke_dir" IDEMGATE_API_ADDR="127.0.0.1:${smoke_port:?no free port}" bash scripts/dev.sh
 	rm -rf "$smoke_dir"
+fi
+
+# ---------------------------------------------------------------------------
+# (i) The example service (examples/coupon), as a team would run its own:
+# built, started on a fresh SQLite file and a fresh Postgres database, and
+# called. Same gating as e2e.
+# ---------------------------------------------------------------------------
+if ((e2e_run)); then
+	step="example"
+	log "example service: scripts/example.sh"
+	bash scripts/example.sh
 fi
 step="done"

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# scripts/example.sh: build examples/coupon and use it as a new user would,
+# on a fresh SQLite file and on a fresh Postgres database: the same key
+# twice (one coupon, the second answer replayed), the same key with another
+# percent_off (a conflict naming percent_off), get_operation by key
+# (succeeded). scripts/test.sh runs it; TEST_DATABASE_URL names the server.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf 'example.sh: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-example.XXXXXX")
+pid=""
+pgdb=""
+admin_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+cleanup() {
+	local rc=$?
+	[[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	[[ -n $pgdb ]] && psql "$admin_url" -XAtqc "DROP DATABASE IF EXISTS $pgdb WITH (FORCE)" >/dev/null 2>&1
+	rm -rf "$tmp"
+	exit "$rc"
+}
+trap cleanup EXIT
+
+go build -o "$tmp/coupon" ./examples/coupon
+
+# run_example ENGINE DATABASE_URL: start it, exercise it, stop it.
+run_example() {
+	local engine=$1 url=$2 port="" token="" out key ans
+	for p in $(seq 18200 18300); do
+		port_open 127.0.0.1 "$p" || { port=$p; break; }
+	done
+	[[ -n $port ]] || die "no free port"
+	: >"$tmp/$engine.out"
+	DATABASE_URL=$url IDEMGATE_API_ADDR=127.0.0.1:$port "$tmp/coupon" >"$tmp/$engine.out" 2>"$tmp/$engine.log" &
+	pid=$!
+	for _ in $(seq 1 600); do
+		token=$(sed -n 's/^token: //p' "$tmp/$engine.out")
+		[[ -n $token ]] && port_open 127.0.0.1 "$port" && break
+		kill -0 "$pid" 2>/dev/null || { cat "$tmp/$engine.log" >&2; die "$engine: the example exited"; }
+		sleep 0.1
+	done
+	[[ -n $token ]] || die "$engine: no token line within 60s"
+	base="http://127.0.0.1:$port"
+	key="coupon-smoke-$engine-$RANDOM"
+	call() { curl -sS -XPOST "$base/v1/tools/issue_coupon" -H "Authorization: Bearer $token" -H "Idempotency-Key: $key" \
+		-H 'Content-Type: application/json' -d "$1"; }
+	ans=$(call '{"customer_id":"cus_1","percent_off":10}')
+	grep -q '"outcome":"accepted"' <<<"$ans" || die "$engine: first call: $ans"
+	ans=$(call '{"customer_id":"cus_1","percent_off":10}')
+	grep -q '"outcome":"replayed"' <<<"$ans" || die "$engine: second call not replayed: $ans"
+	ans=$(call '{"customer_id":"cus_1","percent_off":20}')
+	grep -q '"code":"idempotency_key_reuse_with_different_args"' <<<"$ans" && grep -q '"fields":\["percent_off"\]' <<<"$ans" ||
+		die "$engine: other percent_off is not a conflict naming percent_off: $ans"
+	out=$(curl -sS -XPOST "$base/mcp" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+		-H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-06-18' \
+		-d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_operation","arguments":{"tool":"issue_coupon","idempotency_key":"'"$key"'"}}}')
+	grep -q '\\"status\\":\\"succeeded\\"\|"status":"succeeded"' <<<"$out" || die "$engine: get_operation over MCP: $out"
+	if [[ $engine == postgres ]]; then
+		n=$(psql "$url" -XAtqc "SELECT count(*) FROM coupons")
+		[[ $n == 1 ]] || die "postgres: $n rows in coupons, want 1"
+	fi
+	log "$engine: one coupon, the retry replayed, the conflict named percent_off, get_operation succeeded"
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+	pid=""
+}
+
+run_example sqlite "sqlite:$tmp/coupon.db"
+pgdb="idemgate_example_$$_$RANDOM"
+psql "$admin_url" -XAtqc "CREATE DATABASE $pgdb" >/dev/null
+run_example postgres "$(sed -E "s#/[^/?]*(\?|$)#/$pgdb\1#" <<<"$admin_url")"
