@@ -54,9 +54,7 @@ func builtinTools(t *testing.T) *tool.Registry {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	cfg := config.Defaults()
-	cfg.StripeAPIKey = "sk_test_unused"
-	reg, err := app.BuiltinTools(cfg, pgstore.New(pool), "")
+	reg, err := app.BuiltinDeclarations(config.Defaults(), pgstore.New(pool))
 	require.NoError(t, err)
 	return reg
 }

@@ -948,9 +948,7 @@ func (r *runner) growth(ctx context.Context, claims, pruneRows int, window time.
 	if _, err := smp.admin.Exec(ctx, "CHECKPOINT"); err != nil {
 		return err
 	}
-	cfg := config.Defaults()
-	cfg.StripeAPIKey = "sk_test_bench"
-	tools, err := app.BuiltinTools(cfg, pgstore.New(pool), "")
+	tools, err := app.BuiltinDeclarations(config.Defaults(), pgstore.New(pool))
 	if err != nil {
 		return err
 	}
