@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/idemgate/idemgate/domain"
@@ -88,6 +89,6 @@ func NotFound(field, format string, args ...any) error {
 // AsError returns err's *Error, if it is one.
 func AsError(err error) (*Error, bool) {
 	var e *Error
-	ok := errorsAs(err, &e)
+	ok := errors.As(err, &e)
 	return e, ok
 }

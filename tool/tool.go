@@ -31,7 +31,6 @@ package tool
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -397,6 +396,3 @@ func marshalResult[R any](name string, res *R) (json.RawMessage, error) {
 // ErrNotFound is what a read tool's Handle returns for a missing thing;
 // the caller gets not_found.
 var ErrNotFound = domain.ErrNotFound
-
-// errorsAs is errors.As, kept for the error helpers.
-var errorsAs = errors.As
