@@ -3,7 +3,7 @@ package tool
 import (
 	"encoding/json"
 	"fmt"
-	"math"
+	"math/big"
 	"reflect"
 	"regexp"
 	"sort"
@@ -378,19 +378,18 @@ func (p *prop) check(v any) error {
 		if !ok {
 			return domain.Errorf(domain.CodeInvalidArgument, p.name, "must be a%s", article(p.typ))
 		}
-		f, err := n.Float64()
-		if err != nil || math.IsInf(f, 0) {
+		// Exact: never through float64, where 99.99999999999999999 is 100.
+		r, ok := new(big.Rat).SetString(string(n))
+		if !ok {
 			return domain.Errorf(domain.CodeInvalidArgument, p.name, "must be a%s, got %s", article(p.typ), clip(string(n)))
 		}
-		if p.typ == "integer" {
-			if _, err := n.Int64(); err != nil && f != math.Trunc(f) {
-				return domain.Errorf(domain.CodeInvalidArgument, p.name, "must be an integer, got %s", clip(string(n)))
-			}
+		if p.typ == "integer" && !r.IsInt() {
+			return domain.Errorf(domain.CodeInvalidArgument, p.name, "must be an integer, got %s", clip(string(n)))
 		}
-		if p.min != nil && f < *p.min {
+		if p.min != nil && r.Cmp(new(big.Rat).SetFloat64(*p.min)) < 0 {
 			return domain.Errorf(domain.CodeInvalidArgument, p.name, "must be at least %s, got %s", fmtNum(*p.min), clip(string(n)))
 		}
-		if p.max != nil && f > *p.max {
+		if p.max != nil && r.Cmp(new(big.Rat).SetFloat64(*p.max)) > 0 {
 			return domain.Errorf(domain.CodeInvalidArgument, p.name, "must be at most %s, got %s", fmtNum(*p.max), clip(string(n)))
 		}
 	case "boolean":
