@@ -124,6 +124,8 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 	switch {
 	case res.Outcome == domain.OutcomeConflict:
 		return nil, &callError{err: res.Conflict, operation: op}
+	case res.Outcome == domain.OutcomeExpired:
+		return nil, &callError{err: res.Expired, operation: op}
 	case res.Claim.Status == domain.StatusFailed && res.Claim.Error != nil:
 		// A failed outcome is a tool error carrying the stored code, for the
 		// call that saw it happen and for every replay.

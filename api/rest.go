@@ -138,7 +138,7 @@ func statusOf(e *callError) int {
 		return http.StatusForbidden
 	case domain.CodeIdempotencyKeyRequired, domain.CodeInvalidIdempotencyKey, domain.CodeInvalidArgument:
 		return http.StatusBadRequest
-	case domain.CodeKeyReuseDifferentArgs:
+	case domain.CodeKeyReuseDifferentArgs, domain.CodeKeyExpired:
 		return http.StatusUnprocessableEntity
 	case domain.CodeNotFound:
 		return http.StatusNotFound

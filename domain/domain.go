@@ -70,6 +70,9 @@ const (
 	OutcomeConflict Outcome = "conflict"
 	// OutcomeInFlight means the claim existed and is still queued or running.
 	OutcomeInFlight Outcome = "in_flight"
+	// OutcomeExpired means the same key and arguments ran before and their
+	// replay window ended: refused with idempotency_key_expired, not run.
+	OutcomeExpired Outcome = "expired"
 )
 
 // Decision is the kind of an audit row.

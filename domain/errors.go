@@ -14,6 +14,9 @@ const (
 	CodeIdempotencyKeyRequired Code = "idempotency_key_required"
 	CodeInvalidIdempotencyKey  Code = "invalid_idempotency_key"
 	CodeKeyReuseDifferentArgs  Code = "idempotency_key_reuse_with_different_args"
+	// CodeKeyExpired: the same key and arguments as an intent whose replay
+	// window ended; it is not run again.
+	CodeKeyExpired Code = "idempotency_key_expired"
 	CodeForbidden              Code = "forbidden"
 	CodeUnauthenticated        Code = "unauthenticated"
 	CodeNotFound               Code = "not_found"

@@ -187,6 +187,10 @@ type ClaimResult struct {
 	// Conflict is set for conflict answers: the differing fields and a
 	// message, with code idempotency_key_reuse_with_different_args.
 	Conflict *domain.Error
+	// Expired is set for expired answers (code idempotency_key_expired),
+	// naming the original operation and its outcome; Claim then holds what
+	// is known of that operation.
+	Expired *domain.Error
 }
 
 // Claim claims the intent for the actor's tenant, or answers from the
@@ -220,6 +224,8 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	switch {
 	case err == nil && !existing.Expired:
 		current = existing
+	case err == nil && existing.ArgsHash == in.ArgsHash:
+		return g.refuseExpired(ctx, params, start, existing.OperationID, existing.Status, existing.Error, auditArgs)
 	case err == nil, errors.Is(err, domain.ErrNotFound):
 	default:
 		return nil, err
@@ -228,6 +234,10 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 		res, current, err = g.claimOnce(ctx, params, policy, auditArgs, start)
 		if err != nil {
 			return nil, err
+		}
+		if res != nil && res.Expired != nil {
+			c := res.Claim
+			return g.refuseExpired(ctx, params, start, c.OperationID, c.Status, c.Error, auditArgs)
 		}
 		if res != nil {
 			break
@@ -294,6 +304,46 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	return res, nil
 }
 
+// refuseExpired answers the same key and arguments as an intent whose
+// replay window ended: idempotency_key_expired naming the operation and its
+// outcome, one denied audit row, nothing run.
+func (g *Gate) refuseExpired(ctx context.Context, params *ClaimParams, start time.Time, operationID string,
+	status domain.Status, outcome *domain.ErrorInfo, auditArgs json.RawMessage,
+) (*ClaimResult, error) {
+	in := params.Intent
+	msg := fmt.Sprintf("idempotency_key %q was used with these arguments by operation %s, which ended %s",
+		in.Key, operationID, status)
+	if outcome != nil && outcome.Code != "" {
+		msg += " (" + string(outcome.Code) + ")"
+	}
+	msg += "; its replay window is over and it is not run again: use a new key for a new intent"
+	res := &ClaimResult{
+		Outcome: domain.OutcomeExpired,
+		Expired: &domain.Error{Code: domain.CodeKeyExpired, Message: msg, Field: "idempotency_key"},
+		Claim: &Claim{OperationID: operationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
+			ArgsHash: in.ArgsHash, Status: status, Error: outcome},
+	}
+	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if err := g.store.AuditInsert(auditCtx, &AuditInsertParams{
+		TenantID:       params.Actor.TenantID,
+		UserID:         params.Actor.UserID,
+		TokenID:        params.Actor.TokenID,
+		RequestID:      params.RequestID,
+		Tool:           in.Tool,
+		IdempotencyKey: in.Key,
+		OperationID:    operationID,
+		Decision:       domain.DecisionDenied,
+		Reason:         string(domain.CodeKeyExpired) + ": same arguments as operation " + operationID,
+		ArgsHash:       in.ArgsHash,
+		Args:           auditArgs,
+		Duration:       time.Since(start),
+	}); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
 // claimOnce runs one claiming transaction. It returns an accepted result, or
 // the existing claim to answer from, or neither when the loop must run again
 // (the claim vanished or a take-over lost a race).
@@ -317,6 +367,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 		Args:           in.Canonical,
 		ArgsHash:       in.ArgsHash,
 		TTL:            policy.TTL,
+		Retention:      policy.retention(),
 	})
 	reason := ""
 	switch {
@@ -326,13 +377,34 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 			TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 		})
 		if errors.Is(err, domain.ErrNotFound) {
-			return nil, nil, nil // pruned between the insert and the read: loop
+			// No claim: a tombstone of this very intent refused the insert,
+			// or the claim was archived between the insert and the read.
+			ts, terr := tx.TombstoneGetByKey(ctx, &TombstoneGetByKeyParams{
+				TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
+			})
+			if terr == nil && ts.ArgsHash == in.ArgsHash {
+				var info *domain.ErrorInfo
+				if ts.ErrorCode != "" {
+					info = &domain.ErrorInfo{Code: ts.ErrorCode}
+				}
+				return &ClaimResult{Expired: &domain.Error{Code: domain.CodeKeyExpired}, Claim: &Claim{
+					OperationID: ts.OperationID, TenantID: ts.TenantID, Tool: ts.Tool, IdempotencyKey: ts.IdempotencyKey,
+					ArgsHash: ts.ArgsHash, Status: ts.Status, Error: info, ExpiresAt: &ts.ExpiredAt,
+				}}, nil, nil
+			}
+			if terr != nil && !errors.Is(terr, domain.ErrNotFound) {
+				return nil, nil, terr
+			}
+			return nil, nil, nil // loop
 		}
 		if err != nil {
 			return nil, nil, err
 		}
 		if !existing.Expired {
 			return nil, existing, nil
+		}
+		if existing.ArgsHash == in.ArgsHash {
+			return &ClaimResult{Expired: &domain.Error{Code: domain.CodeKeyExpired}, Claim: existing}, nil, nil
 		}
 		claim, err = tx.ClaimTakeOver(ctx, &ClaimTakeOverParams{
 			ID:          existing.ID,
@@ -341,6 +413,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 			Args:        in.Canonical,
 			ArgsHash:    in.ArgsHash,
 			TTL:         policy.TTL,
+			Retention:   policy.retention(),
 		})
 		if errors.Is(err, domain.ErrStateChanged) || errors.Is(err, domain.ErrNotFound) {
 			return nil, nil, nil // another intent took it over first: loop

@@ -18,6 +18,12 @@ const (
 	DefaultMoneyTTL = 24 * time.Hour
 	// DefaultMailTTL is the TTL of password-reset mail.
 	DefaultMailTTL = 2 * time.Hour
+	// DefaultRetention is how long after its TTL a finished intent is
+	// remembered (as a tombstone) so that the same key and arguments are
+	// refused rather than run again.
+	DefaultRetention = 30 * 24 * time.Hour
+	// MaxRetention is the longest retention a tool may configure.
+	MaxRetention = 365 * 24 * time.Hour
 	// DefaultReclaimBudget is how many times the reaper re-enqueues a claim
 	// whose lease expired before it fails it with outcome_unknown.
 	DefaultReclaimBudget = 5
@@ -40,6 +46,10 @@ type Policy struct {
 	// ResultFields are the top-level result members kept in the claim and
 	// returned on replay; every other member is dropped before storing.
 	ResultFields []string
+	// Retention is how long after the TTL the intent is remembered: the
+	// same key with the same arguments answers idempotency_key_expired and
+	// never runs again. Zero means DefaultRetention; negative means none.
+	Retention time.Duration
 	// InflightTimeout overrides the global in-flight lease for this tool
 	// when non-zero.
 	InflightTimeout time.Duration
@@ -64,6 +74,9 @@ func (p *Policy) validate() error {
 	if p.TTL < MinTTL || p.TTL > MaxTTL {
 		return fmt.Errorf("gate: policy %s: TTL %s is outside %s..%s", p.Tool, p.TTL, MinTTL, MaxTTL)
 	}
+	if p.Retention > MaxRetention {
+		return fmt.Errorf("gate: policy %s: Retention %s is over %s", p.Tool, p.Retention, MaxRetention)
+	}
 	if p.InflightTimeout < 0 {
 		return fmt.Errorf("gate: policy %s: InflightTimeout must not be negative", p.Tool)
 	}
@@ -74,6 +87,17 @@ func (p *Policy) validate() error {
 		return fmt.Errorf("gate: policy %s: VolatileFields must not name idempotency_key", p.Tool)
 	}
 	return nil
+}
+
+// retention returns the effective retention.
+func (p *Policy) retention() time.Duration {
+	switch {
+	case p.Retention == 0:
+		return DefaultRetention
+	case p.Retention < 0:
+		return 0
+	}
+	return p.Retention
 }
 
 // reclaimBudget returns the effective reclaim budget.

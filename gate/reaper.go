@@ -179,21 +179,47 @@ func (g *Gate) reclaim(ctx context.Context, c *Claim, jobs JobControl) (gaveUp b
 	return gaveUp, err
 }
 
-// PruneBatch is how many expired claims one prune statement deletes.
+// PruneBatch is how many expired claims (or tombstones) one prune
+// statement handles.
 const PruneBatch = 1000
 
-// Prune deletes terminal claims past their expiry in bounded batches, never
-// a queued or running one, until none are left or maxBatches ran.
+// Prune replaces terminal claims past their expiry by tombstones, never a
+// queued or running one, and deletes tombstones past their retention, in
+// bounded batches until none are left or maxBatches ran of each. It
+// returns how many claims it archived.
 func (g *Gate) Prune(ctx context.Context, maxBatches int) (int, error) {
+	return g.prune(ctx, maxBatches, nil)
+}
+
+func (g *Gate) prune(ctx context.Context, maxBatches int, now *time.Time) (int, error) {
 	total := 0
 	for range maxBatches {
-		n, err := g.store.ClaimDeleteExpired(ctx, &ClaimDeleteExpiredParams{Limit: PruneBatch})
+		var n int
+		err := g.inTx(ctx, func(tx Tx) error {
+			var err error
+			n, err = tx.ClaimArchiveExpired(ctx, &ClaimArchiveExpiredParams{Limit: PruneBatch, Now: now})
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
 		total += n
+		if n < PruneBatch {
+			break
+		}
+	}
+	for range maxBatches {
+		n, err := g.store.TombstoneDeleteExpired(ctx, &TombstoneDeleteExpiredParams{Limit: PruneBatch, Now: now})
 		if err != nil || n < PruneBatch {
 			return total, err
 		}
 	}
 	return total, nil
+}
+
+// PruneAt is Prune with the database clock overridden; tests only.
+func (g *Gate) PruneAt(ctx context.Context, maxBatches int, now time.Time) (int, error) {
+	return g.prune(ctx, maxBatches, &now)
 }
 
 // RedriveParams are the parameters of Gate.Redrive.

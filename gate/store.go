@@ -113,7 +113,9 @@ type Tx interface {
 // and an unreachable database is domain.ErrUnavailable.
 type Executor interface {
 	// ClaimInsert inserts a queued claim unless one exists for its identity,
-	// in which case it returns domain.ErrAlreadyExists and writes nothing.
+	// or a live tombstone of the same identity and ArgsHash does (the intent
+	// ran before and its replay window ended): then it returns
+	// domain.ErrAlreadyExists and writes nothing.
 	ClaimInsert(ctx context.Context, params *ClaimInsertParams) (*Claim, error)
 	// ClaimGetByKey returns the claim of (tenant, tool, key).
 	ClaimGetByKey(ctx context.Context, params *ClaimGetByKeyParams) (*Claim, error)
@@ -168,9 +170,17 @@ type Executor interface {
 	ClaimList(ctx context.Context, params *ClaimListParams) ([]*Claim, error)
 	// ClaimListLeaseExpired lists running claims whose lease expired.
 	ClaimListLeaseExpired(ctx context.Context, params *ClaimListLeaseExpiredParams) ([]*Claim, error)
-	// ClaimDeleteExpired deletes up to Limit terminal claims past their
-	// expiry, never a queued or running one, and returns how many it deleted.
-	ClaimDeleteExpired(ctx context.Context, params *ClaimDeleteExpiredParams) (int, error)
+	// ClaimArchiveExpired replaces up to Limit terminal claims past their
+	// expiry (never a queued or running one) by tombstones kept until the
+	// claim's retention ends, and returns how many it archived. It writes
+	// two statements on some engines: call it in a transaction.
+	ClaimArchiveExpired(ctx context.Context, params *ClaimArchiveExpiredParams) (int, error)
+	// TombstoneGetByKey returns the live tombstone of (tenant, tool, key), or
+	// domain.ErrNotFound.
+	TombstoneGetByKey(ctx context.Context, params *TombstoneGetByKeyParams) (*Tombstone, error)
+	// TombstoneDeleteExpired deletes up to Limit tombstones past their
+	// retention and returns how many it deleted.
+	TombstoneDeleteExpired(ctx context.Context, params *TombstoneDeleteExpiredParams) (int, error)
 	// AuditInsert appends one audit row.
 	AuditInsert(ctx context.Context, params *AuditInsertParams) error
 	// AuditListByKey lists the audit rows of (tenant, tool, key), oldest first.
@@ -187,6 +197,8 @@ type ClaimInsertParams struct {
 	Args           json.RawMessage
 	ArgsHash       string
 	TTL            time.Duration
+	// Retention is how long a tombstone keeps the intent after the TTL.
+	Retention time.Duration
 }
 
 // ClaimGetByKeyParams are the parameters of Executor.ClaimGetByKey.
@@ -213,6 +225,7 @@ type ClaimTakeOverParams struct {
 	Args        json.RawMessage
 	ArgsHash    string
 	TTL         time.Duration
+	Retention   time.Duration
 	// Now overrides the database clock; tests only.
 	Now *time.Time
 }
@@ -333,11 +346,42 @@ type ClaimListLeaseExpiredParams struct {
 	Now *time.Time
 }
 
-// ClaimDeleteExpiredParams are the parameters of Executor.ClaimDeleteExpired.
-type ClaimDeleteExpiredParams struct {
+// ClaimArchiveExpiredParams are the parameters of Executor.ClaimArchiveExpired.
+type ClaimArchiveExpiredParams struct {
 	Limit int
 	// Now overrides the database clock; tests only.
 	Now *time.Time
+}
+
+// TombstoneGetByKeyParams are the parameters of Executor.TombstoneGetByKey.
+type TombstoneGetByKeyParams struct {
+	TenantID       string
+	Tool           string
+	IdempotencyKey string
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// TombstoneDeleteExpiredParams are the parameters of
+// Executor.TombstoneDeleteExpired.
+type TombstoneDeleteExpiredParams struct {
+	Limit int
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// Tombstone is what stays of a claim after its replay window: enough to
+// refuse running the same intent again, and to name its outcome.
+type Tombstone struct {
+	TenantID       string
+	Tool           string
+	IdempotencyKey string
+	ArgsHash       string
+	OperationID    string
+	Status         domain.Status
+	ErrorCode      domain.Code
+	ExpiredAt      time.Time
+	RetainUntil    time.Time
 }
 
 // AuditInsertParams are the parameters of Executor.AuditInsert.

@@ -62,6 +62,11 @@ type Policy struct {
 	// ResultFields are the result members stored and replayed. Default:
 	// every member of the result type.
 	ResultFields []string
+	// Retention is how long after the TTL the intent is remembered: the
+	// same key with the same arguments answers idempotency_key_expired
+	// naming the original operation and is never run again. Default
+	// gate.DefaultRetention (30 days); negative keeps nothing.
+	Retention time.Duration
 	// Lease overrides the in-flight lease (IDEMGATE_INFLIGHT_TIMEOUT) of
 	// an external effect. An external effect's deadline is ¾ of it.
 	Lease time.Duration
@@ -246,7 +251,7 @@ func (m *Mutation[A, R]) Spec() (*Spec, error) {
 	}
 	policy := &gate.Policy{
 		Tool: m.Name, TTL: p.TTL, VolatileFields: p.VolatileFields, AuditArgFields: p.AuditFields,
-		ResultFields: p.ResultFields, InflightTimeout: p.Lease, ReclaimBudget: p.ReclaimBudget,
+		ResultFields: p.ResultFields, InflightTimeout: p.Lease, ReclaimBudget: p.ReclaimBudget, Retention: p.Retention,
 		FailUnknownOutcome: p.FailUnknownOutcome,
 	}
 	if err := policy.Validate(); err != nil {

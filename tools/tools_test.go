@@ -25,7 +25,8 @@ func seedFile() *store.SeedFile {
 			{Tenant: tooltest.Tenant, OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"},
 		},
 		Customers: []store.SeedCustomer{{Tenant: tooltest.Tenant, CustomerID: "cus_1", Currency: "usd"}},
-		Seats:     []store.SeedSeat{{Tenant: tooltest.Tenant, SeatID: "seat_1", UserID: "usr_1"}},
+		Seats: []store.SeedSeat{{Tenant: tooltest.Tenant, SeatID: "seat_1", UserID: "usr_1"},
+			{Tenant: tooltest.Tenant, SeatID: "seat_2", UserID: "usr_2"}},
 	}
 }
 

@@ -95,7 +95,7 @@ type Claim = gate.Claim
 
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
-		[]byte(p.Args), p.ArgsHash, int(p.TTL/time.Second))
+		[]byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second))
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil, domain.ErrAlreadyExists
 	}
@@ -112,7 +112,7 @@ func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) 
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
-		int(p.TTL/time.Second), p.Now)
+		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second))
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil, domain.ErrStateChanged
 	}
@@ -228,8 +228,26 @@ func (e executor) claimRows(ctx context.Context, sql string, args ...any) ([]*Cl
 	return out, translate(rows.Err())
 }
 
-func (e executor) ClaimDeleteExpired(ctx context.Context, p *gate.ClaimDeleteExpiredParams) (int, error) {
-	tag, err := e.q.Exec(ctx, sqlClaimDeleteExpired, p.Limit, p.Now)
+func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
+	tag, err := e.q.Exec(ctx, sqlClaimArchiveExpired, p.Limit, p.Now)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
+	var t gate.Tombstone
+	err := e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now).Scan(&t.TenantID, &t.Tool,
+		&t.IdempotencyKey, &t.ArgsHash, &t.OperationID, &t.Status, &t.ErrorCode, &t.ExpiredAt, &t.RetainUntil)
+	if err != nil {
+		return nil, translate(err)
+	}
+	return &t, nil
+}
+
+func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
+	tag, err := e.q.Exec(ctx, sqlTombstoneDeleteExpired, p.Limit, p.Now)
 	if err != nil {
 		return 0, translate(err)
 	}

@@ -16,9 +16,16 @@ const claimComputed = `,
 	(expires_at IS NOT NULL AND expires_at <= %[1]s) AS expired,
 	(status = 'running' AND lease_expires_at > %[1]s) AS lease_live`
 
+// sqlClaimInsert inserts unless the key is taken, or a live tombstone says
+// this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
-INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status, ttl_seconds)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8)
+INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
+	ttl_seconds, retention_seconds)
+SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text, 'queued', $8::integer, $9::integer
+WHERE NOT EXISTS (
+	SELECT 1 FROM idempotency_tombstones t
+	WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7 AND t.retain_until > now()
+)
 ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
 RETURNING ` + claimColumns + `, false, false`
 
@@ -36,7 +43,7 @@ WHERE id = $1`
 // resets everything else that belonged to the old intent.
 var sqlClaimTakeOver = `
 UPDATE idempotency_claims SET
-	operation_id = $2, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6,
+	operation_id = $2, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
 	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = NULL, generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = now(), updated_at = now(), expires_at = NULL
@@ -102,17 +109,42 @@ WHERE status = 'running' AND lease_expires_at <= coalesce($2::timestamptz, now()
 ORDER BY lease_expires_at
 LIMIT $1`
 
-const sqlClaimDeleteExpired = `
+// sqlClaimArchiveExpired replaces expired terminal claims by tombstones,
+// in one statement.
+const sqlClaimArchiveExpired = `
 WITH doomed AS (
 	SELECT id FROM idempotency_claims
 	WHERE expires_at <= coalesce($2::timestamptz, now()) AND status IN ('succeeded', 'failed')
 	ORDER BY expires_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
+), moved AS (
+	DELETE FROM idempotency_claims c
+	USING doomed
+	WHERE c.id = doomed.id AND c.status IN ('succeeded', 'failed') AND c.expires_at <= coalesce($2::timestamptz, now())
+	RETURNING c.tenant_id, c.tool, c.idempotency_key, c.args_hash, c.operation_id, c.status, c.error->>'code' AS error_code,
+		c.expires_at, c.expires_at + make_interval(secs => c.retention_seconds) AS retain_until
 )
-DELETE FROM idempotency_claims c
-USING doomed
-WHERE c.id = doomed.id AND c.status IN ('succeeded', 'failed') AND c.expires_at <= coalesce($2::timestamptz, now())`
+INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
+	expired_at, retain_until)
+SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code, expires_at, retain_until FROM moved
+ON CONFLICT (tenant_id, tool, idempotency_key) DO UPDATE SET
+	args_hash = EXCLUDED.args_hash, operation_id = EXCLUDED.operation_id, status = EXCLUDED.status,
+	error_code = EXCLUDED.error_code, expired_at = EXCLUDED.expired_at, retain_until = EXCLUDED.retain_until`
+
+const sqlTombstoneGetByKey = `
+SELECT tenant_id, tool, idempotency_key, args_hash, operation_id::text, status, coalesce(error_code, ''), expired_at, retain_until
+FROM idempotency_tombstones
+WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND retain_until > coalesce($4::timestamptz, now())`
+
+const sqlTombstoneDeleteExpired = `
+DELETE FROM idempotency_tombstones
+WHERE (tenant_id, tool, idempotency_key) IN (
+	SELECT tenant_id, tool, idempotency_key FROM idempotency_tombstones
+	WHERE retain_until <= coalesce($2::timestamptz, now())
+	ORDER BY retain_until
+	LIMIT $1
+)`
 
 const sqlAuditInsert = `
 INSERT INTO audit_events (tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,

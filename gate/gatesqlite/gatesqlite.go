@@ -232,7 +232,7 @@ func (e executor) claimRow(ctx context.Context, query string, args ...any) (*Cla
 
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
-		string(p.Args), p.ArgsHash, int64(p.TTL/time.Second))
+		string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second))
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil, domain.ErrAlreadyExists
 	}
@@ -249,7 +249,7 @@ func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) 
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
-		int64(p.TTL/time.Second), clock(p.Now))
+		int64(p.TTL/time.Second), clock(p.Now), int64(p.Retention/time.Second))
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil, domain.ErrStateChanged
 	}
@@ -367,8 +367,39 @@ func (e executor) claimRows(ctx context.Context, query string, args ...any) ([]*
 	return out, translate(rows.Err())
 }
 
-func (e executor) ClaimDeleteExpired(ctx context.Context, p *gate.ClaimDeleteExpiredParams) (int, error) {
-	res, err := e.exec(ctx, sqlClaimDeleteExpired, p.Limit, clock(p.Now))
+func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
+	if _, err := e.exec(ctx, sqlClaimArchiveTombstones, p.Limit, clock(p.Now)); err != nil {
+		return 0, translate(err)
+	}
+	res, err := e.exec(ctx, sqlClaimArchiveDelete, p.Limit, clock(p.Now))
+	if err != nil {
+		return 0, translate(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), translate(err)
+}
+
+func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
+	var (
+		t                  gate.Tombstone
+		expired, retainTil string
+	)
+	err := e.queryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, clock(p.Now)).Scan(&t.TenantID, &t.Tool,
+		&t.IdempotencyKey, &t.ArgsHash, &t.OperationID, &t.Status, &t.ErrorCode, &expired, &retainTil)
+	if err != nil {
+		return nil, translate(err)
+	}
+	if t.ExpiredAt, err = ParseTime(expired); err != nil {
+		return nil, err
+	}
+	if t.RetainUntil, err = ParseTime(retainTil); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
+	res, err := e.exec(ctx, sqlTombstoneDeleteExpired, p.Limit, clock(p.Now))
 	if err != nil {
 		return 0, translate(err)
 	}

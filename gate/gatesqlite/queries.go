@@ -36,9 +36,16 @@ func computed(p string) string {
 // notComputed stands for expired and lease_live where they are known false.
 const notComputed = `, 0, 0`
 
+// sqlClaimInsert inserts unless the key is taken, or a live tombstone says
+// this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
-INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status, ttl_seconds)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8)
+INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
+	ttl_seconds, retention_seconds)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9
+WHERE NOT EXISTS (
+	SELECT 1 FROM idempotency_tombstones t
+	WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7 AND t.retain_until > ` + sqlNow + `
+)
 ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
 RETURNING ` + claimColumns + notComputed
 
@@ -56,7 +63,7 @@ WHERE id = ?1`
 // resets everything else that belonged to the old intent.
 var sqlClaimTakeOver = `
 UPDATE idempotency_claims SET
-	operation_id = ?2, user_id = ?3, args = ?4, args_hash = ?5, ttl_seconds = ?6,
+	operation_id = ?2, user_id = ?3, args = ?4, args_hash = ?5, ttl_seconds = ?6, retention_seconds = ?8,
 	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = NULL, generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = ` + sqlNow + `, updated_at = ` + sqlNow + `, expires_at = NULL
@@ -178,12 +185,41 @@ LIMIT ?1`
 
 // SQLite has one writer at a time, so the pruner needs no SKIP LOCKED: the
 // batch is chosen and deleted under the write lock.
-var sqlClaimDeleteExpired = `
-DELETE FROM idempotency_claims
-WHERE id IN (
+// expiredBatch selects the batch ClaimArchiveExpired moves, in a stable
+// order so that its two statements see the same rows.
+var expiredBatch = `
 	SELECT id FROM idempotency_claims
 	WHERE expires_at <= ` + at("?2") + ` AND status IN ('succeeded', 'failed')
-	ORDER BY expires_at
+	ORDER BY expires_at, id
+	LIMIT ?1`
+
+// sqlClaimArchiveTombstones and sqlClaimArchiveDelete replace expired
+// terminal claims by tombstones, in this order, in one transaction.
+var sqlClaimArchiveTombstones = `
+INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
+	expired_at, retain_until)
+SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, json_extract(error, '$.code'),
+	expires_at, ` + plus("expires_at", "'+' || retention_seconds || ' seconds'") + `
+FROM idempotency_claims
+WHERE id IN (` + expiredBatch + `)
+ON CONFLICT (tenant_id, tool, idempotency_key) DO UPDATE SET
+	args_hash = excluded.args_hash, operation_id = excluded.operation_id, status = excluded.status,
+	error_code = excluded.error_code, expired_at = excluded.expired_at, retain_until = excluded.retain_until`
+
+var sqlClaimArchiveDelete = `
+DELETE FROM idempotency_claims WHERE id IN (` + expiredBatch + `)`
+
+var sqlTombstoneGetByKey = `
+SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, coalesce(error_code, ''), expired_at, retain_until
+FROM idempotency_tombstones
+WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND retain_until > ` + at("?4")
+
+var sqlTombstoneDeleteExpired = `
+DELETE FROM idempotency_tombstones
+WHERE rowid IN (
+	SELECT rowid FROM idempotency_tombstones
+	WHERE retain_until <= ` + at("?2") + `
+	ORDER BY retain_until
 	LIMIT ?1
 )`
 
@@ -204,6 +240,7 @@ ORDER BY id`
 var allQueries = []string{
 	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimSetJob, sqlClaimLease,
 	sqlClaimComplete, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
-	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListLeaseExpired, sqlClaimDeleteExpired, sqlAuditInsert,
+	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListLeaseExpired, sqlClaimArchiveTombstones, sqlClaimArchiveDelete,
+	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlAuditInsert,
 	sqlAuditListByKey,
 }

@@ -281,7 +281,16 @@ var tests = map[string]func(t *testing.T, s *suite){
 		_, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`), Now: ptr(time.Now().Add(-2 * gate.DefaultMoneyTTL))})
 		require.NoError(t, err)
 
-		// A new intent, even with other arguments, takes the key over.
+		// The same intent (same arguments) is refused, never run again.
+		same := Claim(ctx, t, s.gate, &ClaimOpts{Key: "takeover-key-1"})
+		require.Equal(t, domain.OutcomeExpired, same.Outcome)
+		require.Equal(t, domain.CodeKeyExpired, same.Expired.Code)
+		require.Contains(t, same.Expired.Message, first.Claim.OperationID)
+		require.Equal(t, first.Claim.OperationID, same.Claim.OperationID)
+		require.Equal(t, domain.StatusSucceeded, same.Claim.Status)
+		require.Equal(t, 1, s.JobCount(ctx), "nothing enqueued")
+
+		// A new intent, with other arguments, takes the key over.
 		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "takeover-key-1", Args: map[string]any{"order_id": "ord_9f2", "amount_cents": json.Number("900")}})
 		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
 		require.NotEqual(t, first.Claim.OperationID, res.Claim.OperationID)
@@ -296,8 +305,9 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, "idg_"+res.Claim.OperationID+"_0", res.Claim.DownstreamKey)
 		require.Equal(t, 2, s.JobCount(ctx))
 		events := audit(ctx, t, s.Store, "acme", "refund_order", "takeover-key-1")
-		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionAccepted}, decisions(events))
-		require.Contains(t, events[1].Reason, first.Claim.OperationID)
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionDenied, domain.DecisionAccepted}, decisions(events))
+		require.Contains(t, events[1].Reason, string(domain.CodeKeyExpired))
+		require.Contains(t, events[2].Reason, first.Claim.OperationID)
 	},
 
 	"QueuedOrRunningClaimNeverExpires": func(t *testing.T, s *suite) {
@@ -477,7 +487,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.ErrorIs(t, err, domain.ErrStateChanged, "a succeeded claim is never re-driven")
 	},
 
-	"DeleteExpiredOnlyTerminal": func(t *testing.T, s *suite) {
+	"ArchiveExpiredOnlyTerminal": func(t *testing.T, s *suite) {
 		ctx := context.Background()
 		past := ptr(time.Now().Add(-2 * gate.DefaultMoneyTTL))
 		var expiredKeys []string
@@ -496,22 +506,43 @@ var tests = map[string]func(t *testing.T, s *suite){
 		running := Claim(ctx, t, s.gate, &ClaimOpts{Key: "running-key-0001"}).Claim
 		lease(ctx, t, s.Store, running, running.JobID, -time.Hour)
 
-		n, err := s.Store.ClaimDeleteExpired(ctx, &gate.ClaimDeleteExpiredParams{Limit: 3})
-		require.NoError(t, err)
-		require.Equal(t, 3, n, "bounded by the limit")
-		n, err = s.Store.ClaimDeleteExpired(ctx, &gate.ClaimDeleteExpiredParams{Limit: 100})
-		require.NoError(t, err)
-		require.Equal(t, 2, n)
+		archive := func(limit int, now *time.Time) int {
+			t.Helper()
+			tx, err := s.Store.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			n, err := tx.ClaimArchiveExpired(ctx, &gate.ClaimArchiveExpiredParams{Limit: limit, Now: now})
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit(ctx))
+			return n
+		}
+		require.Equal(t, 3, archive(3, nil), "bounded by the limit")
+		require.Equal(t, 2, archive(100, nil))
 		require.Equal(t, 3, s.ClaimCount(ctx))
 
 		// Even far in the future, queued and running claims stay.
-		n, err = s.Store.ClaimDeleteExpired(ctx, &gate.ClaimDeleteExpiredParams{Limit: 100, Now: ptr(time.Now().Add(10 * gate.MaxTTL))})
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
+		require.Equal(t, 1, archive(100, ptr(time.Now().Add(10*gate.MaxTTL))))
 		require.Equal(t, 2, s.ClaimCount(ctx))
 
-		// A pruned key starts a new operation.
+		// An archived intent leaves a tombstone: the same key and arguments
+		// are refused; other arguments start a new operation.
+		ts, err := s.Store.TombstoneGetByKey(ctx, &gate.TombstoneGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: expiredKeys[0]})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusSucceeded, ts.Status)
+		require.WithinDuration(t, ts.ExpiredAt.Add(gate.DefaultRetention), ts.RetainUntil, time.Second)
 		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: expiredKeys[0]})
+		require.Equal(t, domain.OutcomeExpired, res.Outcome)
+		require.Equal(t, ts.OperationID, res.Claim.OperationID)
+		res = Claim(ctx, t, s.gate, &ClaimOpts{Key: expiredKeys[1], Args: map[string]any{"order_id": "ord_9f2", "amount_cents": json.Number("777")}})
+		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+
+		// After the retention the tombstone goes, and the key is free.
+		n, err := s.Store.TombstoneDeleteExpired(ctx, &gate.TombstoneDeleteExpiredParams{Limit: 100, Now: ptr(time.Now().Add(gate.MaxRetention + 10*gate.MaxTTL))})
+		require.NoError(t, err)
+		require.Equal(t, 6, n, "the five expired keys and the terminal one archived in the far future")
+		_, err = s.Store.TombstoneGetByKey(ctx, &gate.TombstoneGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: expiredKeys[2]})
+		require.ErrorIs(t, err, domain.ErrNotFound)
+		res = Claim(ctx, t, s.gate, &ClaimOpts{Key: expiredKeys[2]})
 		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
 	},
 
@@ -689,7 +720,14 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Equal(t, 1, s.ClaimCount(ctx))
+		// Within the retention the same intent is refused.
 		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-old-0001"})
+		require.Equal(t, domain.OutcomeExpired, res.Outcome)
+		require.Equal(t, old.OperationID, res.Claim.OperationID)
+		// A prune after the retention forgets it: the key is free again.
+		_, err = s.gate.PruneAt(ctx, 10, time.Now().Add(gate.DefaultRetention+3*gate.DefaultMoneyTTL))
+		require.NoError(t, err)
+		res = Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-old-0001"})
 		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
 		require.NotEqual(t, old.OperationID, res.Claim.OperationID)
 	},

@@ -39,6 +39,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/jobs"
@@ -100,6 +101,9 @@ type Harness struct {
 	count  func(ctx context.Context, query string, args ...any) (int, error)
 	faults *faults
 	redrv  *ops.Redriver
+	gate   *gate.Gate
+	// expire ends a claim's replay window now.
+	expire func(ctx context.Context, tenant, toolName, key string) error
 }
 
 // Postgres starts a harness on a fresh Postgres database.
@@ -129,6 +133,12 @@ func Postgres(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	w, err := app.NewWorker(cfg, pool, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10})
 	require.NoError(t, err)
 	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: riverJobs[pgx.Tx]{w.Control}}
+	h.gate = w.Gate
+	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
+		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
+			WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND expires_at IS NOT NULL`, tenant, toolName, key)
+		return err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	apiDone := make(chan struct{})
 	go func() { defer close(apiDone); a.Run(runCtx) }()
@@ -172,6 +182,13 @@ func SQLite(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	e, err := app.NewEmbedded(cfg, db, nil, &app.APIOptions{Tools: wreg, RateLimit: -1}, &app.WorkerOptions{Tools: wreg, MaxWorkers: 4})
 	require.NoError(t, err)
 	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: riverJobs[*sql.Tx]{&jobs.Control[*sql.Tx]{Client: e.Client}}}
+	h.gate = e.Gate
+	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
+		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
+			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
+			tenant, toolName, key, gatesqlite.FormatTime(time.Now().Add(-time.Second)))
+		return err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.Run(runCtx, 30*time.Second) }()
@@ -296,6 +313,21 @@ func (h *Harness) Count(t testing.TB, query string, args ...any) int {
 // operation is retried with the same downstream key.
 func (h *Harness) LoseNextOutcome(toolName string) { h.faults.arm(toolName) }
 
+// Expire ends a finished operation's replay window now, as if its TTL had
+// passed.
+func (h *Harness) Expire(t testing.TB, toolName, key string) {
+	t.Helper()
+	require.NoError(t, h.expire(context.Background(), Tenant, toolName, key))
+}
+
+// PruneAt runs the pruner as if the clock read at: expired claims become
+// tombstones, and tombstones past their retention go.
+func (h *Harness) PruneAt(t testing.TB, at time.Time) {
+	t.Helper()
+	_, err := h.gate.PruneAt(context.Background(), 100, at)
+	require.NoError(t, err)
+}
+
 // Redrive re-drives a failed operation as an operator does.
 func (h *Harness) Redrive(t testing.TB, toolName, key string) *ops.RedriveLine {
 	t.Helper()
@@ -336,8 +368,8 @@ type Case struct {
 }
 
 // Check runs the guarantees every mutation must keep, as subtests:
-// Duplicate, Concurrent, Conflict, LostOutcome and, with Failing,
-// RedriveAfterDefinitiveFailure. Each uses fresh keys.
+// Duplicate, Concurrent, Conflict, LostOutcome, ExpiredKeyIsNotRunAgain and,
+// with Failing, RedriveAfterDefinitiveFailure. Each uses fresh keys.
 //
 // LostOutcome loses the outcome in process after the effect ran; a worker
 // process killed with SIGKILL at that moment is the chaos run's part
@@ -416,6 +448,41 @@ func Check(t *testing.T, h *Harness, c *Case) {
 		require.GreaterOrEqual(t, op.Attempts, 2, "the effect ran again after its outcome was lost")
 		require.False(t, h.faults.armed(c.Tool), "the fault was used")
 		require.Equal(t, 1, c.Effects(t, h, op), "the second run made no second effect")
+	})
+
+	t.Run("ExpiredKeyIsNotRunAgain", func(t *testing.T) {
+		key := prefix + "-exp"
+		h.Call(t, c.Tool, key, c.Args)
+		op := h.Await(t, c.Tool, key)
+		require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
+		h.Expire(t, c.Tool, key)
+		for _, stage := range []string{"claim kept", "tombstone"} {
+			again := h.Call(t, c.Tool, key, c.Args)
+			require.NotNil(t, again.Error, "%s: the same intent after its replay window must be refused", stage)
+			require.Equal(t, domain.CodeKeyExpired, again.Error.Code, stage)
+			require.Contains(t, again.Error.Message, op.OperationID, "%s: the answer names the original operation", stage)
+			require.Equal(t, op.OperationID, again.Operation.OperationID, stage)
+			require.Equal(t, domain.StatusSucceeded, again.Operation.Status, stage)
+			require.Equal(t, 1, c.Effects(t, h, op), "%s: no second effect", stage)
+			h.PruneAt(t, time.Now()) // the claim becomes a tombstone
+		}
+		// Other arguments are a new intent: it takes the key.
+		other := h.Call(t, c.Tool, key, c.Differ)
+		require.Nil(t, other.Error, "%+v", other.Error)
+		require.Equal(t, domain.OutcomeAccepted, other.Outcome)
+		require.NotEqual(t, op.OperationID, other.Operation.OperationID)
+		h.Await(t, c.Tool, key)
+
+		// After the retention the same key and arguments are new again.
+		key2 := prefix + "-ret"
+		h.Call(t, c.Tool, key2, c.Args)
+		first := h.Await(t, c.Tool, key2)
+		h.Expire(t, c.Tool, key2)
+		h.PruneAt(t, time.Now().Add(gate.MaxRetention+time.Hour))
+		fresh := h.Call(t, c.Tool, key2, c.Args)
+		require.Nil(t, fresh.Error, "%+v", fresh.Error)
+		require.Equal(t, domain.OutcomeAccepted, fresh.Outcome)
+		require.NotEqual(t, first.OperationID, fresh.Operation.OperationID)
 	})
 
 	if c.Failing == nil {
