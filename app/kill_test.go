@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -92,7 +91,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 	cfg.StripeAPIKey = "sk_test_idemgate"
 	cfg.StripeAPIBase = stripeHTTP.URL
 	cfg.SMTPAddr = smtpAddr
-	cfg.Secret = strings.Repeat("k", 32)
+	cfg.Secret = "3f9a1c7e5b2d8046e1f7a9c3b5d2e8f041a6c9e3b7d5f2a8c0e4b6d9f1a3c5e7" // a real secret: the worker process validates it
 	cfg.InflightTimeout = lease
 	cfg.ReaperInterval = reaperInterval
 

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/mail"
 	"net/url"
@@ -419,9 +420,8 @@ func (c *Config) Validate() error {
 	if c.Wait < 0 {
 		add(settingErr(EnvWait, "%s is negative; use 0 to answer at once", fmtDuration(c.Wait)))
 	}
-	if c.Secret != "" && len(c.Secret) < MinSecretLen {
-		add(settingErr(EnvSecret, "is %d bytes long; at least %d are required (generate one with: openssl rand -hex 32)",
-			len(c.Secret), MinSecretLen))
+	if c.Secret != "" {
+		add(validateSecret(c.Secret))
 	}
 	switch c.LogLevel {
 	case slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError:
@@ -429,6 +429,49 @@ func (c *Config) Validate() error {
 		add(settingErr(EnvLogLevel, "%q is not a level (want debug, info, warn or error)", c.LogLevel.String()))
 	}
 	return errors.Join(errs...)
+}
+
+// MinSecretBits is the least entropy a secret must show, estimated from
+// its characters' frequencies: openssl rand -hex 32 gives about 250.
+const MinSecretBits = 128
+
+// placeholders are parts of the example secrets people copy; a secret that
+// contains one is refused whatever its length.
+var placeholders = []string{"change-me", "changeme", "change_me", "replace-me", "replaceme", "placeholder", "your-secret"}
+
+// validateSecret refuses short, placeholder and low-entropy secrets: the
+// reset tokens derive from it, so a guessable secret lets anyone forge them.
+func validateSecret(secret string) *SettingError {
+	if len(secret) < MinSecretLen {
+		return settingErr(EnvSecret, "is %d bytes long; at least %d are required (generate one with: openssl rand -hex 32)",
+			len(secret), MinSecretLen)
+	}
+	lower := strings.ToLower(secret)
+	for _, p := range placeholders {
+		if strings.Contains(lower, p) {
+			return settingErr(EnvSecret, "contains the placeholder %q: set a secret of your own (openssl rand -hex 32)", p)
+		}
+	}
+	if bits := entropyBits(secret); bits < MinSecretBits {
+		return settingErr(EnvSecret, "looks guessable (about %.0f bits of entropy, at least %d needed): generate one with: openssl rand -hex 32",
+			bits, MinSecretBits)
+	}
+	return nil
+}
+
+// entropyBits estimates a string's entropy from its bytes' frequencies.
+func entropyBits(s string) float64 {
+	counts := map[byte]int{}
+	for i := 0; i < len(s); i++ {
+		counts[s[i]]++
+	}
+	n := float64(len(s))
+	h := 0.0
+	for _, c := range counts {
+		p := float64(c) / n
+		h -= p * math.Log2(p)
+	}
+	return h * n
 }
 
 // RequireSecret returns an error naming IDEMGATE_SECRET when it is empty.

@@ -292,6 +292,12 @@ func TestLoadErrors(t *testing.T) {
 		{"WaitUnparseable", nil, map[string]string{EnvWait: "2 secs"}, EnvWait, []string{`IDEMGATE_WAIT (--wait): "2 secs" is not a duration (examples: 500ms, 2s, 1m)`}},
 		{"WaitNegative", []string{"--wait", "-1s"}, nil, EnvWait, []string{"-1s", "negative"}},
 		{"SecretTooShort", nil, map[string]string{EnvSecret: "short-secret"}, EnvSecret, []string{"12 bytes", "32"}},
+		// The red-team finding: compose shipped this default, and reset
+		// tokens derive from the secret.
+		{"SecretComposePlaceholder", nil, map[string]string{EnvSecret: "change-me-change-me-change-me-change-me"}, EnvSecret, []string{`placeholder "change-me"`}},
+		{"SecretPlaceholderAnyCase", nil, map[string]string{EnvSecret: "3f9a1c7e5b2d8046e1f7-ChangeMe-a9c3b5d2e8f0"}, EnvSecret, []string{"placeholder"}},
+		{"SecretRepeated", nil, map[string]string{EnvSecret: strings.Repeat("k", 64)}, EnvSecret, []string{"guessable", "0 bits"}},
+		{"SecretLowEntropy", nil, map[string]string{EnvSecret: strings.Repeat("ab", 40)}, EnvSecret, []string{"guessable", "80 bits"}},
 		{"LogLevelUnknown", nil, map[string]string{EnvLogLevel: "verbose"}, EnvLogLevel, []string{`"verbose"`}},
 		{"LogLevelNumeric", []string{"--log-level", "INFO+2"}, nil, EnvLogLevel, []string{"--log-level"}},
 	}

@@ -222,8 +222,11 @@ step="compose"
 # here: `config -q` only parses and validates the file. Compose v2 (the
 # docker plugin) when present, else Compose v1 (Debian's docker-compose,
 # installed here when missing and apt-get is usable).
+# The file requires a secret of the user's (no default ships); validate it
+# with a throwaway one.
+compose_secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 if docker compose version >/dev/null 2>&1; then
-	docker compose config -q
+	IDEMGATE_SECRET=$compose_secret docker compose config -q
 else
 	if ! command -v docker-compose >/dev/null; then
 		if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
@@ -234,7 +237,17 @@ else
 			exit 1
 		fi
 	fi
-	docker-compose config -q
+	IDEMGATE_SECRET=$compose_secret docker-compose config -q
+fi
+# No secret ships with it: without one, Compose refuses to start.
+if docker compose version >/dev/null 2>&1; then
+	compose_cmd=(docker compose)
+else
+	compose_cmd=(docker-compose)
+fi
+if env -u IDEMGATE_SECRET "${compose_cmd[@]}" config -q >/dev/null 2>&1; then
+	log "docker-compose.yml starts without IDEMGATE_SECRET: it must require one"
+	exit 1
 fi
 
 # ---------------------------------------------------------------------------
