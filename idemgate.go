@@ -218,7 +218,7 @@ func (s *Service) RunWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("IDEMGATE_WORKER_ADDR: %w", err)
 	}
-	srv := &http.Server{Handler: w.Handler, ReadHeaderTimeout: 5 * time.Second}
+	srv := metricsServer(w.Handler)
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	s.logger.Info("worker starting", "metrics", "http://"+ln.Addr().String()+"/metrics", "config", s.cfg)
@@ -254,6 +254,19 @@ func (s *Service) RunAll(ctx context.Context) error {
 		<-done
 		return err
 	})
+}
+
+// metricsServer serves the worker's /metrics and /healthz with timeouts on
+// every phase, so that a slow or idle client cannot hold a connection.
+func metricsServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+	}
 }
 
 // checkWorker refuses to work the built-in tools without their settings.

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"database/sql"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,16 +13,41 @@ import (
 // claimCountsSQL is the same on both engines.
 const claimCountsSQL = `SELECT status, count(*) FROM idempotency_claims GROUP BY status`
 
-// claimsCollector reports idemgate_claims{status} from the database at
-// scrape time: one GROUP BY over the claims table, bounded by a timeout.
+// ClaimsRefresh is how often at most the claim gauges are counted: scrapes
+// in between, however many, are served from memory, so an unauthenticated
+// /metrics cannot make the database count the claims table at will.
+const ClaimsRefresh = 5 * time.Second
+
+// claimsCollector reports idemgate_claims{status}: one GROUP BY over the
+// claims table, bounded by a timeout, at most every ClaimsRefresh.
 type claimsCollector struct {
 	count func(ctx context.Context) (map[string]int64, error)
 	desc  *prometheus.Desc
+	now   func() time.Time
+
+	mu      sync.Mutex
+	counted time.Time
+	counts  map[string]int64
+	err     error
 }
 
 func newClaimsCollector(count func(ctx context.Context) (map[string]int64, error)) *claimsCollector {
-	return &claimsCollector{count: count, desc: prometheus.NewDesc("idemgate_claims",
-		"Idempotency claims by status, read from the database at scrape time.", []string{"status"}, nil)}
+	return &claimsCollector{count: count, now: time.Now, desc: prometheus.NewDesc("idemgate_claims",
+		"Idempotency claims by status, counted in the database at most every 5s.", []string{"status"}, nil)}
+}
+
+// snapshot returns the counts, counting again when the last count is older
+// than ClaimsRefresh. Concurrent scrapes wait for one count.
+func (c *claimsCollector) snapshot() (map[string]int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); c.counted.IsZero() || now.Sub(c.counted) >= ClaimsRefresh {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		c.counts, c.err = c.count(ctx)
+		cancel()
+		c.counted = now
+	}
+	return c.counts, c.err
 }
 
 // countRows is what pgx.Rows and *sql.Rows have in common here.
@@ -76,9 +102,7 @@ func (c *claimsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector.
 func (c *claimsCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	got, err := c.count(ctx)
+	got, err := c.snapshot()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return

@@ -404,6 +404,13 @@ func (c *Config) Validate() error {
 	add(validateHostPort(EnvAPIAddr, c.APIAddr, false))
 	add(validateHostPort(EnvWorkerAddr, c.WorkerAddr, false))
 	add(validateStripeAPIBase(c.StripeAPIBase))
+	// A live key travels only over TLS: plain http is for stripe-mock and
+	// test keys.
+	if u, err := url.Parse(c.StripeAPIBase); err == nil && u.Scheme == "http" && c.StripeAPIKey != "" &&
+		!strings.HasPrefix(c.StripeAPIKey, "sk_test_") && !strings.HasPrefix(c.StripeAPIKey, "rk_test_") {
+		add(settingErr(EnvStripeAPIBase, "%q is plain http, which is allowed only with a test key (sk_test_…); a live key needs https",
+			u.Redacted()))
+	}
 	add(validateHostPort(EnvSMTPAddr, c.SMTPAddr, true))
 	if _, err := mail.ParseAddress(c.MailFrom); err != nil {
 		add(settingErr(EnvMailFrom, "%q is not a valid mail address (%v); example: %q", c.MailFrom, err, DefaultMailFrom))

@@ -291,6 +291,7 @@ func TestLoadErrors(t *testing.T) {
 		{"ReaperIntervalOverInflight", nil, map[string]string{EnvInflightTimeout: "10s", EnvReaperInterval: "11s"}, EnvReaperInterval, []string{"11s", EnvInflightTimeout, "lease plus one reaper interval"}},
 		{"WaitUnparseable", nil, map[string]string{EnvWait: "2 secs"}, EnvWait, []string{`IDEMGATE_WAIT (--wait): "2 secs" is not a duration (examples: 500ms, 2s, 1m)`}},
 		{"WaitNegative", []string{"--wait", "-1s"}, nil, EnvWait, []string{"-1s", "negative"}},
+		{"StripeLiveKeyOverHTTP", nil, map[string]string{EnvStripeAPIKey: "sk_live_abc", EnvStripeAPIBase: "http://stripe.internal:12111"}, EnvStripeAPIBase, []string{"plain http", "https"}},
 		{"SecretTooShort", nil, map[string]string{EnvSecret: "short-secret"}, EnvSecret, []string{"12 bytes", "32"}},
 		// The red-team finding: compose shipped this default, and reset
 		// tokens derive from the secret.
