@@ -16,14 +16,14 @@ const (
 	CodeKeyReuseDifferentArgs  Code = "idempotency_key_reuse_with_different_args"
 	// CodeKeyExpired: the same key and arguments as an intent whose replay
 	// window ended; it is not run again.
-	CodeKeyExpired Code = "idempotency_key_expired"
-	CodeForbidden              Code = "forbidden"
-	CodeUnauthenticated        Code = "unauthenticated"
-	CodeNotFound               Code = "not_found"
-	CodeInvalidArgument        Code = "invalid_argument"
-	CodeUnavailable            Code = "unavailable"
-	CodeRateLimited            Code = "rate_limited"
-	CodeInternal               Code = "internal"
+	CodeKeyExpired      Code = "idempotency_key_expired"
+	CodeForbidden       Code = "forbidden"
+	CodeUnauthenticated Code = "unauthenticated"
+	CodeNotFound        Code = "not_found"
+	CodeInvalidArgument Code = "invalid_argument"
+	CodeUnavailable     Code = "unavailable"
+	CodeRateLimited     Code = "rate_limited"
+	CodeInternal        Code = "internal"
 
 	// Outcome codes stored on failed claims.
 	CodeOutcomeUnknown                Code = "outcome_unknown"
