@@ -165,7 +165,7 @@ func (s *Server) routes() chi.Router {
 	r.Get("/readyz", s.readyz)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, s.readBody)
-		r.Handle("/mcp", s.mcpHandler())
+		r.With(singleCall).Handle("/mcp", s.mcpHandler())
 		r.Post("/v1/tools/{tool}", s.restTool)
 		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
 	})
