@@ -124,13 +124,14 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	promReg := prometheus.NewRegistry()
 	srv, err := newAPIServer(cfg, g, data, tools, func(ctx context.Context) (bool, error) {
 		return migrations.PostgresStatus(ctx, pool)
-	}, opts, prometheus.NewRegistry(), logger)
+	}, opts, promReg, logger)
 	if err != nil {
 		return nil, err
 	}
-	opsServer, err := newOpsServer(pool, g, riverClient, srv, getenv, logger)
+	opsServer, err := newOpsServer(cfg, pool, g, riverClient, srv, promReg, getenv, logger)
 	if err != nil {
 		return nil, err
 	}

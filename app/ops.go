@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
@@ -82,8 +83,8 @@ func (j riverJobs[TTx]) JobExists(ctx context.Context, jobID int64) (bool, error
 // on the api's gate, behind the api's bearer authentication (scope
 // ops:admin) or the Basic credentials of IDEMGATE_OPS_USER and
 // IDEMGATE_OPS_PASSWORD read with getenv.
-func newOpsServer(pool *pgxpool.Pool, g *gate.Gate, insertOnly *river.Client[pgx.Tx], srv *api.Server,
-	getenv func(string) string, logger *slog.Logger) (*ops.Server, error) {
+func newOpsServer(cfg *config.Config, pool *pgxpool.Pool, g *gate.Gate, insertOnly *river.Client[pgx.Tx], srv *api.Server,
+	reg prometheus.Registerer, getenv func(string) string, logger *slog.Logger) (*ops.Server, error) {
 	basic, err := ops.BasicFromEnv(getenv)
 	if err != nil {
 		return nil, err
@@ -93,9 +94,10 @@ func newOpsServer(pool *pgxpool.Pool, g *gate.Gate, insertOnly *river.Client[pgx
 		return nil, fmt.Errorf("river (River UI): %w", err)
 	}
 	s, err := ops.NewServer(&ops.Config{
-		Auth:     &ops.Auth{Bearer: srv.Authenticate, Basic: basic, Logger: logger},
-		Redriver: &ops.Redriver{Gate: g, Jobs: riverJobs[pgx.Tx]{&jobs.Control[pgx.Tx]{Client: insertOnly}}},
-		Logger:   logger,
+		Auth:           &ops.Auth{Bearer: srv.Authenticate, Basic: basic, Throttle: ops.NewThrottle(reg), Logger: logger},
+		OperatorTenant: cfg.OperatorTenant,
+		Redriver:       &ops.Redriver{Gate: g, Jobs: riverJobs[pgx.Tx]{&jobs.Control[pgx.Tx]{Client: insertOnly}}},
+		Logger:         logger,
 	}, uiClient)
 	if err != nil {
 		return nil, err

@@ -170,7 +170,7 @@ func setupOpsAPI(t *testing.T, env map[string]string) *opsBundle {
 	seed := seedFile()
 	seed.Tokens = append(seed.Tokens,
 		store.SeedToken{Tenant: "acme", User: "oncall", Scopes: []string{"ops:admin"}, Token: tokenAcmeOps},
-		store.SeedToken{Tenant: ops.OperatorTenant, User: "sre", Scopes: []string{"ops:admin"}, Token: tokenOperator})
+		store.SeedToken{Tenant: config.DefaultOperatorTenant, User: "sre", Scopes: []string{"ops:admin"}, Token: tokenOperator})
 	_, err := pgstore.New(pool).Seed(ctx, seed)
 	require.NoError(t, err)
 	cfg := config.Defaults()

@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/mail"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,7 @@ const (
 	EnvSecret          = "IDEMGATE_SECRET"
 	EnvLogLevel        = "IDEMGATE_LOG_LEVEL"
 	EnvWorkerAddr      = "IDEMGATE_WORKER_ADDR"
+	EnvOperatorTenant  = "IDEMGATE_OPERATOR_TENANT"
 )
 
 // Defaults. DatabaseURL, StripeAPIKey and Secret default to empty.
@@ -65,6 +67,9 @@ const (
 	DefaultReaperInterval = 30 * time.Second
 	// DefaultWait is how long a mutation call waits for a terminal outcome.
 	DefaultWait = 2 * time.Second
+	// DefaultOperatorTenant is the tenant whose ops:admin tokens may open
+	// River UI.
+	DefaultOperatorTenant = "ops"
 	// DefaultWorkerAddr is where cmd/worker serves /metrics: loopback only.
 	DefaultWorkerAddr = "127.0.0.1:9091"
 	// DefaultLogLevel is the minimum level logged.
@@ -151,6 +156,12 @@ type Config struct {
 	// "". Never logged.
 	Secret string
 
+	// OperatorTenant is the tenant whose ops:admin tokens may open River UI
+	// (every tenant's jobs). Its tokens are created only with idemctl token
+	// create --operator, never as an ordinary tenant's. Env
+	// IDEMGATE_OPERATOR_TENANT, flag --operator-tenant, default
+	// DefaultOperatorTenant.
+	OperatorTenant string
 	// WorkerAddr is where cmd/worker serves /metrics and /healthz. Env
 	// IDEMGATE_WORKER_ADDR, flag --worker-addr, default DefaultWorkerAddr.
 	WorkerAddr string
@@ -211,6 +222,9 @@ var settings = []setting{
 	{Setting: Setting{EnvWorkerAddr, "worker-addr", DefaultWorkerAddr,
 		"`host:port` the worker serves /metrics and /healthz on"},
 		set: func(c *Config, v string) error { c.WorkerAddr = v; return nil }},
+	{Setting: Setting{EnvOperatorTenant, "operator-tenant", DefaultOperatorTenant,
+		"the `tenant` whose ops:admin tokens may open River UI"},
+		set: func(c *Config, v string) error { c.OperatorTenant = v; return nil }},
 	{Setting: Setting{EnvLogLevel, "log-level", "info",
 		"minimum log `level`: debug, info, warn or error"},
 		set: func(c *Config, v string) error { return parseLevel(&c.LogLevel, v) }},
@@ -259,6 +273,7 @@ func Defaults() *Config {
 		ReaperInterval:  DefaultReaperInterval,
 		Wait:            DefaultWait,
 		WorkerAddr:      DefaultWorkerAddr,
+		OperatorTenant:  DefaultOperatorTenant,
 		LogLevel:        DefaultLogLevel,
 	}
 }
@@ -403,6 +418,9 @@ func (c *Config) Validate() error {
 	add(validateDatabaseURL(c.DatabaseURL))
 	add(validateHostPort(EnvAPIAddr, c.APIAddr, false))
 	add(validateHostPort(EnvWorkerAddr, c.WorkerAddr, false))
+	if !operatorTenantPattern.MatchString(c.OperatorTenant) {
+		add(settingErr(EnvOperatorTenant, "%q must be 1 to 64 characters of [A-Za-z0-9_.:-]", c.OperatorTenant))
+	}
 	add(validateStripeAPIBase(c.StripeAPIBase))
 	// A live key travels only over TLS: plain http is for stripe-mock and
 	// test keys.
@@ -437,6 +455,9 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// operatorTenantPattern is a tenant id's shape.
+var operatorTenantPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
 // MinSecretBits is the least entropy a secret must show, estimated from
 // its characters' frequencies: openssl rand -hex 32 gives about 250.
@@ -529,6 +550,7 @@ func (c *Config) LogValue() slog.Value {
 		slog.Duration("reaper_interval", c.ReaperInterval),
 		slog.Duration("wait", c.Wait),
 		slog.String("secret", setOrUnset(c.Secret)),
+		slog.String("operator_tenant", c.OperatorTenant),
 		slog.String("log_level", c.LogLevel.String()),
 	)
 }

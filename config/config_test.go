@@ -38,6 +38,7 @@ func TestLoadDefaults(t *testing.T) {
 		Wait:            2 * time.Second,
 		Secret:          "",
 		WorkerAddr:      DefaultWorkerAddr,
+		OperatorTenant:  DefaultOperatorTenant,
 		LogLevel:        slog.LevelInfo,
 	}, cfg)
 	require.Equal(t, DriverSQLite, cfg.Driver())
@@ -92,6 +93,7 @@ func TestLoadPrecedence(t *testing.T) {
 					Wait:            0,
 					Secret:          testSecret,
 					WorkerAddr:      DefaultWorkerAddr,
+					OperatorTenant:  DefaultOperatorTenant,
 					LogLevel:        slog.LevelDebug,
 				}, cfg)
 				require.Equal(t, DriverPostgres, cfg.Driver())
@@ -126,6 +128,7 @@ func TestLoadPrecedence(t *testing.T) {
 					Wait:            250 * time.Millisecond,
 					Secret:          testSecret,
 					WorkerAddr:      DefaultWorkerAddr,
+					OperatorTenant:  DefaultOperatorTenant,
 					LogLevel:        slog.LevelError,
 				}, cfg)
 				require.Equal(t, DriverSQLite, cfg.Driver())
@@ -292,6 +295,7 @@ func TestLoadErrors(t *testing.T) {
 		{"WaitUnparseable", nil, map[string]string{EnvWait: "2 secs"}, EnvWait, []string{`IDEMGATE_WAIT (--wait): "2 secs" is not a duration (examples: 500ms, 2s, 1m)`}},
 		{"WaitNegative", []string{"--wait", "-1s"}, nil, EnvWait, []string{"-1s", "negative"}},
 		{"StripeLiveKeyOverHTTP", nil, map[string]string{EnvStripeAPIKey: "sk_live_abc", EnvStripeAPIBase: "http://stripe.internal:12111"}, EnvStripeAPIBase, []string{"plain http", "https"}},
+		{"OperatorTenantInvalid", nil, map[string]string{EnvOperatorTenant: "ops team"}, EnvOperatorTenant, []string{`"ops team"`}},
 		{"SecretTooShort", nil, map[string]string{EnvSecret: "short-secret"}, EnvSecret, []string{"12 bytes", "32"}},
 		// The red-team finding: compose shipped this default, and reset
 		// tokens derive from the secret.
@@ -472,7 +476,7 @@ func TestSettingsAndUsage(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 12)
+	require.Len(t, all, 13)
 	flags := map[string]bool{}
 	for _, s := range all {
 		require.NotEmpty(t, s.Env)

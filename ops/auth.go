@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/idemgate/idemgate/api"
@@ -113,6 +116,8 @@ type Auth struct {
 	Bearer func(http.Handler) http.Handler
 	// Basic, when set, also accepts these HTTP Basic credentials.
 	Basic *BasicCredentials
+	// Throttle, when set, limits failed Basic attempts per client address.
+	Throttle *Throttle
 	// Logger defaults to slog.Default(). Credentials are never logged.
 	Logger *slog.Logger
 }
@@ -146,12 +151,22 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 			scoped.ServeHTTP(w, r)
 			return
 		case "basic":
+			client := clientAddr(r)
+			if wait, blocked := a.Throttle.blocked(client); blocked {
+				logger.WarnContext(r.Context(), "ops: basic attempt throttled", "remote", r.RemoteAddr, "retry_after", wait)
+				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+				writeProblem(w, r, http.StatusTooManyRequests, domain.CodeRateLimited,
+					"too many failed operator logins from this address; retry after "+wait.Round(time.Second).String())
+				return
+			}
 			user, password, ok := r.BasicAuth()
 			if a.Basic != nil && ok && a.Basic.match(user, password) {
+				a.Throttle.succeeded(client)
 				op := Operator{Name: a.Basic.User(), Via: "basic"}
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, op)))
 				return
 			}
+			a.Throttle.failed(client)
 			// Neither the user tried nor the password is logged: people
 			// type passwords into user fields.
 			logger.WarnContext(r.Context(), "ops: basic credentials refused",

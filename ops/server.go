@@ -28,6 +28,9 @@ type Config struct {
 	Auth *Auth
 	// Redriver serves POST /ops/redrive. Required.
 	Redriver *Redriver
+	// OperatorTenant is the tenant whose ops:admin tokens may open River UI
+	// (IDEMGATE_OPERATOR_TENANT). Empty: only the Basic credentials may.
+	OperatorTenant string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -67,6 +70,7 @@ func NewServer[TTx any](cfg *Config, client *river.Client[TTx]) (*Server, error)
 	r.Use(http.NewCrossOriginProtection().Handler, securityHeaders, cfg.Auth.Middleware, s.logMutations)
 	// River UI strips RiverUIPath itself and redirects RiverUIPath to
 	// RiverUIPath/.
+	deploymentOperator := deploymentOperator(cfg.OperatorTenant)
 	r.With(deploymentOperator).Handle("/riverui", ui)
 	r.With(deploymentOperator).Handle("/riverui/*", ui)
 	r.Post("/redrive", s.redrive)
@@ -74,24 +78,23 @@ func NewServer[TTx any](cfg *Config, client *river.Client[TTx]) (*Server, error)
 	return s, nil
 }
 
-// OperatorTenant is the tenant whose ops:admin tokens may use River UI.
-// River UI shows and changes every tenant's jobs, so it is for the
-// deployment's operators only: the Basic credentials, or an ops:admin token
-// of this tenant (idemctl token create --tenant ops --scopes ops:admin).
-// Other tenants' ops:admin tokens may re-drive their own operations only.
-const OperatorTenant = "ops"
-
-// deploymentOperator refuses River UI to tenant operators.
-func deploymentOperator(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op, ok := OperatorFromContext(r.Context())
-		if !ok || (op.Via != "basic" && op.TenantID != OperatorTenant) {
-			writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden,
-				"River UI shows every tenant's jobs: it needs the operator Basic credentials or an ops:admin token of tenant "+OperatorTenant)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+// deploymentOperator refuses River UI to tenant operators: River UI shows
+// and changes every tenant's jobs, so it takes the Basic credentials or an
+// ops:admin token of the operator tenant (a setting, whose tokens idemctl
+// creates only with --operator). Other tenants' ops:admin tokens may
+// re-drive their own operations only.
+func deploymentOperator(operatorTenant string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			op, ok := OperatorFromContext(r.Context())
+			if !ok || (op.Via != "basic" && (operatorTenant == "" || op.TenantID != operatorTenant)) {
+				writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden,
+					"River UI shows every tenant's jobs: it needs the operator Basic credentials or an ops:admin token of the operator tenant")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // Start starts River UI's background services (its cached job counts)

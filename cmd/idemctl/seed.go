@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/tools"
 )
@@ -68,9 +69,16 @@ func readSeed(stdin io.Reader, name string) (*store.SeedFile, error) {
 	}
 	f, err := store.ParseSeed(r)
 	if err == nil {
-		// Tokens may grant the built-in tools' scopes.
+		// Tokens may grant the built-in tools' scopes, and never belong to the
+		// operator tenant: its tokens are made one by one, with --operator.
 		f.KnownScopes = tools.Scopes()
 		err = f.Validate()
+		for i, tok := range f.Tokens {
+			if err == nil && tok.Tenant == operatorTenant() {
+				err = fmt.Errorf("tokens[%d].tenant: %q is the operator tenant (%s); create its tokens with idemctl token create --operator",
+					i, tok.Tenant, config.EnvOperatorTenant)
+			}
+		}
 	}
 	if err != nil {
 		return nil, &usageError{fmt.Errorf("--file %s: %w", name, err)}

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/tenancy"
@@ -34,6 +36,7 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 		tenant, user string
 		scopes       []string
 		expiresIn    time.Duration
+		operator     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "create --tenant T --user U --scopes a,b [--expires-in 720h]",
@@ -43,6 +46,16 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 			"Known scopes: " + strings.Join(tools.Scopes(), ", ") + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			opsTenant := operatorTenant()
+			switch {
+			case operator && tenant != "":
+				return &usageError{errors.New("--operator and --tenant exclude each other: an operator token belongs to the operator tenant")}
+			case operator:
+				tenant = opsTenant
+			case tenant == opsTenant:
+				return &usageError{fmt.Errorf("--tenant: %q is the operator tenant (%s), whose tokens open River UI over every tenant; "+
+					"create one with --operator", tenant, config.EnvOperatorTenant)}
+			}
 			if err := validateTokenFlags(tenant, user, scopes, expiresIn); err != nil {
 				return err
 			}
@@ -73,7 +86,8 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&tenant, "tenant", "", "tenant the token acts for (required)")
+	f.StringVar(&tenant, "tenant", "", "tenant the token acts for (required unless --operator)")
+	f.BoolVar(&operator, "operator", false, "a token of the operator tenant ($"+config.EnvOperatorTenant+", default "+config.DefaultOperatorTenant+"), for River UI with scope ops:admin")
 	f.StringVar(&user, "user", "", "user or bot the token is issued to (required)")
 	f.StringSliceVar(&scopes, "scopes", nil, "comma-separated scopes (required): "+strings.Join(tools.Scopes(), ", "))
 	f.DurationVar(&expiresIn, "expires-in", 0, "lifetime, such as 720h (default: the token does not expire)")
@@ -195,4 +209,13 @@ func formatOptTime(t *time.Time) string {
 		return "never"
 	}
 	return t.Format(time.RFC3339)
+}
+
+// operatorTenant is the deployment's operator tenant: IDEMGATE_OPERATOR_TENANT,
+// or its default.
+func operatorTenant() string {
+	if t := os.Getenv(config.EnvOperatorTenant); t != "" {
+		return t
+	}
+	return config.DefaultOperatorTenant
 }

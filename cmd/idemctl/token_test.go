@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -163,6 +166,10 @@ func TestTokenCommandsUsage(t *testing.T) {
 		{"NegativeExpiry", []string{"token", "create", "--tenant", "acme", "--user", "u", "--scopes", "ops:admin", "--expires-in", "-1h"}, "--expires-in: must be positive"},
 		{"BadExpiry", []string{"token", "create", "--tenant", "acme", "--user", "u", "--scopes", "ops:admin", "--expires-in", "a month"}, "expires-in"},
 		{"ListNoTenant", []string{"token", "list"}, "--tenant is required"},
+		// The operator tenant opens River UI over every tenant: it is not an
+		// ordinary tenant to create tokens for.
+		{"OperatorTenantAsOrdinary", []string{"token", "create", "--tenant", "ops", "--user", "u", "--scopes", "ops:admin"}, "is the operator tenant"},
+		{"OperatorAndTenant", []string{"token", "create", "--operator", "--tenant", "acme", "--user", "u", "--scopes", "ops:admin"}, "exclude each other"},
 		{"RevokeNoID", []string{"token", "revoke"}, "accepts 1 arg"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,8 +181,33 @@ func TestTokenCommandsUsage(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		n, err := pgstore.New(pool).TokenList(context.Background(), &store.TokenListParams{TenantID: "acme"})
-		require.NoError(t, err)
-		require.Empty(t, n, "no rejected command created a token")
+		for _, tenant := range []string{"acme", "ops"} {
+			n, err := pgstore.New(pool).TokenList(context.Background(), &store.TokenListParams{TenantID: tenant})
+			require.NoError(t, err)
+			require.Empty(t, n, "no rejected command created a token")
+		}
 	})
+}
+
+// Operator tokens are made only with --operator, and seed files cannot
+// carry them.
+func TestOperatorTokens(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dbURL, pool := pgtest.NewDB(t)
+	res := idemctl(ctx, t, dbURL, "token", "create", "--operator", "--user", "sre", "--scopes", "ops:admin")
+	require.Equal(t, exitOK, res.code, res.stderr)
+	toks, err := pgstore.New(pool).TokenList(ctx, &store.TokenListParams{TenantID: config.DefaultOperatorTenant})
+	require.NoError(t, err)
+	require.Len(t, toks, 1)
+	require.Equal(t, "sre", toks[0].UserID)
+
+	seed := filepath.Join(t.TempDir(), "seed.json")
+	require.NoError(t, os.WriteFile(seed, []byte(`{"tokens":[{"tenant":"ops","user":"x","scopes":["ops:admin"]}]}`), 0o600))
+	res = idemctl(ctx, t, dbURL, "seed", "--file", seed)
+	require.NotEqual(t, exitOK, res.code)
+	require.Contains(t, res.stderr, "is the operator tenant")
+	toks, err = pgstore.New(pool).TokenList(ctx, &store.TokenListParams{TenantID: config.DefaultOperatorTenant})
+	require.NoError(t, err)
+	require.Len(t, toks, 1, "the seed wrote nothing")
 }
