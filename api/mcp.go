@@ -49,7 +49,7 @@ func (s *Server) toolHandler(def *tool.Spec) mcp.ToolHandler {
 			// missing actor is a wiring mistake, never a client's.
 			return toolError(&callError{err: domain.Errorf(domain.CodeUnauthenticated, "", "no authenticated actor")}), nil
 		}
-		c := &call{actor: actor, requestID: RequestIDFromContext(ctx), tool: def, raw: req.Params.Arguments}
+		c := &call{actor: actor, requestID: RequestIDFromContext(ctx), clientRequestID: ClientRequestIDFromContext(ctx), tool: def, raw: req.Params.Arguments}
 		var (
 			out  any
 			cerr *callError

@@ -65,7 +65,9 @@ func (e *callError) body() *errorBody {
 type call struct {
 	actor     domain.Actor
 	requestID string
-	tool      *tool.Spec
+	// clientRequestID is the caller's X-Request-Id, stored apart.
+	clientRequestID string
+	tool            *tool.Spec
 	// raw are the JSON arguments as received.
 	raw []byte
 }
@@ -115,7 +117,7 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 		return nil, &callError{err: domain.Errorf(domain.CodeRateLimited, "", "too many %s calls for this tenant; retry after %s", c.tool.Name, wait.Round(time.Millisecond)), retryAfter: wait}
 	}
 
-	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, Intent: intent, Wait: s.wait})
+	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: s.wait})
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}
@@ -153,15 +155,16 @@ func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Err
 	auditCtx, cancel := context.WithTimeout(ctx, s.dbTimeout)
 	defer cancel()
 	if err := s.gate.Store().AuditInsert(auditCtx, &gate.AuditInsertParams{
-		TenantID:       c.actor.TenantID,
-		UserID:         c.actor.UserID,
-		TokenID:        c.actor.TokenID,
-		RequestID:      c.requestID,
-		Tool:           c.tool.Name,
-		IdempotencyKey: auditText(key, gate.KeyMaxLen*2),
-		Decision:       domain.DecisionDenied,
-		Reason:         auditText(reason, 1000),
-		Duration:       time.Since(start),
+		TenantID:        c.actor.TenantID,
+		UserID:          c.actor.UserID,
+		TokenID:         c.actor.TokenID,
+		RequestID:       c.requestID,
+		ClientRequestID: c.clientRequestID,
+		Tool:            c.tool.Name,
+		IdempotencyKey:  auditText(key, gate.KeyMaxLen*2),
+		Decision:        domain.DecisionDenied,
+		Reason:          auditText(reason, 1000),
+		Duration:        time.Since(start),
 	}); err != nil {
 		s.logger.ErrorContext(ctx, "audit: denied row not written", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
 		if errors.Is(err, domain.ErrUnavailable) {

@@ -29,7 +29,7 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "request body too large or unreadable")})
 		return
 	}
-	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), tool: def, raw: body}
+	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), clientRequestID: ClientRequestIDFromContext(r.Context()), tool: def, raw: body}
 
 	if !def.Mutating {
 		out, cerr := s.read(r.Context(), c)
@@ -110,7 +110,7 @@ func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, key
 func (s *Server) restOperation(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFromContext(r.Context())
 	def, _ := s.toolByName(GetOperation)
-	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), tool: def,
+	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), clientRequestID: ClientRequestIDFromContext(r.Context()), tool: def,
 		raw: mustJSON(map[string]string{"tool": chi.URLParam(r, "tool"), "idempotency_key": chi.URLParam(r, "key")})}
 	out, cerr := s.read(r.Context(), c)
 	if cerr != nil {

@@ -232,6 +232,7 @@ type ctxKey int
 const (
 	actorKey ctxKey = iota
 	requestIDKey
+	clientRequestIDKey
 )
 
 // ActorFromContext returns the authenticated actor of a request.
@@ -248,20 +249,29 @@ func RequestIDFromContext(ctx context.Context) string {
 
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
-// requestID takes the caller's X-Request-Id when it is well-formed, or mints
-// one, and echoes it.
+// requestID mints the request's id (our log lines, audit rows and the
+// X-Request-Id answer name it) and keeps the caller's own X-Request-Id
+// apart, when it is 1 to 64 characters of [A-Za-z0-9._:-]: a caller must
+// not choose the id that names our records.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-Id")
-		if !requestIDPattern.MatchString(id) {
-			var b [8]byte
-			_, _ = rand.Read(b[:])
-			id = "req_" + hex.EncodeToString(b[:])
-			r.Header.Set("X-Request-Id", id)
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id := "req_" + hex.EncodeToString(b[:])
+		ctx := context.WithValue(r.Context(), requestIDKey, id)
+		if client := r.Header.Get("X-Request-Id"); requestIDPattern.MatchString(client) {
+			ctx = context.WithValue(ctx, clientRequestIDKey, client)
 		}
 		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// ClientRequestIDFromContext returns the caller's validated X-Request-Id,
+// or "".
+func ClientRequestIDFromContext(ctx context.Context) string {
+	id, _ := ctx.Value(clientRequestIDKey).(string)
+	return id
 }
 
 // requestLog is filled in by later middleware for the access log line.
@@ -280,6 +290,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), requestLogKey, info)))
 		s.logger.LogAttrs(r.Context(), slog.LevelInfo, "http request",
 			slog.String("request_id", RequestIDFromContext(r.Context())),
+			slog.String("client_request_id", ClientRequestIDFromContext(r.Context())),
 			slog.String("method", r.Method),
 			slog.String("path", r.URL.Path),
 			slog.Int("status", ww.Status()),

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -38,4 +39,35 @@ func TestSecurityBatchesAndDuplicateEnvelopeMembersAreRefused(t *testing.T) {
 
 	require.Zero(t, countRows(t, b.pool, `SELECT count(*) FROM audit_events`), "nothing written")
 	require.Zero(t, countRows(t, b.pool, `SELECT count(*) FROM idempotency_claims`))
+}
+
+// The caller's X-Request-Id was stored as our request id. Now idemgate
+// always mints its own (the answer's X-Request-Id, the audit row's
+// request_id) and keeps a well-formed caller id apart; a malformed one
+// (too long, other characters) is dropped.
+func TestSecurityClientRequestIDIsKeptApart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	body := []byte(`{"order_id":"ord_9f2","amount_cents":100}`)
+	r := doHTTP(t, http.MethodPost, b.url+"/v1/tools/refund_order", tokenAcme, body, false,
+		"Idempotency-Key", "client-reqid-0001", "X-Request-Id", "req_0123456789abcdef")
+	require.Equal(t, http.StatusAccepted, r.status, r.raw)
+	ours := r.header.Get("X-Request-Id")
+	require.Regexp(t, `^req_[0-9a-f]{16}$`, ours)
+	require.NotEqual(t, "req_0123456789abcdef", ours, "a caller cannot choose our id, even one shaped like it")
+	var reqID, clientID string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT request_id, client_request_id FROM audit_events
+		WHERE idempotency_key = 'client-reqid-0001'`).Scan(&reqID, &clientID))
+	require.Equal(t, ours, reqID)
+	require.Equal(t, "req_0123456789abcdef", clientID)
+
+	for i, bad := range []string{strings.Repeat("x", 65), "id with spaces", "id\u00e9"} {
+		key := fmt.Sprintf("client-reqid-bad%d", i)
+		r = doHTTP(t, http.MethodPost, b.url+"/v1/tools/refund_order", tokenAcme, body, false,
+			"Idempotency-Key", key, "X-Request-Id", bad)
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT client_request_id FROM audit_events
+			WHERE idempotency_key = $1`, key).Scan(&clientID))
+		require.Empty(t, clientID, "malformed caller id %q is dropped", bad)
+	}
 }

@@ -169,7 +169,9 @@ func (g *Gate) NewIntent(tool string, args map[string]any) (*Intent, error) {
 type ClaimParams struct {
 	Actor     domain.Actor
 	RequestID string
-	Intent    *Intent
+	// ClientRequestID is the caller's X-Request-Id, kept apart in audit rows.
+	ClientRequestID string
+	Intent          *Intent
 	// Wait is how long to wait for a terminal status before answering with
 	// the handle (IDEMGATE_WAIT). Zero answers at once.
 	Wait time.Duration
@@ -284,20 +286,21 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	if err := g.store.AuditInsert(auditCtx, &AuditInsertParams{
-		TenantID:       params.Actor.TenantID,
-		UserID:         params.Actor.UserID,
-		TokenID:        params.Actor.TokenID,
-		RequestID:      params.RequestID,
-		Tool:           in.Tool,
-		IdempotencyKey: in.Key,
-		OperationID:    res.Claim.OperationID,
-		JobID:          res.Claim.JobID,
-		Decision:       domain.Decision(res.Outcome),
-		Reason:         reason,
-		ArgsHash:       in.ArgsHash,
-		Args:           auditArgs,
-		Result:         resultSummary(res.Claim),
-		Duration:       time.Since(start),
+		TenantID:        params.Actor.TenantID,
+		UserID:          params.Actor.UserID,
+		TokenID:         params.Actor.TokenID,
+		RequestID:       params.RequestID,
+		ClientRequestID: params.ClientRequestID,
+		Tool:            in.Tool,
+		IdempotencyKey:  in.Key,
+		OperationID:     res.Claim.OperationID,
+		JobID:           res.Claim.JobID,
+		Decision:        domain.Decision(res.Outcome),
+		Reason:          reason,
+		ArgsHash:        in.ArgsHash,
+		Args:            auditArgs,
+		Result:          resultSummary(res.Claim),
+		Duration:        time.Since(start),
 	}); err != nil {
 		return nil, err
 	}
@@ -326,18 +329,19 @@ func (g *Gate) refuseExpired(ctx context.Context, params *ClaimParams, start tim
 	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	if err := g.store.AuditInsert(auditCtx, &AuditInsertParams{
-		TenantID:       params.Actor.TenantID,
-		UserID:         params.Actor.UserID,
-		TokenID:        params.Actor.TokenID,
-		RequestID:      params.RequestID,
-		Tool:           in.Tool,
-		IdempotencyKey: in.Key,
-		OperationID:    operationID,
-		Decision:       domain.DecisionDenied,
-		Reason:         string(domain.CodeKeyExpired) + ": same arguments as operation " + operationID,
-		ArgsHash:       in.ArgsHash,
-		Args:           auditArgs,
-		Duration:       time.Since(start),
+		TenantID:        params.Actor.TenantID,
+		UserID:          params.Actor.UserID,
+		TokenID:         params.Actor.TokenID,
+		RequestID:       params.RequestID,
+		ClientRequestID: params.ClientRequestID,
+		Tool:            in.Tool,
+		IdempotencyKey:  in.Key,
+		OperationID:     operationID,
+		Decision:        domain.DecisionDenied,
+		Reason:          string(domain.CodeKeyExpired) + ": same arguments as operation " + operationID,
+		ArgsHash:        in.ArgsHash,
+		Args:            auditArgs,
+		Duration:        time.Since(start),
 	}); err != nil {
 		return nil, err
 	}
@@ -435,19 +439,20 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 		return nil, nil, err
 	}
 	if err := tx.AuditInsert(ctx, &AuditInsertParams{
-		TenantID:       params.Actor.TenantID,
-		UserID:         params.Actor.UserID,
-		TokenID:        params.Actor.TokenID,
-		RequestID:      params.RequestID,
-		Tool:           in.Tool,
-		IdempotencyKey: in.Key,
-		OperationID:    claim.OperationID,
-		JobID:          jobID,
-		Decision:       domain.DecisionAccepted,
-		Reason:         reason,
-		ArgsHash:       in.ArgsHash,
-		Args:           auditArgs,
-		Duration:       time.Since(start),
+		TenantID:        params.Actor.TenantID,
+		UserID:          params.Actor.UserID,
+		TokenID:         params.Actor.TokenID,
+		RequestID:       params.RequestID,
+		ClientRequestID: params.ClientRequestID,
+		Tool:            in.Tool,
+		IdempotencyKey:  in.Key,
+		OperationID:     claim.OperationID,
+		JobID:           jobID,
+		Decision:        domain.DecisionAccepted,
+		Reason:          reason,
+		ArgsHash:        in.ArgsHash,
+		Args:            auditArgs,
+		Duration:        time.Since(start),
 	}); err != nil {
 		return nil, nil, err
 	}

@@ -69,22 +69,23 @@ func (c *Claim) Operation() *domain.Operation {
 
 // AuditEvent is one row of the append-only audit_events table.
 type AuditEvent struct {
-	ID             int64
-	CreatedAt      time.Time
-	TenantID       string
-	UserID         string
-	TokenID        string
-	RequestID      string
-	Tool           string
-	IdempotencyKey string
-	OperationID    string
-	JobID          int64
-	Decision       domain.Decision
-	Reason         string
-	ArgsHash       string
-	Args           json.RawMessage
-	Result         json.RawMessage
-	Duration       time.Duration
+	ID              int64
+	CreatedAt       time.Time
+	TenantID        string
+	UserID          string
+	TokenID         string
+	RequestID       string
+	ClientRequestID string
+	Tool            string
+	IdempotencyKey  string
+	OperationID     string
+	JobID           int64
+	Decision        domain.Decision
+	Reason          string
+	ArgsHash        string
+	Args            json.RawMessage
+	Result          json.RawMessage
+	Duration        time.Duration
 }
 
 // Store is what the gate needs of a database. gate/gatepg and
@@ -386,20 +387,22 @@ type Tombstone struct {
 
 // AuditInsertParams are the parameters of Executor.AuditInsert.
 type AuditInsertParams struct {
-	TenantID       string
-	UserID         string
-	TokenID        string
-	RequestID      string
-	Tool           string
-	IdempotencyKey string
-	OperationID    string
-	JobID          int64
-	Decision       domain.Decision
-	Reason         string
-	ArgsHash       string
-	Args           json.RawMessage
-	Result         json.RawMessage
-	Duration       time.Duration
+	TenantID  string
+	UserID    string
+	TokenID   string
+	RequestID string
+	// ClientRequestID is the caller\'s X-Request-Id, validated, apart from ours.
+	ClientRequestID string
+	Tool            string
+	IdempotencyKey  string
+	OperationID     string
+	JobID           int64
+	Decision        domain.Decision
+	Reason          string
+	ArgsHash        string
+	Args            json.RawMessage
+	Result          json.RawMessage
+	Duration        time.Duration
 }
 
 // AuditListByKeyParams are the parameters of Executor.AuditListByKey.

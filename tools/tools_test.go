@@ -2,6 +2,7 @@ package tools_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,25 +70,10 @@ func inTxCases() []*tooltest.Case {
 	}
 }
 
-func TestInTransactionToolsOnSQLite(t *testing.T) {
-	t.Parallel()
-	h := tooltest.SQLite(t, nil, &tooltest.Options{Seed: seedFile(), Build: build(nil)})
-	for _, c := range inTxCases() {
-		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
-	}
-}
-
-func TestToolsOnPostgres(t *testing.T) {
-	t.Parallel()
-	srv, ts := stripetest.Start(t, nil)
-	srv.AddCharge("ch_1", 1_000_000, "usd")
-	srv.AddCharge("ch_declined", 5000, "usd")
-	srv.SetChargeError("ch_declined", http.StatusPaymentRequired, "card_error", "card_declined")
-	stripe, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})
-	require.NoError(t, err)
-	h := tooltest.Postgres(t, nil, &tooltest.Options{Seed: seedFile(), Build: build(stripe),
-		Configure: func(cfg *config.Config) { cfg.StripeAPIKey, cfg.StripeAPIBase = stripetest.TestAPIKey, ts.URL }})
-	cases := append(inTxCases(), &tooltest.Case{
+// refundCase checks refund_order against the test Stripe, which counts
+// refunds by our downstream key.
+func refundCase(srv *stripetest.Server) *tooltest.Case {
+	return &tooltest.Case{
 		Tool:        "refund_order",
 		Args:        map[string]any{"order_id": "ord_1", "amount_cents": 100},
 		Differ:      map[string]any{"order_id": "ord_1", "amount_cents": 200},
@@ -99,7 +85,7 @@ func TestToolsOnPostgres(t *testing.T) {
 		Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
 			atStripe := 0
 			for key, n := range srv.RefundsByKey() {
-				if len(key) > 4 && key[4:4+len(op.OperationID)] == op.OperationID {
+				if strings.HasPrefix(key, "idg_"+op.OperationID+"_") {
 					atStripe += n
 				}
 			}
@@ -107,8 +93,34 @@ func TestToolsOnPostgres(t *testing.T) {
 			require.Equal(t, atStripe, rows, "refunds at Stripe and refund rows agree")
 			return atStripe
 		},
-	})
-	for _, c := range cases {
+	}
+}
+
+// testStripe starts the counting test Stripe with the seed's charges.
+func testStripe(t *testing.T) (*stripetest.Server, *refunds.Client, func(cfg *config.Config)) {
+	srv, ts := stripetest.Start(t, nil)
+	srv.AddCharge("ch_1", 1_000_000, "usd")
+	srv.AddCharge("ch_declined", 5000, "usd")
+	srv.SetChargeError("ch_declined", http.StatusPaymentRequired, "card_error", "card_declined")
+	client, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})
+	require.NoError(t, err)
+	return srv, client, func(cfg *config.Config) { cfg.StripeAPIKey, cfg.StripeAPIBase = stripetest.TestAPIKey, ts.URL }
+}
+
+func TestToolsOnSQLite(t *testing.T) {
+	t.Parallel()
+	srv, stripe, configure := testStripe(t)
+	h := tooltest.SQLite(t, nil, &tooltest.Options{Seed: seedFile(), Build: build(stripe), Configure: configure})
+	for _, c := range append(inTxCases(), refundCase(srv)) {
+		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
+	}
+}
+
+func TestToolsOnPostgres(t *testing.T) {
+	t.Parallel()
+	srv, stripe, configure := testStripe(t)
+	h := tooltest.Postgres(t, nil, &tooltest.Options{Seed: seedFile(), Build: build(stripe), Configure: configure})
+	for _, c := range append(inTxCases(), refundCase(srv)) {
 		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
 	}
 }

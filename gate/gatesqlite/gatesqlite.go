@@ -417,7 +417,7 @@ func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) er
 	}
 	_, err := e.exec(ctx, sqlAuditInsert, p.TenantID, p.UserID, p.TokenID, p.RequestID, p.Tool,
 		p.IdempotencyKey, opID, jobID, string(p.Decision), p.Reason, p.ArgsHash, nullJSON(p.Args),
-		nullJSON(p.Result), float64(p.Duration)/float64(time.Millisecond))
+		nullJSON(p.Result), float64(p.Duration)/float64(time.Millisecond), p.ClientRequestID)
 	return translate(err)
 }
 
@@ -436,7 +436,7 @@ func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyPara
 			args, res  []byte
 			durationMS float64
 		)
-		if err := rows.Scan(&ev.ID, &createdAt, &ev.TenantID, &ev.UserID, &ev.TokenID, &ev.RequestID, &ev.Tool,
+		if err := rows.Scan(&ev.ID, &createdAt, &ev.TenantID, &ev.UserID, &ev.TokenID, &ev.RequestID, &ev.ClientRequestID, &ev.Tool,
 			&ev.IdempotencyKey, &ev.OperationID, &ev.JobID, &decision, &ev.Reason, &ev.ArgsHash, &args, &res,
 			&durationMS); err != nil {
 			return nil, translate(err)

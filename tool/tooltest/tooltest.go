@@ -251,17 +251,26 @@ type Answer struct {
 }
 
 // Call calls a mutation through the REST twin with key as its
-// Idempotency-Key and args (without the key) as the body.
+// Idempotency-Key and args (without the key) as the body. An "unavailable"
+// answer (the database busy, as SQLite's one writer can be under load) is
+// retried with the same key, as the answer asks a client to.
 func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) *Answer {
 	t.Helper()
 	body, err := json.Marshal(args)
 	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, h.url+"/v1/tools/"+toolName, bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+h.token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	return h.do(t, req)
+	deadline := time.Now().Add(AwaitTimeout)
+	for {
+		req, err := http.NewRequest(http.MethodPost, h.url+"/v1/tools/"+toolName, bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		ans := h.do(t, req)
+		if ans.Error == nil || ans.Error.Code != domain.CodeUnavailable || time.Now().After(deadline) {
+			return ans
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Operation reads an operation by tool and key.
