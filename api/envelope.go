@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // singleCall refuses JSON-RPC batches and envelopes with duplicate member
@@ -38,8 +39,10 @@ func singleCall(next http.Handler) http.Handler {
 // errBatch is the refusal of a JSON-RPC batch.
 var errBatch = errors.New("JSON-RPC batches are not accepted: send one request per HTTP request")
 
-// checkEnvelope returns an error for a batch or for an object (at any depth)
-// with a member name twice. Malformed JSON is left to the SDK's own answer.
+// checkEnvelope returns an error for a batch or for an object with a
+// member name twice, anywhere but inside params.arguments: the tool's own
+// decoder refuses those with its code, the field and a denied audit row.
+// Malformed JSON is left to the SDK's own answer.
 func checkEnvelope(body []byte) error {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
@@ -47,8 +50,13 @@ func checkEnvelope(body []byte) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	// A stack of objects' member sets; nil marks an array.
-	var stack []map[string]bool
+	type frame struct {
+		object  bool
+		keys    map[string]bool
+		lastKey string
+		path    string // member names from the root, dot-joined
+	}
+	var stack []*frame
 	expectKey := false
 	for {
 		tok, err := dec.Token()
@@ -58,28 +66,36 @@ func checkEnvelope(body []byte) error {
 		switch t := tok.(type) {
 		case json.Delim:
 			switch t {
-			case '{':
-				stack = append(stack, map[string]bool{})
-				expectKey = true
+			case '{', '[':
+				path := ""
+				if n := len(stack); n > 0 {
+					parent := stack[n-1]
+					path = parent.path + "/"
+					if parent.object {
+						path += parent.lastKey
+					}
+				}
+				stack = append(stack, &frame{object: t == '{', keys: map[string]bool{}, path: path})
+				expectKey = t == '{'
 				continue
-			case '[':
-				stack = append(stack, nil)
 			case '}', ']':
 				stack = stack[:len(stack)-1]
 			}
 		case string:
 			if expectKey {
 				top := stack[len(stack)-1]
-				if top[t] {
+				inArguments := top.path == "/params/arguments" || strings.HasPrefix(top.path, "/params/arguments/")
+				if top.keys[t] && !inArguments {
 					return fmt.Errorf("the member %q appears twice in one object", t)
 				}
-				top[t] = true
+				top.keys[t] = true
+				top.lastKey = t
 				expectKey = false
 				continue
 			}
 		}
 		// After a value, an object expects its next key.
-		expectKey = len(stack) > 0 && stack[len(stack)-1] != nil
+		expectKey = len(stack) > 0 && stack[len(stack)-1].object
 	}
 }
 

@@ -15,7 +15,11 @@ func TestCheckEnvelope(t *testing.T) {
 		{"Batch", ` [{"jsonrpc":"2.0","id":1,"method":"ping"}]`, "batches"},
 		{"TopLevelDuplicate", `{"id":1,"id":2}`, `"id" appears twice`},
 		{"DuplicateArguments", `{"params":{"arguments":{},"arguments":{}}}`, `"arguments" appears twice`},
-		{"DeepDuplicate", `{"params":{"arguments":{"x":{"y":1,"y":2}}}}`, `"y" appears twice`},
+		{"DeepDuplicate", `{"params":{"meta":{"x":{"y":1,"y":2}}}}`, `"y" appears twice`},
+		// Inside the arguments the tool's decoder refuses duplicates, with
+		// its code, the field and an audit row.
+		{"DuplicateInsideArguments", `{"params":{"arguments":{"a":1,"a":2,"b":{"c":1,"c":2}}}}`, ""},
+		{"ArgumentsElsewhere", `{"other":{"arguments":{"a":1,"a":2}}}`, `"a" appears twice`},
 		{"SameNameInSiblings", `{"a":{"k":1},"b":{"k":2},"c":[{"k":1},{"k":2}]}`, ""},
 		{"ValueEqualsKeyName", `{"a":"b","b":"a"}`, ""},
 		{"Malformed", `{"a":`, ""},
