@@ -104,7 +104,7 @@ func New(cfg *Config) (*Gate, error) {
 	}
 	for i := range cfg.Policies {
 		p := cfg.Policies[i]
-		if err := p.validate(); err != nil {
+		if err := p.Validate(); err != nil {
 			return nil, err
 		}
 		if _, dup := g.policies[p.Tool]; dup {
@@ -227,7 +227,7 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	case err == nil && !existing.Expired:
 		current = existing
 	case err == nil && existing.ArgsHash == in.ArgsHash:
-		return g.refuseExpired(ctx, params, start, existing.OperationID, existing.Status, existing.Error, auditArgs)
+		return g.refuseExpired(ctx, params, start, existing, auditArgs)
 	case err == nil, errors.Is(err, domain.ErrNotFound):
 	default:
 		return nil, err
@@ -237,9 +237,8 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 		if err != nil {
 			return nil, err
 		}
-		if res != nil && res.Expired != nil {
-			c := res.Claim
-			return g.refuseExpired(ctx, params, start, c.OperationID, c.Status, c.Error, auditArgs)
+		if res != nil && res.Outcome == domain.OutcomeExpired {
+			return g.refuseExpired(ctx, params, start, res.Claim, auditArgs)
 		}
 		if res != nil {
 			break
@@ -285,50 +284,19 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	}
 	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	if err := g.store.AuditInsert(auditCtx, &AuditInsertParams{
-		TenantID:        params.Actor.TenantID,
-		UserID:          params.Actor.UserID,
-		TokenID:         params.Actor.TokenID,
-		RequestID:       params.RequestID,
-		ClientRequestID: params.ClientRequestID,
-		Tool:            in.Tool,
-		IdempotencyKey:  in.Key,
-		OperationID:     res.Claim.OperationID,
-		JobID:           res.Claim.JobID,
-		Decision:        domain.Decision(res.Outcome),
-		Reason:          reason,
-		ArgsHash:        in.ArgsHash,
-		Args:            auditArgs,
-		Result:          resultSummary(res.Claim),
-		Duration:        time.Since(start),
-	}); err != nil {
+	ev := callAudit(params, auditArgs, start, domain.Decision(res.Outcome), reason)
+	ev.OperationID, ev.JobID, ev.Result = res.Claim.OperationID, res.Claim.JobID, resultSummary(res.Claim)
+	if err := g.store.AuditInsert(auditCtx, ev); err != nil {
 		return nil, err
 	}
 	return res, nil
 }
 
-// refuseExpired answers the same key and arguments as an intent whose
-// replay window ended: idempotency_key_expired naming the operation and its
-// outcome, one denied audit row, nothing run.
-func (g *Gate) refuseExpired(ctx context.Context, params *ClaimParams, start time.Time, operationID string,
-	status domain.Status, outcome *domain.ErrorInfo, auditArgs json.RawMessage,
-) (*ClaimResult, error) {
+// callAudit is the audit row of a call: who called, with which key and
+// arguments, when; callers add the operation and the outcome.
+func callAudit(params *ClaimParams, auditArgs json.RawMessage, start time.Time, d domain.Decision, reason string) *AuditInsertParams {
 	in := params.Intent
-	msg := fmt.Sprintf("idempotency_key %q was used with these arguments by operation %s, which ended %s",
-		in.Key, operationID, status)
-	if outcome != nil && outcome.Code != "" {
-		msg += " (" + string(outcome.Code) + ")"
-	}
-	msg += "; its replay window is over and it is not run again: use a new key for a new intent"
-	res := &ClaimResult{
-		Outcome: domain.OutcomeExpired,
-		Expired: &domain.Error{Code: domain.CodeKeyExpired, Message: msg, Field: "idempotency_key"},
-		Claim: &Claim{OperationID: operationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
-			ArgsHash: in.ArgsHash, Status: status, Error: outcome},
-	}
-	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	if err := g.store.AuditInsert(auditCtx, &AuditInsertParams{
+	return &AuditInsertParams{
 		TenantID:        params.Actor.TenantID,
 		UserID:          params.Actor.UserID,
 		TokenID:         params.Actor.TokenID,
@@ -336,13 +304,37 @@ func (g *Gate) refuseExpired(ctx context.Context, params *ClaimParams, start tim
 		ClientRequestID: params.ClientRequestID,
 		Tool:            in.Tool,
 		IdempotencyKey:  in.Key,
-		OperationID:     operationID,
-		Decision:        domain.DecisionDenied,
-		Reason:          string(domain.CodeKeyExpired) + ": same arguments as operation " + operationID,
+		Decision:        d,
+		Reason:          reason,
 		ArgsHash:        in.ArgsHash,
 		Args:            auditArgs,
 		Duration:        time.Since(start),
-	}); err != nil {
+	}
+}
+
+// refuseExpired answers the same key and arguments as prior, an intent
+// whose replay window ended: idempotency_key_expired naming the operation
+// and its outcome, one denied audit row, nothing run.
+func (g *Gate) refuseExpired(ctx context.Context, params *ClaimParams, start time.Time, prior *Claim, auditArgs json.RawMessage) (*ClaimResult, error) {
+	in := params.Intent
+	msg := fmt.Sprintf("idempotency_key %q was used with these arguments by operation %s, which ended %s",
+		in.Key, prior.OperationID, prior.Status)
+	if prior.Error != nil && prior.Error.Code != "" {
+		msg += " (" + string(prior.Error.Code) + ")"
+	}
+	msg += "; its replay window is over and it is not run again: use a new key for a new intent"
+	res := &ClaimResult{
+		Outcome: domain.OutcomeExpired,
+		Expired: &domain.Error{Code: domain.CodeKeyExpired, Message: msg, Field: "idempotency_key"},
+		Claim: &Claim{OperationID: prior.OperationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
+			ArgsHash: in.ArgsHash, Status: prior.Status, Error: prior.Error},
+	}
+	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	ev := callAudit(params, auditArgs, start, domain.DecisionDenied,
+		string(domain.CodeKeyExpired)+": same arguments as operation "+prior.OperationID)
+	ev.OperationID = prior.OperationID
+	if err := g.store.AuditInsert(auditCtx, ev); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -387,14 +379,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 				TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 			})
 			if terr == nil && ts.ArgsHash == in.ArgsHash {
-				var info *domain.ErrorInfo
-				if ts.ErrorCode != "" {
-					info = &domain.ErrorInfo{Code: ts.ErrorCode}
-				}
-				return &ClaimResult{Expired: &domain.Error{Code: domain.CodeKeyExpired}, Claim: &Claim{
-					OperationID: ts.OperationID, TenantID: ts.TenantID, Tool: ts.Tool, IdempotencyKey: ts.IdempotencyKey,
-					ArgsHash: ts.ArgsHash, Status: ts.Status, Error: info, ExpiresAt: &ts.ExpiredAt,
-				}}, nil, nil
+				return &ClaimResult{Outcome: domain.OutcomeExpired, Claim: ts.claim()}, nil, nil
 			}
 			if terr != nil && !errors.Is(terr, domain.ErrNotFound) {
 				return nil, nil, terr
@@ -408,7 +393,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 			return nil, existing, nil
 		}
 		if existing.ArgsHash == in.ArgsHash {
-			return &ClaimResult{Expired: &domain.Error{Code: domain.CodeKeyExpired}, Claim: existing}, nil, nil
+			return &ClaimResult{Outcome: domain.OutcomeExpired, Claim: existing}, nil, nil
 		}
 		claim, err = tx.ClaimTakeOver(ctx, &ClaimTakeOverParams{
 			ID:          existing.ID,
@@ -438,22 +423,9 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := tx.AuditInsert(ctx, &AuditInsertParams{
-		TenantID:        params.Actor.TenantID,
-		UserID:          params.Actor.UserID,
-		TokenID:         params.Actor.TokenID,
-		RequestID:       params.RequestID,
-		ClientRequestID: params.ClientRequestID,
-		Tool:            in.Tool,
-		IdempotencyKey:  in.Key,
-		OperationID:     claim.OperationID,
-		JobID:           jobID,
-		Decision:        domain.DecisionAccepted,
-		Reason:          reason,
-		ArgsHash:        in.ArgsHash,
-		Args:            auditArgs,
-		Duration:        time.Since(start),
-	}); err != nil {
+	ev := callAudit(params, auditArgs, start, domain.DecisionAccepted, reason)
+	ev.OperationID, ev.JobID = claim.OperationID, jobID
+	if err := tx.AuditInsert(ctx, ev); err != nil {
 		return nil, nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {

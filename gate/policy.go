@@ -64,10 +64,7 @@ type Policy struct {
 }
 
 // Validate checks the policy's fields and names the field that is wrong.
-func (p *Policy) Validate() error { return p.validate() }
-
-// validate checks the policy's fields and names the field that is wrong.
-func (p *Policy) validate() error {
+func (p *Policy) Validate() error {
 	if p.Tool == "" {
 		return fmt.Errorf("gate: policy: Tool is required")
 	}

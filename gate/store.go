@@ -385,13 +385,23 @@ type Tombstone struct {
 	RetainUntil    time.Time
 }
 
+// claim is what a tombstone still knows of its operation.
+func (t *Tombstone) claim() *Claim {
+	c := &Claim{OperationID: t.OperationID, TenantID: t.TenantID, Tool: t.Tool, IdempotencyKey: t.IdempotencyKey,
+		ArgsHash: t.ArgsHash, Status: t.Status}
+	if t.ErrorCode != "" {
+		c.Error = &domain.ErrorInfo{Code: t.ErrorCode}
+	}
+	return c
+}
+
 // AuditInsertParams are the parameters of Executor.AuditInsert.
 type AuditInsertParams struct {
 	TenantID  string
 	UserID    string
 	TokenID   string
 	RequestID string
-	// ClientRequestID is the caller\'s X-Request-Id, validated, apart from ours.
+	// ClientRequestID is the caller's X-Request-Id, validated, apart from ours.
 	ClientRequestID string
 	Tool            string
 	IdempotencyKey  string
