@@ -33,10 +33,6 @@ type ClaimRef struct {
 	IdempotencyKey string `json:"idempotency_key"`
 }
 
-// Ref returns the reference itself, so that workers can treat every args
-// type alike.
-func (r ClaimRef) Ref() ClaimRef { return r }
-
 // ClaimArgs is the job of a claim. Its kind is the tool's name, so River
 // UI shows refund_order jobs as such; one worker per mutating tool is
 // registered with river.AddWorkerArgs.

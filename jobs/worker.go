@@ -127,14 +127,8 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 
 	// 2. enter
 	claim, err = r.enter(ctx, claim, job, lease)
-	switch {
-	case errors.Is(err, errNoEffect):
-		log.Info("claim needs no run", "status", claim.Status)
-		return "no_effect", nil
-	case errors.Is(err, errLeaseHeld):
-		return "snoozed", river.JobSnooze(lease / 4)
-	case err != nil:
-		return "retry", err
+	if err != nil {
+		return notLeased(claim, err, lease, log)
 	}
 	log = log.With("epoch", claim.Epoch, "attempt", claim.Attempts)
 
@@ -155,19 +149,42 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 		r.metrics.call(spec.Provider, "ok")
 		return "succeeded", r.complete(ctx, claim, spec, nil, result, hooks, log)
 	}
+	info, failed := r.verdict(err, job, spec.Provider)
+	if failed {
+		return "failed", r.fail(ctx, claim, info, hooks, log)
+	}
+	return "retry", r.release(ctx, claim, info, err, log)
+}
+
+// notLeased names what a job does when it could not take the lease:
+// nothing (the claim needs no run), snooze (a live lease elsewhere), or
+// retry (an error).
+func notLeased(claim *gate.Claim, err error, lease time.Duration, log *slog.Logger) (string, error) {
+	switch {
+	case errors.Is(err, errNoEffect):
+		log.Info("claim needs no run", "status", claim.Status)
+		return "no_effect", nil
+	case errors.Is(err, errLeaseHeld):
+		return "snoozed", river.JobSnooze(lease / 4)
+	}
+	return "retry", err
+}
+
+// verdict reads an effect's error for the operation: failed (definitive,
+// or the last attempt's transient error, as retries_exhausted) or to be
+// retried, with the error to record; it counts the call.
+func (r *Runner) verdict(err error, job jobInfo, provider string) (domain.ErrorInfo, bool) {
 	info, definitive := classify(err)
 	switch {
 	case definitive:
-		r.metrics.call(spec.Provider, "definitive")
-		return "failed", r.fail(ctx, claim, info, hooks, log)
+		r.metrics.call(provider, "definitive")
+		return info, true
 	case job.attempt >= job.maxAttempts:
-		r.metrics.call(spec.Provider, "transient")
-		info := domain.ErrorInfo{Code: domain.CodeRetriesExhausted, Message: fmt.Sprintf("gave up after %d attempts: %v", job.attempt, err)}
-		return "failed", r.fail(ctx, claim, info, hooks, log)
-	default:
-		r.metrics.call(spec.Provider, "transient")
-		return "retry", r.release(ctx, claim, info, err, log)
+		r.metrics.call(provider, "transient")
+		return domain.ErrorInfo{Code: domain.CodeRetriesExhausted, Message: fmt.Sprintf("gave up after %d attempts: %v", job.attempt, err)}, true
 	}
+	r.metrics.call(provider, "transient")
+	return info, false
 }
 
 // classify reads an effect's error: a definitive *tool.Error fails the
@@ -194,62 +211,32 @@ func classify(err error) (domain.ErrorInfo, bool) {
 func (r *Runner) runInTx(ctx context.Context, claim *gate.Claim, spec *tool.Spec, job jobInfo, lease time.Duration, hooks jobHooks, log *slog.Logger) (string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectDeadline(lease))
 	defer cancel()
-	for range 2 {
-		tx, err := r.store.Begin(ctx)
-		if err != nil {
-			return "retry", err
-		}
-		leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: claim.ID, JobID: int64(job.id), Lease: lease})
-		if errors.Is(err, domain.ErrLeaseUnavailable) {
-			_ = tx.Rollback(ctx)
-			switch {
-			case leased.Status == domain.StatusFailed:
-				if err := r.redriveFromRiverUI(ctx, leased); err != nil {
-					return "retry", err
-				}
-				continue
-			case leased.LeaseLive:
-				return "snoozed", river.JobSnooze(lease / 4)
-			default:
-				log.Info("claim needs no run", "status", leased.Status)
-				return "no_effect", nil
-			}
-		}
-		if err != nil {
-			_ = tx.Rollback(ctx)
-			return "retry", err
-		}
-		log := log.With("epoch", leased.Epoch, "attempt", leased.Attempts)
-		ttx, err := tool.WrapTx(tx)
-		if err != nil {
-			_ = tx.Rollback(ctx)
-			return "retry", err
-		}
-		result, err := spec.Effect.Apply(ctx, ttx, leased)
-		if err == nil {
-			r.metrics.call(spec.Provider, "ok")
-			return "succeeded", r.complete(ctx, leased, spec, tx, result, hooks, log)
-		}
-		_ = tx.Rollback(ctx)
-		info, definitive := classify(err)
-		switch {
-		case definitive:
-			r.metrics.call(spec.Provider, "definitive")
-		case job.attempt >= job.maxAttempts:
-			r.metrics.call(spec.Provider, "transient")
-			info = domain.ErrorInfo{Code: domain.CodeRetriesExhausted, Message: fmt.Sprintf("gave up after %d attempts: %v", job.attempt, err)}
-		default:
-			r.metrics.call(spec.Provider, "transient")
-			return "retry", r.recordAttempt(ctx, claim, job, lease, info, err, log)
-		}
-		entered, err := r.enter(ctx, claim, job, lease)
-		if err != nil {
-			log.Info("claim changed before its failure was stored; the new holder decides", "error", err)
-			return "no_effect", nil
-		}
-		return "failed", r.fail(ctx, entered, info, hooks, log)
+	tx, leased, err := r.leaseTx(ctx, claim, job, lease)
+	if err != nil {
+		return notLeased(leased, err, lease, log)
 	}
-	return "no_effect", nil
+	log = log.With("epoch", leased.Epoch, "attempt", leased.Attempts)
+	ttx, err := tool.WrapTx(tx)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return "retry", err
+	}
+	result, err := spec.Effect.Apply(ctx, ttx, leased)
+	if err == nil {
+		r.metrics.call(spec.Provider, "ok")
+		return "succeeded", r.complete(ctx, leased, spec, tx, result, hooks, log)
+	}
+	_ = tx.Rollback(ctx)
+	info, failed := r.verdict(err, job, spec.Provider)
+	if !failed {
+		return "retry", r.recordAttempt(ctx, claim, job, lease, info, err, log)
+	}
+	entered, err := r.enter(ctx, claim, job, lease)
+	if err != nil {
+		log.Info("claim changed before its failure was stored; the new holder decides", "error", err)
+		return "no_effect", nil
+	}
+	return "failed", r.fail(ctx, entered, info, hooks, log)
 }
 
 // recordAttempt stores a transient in-transaction failure: the lease is
@@ -279,47 +266,56 @@ var (
 	errLeaseHeld = errors.New("lease held by a live worker")
 )
 
-// enter takes the lease in its own committed transaction, with a started
-// audit row.
-func (r *Runner) enter(ctx context.Context, claim *gate.Claim, job jobInfo, lease time.Duration) (*gate.Claim, error) {
+// leaseTx begins a transaction and takes the lease in it, returning both.
+// When the lease is not to be had it rolls back and answers errNoEffect
+// (succeeded, or another job's claim now) or errLeaseHeld (a live lease);
+// a failed claim whose very job an operator retried (River UI) is
+// re-driven through the gate first, and then leased.
+func (r *Runner) leaseTx(ctx context.Context, claim *gate.Claim, job jobInfo, lease time.Duration) (gate.Tx, *gate.Claim, error) {
 	for range 2 {
 		tx, err := r.store.Begin(ctx)
 		if err != nil {
-			return claim, err
+			return nil, claim, err
 		}
 		leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: claim.ID, JobID: int64(job.id), Lease: lease})
-		if errors.Is(err, domain.ErrLeaseUnavailable) {
-			_ = tx.Rollback(ctx)
-			switch {
-			case leased.Status == domain.StatusSucceeded:
-				return leased, errNoEffect
-			case leased.Status == domain.StatusFailed:
-				// An operator retried this very job (River UI): re-drive it
-				// through the gate, then lease.
-				if err := r.redriveFromRiverUI(ctx, leased); err != nil {
-					return leased, err
-				}
-				continue
-			case leased.LeaseLive:
-				return leased, errLeaseHeld
-			default:
-				return leased, errNoEffect // another job's claim now
+		if err == nil {
+			return tx, leased, nil
+		}
+		_ = tx.Rollback(ctx)
+		if !errors.Is(err, domain.ErrLeaseUnavailable) {
+			return nil, claim, err
+		}
+		switch {
+		case leased.Status == domain.StatusSucceeded:
+			return nil, leased, errNoEffect
+		case leased.Status == domain.StatusFailed:
+			if err := r.redriveFromRiverUI(ctx, leased); err != nil {
+				return nil, leased, err
 			}
+		case leased.LeaseLive:
+			return nil, leased, errLeaseHeld
+		default:
+			return nil, leased, errNoEffect // another job's claim now
 		}
-		if err != nil {
-			_ = tx.Rollback(ctx)
-			return claim, err
-		}
-		if err := tx.AuditInsert(ctx, r.audit(leased, domain.DecisionStarted, fmt.Sprintf("attempt %d, epoch %d", leased.Attempts, leased.Epoch), nil)); err != nil {
-			_ = tx.Rollback(ctx)
-			return claim, err
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return claim, err
-		}
-		return leased, nil
 	}
-	return claim, errNoEffect
+	return nil, claim, errNoEffect
+}
+
+// enter takes the lease in its own committed transaction, with a started
+// audit row.
+func (r *Runner) enter(ctx context.Context, claim *gate.Claim, job jobInfo, lease time.Duration) (*gate.Claim, error) {
+	tx, leased, err := r.leaseTx(ctx, claim, job, lease)
+	if err != nil {
+		return leased, err
+	}
+	if err := tx.AuditInsert(ctx, r.audit(leased, domain.DecisionStarted, fmt.Sprintf("attempt %d, epoch %d", leased.Attempts, leased.Epoch), nil)); err != nil {
+		_ = tx.Rollback(ctx)
+		return claim, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return claim, err
+	}
+	return leased, nil
 }
 
 // redriveFromRiverUI re-drives a failed claim whose own job an operator
@@ -459,25 +455,19 @@ func (r *Runner) audit(c *gate.Claim, d domain.Decision, reason string, result j
 	}
 }
 
-// claimArgs is implemented by every claim job's args.
-type claimArgs interface {
-	river.JobArgs
-	Ref() ClaimRef
-}
-
-// Worker is the River worker of one tool's claim jobs on driver TDriver.
-type Worker[TDriver riverdriver.Driver[TTx], TTx any, A claimArgs] struct {
-	river.WorkerDefaults[A]
+// Worker is the River worker of claim jobs on driver TDriver.
+type Worker[TDriver riverdriver.Driver[TTx], TTx any] struct {
+	river.WorkerDefaults[ClaimArgs]
 	runner *Runner
 }
 
 // Timeout is River's JobTimeout for the job: below the lease.
-func (w *Worker[TDriver, TTx, A]) Timeout(job *river.Job[A]) time.Duration {
-	return JobTimeout(w.runner.Lease(job.Args.Ref().Tool))
+func (w *Worker[TDriver, TTx]) Timeout(job *river.Job[ClaimArgs]) time.Duration {
+	return JobTimeout(w.runner.Lease(job.Args.Tool))
 }
 
 // Work implements river.Worker.
-func (w *Worker[TDriver, TTx, A]) Work(ctx context.Context, job *river.Job[A]) error {
+func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArgs]) error {
 	hooks := jobHooks{
 		complete: func(ctx context.Context, tx gate.Tx) error {
 			_, err := river.JobCompleteTx[TDriver](ctx, tx.Raw().(TTx), job)
@@ -492,14 +482,14 @@ func (w *Worker[TDriver, TTx, A]) Work(ctx context.Context, job *river.Job[A]) e
 			return err
 		},
 	}
-	return w.runner.run(ctx, jobInfo{id: int(job.ID), attempt: job.Attempt, maxAttempts: job.MaxAttempts, ref: job.Args.Ref()}, hooks)
+	return w.runner.run(ctx, jobInfo{id: int(job.ID), attempt: job.Attempt, maxAttempts: job.MaxAttempts, ref: job.Args.ClaimRef}, hooks)
 }
 
 // AddWorkers registers a River worker for every mutating tool of the
 // runner's registry, under the tool's name as the job kind.
 func AddWorkers[TDriver riverdriver.Driver[TTx], TTx any](workers *river.Workers, r *Runner) error {
 	for _, spec := range r.tools.Mutations() {
-		if err := addWorker(workers, spec.Name, &Worker[TDriver, TTx, ClaimArgs]{runner: r}); err != nil {
+		if err := addWorker(workers, spec.Name, &Worker[TDriver, TTx]{runner: r}); err != nil {
 			return err
 		}
 	}
