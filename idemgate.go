@@ -42,7 +42,6 @@ import (
 	"github.com/idemgate/idemgate/store/sqlitestore"
 	"github.com/idemgate/idemgate/tenancy"
 	"github.com/idemgate/idemgate/tool"
-	"github.com/idemgate/idemgate/tools"
 )
 
 // Config is every process's configuration: DATABASE_URL, IDEMGATE_API_ADDR
@@ -314,7 +313,3 @@ func (s *Service) serve(ctx context.Context, handler http.Handler, background fu
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
 }
-
-// BuiltinScopes are the scopes of the built-in tools, operations:read and
-// ops:admin.
-func BuiltinScopes() []string { return tools.Scopes() }

@@ -109,7 +109,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	data := pgstore.New(pool)
 	tools := opts.Tools
 	if tools == nil {
-		if tools, err = builtinTools(cfg, data, "", false); err != nil {
+		if tools, err = BuiltinDeclarations(cfg, data); err != nil {
 			return nil, err
 		}
 	}

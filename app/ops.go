@@ -42,7 +42,7 @@ func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, 
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
-	tools, err := builtinTools(cfg, pgstore.New(pool), "", false)
+	tools, err := BuiltinDeclarations(cfg, pgstore.New(pool))
 	if err != nil {
 		return nil, err
 	}

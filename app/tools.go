@@ -19,25 +19,38 @@ type toolData interface {
 }
 
 // BuiltinTools returns a registry of the built-in tools (refund_order,
-// apply_credit, reset_seat, send_password_reset, get_order) on data, with
-// Stripe and SMTP clients from cfg. linkBase is where password-reset links
-// point ("" derives it from IDEMGATE_API_ADDR). Building it connects to
-// nothing.
+// apply_credit, reset_seat, send_password_reset, get_order) on data, ready
+// for a worker: it needs STRIPE_API_KEY and IDEMGATE_SECRET. linkBase is
+// where password-reset links point ("" derives it from IDEMGATE_API_ADDR).
+// Building it connects to nothing.
 func BuiltinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Registry, error) {
-	return builtinTools(cfg, data, linkBase, true)
+	if err := CheckBuiltinWorker(cfg); err != nil {
+		return nil, err
+	}
+	return builtinTools(cfg, data, linkBase)
 }
 
-// builtinTools is BuiltinTools; unless forWorker, a missing Stripe key is
-// fine: the api publishes and claims but never runs an effect.
-func builtinTools(cfg *config.Config, data toolData, linkBase string, forWorker bool) (*tool.Registry, error) {
-	if forWorker {
-		// Password-reset tokens derive from the secret.
-		if err := cfg.RequireSecret(); err != nil {
-			return nil, err
-		}
+// BuiltinDeclarations is BuiltinTools for a process that only serves the
+// api (publishes and claims, never runs an effect): a missing Stripe key or
+// secret is not an error here.
+func BuiltinDeclarations(cfg *config.Config, data toolData) (*tool.Registry, error) {
+	return builtinTools(cfg, data, "")
+}
+
+// CheckBuiltinWorker returns an error naming the setting that a worker of
+// the built-in tools lacks (STRIPE_API_KEY, IDEMGATE_SECRET).
+func CheckBuiltinWorker(cfg *config.Config) error {
+	// Password-reset tokens derive from the secret.
+	if err := cfg.RequireSecret(); err != nil {
+		return err
 	}
+	_, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
+	return err
+}
+
+func builtinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Registry, error) {
 	var stripeClient *refunds.Client
-	if forWorker || cfg.StripeAPIKey != "" {
+	if cfg.StripeAPIKey != "" {
 		var err error
 		if stripeClient, err = refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase}); err != nil {
 			return nil, err
@@ -55,21 +68,4 @@ func builtinTools(cfg *config.Config, data toolData, linkBase string, forWorker 
 		return nil, err
 	}
 	return reg, nil
-}
-
-// BuiltinDeclarations is BuiltinTools for a process that may only serve
-// the api: a missing Stripe key or secret is not an error here, and
-// CheckBuiltinWorker says whether a worker may run them.
-func BuiltinDeclarations(cfg *config.Config, data toolData) (*tool.Registry, error) {
-	return builtinTools(cfg, data, "", false)
-}
-
-// CheckBuiltinWorker returns an error naming the setting that a worker of
-// the built-in tools lacks (STRIPE_API_KEY, IDEMGATE_SECRET).
-func CheckBuiltinWorker(cfg *config.Config) error {
-	if err := cfg.RequireSecret(); err != nil {
-		return err
-	}
-	_, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
-	return err
 }
