@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/config"
@@ -60,22 +58,8 @@ func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, 
 		Gate:     g,
 		River:    client,
 		Control:  control,
-		Redriver: &ops.Redriver{Gate: g, Jobs: riverJobs[pgx.Tx]{control}},
+		Redriver: &ops.Redriver{Gate: g, Jobs: control},
 	}, nil
-}
-
-// riverJobs is ops.Jobs on a River client.
-type riverJobs[TTx any] struct {
-	*jobs.Control[TTx]
-}
-
-// JobExists implements ops.Jobs.
-func (j riverJobs[TTx]) JobExists(ctx context.Context, jobID int64) (bool, error) {
-	_, err := j.Client.JobGet(ctx, jobID)
-	if errors.Is(err, rivertype.ErrNotFound) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // newOpsServer builds the api's operator routes: River UI with a River
@@ -96,7 +80,7 @@ func newOpsServer(cfg *config.Config, pool *pgxpool.Pool, g *gate.Gate, insertOn
 	s, err := ops.NewServer(&ops.Config{
 		Auth:           &ops.Auth{Bearer: srv.Authenticate, Basic: basic, Throttle: ops.NewThrottle(reg), Logger: logger},
 		OperatorTenant: cfg.OperatorTenant,
-		Redriver:       &ops.Redriver{Gate: g, Jobs: riverJobs[pgx.Tx]{&jobs.Control[pgx.Tx]{Client: insertOnly}}},
+		Redriver:       &ops.Redriver{Gate: g, Jobs: &jobs.Control[pgx.Tx]{Client: insertOnly}},
 		Logger:         logger,
 	}, uiClient)
 	if err != nil {

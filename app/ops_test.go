@@ -87,8 +87,8 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, &ops.RedriveLine{
 		OperationID: opID, Tool: "refund_order", Key: key, Action: ops.ActionWouldRedrive, Status: domain.StatusFailed,
-		NextGeneration: true, FreshJob: false, JobID: jobID, Reason: "card fixed",
-	}, line)
+		NextGeneration: true, FreshJob: true, Reason: "card fixed",
+	}, line, "the worker cancelled the failed job: a fresh one would run it")
 	require.Equal(t, before, snapshot(t, b.pool), "a dry run changes nothing")
 
 	params.DryRun = false
@@ -96,8 +96,8 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ops.ActionRedriven, line.Action)
 	require.True(t, line.NextGeneration, "card_declined: nothing happened, so the next generation")
-	require.False(t, line.FreshJob, "River still had the cancelled job: it is retried")
-	require.Equal(t, jobID, line.JobID)
+	require.True(t, line.FreshJob, "a fresh job, never the cancelled one a late cancellation could reach")
+	require.NotEqual(t, jobID, line.JobID)
 	nextKey := "idg_" + opID + "_1"
 	require.Equal(t, nextKey, line.DownstreamKey)
 

@@ -15,8 +15,9 @@ type JobControl interface {
 	// JobCancelTx cancels a job (a running one is marked, so that River's
 	// rescuer cancels rather than retries it).
 	JobCancelTx(ctx context.Context, tx Tx, jobID int64) error
-	// JobRetryTx makes a finished job available again. It reports false when
-	// River no longer has the job.
+	// JobRetryTx makes a finished job available again. It reports false,
+	// changing nothing, when the gate must insert a fresh job instead: River
+	// no longer has the job, will not run it again, or was asked to cancel it.
 	JobRetryTx(ctx context.Context, tx Tx, jobID int64) (bool, error)
 }
 
@@ -246,12 +247,13 @@ type RedriveResult struct {
 	Claim *Claim
 	// NextGeneration is true when the downstream key moves on.
 	NextGeneration bool
-	// FreshJob is true when River no longer had the claim's job.
+	// FreshJob is true when a fresh job replaced the claim's job.
 	FreshJob bool
 }
 
 // Redrive sets a failed claim back to queued and runs it again through the
-// gate: its own job retried (or a fresh one when River cleaned it), a
+// gate: its own job retried, or a fresh one when River cleaned it or was
+// asked to cancel it (JobControl.JobRetryTx reports false), and a
 // redriven audit row naming the operator and the reason. The downstream key
 // stays unless the provider answered definitively that nothing happened.
 func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (*RedriveResult, error) {

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,24 +52,61 @@ func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx gate.Tx, jobID int64)
 	return err
 }
 
-// JobRetryTx implements gate.JobControl. It reports false when River no
-// longer has the job or will not run it again (still running).
+// JobRetryTx implements gate.JobControl. It reports false, and leaves the
+// job alone, when River no longer has the job, will not run it again (still
+// running), or was asked to cancel it: the worker that failed the claim
+// cancelled its own job with JobCancelTx, and River's producer may deliver
+// that cancellation late, to a retried job of the same id, which would then
+// be cancelled before it takes the lease. The gate gives such a claim a
+// fresh job instead.
 func (c *Control[TTx]) JobRetryTx(ctx context.Context, tx gate.Tx, jobID int64) (bool, error) {
 	raw, err := c.rawTx(tx)
 	if err != nil {
 		return false, err
 	}
-	job, err := c.Client.JobRetryTx(ctx, raw, jobID)
+	job, err := c.Client.JobGetTx(ctx, raw, jobID)
 	if errors.Is(err, rivertype.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	// River leaves a running job alone: its worker has returned (the claim
-	// failed) but River has not finalized the row yet, and will mark it
-	// cancelled. It will not run again, so the gate needs a fresh job.
+	if !retryable(job) {
+		return false, nil
+	}
+	if job, err = c.Client.JobRetryTx(ctx, raw, jobID); err != nil {
+		return false, err
+	}
 	return job.State != rivertype.JobStateRunning, nil
+}
+
+// JobRetryable reports whether JobRetryTx would retry the job itself (a
+// re-drive's dry run says so); false means a fresh job would replace it.
+func (c *Control[TTx]) JobRetryable(ctx context.Context, jobID int64) (bool, error) {
+	job, err := c.Client.JobGet(ctx, jobID)
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return retryable(job), nil
+}
+
+// retryable: River would run the job again, and no cancellation of it was
+// requested. A running job is left alone by River's JobRetry: its worker has
+// returned (the claim failed) but River has not finalized the row yet.
+func retryable(job *rivertype.JobRow) bool {
+	if job.State == rivertype.JobStateRunning {
+		return false
+	}
+	var meta struct {
+		CancelAttemptedAt *time.Time `json:"cancel_attempted_at"`
+	}
+	if err := json.Unmarshal(job.Metadata, &meta); err != nil {
+		return false
+	}
+	return meta.CancelAttemptedAt == nil
 }
 
 // ReaperArgs is the reaper's periodic job.

@@ -131,8 +131,9 @@ type RedriveLine struct {
 	// NextGeneration is true when the re-drive moves to a new downstream
 	// key: the provider answered definitively that nothing happened.
 	NextGeneration bool `json:"next_generation"`
-	// FreshJob is true when River no longer had the operation's job, so a
-	// new one replaces it.
+	// FreshJob is true when a new job replaces the operation's job: River no
+	// longer has it, or its cancellation was requested (a failing worker
+	// cancels its own job).
 	FreshJob bool `json:"fresh_job"`
 	// JobID is the job that runs the operation (will run, for a dry run).
 	JobID int64 `json:"job_id,omitempty"`
@@ -143,10 +144,11 @@ type RedriveLine struct {
 }
 
 // Jobs is what a re-drive needs of River: gate.JobControl in the gate's
-// transactions, and whether a job still exists (for a dry run's fresh_job).
+// transactions, and whether the re-drive would retry a job itself (for a dry
+// run's fresh_job). jobs.Control implements it.
 type Jobs interface {
 	gate.JobControl
-	JobExists(ctx context.Context, jobID int64) (bool, error)
+	JobRetryable(ctx context.Context, jobID int64) (bool, error)
 }
 
 // Redriver re-drives failed operations through gate.Gate.Redrive. idemctl
@@ -207,11 +209,11 @@ func (r *Redriver) Redrive(ctx context.Context, p *RedriveParams) (*RedriveLine,
 	if p.DryRun {
 		line.Action = ActionWouldRedrive
 		line.DownstreamKey = ""
-		exists, err := r.Jobs.JobExists(ctx, c.JobID)
+		retryable, err := r.Jobs.JobRetryable(ctx, c.JobID)
 		if err != nil {
 			return nil, fmt.Errorf("ops: look up job %d: %w", c.JobID, err)
 		}
-		line.FreshJob = !exists
+		line.FreshJob = !retryable
 		if line.FreshJob {
 			line.JobID = 0 // a new job would replace it
 		}

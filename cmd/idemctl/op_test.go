@@ -168,8 +168,8 @@ func TestOpRedriveOne(t *testing.T) {
 	require.Len(t, lines, 1)
 	require.Equal(t, map[string]any{
 		"operation_id": declined.OperationID, "tool": "refund_order", "key": "op-declined-0001", "action": "would_redrive",
-		"status": "failed", "next_generation": true, "fresh_job": false, "job_id": float64(declined.JobID), "reason": "card fixed",
-	}, lines[0])
+		"status": "failed", "next_generation": true, "fresh_job": true, "reason": "card fixed",
+	}, lines[0], "its job was cancelled: a fresh one would run it")
 	require.Equal(t, before, claimRow(t, b.pool, declined.ID))
 	require.Equal(t, "cancelled", jobState(t, b.pool, declined.JobID))
 
@@ -187,19 +187,24 @@ func TestOpRedriveOne(t *testing.T) {
 	res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", succeeded.IdempotencyKey, "--reason", "try")
 	require.Contains(t, res.stderr, "the operation succeeded; re-driving it is refused")
 
-	// The re-drive: next generation (card declined: nothing happened), the
-	// same job retried, a redriven audit row naming the operator.
+	// The re-drive: next generation (card declined: nothing happened), a
+	// fresh job (the old one's cancellation was requested), a redriven audit
+	// row naming the operator.
 	res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001",
 		"--reason", "card fixed", "--operator", "alice")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	lines = jsonLines(t, res.stdout)
 	require.Len(t, lines, 1)
+	fresh, ok := lines[0]["job_id"].(float64)
+	require.True(t, ok, "the line names the fresh job")
+	require.NotEqual(t, float64(declined.JobID), fresh)
 	require.Equal(t, map[string]any{
 		"operation_id": declined.OperationID, "tool": "refund_order", "key": "op-declined-0001", "action": "redriven",
-		"status": "queued", "next_generation": true, "fresh_job": false, "job_id": float64(declined.JobID),
+		"status": "queued", "next_generation": true, "fresh_job": true, "job_id": fresh,
 		"downstream_key": "idg_" + declined.OperationID + "_1", "reason": "card fixed",
 	}, lines[0])
-	require.Equal(t, "available", jobState(t, b.pool, declined.JobID))
+	require.Equal(t, "available", jobState(t, b.pool, int64(fresh)))
+	require.Equal(t, "cancelled", jobState(t, b.pool, declined.JobID))
 
 	res = idemctl(ctx, t, b.dbURL, "op", "get", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001")
 	require.Equal(t, exitOK, res.code, res.stderr)
@@ -266,7 +271,7 @@ func TestOpRedriveSet(t *testing.T) {
 	require.Equal(t, false, byKey["op-unknown-00001"]["next_generation"], "an unknown outcome keeps the downstream key")
 	require.Equal(t, true, byKey["op-declined-0001"]["next_generation"])
 	require.Equal(t, true, byKey["op-cleaned-00001"]["fresh_job"])
-	require.Equal(t, false, byKey["op-unknown-00001"]["fresh_job"])
+	require.Equal(t, true, byKey["op-unknown-00001"]["fresh_job"], "its job's cancellation was requested")
 	for id, row := range untouched {
 		require.Equal(t, row, claimRow(t, b.pool, id), "a dry run changes nothing")
 	}
@@ -286,7 +291,7 @@ func TestOpRedriveSet(t *testing.T) {
 	fresh := int64(byKey["op-cleaned-00001"]["job_id"].(float64))
 	require.NotEqual(t, cleaned.JobID, fresh)
 	require.Equal(t, "available", jobState(t, b.pool, fresh))
-	require.Equal(t, "available", jobState(t, b.pool, unknown.JobID))
+	require.Equal(t, "available", jobState(t, b.pool, int64(byKey["op-unknown-00001"]["job_id"].(float64))))
 	for _, c := range []*gate.Claim{succeeded, old, other} {
 		require.Equal(t, untouched[c.ID], claimRow(t, b.pool, c.ID), "%s/%s is outside the set", c.TenantID, c.IdempotencyKey)
 	}

@@ -667,6 +667,23 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, "available", s.JobState(ctx, res.Claim.JobID))
 		require.Equal(t, domain.StatusQueued, res.Claim.Status)
 	},
+	// A job nobody asked to cancel (here: still available) is the claim's
+	// own job again after a re-drive; no second job is inserted.
+	"RedriveKeepsAJobNotCancelled": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "redrive-own-01"}).Claim
+		leased := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
+		_, err := s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeOutcomeUnknown}})
+		require.NoError(t, err)
+		jobs := s.JobCount(ctx)
+		res, err := s.gate.Redrive(ctx, &gate.RedriveParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "redrive-own-01",
+			Operator: "ops@acme", Reason: "retry"}, s.Control)
+		require.NoError(t, err)
+		require.False(t, res.FreshJob)
+		require.Equal(t, c.JobID, res.Claim.JobID, "its own job runs it")
+		require.Equal(t, jobs, s.JobCount(ctx))
+		require.Equal(t, "available", s.JobState(ctx, c.JobID))
+	},
 	"RedriveThroughTheGate": func(t *testing.T, s *suite) {
 		ctx := context.Background()
 		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "redrive-key-01"}).Claim
@@ -691,8 +708,13 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NoError(t, err)
 		require.Equal(t, domain.StatusQueued, res.Claim.Status)
 		require.Equal(t, c.DownstreamKey, res.Claim.DownstreamKey)
-		require.Equal(t, c.JobID, res.Claim.JobID, "its own job is retried")
-		require.Equal(t, "available", s.JobState(ctx, c.JobID))
+		// Its job's cancellation was requested (a failing worker cancels its
+		// own job): River may still deliver it to a retried job of that id,
+		// so a fresh job runs the claim and the cancelled one stays so.
+		require.True(t, res.FreshJob)
+		require.NotEqual(t, c.JobID, res.Claim.JobID)
+		require.Equal(t, "available", s.JobState(ctx, res.Claim.JobID))
+		require.Equal(t, "cancelled", s.JobState(ctx, c.JobID))
 		events := audit(ctx, t, s.Store, "acme", "refund_order", "redrive-key-01")
 		last := events[len(events)-1]
 		require.Equal(t, domain.DecisionRedriven, last.Decision)

@@ -31,8 +31,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/app"
@@ -132,7 +130,7 @@ func Postgres(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	require.NoError(t, err)
 	w, err := app.NewWorker(cfg, pool, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10})
 	require.NoError(t, err)
-	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: riverJobs[pgx.Tx]{w.Control}}
+	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: w.Control}
 	h.gate = w.Gate
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
@@ -181,7 +179,7 @@ func SQLite(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	wreg := h.faults.wrap(t, reg)
 	e, err := app.NewEmbedded(cfg, db, nil, &app.APIOptions{Tools: wreg, RateLimit: -1}, &app.WorkerOptions{Tools: wreg, MaxWorkers: 4})
 	require.NoError(t, err)
-	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: riverJobs[*sql.Tx]{&jobs.Control[*sql.Tx]{Client: e.Client}}}
+	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: &jobs.Control[*sql.Tx]{Client: e.Client}}
 	h.gate = e.Gate
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
@@ -592,15 +590,4 @@ func (e *lossyEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage,
 
 func (e *lossyEffect) Record(ctx context.Context, tx tool.Tx, c *gate.Claim, result json.RawMessage) error {
 	return e.inner.Record(ctx, tx, c, result)
-}
-
-// riverJobs is ops.Jobs on a River client.
-type riverJobs[TTx any] struct{ *jobs.Control[TTx] }
-
-func (j riverJobs[TTx]) JobExists(ctx context.Context, jobID int64) (bool, error) {
-	_, err := j.Client.JobGet(ctx, jobID)
-	if errors.Is(err, rivertype.ErrNotFound) {
-		return false, nil
-	}
-	return err == nil, err
 }
