@@ -103,9 +103,20 @@ type Operation struct {
 	JobID          int64           `json:"job_id,omitempty"`
 	Result         json.RawMessage `json:"result,omitempty"`
 	Error          *ErrorInfo      `json:"error,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	ExpiresAt      *time.Time      `json:"expires_at,omitempty"`
+	// Generation counts re-drives that moved to a new downstream key.
+	Generation int `json:"generation"`
+	// LastError is the last transient error while the operation is retried
+	// (a Stripe outage, a network error): why it is not done yet.
+	LastError *ErrorInfo `json:"last_error,omitempty"`
+	// NextAttemptAt is when River runs the operation's job next, while it
+	// waits for a retry; set by get_operation, list_operations and tasks.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// LeaseExpiresAt is the end of the worker's in-flight lease while the
+	// operation is running: a worker that died is replaced after it.
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
 }
 
 // ErrorInfo is a stored, redacted error: a stable code and a message.

@@ -52,7 +52,7 @@ type Claim struct {
 
 // Operation returns the client-visible view of the claim.
 func (c *Claim) Operation() *domain.Operation {
-	return &domain.Operation{
+	op := &domain.Operation{
 		OperationID:    c.OperationID,
 		Tool:           c.Tool,
 		IdempotencyKey: c.IdempotencyKey,
@@ -61,10 +61,18 @@ func (c *Claim) Operation() *domain.Operation {
 		JobID:          c.JobID,
 		Result:         c.Result,
 		Error:          c.Error,
+		Generation:     c.Generation,
 		CreatedAt:      c.CreatedAt,
 		UpdatedAt:      c.UpdatedAt,
 		ExpiresAt:      c.ExpiresAt,
 	}
+	if !c.Status.Terminal() {
+		op.LastError = c.LastError
+	}
+	if c.Status == domain.StatusRunning {
+		op.LeaseExpiresAt = c.LeaseExpiresAt
+	}
+	return op
 }
 
 // AuditEvent is one row of the append-only audit_events table.

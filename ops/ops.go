@@ -21,12 +21,13 @@ import (
 // view plus the gate's own fields.
 type OperationView struct {
 	domain.Operation
-	TenantID       string            `json:"tenant_id"`
-	UserID         string            `json:"user_id"`
-	ArgsHash       string            `json:"args_hash"`
-	Generation     int               `json:"generation"`
-	DownstreamKey  string            `json:"downstream_key"`
-	Epoch          int64             `json:"epoch"`
+	TenantID      string `json:"tenant_id"`
+	UserID        string `json:"user_id"`
+	ArgsHash      string `json:"args_hash"`
+	DownstreamKey string `json:"downstream_key"`
+	Epoch         int64  `json:"epoch"`
+	// LeaseExpiresAt and LastError are kept whatever the status, for
+	// operators (the client view shows them while they matter).
 	LeaseExpiresAt *time.Time        `json:"lease_expires_at"`
 	LastError      *domain.ErrorInfo `json:"last_error"`
 }
@@ -38,7 +39,6 @@ func ViewOperation(c *gate.Claim) OperationView {
 		TenantID:       c.TenantID,
 		UserID:         c.UserID,
 		ArgsHash:       c.ArgsHash,
-		Generation:     c.Generation,
 		DownstreamKey:  c.DownstreamKey,
 		Epoch:          c.Epoch,
 		LeaseExpiresAt: c.LeaseExpiresAt,
