@@ -454,6 +454,13 @@ func (g *Gate) conflict(existing *Claim, in *Intent, policy *Policy) *domain.Err
 	}
 }
 
+// Await waits up to d for claim to turn terminal (woken by the Waiter, or
+// polling) and returns it as last read: terminal, or still in flight when d
+// ended or ctx was cancelled.
+func (g *Gate) Await(ctx context.Context, claim *Claim, d time.Duration) (*Claim, error) {
+	return g.await(ctx, claim, d)
+}
+
 // await waits up to d for claim to turn terminal and returns it as last read.
 func (g *Gate) await(ctx context.Context, claim *Claim, d time.Duration) (*Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
