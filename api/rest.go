@@ -129,34 +129,13 @@ func retryAfterSeconds(d time.Duration) string {
 	return strconv.Itoa(max(secs, 1))
 }
 
-// statusOf maps an error code to its HTTP status.
-func statusOf(e *callError) int {
-	switch e.err.Code {
-	case domain.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case domain.CodeForbidden:
-		return http.StatusForbidden
-	case domain.CodeIdempotencyKeyRequired, domain.CodeInvalidIdempotencyKey, domain.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case domain.CodeKeyReuseDifferentArgs, domain.CodeKeyExpired:
-		return http.StatusUnprocessableEntity
-	case domain.CodeNotFound:
-		return http.StatusNotFound
-	case domain.CodeRateLimited:
-		return http.StatusTooManyRequests
-	case domain.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case domain.CodeInternal:
-		return http.StatusInternalServerError
-	}
-	if e.operation != nil {
-		// A stored failure of the operation itself: the request was fine.
-		return http.StatusOK
-	}
-	return http.StatusBadRequest
-}
+// statusOf returns the HTTP status of an error: its code's (status.go), the
+// same for a refusal, a fresh failure and a replayed one.
+func statusOf(e *callError) int { return statusFor(e.err.Code) }
 
-// problem is an RFC 9457 problem detail with our code.
+// problem is an RFC 9457 problem detail with our code. Its type,
+// https://idemgate.dev/errors/<code>, is an identifier (docs/errors.md),
+// not a page.
 type problem struct {
 	Type     string `json:"type"`
 	Title    string `json:"title"`
@@ -166,6 +145,9 @@ type problem struct {
 	*errorBody
 }
 
+// writeProblem answers e as application/problem+json with status (statusOf
+// for most callers; 413 for an oversized body), and Retry-After when e
+// asks a client to wait.
 func writeProblem(w http.ResponseWriter, r *http.Request, status int, e *callError) {
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds(e.retryAfter))

@@ -35,6 +35,18 @@ const (
 	CodeRetriesExhausted              Code = "retries_exhausted"
 )
 
+// Codes returns every code constant above, in declaration order. Tools may
+// store codes of their own besides these (docs/errors.md).
+func Codes() []Code {
+	return []Code{
+		CodeIdempotencyKeyRequired, CodeInvalidIdempotencyKey, CodeKeyReuseDifferentArgs, CodeKeyExpired,
+		CodeForbidden, CodeUnauthenticated, CodeNotFound, CodeInvalidArgument,
+		CodeUnavailable, CodeRateLimited, CodeInternal,
+		CodeOutcomeUnknown, CodeCancelled, CodeDownstreamIdempotencyMismatch, CodeAmountExceedsRefundable,
+		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted,
+	}
+}
+
 // Error is an error with a stable code, an optional field it is about, and
 // optional details (for a conflict, the fields that differ).
 type Error struct {
