@@ -128,6 +128,9 @@ type Executor interface {
 	ClaimInsert(ctx context.Context, params *ClaimInsertParams) (*Claim, error)
 	// ClaimGetByKey returns the claim of (tenant, tool, key).
 	ClaimGetByKey(ctx context.Context, params *ClaimGetByKeyParams) (*Claim, error)
+	// ClaimGetByOperation returns the tenant's claim of an operation id,
+	// which must be a UUID.
+	ClaimGetByOperation(ctx context.Context, params *ClaimGetByOperationParams) (*Claim, error)
 	// ClaimGetByID returns a claim by its row id.
 	ClaimGetByID(ctx context.Context, params *ClaimGetByIDParams) (*Claim, error)
 	// ClaimTakeOver gives an expired terminal claim to a new intent in one
@@ -177,6 +180,15 @@ type Executor interface {
 	ClaimRepoint(ctx context.Context, params *ClaimRepointParams) (*Claim, error)
 	// ClaimList lists a tenant's claims, newest first, for operators.
 	ClaimList(ctx context.Context, params *ClaimListParams) ([]*Claim, error)
+	// ClaimListNewest lists one tenant's claims by creation, newest first
+	// (created_at, then id, descending), after a cursor: the pages an agent
+	// reads. No claim transition changes the order.
+	ClaimListNewest(ctx context.Context, params *ClaimListNewestParams) ([]*Claim, error)
+	// JobGet returns what the gate reads of a River job: its state and
+	// when it runs next. Lock also locks the row until the transaction
+	// ends (on engines with row locks), so that no worker fetches the job
+	// meanwhile. A job River no longer has is domain.ErrNotFound.
+	JobGet(ctx context.Context, params *JobGetParams) (*Job, error)
 	// ClaimListLeaseExpired lists running claims whose lease expired.
 	ClaimListLeaseExpired(ctx context.Context, params *ClaimListLeaseExpiredParams) ([]*Claim, error)
 	// ClaimArchiveExpired replaces up to Limit terminal claims past their
@@ -217,6 +229,13 @@ type ClaimGetByKeyParams struct {
 	IdempotencyKey string
 	// Now overrides the database clock for Expired and LeaseLive; tests only.
 	Now *time.Time
+}
+
+// ClaimGetByOperationParams are the parameters of
+// Executor.ClaimGetByOperation.
+type ClaimGetByOperationParams struct {
+	TenantID    string
+	OperationID string
 }
 
 // ClaimGetByIDParams are the parameters of Executor.ClaimGetByID.
@@ -346,6 +365,43 @@ type ClaimListParams struct {
 	// Since keeps claims updated at or after it.
 	Since *time.Time
 	Limit int
+}
+
+// ClaimListNewestParams are the parameters of Executor.ClaimListNewest.
+type ClaimListNewestParams struct {
+	// TenantID is required: a page never mixes tenants.
+	TenantID string
+	// Tool and Status filter when set.
+	Tool   string
+	Status domain.Status
+	// After, when set, lists only claims older than it: the last claim of
+	// the previous page.
+	After *ClaimCursor
+	Limit int
+}
+
+// ClaimCursor is a position in ClaimListNewest's order.
+type ClaimCursor struct {
+	CreatedAt time.Time
+	ID        int64
+}
+
+// JobGetParams are the parameters of Executor.JobGet.
+type JobGetParams struct {
+	ID   int64
+	Lock bool
+}
+
+// Job is what the gate reads of a River job.
+type Job struct {
+	ID int64
+	// State is River's job state: available, scheduled, retryable,
+	// running, completed, cancelled or discarded.
+	State string
+	// NextRunAt is when River runs the job next, never before the
+	// database's now(); nil when the job will not run again by itself
+	// (running, or finalized).
+	NextRunAt *time.Time
 }
 
 // ClaimListLeaseExpiredParams are the parameters of Executor.ClaimListLeaseExpired.

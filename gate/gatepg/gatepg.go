@@ -207,6 +207,33 @@ func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Cl
 	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), p.Since, limit)
 }
 
+func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID)
+}
+
+func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {
+	var (
+		after   *time.Time
+		afterID int64
+	)
+	if p.After != nil {
+		after, afterID = &p.After.CreatedAt, p.After.ID
+	}
+	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
+}
+
+func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, error) {
+	query := sqlJobGet
+	if p.Lock {
+		query = sqlJobGetLocked
+	}
+	var j gate.Job
+	if err := e.q.QueryRow(ctx, query, p.ID).Scan(&j.ID, &j.State, &j.NextRunAt); err != nil {
+		return nil, translate(err)
+	}
+	return &j, nil
+}
+
 func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, p.Now)
 }

@@ -34,6 +34,11 @@ SELECT ` + claimColumns + computed("$4") + `
 FROM idempotency_claims
 WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3`
 
+var sqlClaimGetByOperation = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE operation_id = $2::uuid AND tenant_id = $1`
+
 var sqlClaimGetByID = `
 SELECT ` + claimColumns + computed("$2") + `
 FROM idempotency_claims
@@ -190,6 +195,31 @@ WHERE ($1 = '' OR tenant_id = $1)
 	AND ($4::timestamptz IS NULL OR updated_at >= $4::timestamptz)
 ORDER BY updated_at DESC, id DESC
 LIMIT $5`
+
+// sqlClaimListNewest pages one tenant's claims by creation, newest first,
+// on idempotency_claims_tenant_created_idx.
+var sqlClaimListNewest = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE tenant_id = $1
+	AND ($2 = '' OR tool = $2)
+	AND ($3 = '' OR status = $3)
+	AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5::bigint))
+ORDER BY created_at DESC, id DESC
+LIMIT $6`
+
+// sqlJobGet reads a River job; next_run_at only for a job River will run
+// again by itself.
+const sqlJobGet = `
+SELECT id, state::text,
+	CASE WHEN state IN ('available', 'scheduled', 'retryable') THEN greatest(scheduled_at, now()) END
+FROM river_job
+WHERE id = $1`
+
+// sqlJobGetLocked is sqlJobGet holding the row: River's fetch skips locked
+// rows, so no worker takes the job until the transaction ends.
+const sqlJobGetLocked = sqlJobGet + `
+FOR UPDATE`
 
 var sqlClaimListStalled = `
 SELECT ` + claimColumns + computed("$2") + `

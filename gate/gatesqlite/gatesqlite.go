@@ -344,6 +344,42 @@ func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Cl
 	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), clock(p.Since), limit)
 }
 
+func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID)
+}
+
+func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {
+	var (
+		after   any
+		afterID int64
+	)
+	if p.After != nil {
+		after, afterID = FormatTime(p.After.CreatedAt), p.After.ID
+	}
+	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
+}
+
+// JobGet implements gate.Executor. Lock needs nothing more on SQLite: a
+// transaction begins IMMEDIATE, holding the database's one write lock, so
+// no worker fetches the job before it ends.
+func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, error) {
+	var (
+		j    gate.Job
+		next sql.NullString
+	)
+	if err := e.queryRow(ctx, sqlJobGet, p.ID).Scan(&j.ID, &j.State, &next); err != nil {
+		return nil, translate(err)
+	}
+	if next.Valid {
+		t, err := ParseTime(next.String)
+		if err != nil {
+			return nil, err
+		}
+		j.NextRunAt = &t
+	}
+	return &j, nil
+}
+
 func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, clock(p.Now))
 }

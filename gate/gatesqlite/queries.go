@@ -176,6 +176,34 @@ WHERE (?1 = '' OR tenant_id = ?1)
 ORDER BY updated_at DESC, id DESC
 LIMIT ?5`
 
+var sqlClaimGetByOperation = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE operation_id = ?2 AND tenant_id = ?1`
+
+// sqlClaimListNewest pages one tenant's claims by creation, newest first,
+// on idempotency_claims_tenant_created_idx. ?4 is the cursor's created_at
+// in TimeFormat, or NULL.
+var sqlClaimListNewest = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE tenant_id = ?1
+	AND (?2 = '' OR tool = ?2)
+	AND (?3 = '' OR status = ?3)
+	AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
+ORDER BY created_at DESC, id DESC
+LIMIT ?6`
+
+// sqlJobGet reads a River job; next_run_at only for a job River will run
+// again by itself. River's SQLite driver writes times in more than one
+// text form: julianday reads them all.
+var sqlJobGet = `
+SELECT id, state,
+	CASE WHEN state IN ('available', 'scheduled', 'retryable')
+		THEN strftime('%Y-%m-%dT%H:%M:%fZ', max(julianday(scheduled_at), julianday('now'))) END
+FROM river_job
+WHERE id = ?1`
+
 var sqlClaimListLeaseExpired = `
 SELECT ` + claimColumns + computed("?2") + `
 FROM idempotency_claims
@@ -240,7 +268,7 @@ ORDER BY id`
 var allQueries = []string{
 	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimSetJob, sqlClaimLease,
 	sqlClaimComplete, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
-	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListLeaseExpired, sqlClaimArchiveTombstones, sqlClaimArchiveDelete,
+	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimArchiveTombstones, sqlClaimArchiveDelete,
 	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlAuditInsert,
 	sqlAuditListByKey,
 }

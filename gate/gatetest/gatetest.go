@@ -754,6 +754,127 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NotEqual(t, old.OperationID, res.Claim.OperationID)
 	},
 
+	"ListNewestPagesOneTenantNewestFirst": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		var mine []*gate.Claim
+		for i := range 5 {
+			mine = append(mine, Claim(ctx, t, s.gate, &ClaimOpts{Key: fmt.Sprintf("list-newest-%02d", i)}).Claim)
+		}
+		Claim(ctx, t, s.gate, &ClaimOpts{Tenant: "globex", Key: "list-newest-globex"})
+		credit := Claim(ctx, t, s.gate, &ClaimOpts{Tool: "apply_credit", Key: "list-newest-credit",
+			Args: map[string]any{"customer_id": "cus_1", "amount_cents": json.Number("100"), "currency": "usd"}}).Claim
+		leased := lease(ctx, t, s.Store, mine[1], mine[1].JobID, time.Minute)
+		_, err := s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: mine[1].ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
+		require.NoError(t, err)
+
+		// Pages of two, newest first, the cursor being the last row read;
+		// the failure (a transition) does not move mine[1].
+		var got []string
+		var after *gate.ClaimCursor
+		for {
+			page, err := s.Store.ClaimListNewest(ctx, &gate.ClaimListNewestParams{TenantID: "acme", After: after, Limit: 2})
+			require.NoError(t, err)
+			for _, c := range page {
+				require.Equal(t, "acme", c.TenantID)
+				got = append(got, c.IdempotencyKey)
+			}
+			if len(page) < 2 {
+				break
+			}
+			last := page[len(page)-1]
+			after = &gate.ClaimCursor{CreatedAt: last.CreatedAt, ID: last.ID}
+		}
+		want := []string{credit.IdempotencyKey}
+		for i := len(mine) - 1; i >= 0; i-- {
+			want = append(want, mine[i].IdempotencyKey)
+		}
+		require.Equal(t, want, got)
+
+		failed, err := s.Store.ClaimListNewest(ctx, &gate.ClaimListNewestParams{TenantID: "acme", Status: domain.StatusFailed, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, failed, 1)
+		require.Equal(t, mine[1].ID, failed[0].ID)
+		credits, err := s.Store.ClaimListNewest(ctx, &gate.ClaimListNewestParams{TenantID: "acme", Tool: "apply_credit", Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, credits, 1)
+		require.Equal(t, credit.ID, credits[0].ID)
+	},
+
+	"GetByOperationIsTenantScoped": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "by-operation-01"}).Claim
+		got, err := s.Store.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: "acme", OperationID: c.OperationID})
+		require.NoError(t, err)
+		require.Equal(t, c.ID, got.ID)
+		_, err = s.Store.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: "globex", OperationID: c.OperationID})
+		require.ErrorIs(t, err, domain.ErrNotFound)
+		_, err = s.Store.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: "acme", OperationID: "00000000-0000-4000-8000-000000000000"})
+		require.ErrorIs(t, err, domain.ErrNotFound)
+	},
+
+	"JobGetSaysWhenTheJobRunsNext": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		before := time.Now().Add(-time.Second)
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "job-get-key-01"}).Claim
+		job, err := s.Store.JobGet(ctx, &gate.JobGetParams{ID: c.JobID})
+		require.NoError(t, err)
+		require.Equal(t, "available", job.State)
+		require.NotNil(t, job.NextRunAt)
+		require.True(t, job.NextRunAt.After(before), "an available job runs now, not in the past: %s", job.NextRunAt)
+		s.MarkJobRunning(ctx, c.JobID, time.Second)
+		job, err = s.Store.JobGet(ctx, &gate.JobGetParams{ID: c.JobID, Lock: true})
+		require.NoError(t, err)
+		require.Equal(t, "running", job.State)
+		require.Nil(t, job.NextRunAt, "a running job has no next run")
+		_, err = s.Store.JobGet(ctx, &gate.JobGetParams{ID: c.JobID + 1000})
+		require.ErrorIs(t, err, domain.ErrNotFound)
+	},
+
+	"CancelOnlyBeforeTheOperationStarts": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "cancel-queued-01"}).Claim
+		params := &gate.CancelParams{TenantID: "acme", OperationID: c.OperationID, UserID: "support-bot", RequestID: "req_cancel"}
+		_, err := s.gate.Cancel(ctx, &gate.CancelParams{TenantID: "globex", OperationID: c.OperationID, UserID: "x"}, s.Control)
+		require.ErrorIs(t, err, domain.ErrNotFound, "another tenant's operation")
+
+		got, err := s.gate.Cancel(ctx, params, s.Control)
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusFailed, got.Status)
+		require.Equal(t, domain.CodeCancelled, got.Error.Code)
+		require.True(t, got.Error.NothingHappened)
+		require.Equal(t, "cancelled", s.JobState(ctx, c.JobID))
+		events := audit(ctx, t, s.Store, "acme", "refund_order", "cancel-queued-01")
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionFailed}, decisions(events))
+		require.Equal(t, "support-bot", events[1].UserID)
+		require.Contains(t, events[1].Reason, "cancelled")
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrLeaseUnavailable, "a cancelled claim is never leased")
+
+		_, err = s.gate.Cancel(ctx, params, s.Control)
+		require.ErrorIs(t, err, gate.ErrCancelTerminal)
+
+		// A job a worker has fetched is about to take the lease: refused.
+		fetched := Claim(ctx, t, s.gate, &ClaimOpts{Key: "cancel-fetched-01"}).Claim
+		s.MarkJobRunning(ctx, fetched.JobID, time.Second)
+		got, err = s.gate.Cancel(ctx, &gate.CancelParams{TenantID: "acme", OperationID: fetched.OperationID, UserID: "x"}, s.Control)
+		require.ErrorIs(t, err, gate.ErrCancelStarted)
+		require.Equal(t, domain.StatusQueued, got.Status)
+
+		// Running: refused. Queued again after an attempt: refused unless
+		// the tool's attempts leave no effect (in-transaction tools).
+		tried := Claim(ctx, t, s.gate, &ClaimOpts{Key: "cancel-tried-01"}).Claim
+		leased := lease(ctx, t, s.Store, tried, tried.JobID, time.Minute)
+		_, err = s.gate.Cancel(ctx, &gate.CancelParams{TenantID: "acme", OperationID: tried.OperationID, UserID: "x"}, s.Control)
+		require.ErrorIs(t, err, gate.ErrCancelStarted)
+		_, err = s.Store.ClaimRelease(ctx, &gate.ClaimReleaseParams{ID: tried.ID, Epoch: leased.Epoch, LastError: domain.ErrorInfo{Code: "transient"}})
+		require.NoError(t, err)
+		_, err = s.gate.Cancel(ctx, &gate.CancelParams{TenantID: "acme", OperationID: tried.OperationID, UserID: "x"}, s.Control)
+		require.ErrorIs(t, err, gate.ErrCancelStarted)
+		got, err = s.gate.Cancel(ctx, &gate.CancelParams{TenantID: "acme", OperationID: tried.OperationID, UserID: "x", AttemptsLeaveNoEffect: true}, s.Control)
+		require.NoError(t, err)
+		require.Equal(t, domain.CodeCancelled, got.Error.Code)
+	},
+
 	"ReaperRequeuesClaimsWhoseWorkerStoppedBeforeTheLease": func(t *testing.T, s *suite) {
 		ctx := context.Background()
 		stuck := Claim(ctx, t, s.gate, &ClaimOpts{Key: "stalled-key-01"}).Claim
