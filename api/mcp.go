@@ -16,10 +16,13 @@ const Version = "0.1.0"
 
 // mcpHandler builds the MCP server with every tool and serves it over
 // Streamable HTTP in stateless mode, so any api replica can answer any call.
-func (s *Server) mcpHandler() http.Handler {
+func (s *Server) mcpHandler() (http.Handler, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}, &mcp.ServerOptions{
 		Instructions: "Mutating tools take an idempotency_key: reuse it when you retry the same intent, " +
-			"never for a different one. An in_flight answer carries the operation handle: poll get_operation.",
+			"never for a different one. An in_flight answer carries the operation handle: poll get_operation, " +
+			"or call the tool as an MCP task (the task id is the operation id; the same key is the same task).",
+		// The tool list never changes while the server runs.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}},
 	})
 	for _, spec := range s.allTools() {
 		// The low-level AddTool does not validate arguments against the
@@ -34,11 +37,14 @@ func (s *Server) mcpHandler() http.Handler {
 			Annotations:  annotations(spec),
 		}, s.toolHandler(spec))
 	}
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+	if err := s.addTaskMethods(server); err != nil {
+		return nil, err
+	}
+	return s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
 		Logger:       s.logger,
-	})
+	})), nil
 }
 
 func (s *Server) toolHandler(def *tool.Spec) mcp.ToolHandler {

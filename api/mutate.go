@@ -30,6 +30,9 @@ type callError struct {
 	// failure) or a conflict with an existing operation.
 	operation *domain.Operation
 	replayed  bool
+	// stored is set when the error is the operation's own outcome (a
+	// failed claim), not a refusal of the call.
+	stored bool
 	// retryAfter is set for rate_limited and unavailable.
 	retryAfter time.Duration
 }
@@ -70,6 +73,9 @@ type call struct {
 	tool            *tool.Spec
 	// raw are the JSON arguments as received.
 	raw []byte
+	// noWait answers at once instead of waiting up to the server's Wait
+	// for the outcome (a task-augmented call).
+	noWait bool
 }
 
 // mutate runs a mutation call through the checks in DESIGN.md's order
@@ -117,11 +123,21 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 		return nil, &callError{err: domain.Errorf(domain.CodeRateLimited, "", "too many %s calls for this tenant; retry after %s", c.tool.Name, wait.Round(time.Millisecond)), retryAfter: wait}
 	}
 
-	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: s.wait})
+	wait := s.wait
+	if c.noWait {
+		wait = 0
+	}
+	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: wait})
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}
 	s.metrics.outcome(c.tool.Name, res.Outcome)
+	return answer(res)
+}
+
+// answer is how a claim's result is answered: an Answer, or the tool
+// error of a conflict, an expired key or a stored failure.
+func answer(res *gate.ClaimResult) (*Answer, *callError) {
 	op := res.Claim.Operation()
 	switch {
 	case res.Outcome == domain.OutcomeConflict:
@@ -135,6 +151,7 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 			err:       &domain.Error{Code: res.Claim.Error.Code, Message: res.Claim.Error.Message},
 			operation: op,
 			replayed:  res.Replayed,
+			stored:    true,
 		}
 	}
 	return &Answer{
@@ -212,11 +229,20 @@ func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 	if err := c.tool.Validate(args); err != nil {
 		return nil, s.deny(ctx, c, key, asDomainError(err), start)
 	}
-	if c.tool.Name == GetOperation {
-		if err := s.checkToolName(args); err != nil {
+	switch c.tool.Name {
+	case GetOperation:
+		if err := s.checkToolName(args, false); err != nil {
 			return nil, s.deny(ctx, c, key, asDomainError(err), start)
 		}
 		if err := gate.ValidateKey(key, key != ""); err != nil {
+			return nil, s.deny(ctx, c, key, asDomainError(err), start)
+		}
+	case ListOperations:
+		if err := s.checkToolName(args, true); err != nil {
+			return nil, s.deny(ctx, c, key, asDomainError(err), start)
+		}
+		cursor, _ := args["cursor"].(string)
+		if _, err := decodeCursor(cursor); err != nil {
 			return nil, s.deny(ctx, c, key, asDomainError(err), start)
 		}
 	}
@@ -245,7 +271,7 @@ func (s *Server) operation(ctx context.Context, actor domain.Actor, tool, key st
 	if err != nil {
 		return nil, err
 	}
-	return claim.Operation(), nil
+	return s.describe(ctx, claim), nil
 }
 
 func asDomainError(err error) *domain.Error {

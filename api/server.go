@@ -51,8 +51,12 @@ type Config struct {
 	Gate *gate.Gate
 	// Auth authenticates bearer tokens. Required.
 	Auth Authenticator
-	// Tools are the tools served besides the built-in get_operation.
+	// Tools are the tools served besides the built-in get_operation and
+	// list_operations.
 	Tools *tool.Registry
+	// Jobs cancels River jobs in the gate's transactions (tasks/cancel).
+	// Required.
+	Jobs gate.JobControl
 	// Wait is how long a mutation waits for its outcome (IDEMGATE_WAIT).
 	Wait time.Duration
 	// DBTimeout bounds reads and audit writes. Default gate.DefaultDBTimeout.
@@ -78,23 +82,26 @@ type Server struct {
 	gate  *gate.Gate
 	auth  Authenticator
 	tools *tool.Registry
-	// getOperation is the built-in get_operation.
-	getOperation *tool.Spec
-	wait         time.Duration
-	dbTimeout    time.Duration
-	maxBody      int64
-	ready        func(ctx context.Context) error
-	limiter      *limiter
-	metrics      *metrics
-	logger       *slog.Logger
-	router       chi.Router
+	// getOperation and listOperationsTool are the built-in reads.
+	getOperation       *tool.Spec
+	listOperationsTool *tool.Spec
+	// jobs cancels a cancelled task's job.
+	jobs      gate.JobControl
+	wait      time.Duration
+	dbTimeout time.Duration
+	maxBody   int64
+	ready     func(ctx context.Context) error
+	limiter   *limiter
+	metrics   *metrics
+	logger    *slog.Logger
+	router    chi.Router
 }
 
 // New returns a Server. It refuses to start when a mutating tool has no gate
 // policy: nothing mutates outside the gate.
 func New(cfg *Config) (*Server, error) {
-	if cfg.Gate == nil || cfg.Auth == nil || cfg.Tools == nil {
-		return nil, errors.New("api: Config.Gate, Config.Auth and Config.Tools are required")
+	if cfg.Gate == nil || cfg.Auth == nil || cfg.Tools == nil || cfg.Jobs == nil {
+		return nil, errors.New("api: Config.Gate, Config.Auth, Config.Tools and Config.Jobs are required")
 	}
 	// Nothing mutates outside the gate: every mutation needs its policy.
 	for _, name := range cfg.Tools.MutationNames() {
@@ -102,13 +109,16 @@ func New(cfg *Config) (*Server, error) {
 			return nil, fmt.Errorf("api: mutating tool %q has no gate policy; refusing to start", name)
 		}
 	}
-	if _, dup := cfg.Tools.Get(GetOperation); dup {
-		return nil, fmt.Errorf("api: %s is built in; a registered tool may not take its name", GetOperation)
+	for _, name := range []string{GetOperation, ListOperations} {
+		if _, dup := cfg.Tools.Get(name); dup {
+			return nil, fmt.Errorf("api: %s is built in; a registered tool may not take its name", name)
+		}
 	}
 	s := &Server{
 		gate:      cfg.Gate,
 		auth:      cfg.Auth,
 		tools:     cfg.Tools,
+		jobs:      cfg.Jobs,
 		wait:      cfg.Wait,
 		dbTimeout: cfg.DBTimeout,
 		maxBody:   cfg.MaxBodyBytes,
@@ -137,6 +147,9 @@ func New(cfg *Config) (*Server, error) {
 		return nil, err
 	}
 	s.getOperation = getOperation
+	if s.listOperationsTool, err = s.listOperationsSpec(); err != nil {
+		return nil, err
+	}
 	reg := cfg.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -144,7 +157,11 @@ func New(cfg *Config) (*Server, error) {
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
 	}
-	s.router = s.routes()
+	mcpHandler, err := s.mcpHandler()
+	if err != nil {
+		return nil, err
+	}
+	s.router = s.routes(mcpHandler)
 	return s, nil
 }
 
@@ -155,7 +172,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 // (metrics, River UI) beside the api's.
 func (s *Server) Router() chi.Router { return s.router }
 
-func (s *Server) routes() chi.Router {
+func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 	r := chi.NewRouter()
 	r.Use(requestID, s.accessLog, middleware.Recoverer, s.limitBody)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -165,8 +182,9 @@ func (s *Server) routes() chi.Router {
 	r.Get("/readyz", s.readyz)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, s.readBody)
-		r.With(singleCall).Handle("/mcp", s.mcpHandler())
+		r.With(singleCall).Handle("/mcp", mcpHandler)
 		r.Post("/v1/tools/{tool}", s.restTool)
+		r.Get("/v1/operations", s.restListOperations)
 		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
 	})
 	return r

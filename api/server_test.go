@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/gate/gatetest"
+	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -39,12 +41,12 @@ func TestMutatingToolWithoutPolicyStopsStart(t *testing.T) {
 	}
 	g, err := gate.New(&gate.Config{Store: gatepg.New(nil), Enqueuer: noEnqueue{}, Policies: policies})
 	require.NoError(t, err)
-	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t)})
+	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t), Jobs: &jobs.Control[pgx.Tx]{}})
 	require.ErrorContains(t, err, `mutating tool "reset_seat" has no gate policy`)
 
 	g, err = gate.New(&gate.Config{Store: gatepg.New(nil), Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
-	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t)})
+	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t), Jobs: &jobs.Control[pgx.Tx]{}})
 	require.NoError(t, err)
 }
 

@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -51,43 +49,36 @@ func (s *Server) getOperationSpec() (*tool.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Publish the mutations' names as the tool argument's enum.
-	var schema map[string]any
-	if err := json.Unmarshal(spec.InputSchema, &schema); err != nil {
-		return nil, err
-	}
-	props, _ := schema["properties"].(map[string]any)
-	toolProp, _ := props["tool"].(map[string]any)
-	if toolProp == nil {
-		return nil, fmt.Errorf("api: get_operation's schema has no tool property")
-	}
-	toolProp["enum"] = s.tools.MutationNames()
-	if spec.InputSchema, err = json.Marshal(schema); err != nil {
-		return nil, err
-	}
-	return spec, nil
+	return spec, withToolEnum(spec, s.tools.MutationNames())
 }
 
-// checkToolName refuses a tool argument that names no mutating tool.
-func (s *Server) checkToolName(args map[string]any) error {
+// checkToolName refuses a tool argument that names no mutating tool;
+// optional lets it be absent.
+func (s *Server) checkToolName(args map[string]any, optional bool) error {
 	name, _ := args["tool"].(string)
+	if name == "" && optional {
+		return nil
+	}
 	if spec, ok := s.tools.Get(name); !ok || !spec.Mutating {
 		return domain.Errorf(domain.CodeInvalidArgument, "tool", "must name a mutating tool, got %q", name)
 	}
 	return nil
 }
 
-// toolByName returns a tool of the registry, or get_operation.
+// toolByName returns a tool of the registry, or a built-in read.
 func (s *Server) toolByName(name string) (*tool.Spec, bool) {
-	if name == GetOperation {
+	switch name {
+	case GetOperation:
 		return s.getOperation, true
+	case ListOperations:
+		return s.listOperationsTool, true
 	}
 	return s.tools.Get(name)
 }
 
 // allTools lists every tool the server serves.
 func (s *Server) allTools() []*tool.Spec {
-	return append(s.tools.All(), s.getOperation)
+	return append(s.tools.All(), s.getOperation, s.listOperationsTool)
 }
 
 // annotations are the MCP hints of a tool, set truthfully: reads are

@@ -184,7 +184,14 @@ func TestMCPToolsAreListedWithSchemasAndAnnotations(t *testing.T) {
 	for _, tool := range res.Tools {
 		byName[tool.Name] = tool
 	}
-	require.Len(t, byName, 6)
+	require.Len(t, byName, 7)
+	for name, tool := range byName {
+		require.NotNil(t, tool.OutputSchema, "%s has an outputSchema", name)
+	}
+	// The tool list never changes: no listChanged promise.
+	caps := s.InitializeResult().Capabilities
+	require.NotNil(t, caps.Tools)
+	require.False(t, caps.Tools.ListChanged)
 	for _, name := range []string{"refund_order", "apply_credit", "reset_seat", "send_password_reset"} {
 		tool := byName[name]
 		require.NotNil(t, tool, name)
@@ -203,7 +210,7 @@ func TestMCPToolsAreListedWithSchemasAndAnnotations(t *testing.T) {
 		require.False(t, sch.AdditionalProperties, name)
 		require.Equal(t, "^[A-Za-z0-9._:-]+$", sch.Properties["idempotency_key"]["pattern"], name)
 	}
-	for _, name := range []string{"get_operation", "get_order"} {
+	for _, name := range []string{"get_operation", "list_operations", "get_order"} {
 		require.True(t, byName[name].Annotations.ReadOnlyHint, name)
 	}
 }

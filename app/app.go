@@ -39,9 +39,11 @@ const DefaultMaxConns = 20
 
 // API is the assembled api process.
 type API struct {
-	Pool    *pgxpool.Pool
-	Gate    *gate.Gate
-	Tools   *tool.Registry
+	Pool  *pgxpool.Pool
+	Gate  *gate.Gate
+	Tools *tool.Registry
+	// Jobs cancels and retries River jobs in the gate's transactions.
+	Jobs    *jobs.Control[pgx.Tx]
 	Server  *api.Server
 	Handler http.Handler
 	// Ops is the operator routes under /ops (River UI, re-drive).
@@ -125,7 +127,8 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		return nil, err
 	}
 	promReg := prometheus.NewRegistry()
-	srv, err := newAPIServer(cfg, g, data, tools, func(ctx context.Context) (bool, error) {
+	jobControl := &jobs.Control[pgx.Tx]{Client: riverClient}
+	srv, err := newAPIServer(cfg, g, jobControl, data, tools, func(ctx context.Context) (bool, error) {
 		return migrations.PostgresStatus(ctx, pool)
 	}, opts, promReg, logger)
 	if err != nil {
@@ -136,7 +139,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		return nil, err
 	}
 	opsServer.Mount(srv.Router())
-	return &API{Pool: pool, Gate: g, Tools: tools, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
+	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
 }
 
 // apiData is what the api reads besides the gate.
@@ -147,7 +150,7 @@ type apiData interface {
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
 // reg (to which it adds the Go and process collectors).
-func newAPIServer(cfg *config.Config, g *gate.Gate, data apiData, tools *tool.Registry, migrated func(context.Context) (bool, error),
+func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, data apiData, tools *tool.Registry, migrated func(context.Context) (bool, error),
 	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
 ) (*api.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -155,6 +158,7 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, data apiData, tools *tool.Re
 		Gate:       g,
 		Auth:       tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now),
 		Tools:      tools,
+		Jobs:       jobControl,
 		Wait:       cfg.Wait,
 		RateLimit:  opts.RateLimit,
 		RateBurst:  opts.RateBurst,

@@ -87,7 +87,7 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	}
 	enqueuer.Client, control.Client = client, client
 
-	srv, err := newAPIServer(cfg, g, data, tools, func(ctx context.Context) (bool, error) {
+	srv, err := newAPIServer(cfg, g, control, data, tools, func(ctx context.Context) (bool, error) {
 		return migrations.SQLiteStatus(ctx, db)
 	}, apiOpts, reg, logger)
 	if err != nil {

@@ -458,7 +458,7 @@ func TestSecurityRevocationTakesEffectWithinCacheTTL(t *testing.T) {
 		defer clockMu.Unlock()
 		now = now.Add(d)
 	}
-	srv, err := api.New(&api.Config{Gate: b.api.Gate, Auth: tenancy.NewAuthenticator(data, ttl, clock), Tools: b.api.Tools})
+	srv, err := api.New(&api.Config{Gate: b.api.Gate, Auth: tenancy.NewAuthenticator(data, ttl, clock), Tools: b.api.Tools, Jobs: b.api.Jobs})
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
