@@ -3,8 +3,11 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"runtime/debug"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/domain"
@@ -40,11 +43,29 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 	if err := s.addTaskMethods(server); err != nil {
 		return nil, err
 	}
+	server.AddReceivingMiddleware(s.recoverMCP)
 	return s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
 		Logger:       s.logger,
 	})), nil
+}
+
+// recoverMCP turns a panic in a handler into an internal error. The SDK
+// runs handlers on goroutines of its own, where the router's Recoverer
+// cannot catch them, and a panic there would stop the process.
+func (s *Server) recoverMCP(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				requestID := RequestIDFromContext(ctx)
+				s.logger.ErrorContext(ctx, "MCP handler panicked", "request_id", requestID, "method", method,
+					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error (request " + requestID + ")"}
+			}
+		}()
+		return next(ctx, method, req)
+	}
 }
 
 func (s *Server) toolHandler(def *tool.Spec) mcp.ToolHandler {

@@ -102,6 +102,15 @@ type taskIDParams struct {
 	TaskID string `json:"taskId"`
 }
 
+// id is the task id asked for; "" when the request had no params (the
+// SDK passes nil then).
+func (p *taskIDParams) id() string {
+	if p == nil {
+		return ""
+	}
+	return p.TaskID
+}
+
 // taskResult is the answer of tasks/get and tasks/cancel: the task itself.
 type taskResult struct {
 	mcp.ResultBase
@@ -125,7 +134,7 @@ type listTasksResult struct {
 // tasks/cancel on server.
 func (s *Server) addTaskMethods(server *mcp.Server) error {
 	if err := mcp.AddReceivingCustomMethod(server, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (*taskResult, error) {
-		c, _, err := s.taskClaim(ctx, p.TaskID, false)
+		c, _, err := s.taskClaim(ctx, p.id(), false)
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +189,7 @@ func (s *Server) taskClaim(ctx context.Context, taskID string, write bool) (*gat
 // taskPayload is tasks/result: once the operation is terminal, what a plain
 // call with its key answers (a replay), waiting up to TaskResultWait.
 func (s *Server) taskPayload(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (*mcp.CallToolResult, error) {
-	c, _, err := s.taskClaim(ctx, p.TaskID, false)
+	c, _, err := s.taskClaim(ctx, p.id(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +219,11 @@ func (s *Server) listTasks(ctx context.Context, _ *mcp.ServerSession, p *listTas
 	}
 	readCtx, cancel := context.WithTimeout(ctx, s.dbTimeout)
 	defer cancel()
-	page, err := s.listOperations(readCtx, actor.TenantID, "", "", DefaultPageSize, p.Cursor)
+	cursor := ""
+	if p != nil {
+		cursor = p.Cursor
+	}
+	page, err := s.listOperations(readCtx, actor.TenantID, "", "", DefaultPageSize, cursor)
 	var derr *domain.Error
 	if errors.As(err, &derr) {
 		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: derr})
@@ -228,7 +241,7 @@ func (s *Server) listTasks(ctx context.Context, _ *mcp.ServerSession, p *listTas
 // cancelTask is tasks/cancel: a queued operation is cancelled through the
 // gate; a started or finished one is refused with -32602.
 func (s *Server) cancelTask(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (*taskResult, error) {
-	c, spec, err := s.taskClaim(ctx, p.TaskID, true)
+	c, spec, err := s.taskClaim(ctx, p.id(), true)
 	if err != nil {
 		return nil, err
 	}

@@ -215,6 +215,13 @@ func TestMCPTaskIsTheOperation(t *testing.T) {
 	require.Len(t, lr.Tasks, 1)
 	require.Equal(t, first.TaskID, lr.Tasks[0].TaskID)
 	require.Equal(t, "completed", lr.Tasks[0].Status)
+	// Without params: the first page, and an id-less get refused.
+	noParams := rpc(t, b.url, tokenAcmeRead, "tasks/list", nil)
+	require.Nil(t, noParams.Error)
+	require.Contains(t, string(noParams.Result), first.TaskID)
+	noID := rpc(t, b.url, tokenAcmeRead, "tasks/get", nil)
+	require.NotNil(t, noID.Error)
+	require.EqualValues(t, -32602, noID.Error.Code)
 	other := rpc(t, b.url, tokenGlobex, "tasks/list", map[string]any{})
 	require.Nil(t, other.Error)
 	require.JSONEq(t, `{"tasks":[]}`, string(other.Result))
