@@ -16,8 +16,17 @@ type SeatArgs struct {
 // Seat is reset_seat's result.
 type Seat struct {
 	SeatID string `json:"seat_id"`
-	Status string `json:"status" jsonschema:"reset"`
+	// Status is SeatReset, or SeatAlreadyFree when the seat had no user.
+	Status string `json:"status" jsonschema:"reset when a user was removed from the seat; already_free when it had none and nothing changed."`
+	// Changed is false when the seat was already free.
+	Changed bool `json:"changed" jsonschema:"Whether a user was removed from the seat."`
 }
+
+// The statuses of a reset_seat result.
+const (
+	SeatReset       = "reset"
+	SeatAlreadyFree = "already_free"
+)
 
 // ResetSeat frees a license seat, in the transaction that completes the
 // operation.
@@ -37,10 +46,15 @@ func ResetSeat(d *Deps) *tool.Mutation[SeatArgs, Seat] {
 			if err := tx.QueryRow(ctx, `SELECT seat_id FROM seats WHERE tenant_id = $1 AND seat_id = $2`, op.TenantID, op.Args.SeatID).Scan(&id); err != nil {
 				return nil, notFound(err, "seat_id", op.Args.SeatID)
 			}
-			if _, err := d.Data.SeatReset(ctx, tx, &store.SeatResetParams{TenantID: op.TenantID, SeatID: op.Args.SeatID, OperationID: op.OperationID}); err != nil {
+			r, err := d.Data.SeatReset(ctx, tx, &store.SeatResetParams{TenantID: op.TenantID, SeatID: op.Args.SeatID, OperationID: op.OperationID})
+			if err != nil {
 				return nil, err
 			}
-			return &Seat{SeatID: op.Args.SeatID, Status: "reset"}, nil
+			if r.PreviousUserID == "" {
+				// Said as such: the agent asked to free a seat that was free.
+				return &Seat{SeatID: op.Args.SeatID, Status: SeatAlreadyFree}, nil
+			}
+			return &Seat{SeatID: op.Args.SeatID, Status: SeatReset, Changed: true}, nil
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package tools_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -27,7 +28,8 @@ func seedFile() *store.SeedFile {
 		},
 		Customers: []store.SeedCustomer{{Tenant: tooltest.Tenant, CustomerID: "cus_1", Currency: "usd"}},
 		Seats: []store.SeedSeat{{Tenant: tooltest.Tenant, SeatID: "seat_1", UserID: "usr_1"},
-			{Tenant: tooltest.Tenant, SeatID: "seat_2", UserID: "usr_2"}},
+			{Tenant: tooltest.Tenant, SeatID: "seat_2", UserID: "usr_2"},
+			{Tenant: tooltest.Tenant, SeatID: "seat_busy", UserID: "usr_3"}, {Tenant: tooltest.Tenant, SeatID: "seat_free"}},
 	}
 }
 
@@ -114,6 +116,7 @@ func TestToolsOnSQLite(t *testing.T) {
 	for _, c := range append(inTxCases(), refundCase(srv)) {
 		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
 	}
+	t.Run("ResetSeatSaysWhenNothingChanged", func(t *testing.T) { resetSeatNoOp(t, h) })
 }
 
 func TestToolsOnPostgres(t *testing.T) {
@@ -123,4 +126,21 @@ func TestToolsOnPostgres(t *testing.T) {
 	for _, c := range append(inTxCases(), refundCase(srv)) {
 		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
 	}
+	t.Run("ResetSeatSaysWhenNothingChanged", func(t *testing.T) { resetSeatNoOp(t, h) })
+}
+
+// resetSeatNoOp: freeing a seat that has no user succeeds and says that
+// nothing changed.
+func resetSeatNoOp(t *testing.T, h *tooltest.Harness) {
+	result := func(key, seat string) map[string]any {
+		h.Call(t, "reset_seat", key, map[string]any{"seat_id": seat})
+		op := h.Await(t, "reset_seat", key)
+		require.Equal(t, domain.StatusSucceeded, op.Status)
+		var out map[string]any
+		require.NoError(t, json.Unmarshal(op.Result, &out))
+		return out
+	}
+	require.Equal(t, map[string]any{"seat_id": "seat_busy", "status": "reset", "changed": true}, result("seat-busy-0001", "seat_busy"))
+	require.Equal(t, map[string]any{"seat_id": "seat_busy", "status": "already_free", "changed": false}, result("seat-busy-0002", "seat_busy"))
+	require.Equal(t, map[string]any{"seat_id": "seat_free", "status": "already_free", "changed": false}, result("seat-free-0001", "seat_free"))
 }
