@@ -39,7 +39,7 @@ const tokens = {
 const mcpURL = new URL('/mcp', baseURL);
 
 const MUTATIONS = ['refund_order', 'apply_credit', 'reset_seat', 'send_password_reset'];
-const READS = ['get_operation', 'get_order'];
+const READS = ['get_operation', 'list_operations', 'get_order'];
 const KEY_PATTERN = '^[A-Za-z0-9._:-]+$';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 

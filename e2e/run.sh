@@ -12,9 +12,11 @@
 #   2. builds cmd/api and cmd/idemctl into a temporary directory;
 #   3. runs `idemctl migrate` and `idemctl seed --file e2e/seed.json`;
 #   4. starts the api on a free loopback port (IDEMGATE_WAIT=200ms, no worker)
-#      and waits for /readyz;
+#      and waits for /readyz; starts the test Stripe (internal/stripetest)
+#      and exports what e2e/tasks.test.mjs needs to run a worker of its own
+#      (IDEMGATE_WORKER_BIN, IDEMGATE_TEST_STRIPE_URL, E2E_WORKER_*);
 #   5. runs `npm ci` in e2e/ when node_modules is missing or stale, then
-#      `node --test e2e/*.test.mjs` with IDEMGATE_URL and the seeded tokens
+#      `node --test e2e/*.test.mjs` (one file at a time) with IDEMGATE_URL and the seeded tokens
 #      (IDEMGATE_TOKEN_ACME, IDEMGATE_TOKEN_ACME_READONLY, IDEMGATE_TOKEN_GLOBEX);
 #   6. stops the api, printing its log when anything failed.
 #
@@ -37,6 +39,7 @@ admin_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmo
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-e2e.XXXXXX")
 db=""
 api_pid=""
+stripe_pid=""
 api_log="$tmp/api.log"
 
 cleanup() {
@@ -45,6 +48,10 @@ cleanup() {
 	if [[ -n "$api_pid" ]]; then
 		kill "$api_pid" 2>/dev/null
 		wait "$api_pid" 2>/dev/null
+	fi
+	if [[ -n "$stripe_pid" ]]; then
+		kill "$stripe_pid" 2>/dev/null
+		wait "$stripe_pid" 2>/dev/null
 	fi
 	if [[ $rc -ne 0 && -s "$api_log" ]]; then
 		log "api log ($api_log):"
@@ -71,9 +78,11 @@ e2e_create_database idemgate_e2e
 # ---------------------------------------------------------------------------
 # 2. build
 # ---------------------------------------------------------------------------
-log "building cmd/api and cmd/idemctl"
+log "building cmd/api, cmd/worker, cmd/idemctl and the test Stripe"
 go build -o "$tmp/api" ./cmd/api
+go build -o "$tmp/worker" ./cmd/worker
 go build -o "$tmp/idemctl" ./cmd/idemctl
+go build -o "$tmp/teststripe" ./internal/stripetest/cmd/teststripe
 
 # ---------------------------------------------------------------------------
 # 3. migrate and seed
@@ -146,6 +155,28 @@ done
 log "api ready at $IDEMGATE_URL"
 
 # ---------------------------------------------------------------------------
+# 4b. the test Stripe (counts refunds per downstream key) and what a test
+#     needs to start and stop a worker of its own (e2e/tasks.test.mjs)
+# ---------------------------------------------------------------------------
+: >"$tmp/teststripe.out"
+"$tmp/teststripe" -auto-charge-amount 1000000 >"$tmp/teststripe.out" 2>"$tmp/teststripe.log" &
+stripe_pid=$!
+stripe_url=""
+for _ in $(seq 1 600); do
+	kill -0 "$stripe_pid" 2>/dev/null || die "the test Stripe exited during start: $(cat "$tmp/teststripe.log")"
+	stripe_url=$(head -n 1 "$tmp/teststripe.out")
+	[[ -n "$stripe_url" ]] && break
+	sleep 0.1
+done
+[[ -n "$stripe_url" ]] || die "the test Stripe did not print its URL within 60s"
+export IDEMGATE_TEST_STRIPE_URL=$stripe_url
+export IDEMGATE_WORKER_BIN="$tmp/worker"
+# The worker's settings, for the test that starts it (the api above runs
+# without them).
+E2E_WORKER_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export E2E_WORKER_STRIPE_API_BASE=$stripe_url E2E_WORKER_SECRET
+
+# ---------------------------------------------------------------------------
 # 5. the MCP TypeScript SDK client
 # ---------------------------------------------------------------------------
 # npm ci when node_modules is missing or older than the lock file (npm keeps
@@ -157,4 +188,6 @@ if [[ ! -f "$installed" || "$e2e_dir/package-lock.json" -nt "$installed" || "$e2
 fi
 
 log "node --test"
-node --test --test-reporter=spec "$@" "$e2e_dir"/*.test.mjs
+# One file at a time: tasks.test.mjs starts a worker, which the other
+# files' assertions (operations that stay queued) must not meet.
+node --test --test-concurrency=1 --test-reporter=spec "$@" "$e2e_dir"/*.test.mjs
