@@ -59,20 +59,21 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	if err != nil {
 		return nil, err
 	}
-	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: gatesqlite.Unavailable}
-	g, err := gate.New(&gate.Config{
-		Store:     gatesqlite.New(db),
-		Enqueuer:  enqueuer,
-		Policies:  tools.Policies(),
-		DBTimeout: EmbeddedDBTimeout,
-		Logger:    logger,
-	})
-	if err != nil {
-		return nil, err
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newClaimsCollector(sqlClaimCounts(db)))
 	metrics, err := jobs.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: gatesqlite.Unavailable}
+	g, err := gate.New(&gate.Config{
+		OnTransition: metrics.Transition,
+		Store:        gatesqlite.New(db),
+		Enqueuer:     enqueuer,
+		Policies:     tools.Policies(),
+		DBTimeout:    EmbeddedDBTimeout,
+		Logger:       logger,
+	})
 	if err != nil {
 		return nil, err
 	}

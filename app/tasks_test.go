@@ -248,7 +248,7 @@ func TestMCPTaskCancel(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT c.status, c.error->>'code', j.state FROM idempotency_claims c JOIN river_job j ON j.id = c.job_id
 		WHERE c.operation_id = $1`, queued.TaskID).Scan(&status, &code, &jobState))
 	require.Equal(t, []string{"failed", "cancelled", "cancelled"}, []string{status, code, jobState})
-	require.Equal(t, []string{"accepted:", "denied:forbidden: the token lacks scope billing:refund for this task", "failed:cancelled: cancelled by support-bot before it ran"},
+	require.Equal(t, []string{"accepted:", "denied:forbidden: the token lacks scope billing:refund for this task", "failed:cancel: cancelled by support-bot before it ran"},
 		auditDecisions(t, b.pool, "acme", "refund_order")[0:3])
 
 	again := rpc(t, b.url, tokenAcme, "tasks/cancel", map[string]any{"taskId": queued.TaskID})

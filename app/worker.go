@@ -81,7 +81,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		return nil, err
 	}
 	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: gatepg.Unavailable}
-	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: tools.Policies(), Logger: logger})
+	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g 
 	if err := jobs.AddWorkers[TDriver](workers, runner); err != nil {
 		return nil, nil, err
 	}
-	river.AddWorker(workers, &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout, OnReap: metrics.Reaped})
+	river.AddWorker(workers, &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout})
 	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
 	return workers, runner, nil
 }

@@ -78,9 +78,12 @@ func (g *Gate) Cancel(ctx context.Context, p *CancelParams, jobs JobControl) (*C
 		if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 			return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
 		}
-		ev := workerAudit(cancelled, domain.DecisionFailed, string(domain.CodeCancelled)+": "+msg)
+		ev := transitionAudit(cancelled, EventCancel, "cancel: "+msg, nil)
 		ev.UserID, ev.TokenID, ev.RequestID = p.UserID, p.TokenID, p.RequestID
 		return tx.AuditInsert(ctx, ev)
 	})
+	if err == nil {
+		g.observe(EventCancel)
+	}
 	return out, err
 }

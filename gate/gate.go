@@ -63,6 +63,9 @@ type Config struct {
 	// call against an unreachable database fails with domain.ErrUnavailable
 	// instead of hanging. Default DefaultDBTimeout.
 	DBTimeout time.Duration
+	// OnTransition, when set, is told of every transition the gate
+	// commits, by event (metrics).
+	OnTransition func(Event)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -78,6 +81,8 @@ type Gate struct {
 	waiter   Waiter
 	timeout  time.Duration
 	logger   *slog.Logger
+	// onTransition is Config.OnTransition.
+	onTransition func(Event)
 }
 
 // New returns a Gate, or an error naming the first invalid field of cfg.
@@ -95,6 +100,8 @@ func New(cfg *Config) (*Gate, error) {
 		waiter:   cfg.Waiter,
 		timeout:  cfg.DBTimeout,
 		logger:   cfg.Logger,
+
+		onTransition: cfg.OnTransition,
 	}
 	if g.timeout == 0 {
 		g.timeout = DefaultDBTimeout

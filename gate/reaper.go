@@ -24,18 +24,19 @@ type JobControl interface {
 // ReapBatch is how many claims one reaper pass handles of each kind.
 const ReapBatch = 100
 
-// ReapResult counts what one reaper pass did.
+// ReapResult counts what one reaper pass did, by event.
 type ReapResult struct {
-	// Reclaimed claims went back to queued with a fresh job.
+	// Reclaimed claims (EventReclaim) went back to queued with a fresh job.
 	Reclaimed int
-	// GaveUp claims failed with outcome_unknown (reclaim budget spent, or a
-	// tool that must not re-run an unknown outcome).
+	// GaveUp claims (EventGiveUp) failed with outcome_unknown: reclaim
+	// budget spent, or a tool that must not re-run an unknown outcome.
 	GaveUp int
-	// Orphaned claims failed because their job ended without them.
-	Orphaned int
-	// Requeued claims were queued behind a job that a worker fetched and
-	// stopped before taking the lease; a fresh job replaced it.
-	Requeued int
+	// Repointed claims (EventRepoint) were queued behind a job that a
+	// worker fetched and stopped before the lease; a fresh job replaced it.
+	Repointed int
+	// Abandoned claims (EventAbandon) failed because their job ended
+	// without them.
+	Abandoned int
 }
 
 // NothingHappened reports whether a failure with code means the provider
@@ -64,26 +65,44 @@ func NothingHappened(code domain.Code) bool {
 // River's rescuer.
 func (g *Gate) Reap(ctx context.Context, jobs JobControl, staleAfter time.Duration) (*ReapResult, error) {
 	var res ReapResult
-	expired, err := g.store.ClaimListLeaseExpired(ctx, &ClaimListLeaseExpiredParams{Limit: ReapBatch})
-	if err != nil {
+	if err := g.reapExpired(ctx, jobs, &res); err != nil {
 		return &res, err
 	}
+	if err := g.reapStalled(ctx, jobs, staleAfter, &res); err != nil {
+		return &res, err
+	}
+	return &res, g.reapAbandoned(ctx, &res)
+}
+
+// reapExpired reclaims, or gives up on, running claims whose lease expired.
+func (g *Gate) reapExpired(ctx context.Context, jobs JobControl, res *ReapResult) error {
+	expired, err := g.store.ClaimListLeaseExpired(ctx, &ClaimListLeaseExpiredParams{Limit: ReapBatch})
+	if err != nil {
+		return err
+	}
 	for _, c := range expired {
-		gaveUp, err := g.reclaim(ctx, c, jobs)
+		event, err := g.reclaim(ctx, c, jobs)
 		switch {
 		case errors.Is(err, domain.ErrLeaseLost):
 			continue // a worker finished or another reaper got there first
 		case err != nil:
-			return &res, err
-		case gaveUp:
+			return err
+		case event == EventGiveUp:
 			res.GaveUp++
 		default:
 			res.Reclaimed++
 		}
+		g.observe(event)
 	}
+	return nil
+}
+
+// reapStalled gives a fresh job to queued claims whose job a worker fetched
+// and left before taking the lease (EventRepoint).
+func (g *Gate) reapStalled(ctx context.Context, jobs JobControl, staleAfter time.Duration, res *ReapResult) error {
 	stalled, err := g.store.ClaimListStalled(ctx, &ClaimListStalledParams{Limit: ReapBatch, StaleAfter: staleAfter})
 	if err != nil {
-		return &res, err
+		return err
 	}
 	for _, c := range stalled {
 		err := g.inTx(ctx, func(tx Tx) error {
@@ -91,7 +110,7 @@ func (g *Gate) Reap(ctx context.Context, jobs JobControl, staleAfter time.Durati
 			if err != nil {
 				return fmt.Errorf("gate: insert job: %w", err)
 			}
-			requeued, err := tx.ClaimRepoint(ctx, &ClaimRepointParams{ID: c.ID, Epoch: c.Epoch, OldJobID: c.JobID, NewJobID: jobID})
+			repointed, err := tx.ClaimRepoint(ctx, &ClaimRepointParams{ID: c.ID, Epoch: c.Epoch, OldJobID: c.JobID, NewJobID: jobID})
 			if err != nil {
 				return err
 			}
@@ -100,20 +119,26 @@ func (g *Gate) Reap(ctx context.Context, jobs JobControl, staleAfter time.Durati
 			if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 				return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
 			}
-			return tx.AuditInsert(ctx, workerAudit(requeued, domain.DecisionReclaimed,
-				fmt.Sprintf("job %d was fetched but never took the lease; job %d replaces it", c.JobID, jobID)))
+			return tx.AuditInsert(ctx, transitionAudit(repointed, EventRepoint,
+				fmt.Sprintf("repoint: job %d was fetched but never took the lease; job %d replaces it", c.JobID, jobID), nil))
 		})
 		switch {
 		case errors.Is(err, domain.ErrStateChanged):
 		case err != nil:
-			return &res, err
+			return err
 		default:
-			res.Requeued++
+			res.Repointed++
+			g.observe(EventRepoint)
 		}
 	}
+	return nil
+}
+
+// reapAbandoned fails claims whose job ended without them (EventAbandon).
+func (g *Gate) reapAbandoned(ctx context.Context, res *ReapResult) error {
 	orphans, err := g.store.ClaimListOrphaned(ctx, &ClaimListOrphanedParams{Limit: ReapBatch})
 	if err != nil {
-		return &res, err
+		return err
 	}
 	for _, c := range orphans {
 		info := domain.ErrorInfo{Code: domain.CodeCancelled, Message: fmt.Sprintf("job %d ended before the operation ran", c.JobID)}
@@ -125,42 +150,31 @@ func (g *Gate) Reap(ctx context.Context, jobs JobControl, staleAfter time.Durati
 			if err != nil {
 				return err
 			}
-			return tx.AuditInsert(ctx, workerAudit(failed, domain.DecisionFailed, info.Message))
+			return tx.AuditInsert(ctx, transitionAudit(failed, EventAbandon, "abandon: "+info.Message, nil))
 		})
 		switch {
 		case errors.Is(err, domain.ErrStateChanged):
 		case err != nil:
-			return &res, err
+			return err
 		default:
-			res.Orphaned++
+			res.Abandoned++
+			g.observe(EventAbandon)
 		}
 	}
-	return &res, nil
+	return nil
 }
 
-// reclaim re-enqueues or gives up one claim whose lease expired.
-func (g *Gate) reclaim(ctx context.Context, c *Claim, jobs JobControl) (gaveUp bool, err error) {
+// reclaim re-enqueues (EventReclaim) or gives up on (EventGiveUp) one
+// claim whose lease expired, and says which.
+func (g *Gate) reclaim(ctx context.Context, c *Claim, jobs JobControl) (Event, error) {
 	policy, ok := g.policies[c.Tool]
 	if !ok {
-		return false, fmt.Errorf("gate: claim %d has tool %q without a policy", c.ID, c.Tool)
+		return "", fmt.Errorf("gate: claim %d has tool %q without a policy", c.ID, c.Tool)
 	}
-	gaveUp = policy.FailUnknownOutcome || c.Attempts >= policy.reclaimBudget()
-	err = g.inTx(ctx, func(tx Tx) error {
-		if gaveUp {
-			reason := fmt.Sprintf("lease expired after %d attempt(s); reclaim budget %d spent", c.Attempts, policy.reclaimBudget())
-			if policy.FailUnknownOutcome {
-				reason = "lease expired and " + c.Tool + " does not re-run an unknown outcome"
-			}
-			info := domain.ErrorInfo{Code: domain.CodeOutcomeUnknown, Message: reason}
-			failed, err := tx.ClaimFail(ctx, &ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: info, LeaseExpiredOnly: true})
-			if err != nil {
-				return err
-			}
-			if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
-				return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
-			}
-			return tx.AuditInsert(ctx, workerAudit(failed, domain.DecisionFailed, reason))
-		}
+	if policy.FailUnknownOutcome || c.Attempts >= policy.reclaimBudget() {
+		return EventGiveUp, g.inTx(ctx, func(tx Tx) error { return g.giveUp(ctx, tx, c, policy, jobs) })
+	}
+	return EventReclaim, g.inTx(ctx, func(tx Tx) error {
 		jobID, err := g.enqueuer.JobInsert(ctx, tx, c)
 		if err != nil {
 			return fmt.Errorf("gate: insert job: %w", err)
@@ -174,10 +188,26 @@ func (g *Gate) reclaim(ctx context.Context, c *Claim, jobs JobControl) (gaveUp b
 		if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 			return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
 		}
-		return tx.AuditInsert(ctx, workerAudit(reclaimed, domain.DecisionReclaimed,
-			fmt.Sprintf("lease of epoch %d expired; job %d replaces job %d", c.Epoch, jobID, c.JobID)))
+		return tx.AuditInsert(ctx, transitionAudit(reclaimed, EventReclaim,
+			fmt.Sprintf("lease of epoch %d expired; job %d replaces job %d", c.Epoch, jobID, c.JobID), nil))
 	})
-	return gaveUp, err
+}
+
+// giveUp fails a claim whose lease expired with outcome_unknown, in tx.
+func (g *Gate) giveUp(ctx context.Context, tx Tx, c *Claim, policy *Policy, jobs JobControl) error {
+	reason := fmt.Sprintf("lease expired after %d attempt(s); reclaim budget %d spent", c.Attempts, policy.reclaimBudget())
+	if policy.FailUnknownOutcome {
+		reason = "lease expired and " + c.Tool + " does not re-run an unknown outcome"
+	}
+	info := domain.ErrorInfo{Code: domain.CodeOutcomeUnknown, Message: reason}
+	failed, err := tx.ClaimFail(ctx, &ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: info, LeaseExpiredOnly: true})
+	if err != nil {
+		return err
+	}
+	if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
+		return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
+	}
+	return tx.AuditInsert(ctx, transitionAudit(failed, EventGiveUp, "give_up: "+reason, nil))
 }
 
 // PruneBatch is how many expired claims (or tombstones) one prune
@@ -295,43 +325,40 @@ func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (
 		if res.NextGeneration {
 			reason += " (next generation: " + redriven.DownstreamKey + ")"
 		}
-		ev := workerAudit(redriven, domain.DecisionRedriven, reason)
+		ev := transitionAudit(redriven, EventRedrive, reason, nil)
 		ev.UserID = p.Operator
 		return tx.AuditInsert(ctx, ev)
 	})
 	if errors.Is(err, domain.ErrStateChanged) {
 		return res, ErrRedriveNotFailed
 	}
+	if err == nil {
+		g.observe(EventRedrive)
+	}
 	return res, err
 }
 
-// inTx runs fn in a transaction, committing when it returns nil.
+// inTx runs fn in a transaction bounded by the gate's DBTimeout.
 func (g *Gate) inTx(ctx context.Context, fn func(tx Tx) error) error {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	tx, err := g.store.Begin(ctx)
+	return WithTx(ctx, g.store, g.timeout, func(_ context.Context, tx Tx) error { return fn(tx) })
+}
+
+// WithTx runs fn in a transaction of s, committing when fn returns nil and
+// rolling back otherwise. A positive timeout bounds the whole transaction;
+// fn must use the context it is given.
+func WithTx(ctx context.Context, s Store, timeout time.Duration, fn func(ctx context.Context, tx Tx) error) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	tx, err := s.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if err := fn(tx); err != nil {
+	if err := fn(ctx, tx); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
-}
-
-// workerAudit is an audit row about a claim written by the worker side.
-func workerAudit(c *Claim, d domain.Decision, reason string) *AuditInsertParams {
-	return &AuditInsertParams{
-		TenantID:       c.TenantID,
-		UserID:         "idemgate",
-		Tool:           c.Tool,
-		IdempotencyKey: c.IdempotencyKey,
-		OperationID:    c.OperationID,
-		JobID:          c.JobID,
-		Decision:       d,
-		Reason:         reason,
-		ArgsHash:       c.ArgsHash,
-		Result:         resultSummary(c),
-	}
 }

@@ -141,18 +141,14 @@ type ReaperWorker[TTx any] struct {
 	// StaleAfter is how long a job may stay running before its queued
 	// claim is given a fresh one: the in-flight lease.
 	StaleAfter time.Duration
-	// OnReap, when set, observes every pass (metrics).
-	OnReap func(*gate.ReapResult)
 }
 
 // Work implements river.Worker.
 func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error {
 	res, err := w.Gate.Reap(ctx, w.Control, w.StaleAfter)
-	if res != nil && (res.Reclaimed+res.GaveUp+res.Orphaned+res.Requeued > 0) {
-		w.Logger.Info("reaper", "reclaimed", res.Reclaimed, "requeued", res.Requeued, "gave_up", res.GaveUp, "orphaned", res.Orphaned)
-	}
-	if w.OnReap != nil && res != nil {
-		w.OnReap(res)
+	if res != nil && (res.Reclaimed+res.GaveUp+res.Abandoned+res.Repointed > 0) {
+		w.Logger.Info("reaper", string(gate.EventReclaim), res.Reclaimed, string(gate.EventRepoint), res.Repointed,
+			string(gate.EventGiveUp), res.GaveUp, string(gate.EventAbandon), res.Abandoned)
 	}
 	return err
 }

@@ -12,8 +12,7 @@ import (
 type Metrics struct {
 	downstream  *prometheus.CounterVec
 	jobDuration *prometheus.HistogramVec
-	reaper      *prometheus.CounterVec
-	redrives    prometheus.Counter
+	transitions *prometheus.CounterVec
 }
 
 // NewMetrics registers the worker's series with reg.
@@ -28,16 +27,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Claim job run time by tool and result (succeeded, failed, retry, no_effect, snoozed).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"tool", "result"}),
-		reaper: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idemgate_reaper_claims_total",
-			Help: "Claims handled by the reaper, by action (reclaimed, requeued, gave_up, orphaned).",
-		}, []string{"action"}),
-		redrives: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "idemgate_redrives_total",
-			Help: "Failed operations re-driven from River UI (a retried job).",
-		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_claim_transitions_total",
+			Help: "Claim transitions committed by this process, by event (the gate's state machine: lease, complete, fail, release, reclaim, give_up, repoint, abandon, cancel, redrive).",
+		}, []string{"event"}),
 	}
-	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.reaper, m.redrives} {
+	for _, e := range gate.Transitions {
+		m.transitions.WithLabelValues(string(e.Event)) // every series from the start
+	}
+	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -59,19 +57,10 @@ func (m *Metrics) job(tool, result string, d time.Duration) {
 	}
 }
 
-func (m *Metrics) redrive() {
+// Transition counts a committed claim transition: the gate's
+// Config.OnTransition.
+func (m *Metrics) Transition(e gate.Event) {
 	if m != nil {
-		m.redrives.Inc()
+		m.transitions.WithLabelValues(string(e)).Inc()
 	}
-}
-
-// Reaped records one reaper pass.
-func (m *Metrics) Reaped(r *gate.ReapResult) {
-	if m == nil || r == nil {
-		return
-	}
-	m.reaper.WithLabelValues("reclaimed").Add(float64(r.Reclaimed))
-	m.reaper.WithLabelValues("gave_up").Add(float64(r.GaveUp))
-	m.reaper.WithLabelValues("orphaned").Add(float64(r.Orphaned))
-	m.reaper.WithLabelValues("requeued").Add(float64(r.Requeued))
 }

@@ -113,9 +113,9 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	require.NoError(t, err)
 
 	c := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "settle-race-0001"}).Claim
-	hooks := jobHooks{
-		complete: func(context.Context, gate.Tx) error { return errors.New("a failing job is not completed") },
-		cancel: func(ctx context.Context, tx gate.Tx) error {
+	hooks := gate.JobHooks{
+		Complete: func(context.Context, gate.Tx) error { return errors.New("a failing job is not completed") },
+		Cancel: func(ctx context.Context, tx gate.Tx) error {
 			_, err := client.JobCancelTx(ctx, tx.Raw().(pgx.Tx), c.JobID)
 			return err
 		},

@@ -77,12 +77,6 @@ func effectDeadline(lease time.Duration) time.Duration { return lease * 3 / 4 }
 // lease, so a stuck effect is cancelled before anyone may reclaim.
 func JobTimeout(lease time.Duration) time.Duration { return lease * 9 / 10 }
 
-// jobHooks are the driver-specific operations on the completing transaction.
-type jobHooks struct {
-	complete func(ctx context.Context, tx gate.Tx) error
-	cancel   func(ctx context.Context, tx gate.Tx) error
-}
-
 // jobInfo is what run needs of a River job.
 type jobInfo struct {
 	id, attempt, maxAttempts int
@@ -92,7 +86,7 @@ type jobInfo struct {
 // run executes one job through the gate. It returns nil when the job is done
 // (with or without effect), river.JobSnooze when another worker holds the
 // lease, and an error for River to retry after a transient failure.
-func (r *Runner) run(ctx context.Context, job jobInfo, hooks jobHooks) error {
+func (r *Runner) run(ctx context.Context, job jobInfo, hooks gate.JobHooks) error {
 	start := time.Now()
 	result, err := r.runOnce(ctx, job, hooks)
 	r.metrics.job(job.ref.Tool, result, time.Since(start))
@@ -100,7 +94,7 @@ func (r *Runner) run(ctx context.Context, job jobInfo, hooks jobHooks) error {
 }
 
 // runOnce is run, also naming its result for the metrics.
-func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (string, error) {
+func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) (string, error) {
 	log := r.logger.With("job_id", job.id, "claim_id", job.ref.ClaimID, "tenant", job.ref.TenantID, "tool", job.ref.Tool, "key", job.ref.IdempotencyKey)
 	spec, ok := r.tools.Get(job.ref.Tool)
 	if !ok || !spec.Mutating {
@@ -126,7 +120,7 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 	}
 
 	// 2. enter
-	claim, err = r.enter(ctx, claim, job, lease)
+	claim, err = r.gate.Enter(ctx, &gate.LeaseParams{Claim: claim, JobID: int64(job.id), Lease: lease})
 	if err != nil {
 		return notLeased(claim, err, lease, log)
 	}
@@ -161,10 +155,10 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks jobHooks) (stri
 // retry (an error).
 func notLeased(claim *gate.Claim, err error, lease time.Duration, log *slog.Logger) (string, error) {
 	switch {
-	case errors.Is(err, errNoEffect):
+	case errors.Is(err, gate.ErrNoRun):
 		log.Info("claim needs no run", "status", claim.Status)
 		return "no_effect", nil
-	case errors.Is(err, errLeaseHeld):
+	case errors.Is(err, gate.ErrLeaseHeld):
 		return "snoozed", river.JobSnooze(lease / 4)
 	}
 	return "retry", err
@@ -208,10 +202,11 @@ func classify(err error) (domain.ErrorInfo, bool) {
 // can happen twice: a worker killed mid-way leaves the claim as it was.
 // A failed effect rolls back, and a second transaction records the
 // failure (definitive) or the attempt (transient).
-func (r *Runner) runInTx(ctx context.Context, claim *gate.Claim, spec *tool.Spec, job jobInfo, lease time.Duration, hooks jobHooks, log *slog.Logger) (string, error) {
+func (r *Runner) runInTx(ctx context.Context, claim *gate.Claim, spec *tool.Spec, job jobInfo, lease time.Duration, hooks gate.JobHooks, log *slog.Logger) (string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectDeadline(lease))
 	defer cancel()
-	tx, leased, err := r.leaseTx(ctx, claim, job, lease)
+	params := &gate.LeaseParams{Claim: claim, JobID: int64(job.id), Lease: lease}
+	tx, leased, err := r.gate.LeaseTx(ctx, params)
 	if err != nil {
 		return notLeased(leased, err, lease, log)
 	}
@@ -228,27 +223,20 @@ func (r *Runner) runInTx(ctx context.Context, claim *gate.Claim, spec *tool.Spec
 	}
 	_ = tx.Rollback(ctx)
 	info, failed := r.verdict(err, job, spec.Provider)
-	if !failed {
-		return "retry", r.recordAttempt(ctx, claim, job, lease, info, err, log)
+	// The attempt rolled back: take the lease again, committed, to record
+	// it (attempts, last_error) or the failure.
+	entered, enterErr := r.gate.Enter(ctx, params)
+	if enterErr != nil {
+		log.Info("claim changed before the attempt's outcome was stored; the new holder decides", "error", enterErr)
+		if failed {
+			return "no_effect", nil
+		}
+		return "retry", err
 	}
-	entered, err := r.enter(ctx, claim, job, lease)
-	if err != nil {
-		log.Info("claim changed before its failure was stored; the new holder decides", "error", err)
-		return "no_effect", nil
+	if failed {
+		return "failed", r.fail(ctx, entered, info, hooks, log)
 	}
-	return "failed", r.fail(ctx, entered, info, hooks, log)
-}
-
-// recordAttempt stores a transient in-transaction failure: the lease is
-// taken and released again, so the attempt and last_error are kept, and
-// River retries the job.
-func (r *Runner) recordAttempt(ctx context.Context, claim *gate.Claim, job jobInfo, lease time.Duration, info domain.ErrorInfo, cause error, log *slog.Logger) error {
-	entered, err := r.enter(ctx, claim, job, lease)
-	if err != nil {
-		log.Info("claim changed before its attempt was recorded", "error", err)
-		return cause
-	}
-	return r.release(ctx, entered, info, cause, log)
+	return "retry", r.release(ctx, entered, info, err, log)
 }
 
 // SettleTimeout bounds the transaction that stores an outcome (complete,
@@ -261,98 +249,10 @@ func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), SettleTimeout)
 }
 
-var (
-	errNoEffect  = errors.New("claim needs no run")
-	errLeaseHeld = errors.New("lease held by a live worker")
-)
-
-// leaseTx begins a transaction and takes the lease in it, returning both.
-// When the lease is not to be had it rolls back and answers errNoEffect
-// (succeeded, or another job's claim now) or errLeaseHeld (a live lease);
-// a failed claim whose very job an operator retried (River UI) is
-// re-driven through the gate first, and then leased.
-func (r *Runner) leaseTx(ctx context.Context, claim *gate.Claim, job jobInfo, lease time.Duration) (gate.Tx, *gate.Claim, error) {
-	for range 2 {
-		tx, err := r.store.Begin(ctx)
-		if err != nil {
-			return nil, claim, err
-		}
-		leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: claim.ID, JobID: int64(job.id), Lease: lease})
-		if err == nil {
-			return tx, leased, nil
-		}
-		_ = tx.Rollback(ctx)
-		if !errors.Is(err, domain.ErrLeaseUnavailable) {
-			return nil, claim, err
-		}
-		switch {
-		case leased.Status == domain.StatusSucceeded:
-			return nil, leased, errNoEffect
-		case leased.Status == domain.StatusFailed:
-			if err := r.redriveFromRiverUI(ctx, leased); err != nil {
-				return nil, leased, err
-			}
-		case leased.LeaseLive:
-			return nil, leased, errLeaseHeld
-		default:
-			return nil, leased, errNoEffect // another job's claim now
-		}
-	}
-	return nil, claim, errNoEffect
-}
-
-// enter takes the lease in its own committed transaction, with a started
-// audit row.
-func (r *Runner) enter(ctx context.Context, claim *gate.Claim, job jobInfo, lease time.Duration) (*gate.Claim, error) {
-	tx, leased, err := r.leaseTx(ctx, claim, job, lease)
-	if err != nil {
-		return leased, err
-	}
-	if err := tx.AuditInsert(ctx, r.audit(leased, domain.DecisionStarted, fmt.Sprintf("attempt %d, epoch %d", leased.Attempts, leased.Epoch), nil)); err != nil {
-		_ = tx.Rollback(ctx)
-		return claim, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return claim, err
-	}
-	return leased, nil
-}
-
-// redriveFromRiverUI re-drives a failed claim whose own job an operator
-// retried. The same downstream key is kept unless the provider answered
-// definitively that nothing happened.
-func (r *Runner) redriveFromRiverUI(ctx context.Context, c *gate.Claim) error {
-	tx, err := r.store.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	next := c.Error != nil && (c.Error.NothingHappened || gate.NothingHappened(c.Error.Code))
-	redriven, err := tx.ClaimRedrive(ctx, &gate.ClaimRedriveParams{ID: c.ID, NextGeneration: next})
-	if errors.Is(err, domain.ErrStateChanged) {
-		return nil // someone else re-drove it meanwhile
-	}
-	if err != nil {
-		return err
-	}
-	r.metrics.redrive()
-	reason := "job retried in River UI"
-	if next {
-		reason += "; next generation " + redriven.DownstreamKey
-	}
-	ev := r.audit(redriven, domain.DecisionRedriven, reason, nil)
-	ev.UserID = "riverui"
-	if err := tx.AuditInsert(ctx, ev); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
-// complete stores the outcome: the fenced claim update first (lease lost:
-// roll back, write nothing), then the domain rows, the audit row and the
-// job's completion, in one transaction: tx when an in-transaction effect
-// already runs in it, else a new one.
-func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spec, tx gate.Tx, result json.RawMessage, hooks jobHooks, log *slog.Logger) error {
+// complete stores the outcome through the gate (EventComplete): tx when an
+// in-transaction effect already runs in it, else a new one; an external
+// effect's domain rows are recorded in the same transaction.
+func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spec, tx gate.Tx, result json.RawMessage, hooks gate.JobHooks, log *slog.Logger) error {
 	stored, err := spec.Policy.RedactResult(result)
 	if err != nil {
 		if tx != nil {
@@ -360,63 +260,33 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spe
 		}
 		return err
 	}
-	if tx == nil {
-		if tx, err = r.store.Begin(ctx); err != nil {
-			return err
+	p := &gate.CompleteParams{Tx: tx, Claim: claim, Result: stored, Job: hooks}
+	if !spec.InTx {
+		p.Record = func(ctx context.Context, tx gate.Tx, done *gate.Claim) error {
+			ttx, err := tool.WrapTx(tx)
+			if err != nil {
+				return err
+			}
+			return spec.Effect.Record(ctx, ttx, done, result)
 		}
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	done, err := tx.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: claim.ID, Epoch: claim.Epoch, Result: stored})
+	_, err = r.gate.Complete(ctx, p)
 	if errors.Is(err, domain.ErrLeaseLost) {
 		log.Warn("lease lost before completing; writing nothing")
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	if !spec.InTx {
-		ttx, err := tool.WrapTx(tx)
-		if err != nil {
-			return err
-		}
-		if err := spec.Effect.Record(ctx, ttx, done, result); err != nil {
-			return err
-		}
-	}
-	if err := tx.AuditInsert(ctx, r.audit(done, domain.DecisionSucceeded, "", stored)); err != nil {
-		return err
-	}
-	if err := hooks.complete(ctx, tx); err != nil {
-		// The epoch held, so the outcome is ours to commit even if River
-		// moved the job row meanwhile (rescued, say).
-		log.Warn("river did not complete the job row; committing the claim anyway", "error", err)
-	}
-	return tx.Commit(ctx)
+	return err
 }
 
-// fail stores a definitive failure and cancels the job in one transaction.
-func (r *Runner) fail(ctx context.Context, claim *gate.Claim, info domain.ErrorInfo, hooks jobHooks, log *slog.Logger) error {
-	tx, err := r.store.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	failed, err := tx.ClaimFail(ctx, &gate.ClaimFailParams{ID: claim.ID, Epoch: claim.Epoch, Error: info})
+// fail stores a definitive failure and cancels the job through the gate
+// (EventFail).
+func (r *Runner) fail(ctx context.Context, claim *gate.Claim, info domain.ErrorInfo, hooks gate.JobHooks, log *slog.Logger) error {
+	_, err := r.gate.Fail(ctx, claim, info, hooks)
 	if errors.Is(err, domain.ErrLeaseLost) {
 		log.Warn("lease lost before failing; writing nothing")
 		return nil
 	}
 	if err != nil {
-		return err
-	}
-	summary, _ := json.Marshal(map[string]any{"status": failed.Status, "error_code": info.Code})
-	if err := tx.AuditInsert(ctx, r.audit(failed, domain.DecisionFailed, info.Message, summary)); err != nil {
-		return err
-	}
-	if err := hooks.cancel(ctx, tx); err != nil {
-		log.Warn("river did not cancel the job row; committing the failure anyway", "error", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
 	log.Info("operation failed", "code", info.Code)
@@ -425,10 +295,10 @@ func (r *Runner) fail(ctx context.Context, claim *gate.Claim, info domain.ErrorI
 	return river.JobCancel(fmt.Errorf("%s: %s", info.Code, info.Message))
 }
 
-// release hands a transient failure back to River: the claim goes back to
-// queued (same epoch, lease cleared, last_error kept) and the job retries.
+// release hands a transient failure back to River through the gate
+// (EventRelease): the claim goes back to queued and the job retries.
 func (r *Runner) release(ctx context.Context, claim *gate.Claim, info domain.ErrorInfo, cause error, log *slog.Logger) error {
-	_, err := r.store.ClaimRelease(ctx, &gate.ClaimReleaseParams{ID: claim.ID, Epoch: claim.Epoch, LastError: info})
+	_, err := r.gate.Release(ctx, claim, info)
 	if errors.Is(err, domain.ErrLeaseLost) {
 		log.Warn("lease lost before releasing; the new holder decides")
 		return nil
@@ -438,21 +308,6 @@ func (r *Runner) release(ctx context.Context, claim *gate.Claim, info domain.Err
 	}
 	log.Info("transient failure; River retries", "code", info.Code, "error", cause)
 	return cause
-}
-
-func (r *Runner) audit(c *gate.Claim, d domain.Decision, reason string, result json.RawMessage) *gate.AuditInsertParams {
-	return &gate.AuditInsertParams{
-		TenantID:       c.TenantID,
-		UserID:         "worker",
-		Tool:           c.Tool,
-		IdempotencyKey: c.IdempotencyKey,
-		OperationID:    c.OperationID,
-		JobID:          c.JobID,
-		Decision:       d,
-		Reason:         reason,
-		ArgsHash:       c.ArgsHash,
-		Result:         result,
-	}
 }
 
 // Worker is the River worker of claim jobs on driver TDriver.
@@ -468,12 +323,12 @@ func (w *Worker[TDriver, TTx]) Timeout(job *river.Job[ClaimArgs]) time.Duration 
 
 // Work implements river.Worker.
 func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArgs]) error {
-	hooks := jobHooks{
-		complete: func(ctx context.Context, tx gate.Tx) error {
+	hooks := gate.JobHooks{
+		Complete: func(ctx context.Context, tx gate.Tx) error {
 			_, err := river.JobCompleteTx[TDriver](ctx, tx.Raw().(TTx), job)
 			return err
 		},
-		cancel: func(ctx context.Context, tx gate.Tx) error {
+		Cancel: func(ctx context.Context, tx gate.Tx) error {
 			client, err := river.ClientFromContextSafely[TTx](ctx)
 			if err != nil {
 				return err

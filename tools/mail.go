@@ -37,8 +37,9 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 		Scope:       "users:password_reset",
 		Provider:    "smtp",
 		Policy: tool.Policy{
-			TTL:         gate.DefaultMailTTL,
-			AuditFields: []string{"user_id"},
+			TTL:                gate.DefaultMailTTL,
+			AuditFields:        []string{"user_id"},
+			FailUnknownOutcome: d.MailFailUnknownOutcome,
 		},
 		Call: func(ctx context.Context, op *tool.Op[MailArgs]) (*Mail, error) {
 			user, err := d.Data.UserGet(ctx, op.TenantID, op.Args.UserID)
@@ -48,10 +49,7 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 			token := resetmail.Token(d.Secret, op.DownstreamKey)
 			sent, err := d.Mail.Send(ctx, &resetmail.Mail{To: user.Email, UserID: op.Args.UserID, DownstreamKey: op.DownstreamKey, Token: token})
 			if err != nil {
-				if resetmail.Permanent(err) {
-					return nil, &tool.Error{Outcome: tool.OutcomeHappened, Info: errInfo("mail_rejected", err), Err: err}
-				}
-				return nil, tool.Transient("mail_error", err)
+				return nil, mailError(err, d.MailFailUnknownOutcome)
 			}
 			return &Mail{UserID: op.Args.UserID, MessageID: sent.MessageID, SentAt: sent.SentAt.UTC()}, nil
 		},
@@ -63,4 +61,20 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 			})
 		},
 	}
+}
+
+// mailError classifies a failed send: rejected (definitive, nothing sent),
+// outcome unknown (the server may have taken the whole message: sent again
+// with the same Message-ID, or handed to an operator when failUnknown), or
+// transient.
+func mailError(err error, failUnknown bool) error {
+	switch {
+	case resetmail.Permanent(err):
+		return &tool.Error{Outcome: tool.OutcomeHappened, Info: errInfo("mail_rejected", err), Err: err}
+	case resetmail.OutcomeUnknown(err) && failUnknown:
+		return tool.Unknown(err)
+	case resetmail.OutcomeUnknown(err):
+		return tool.Transient("mail_outcome_unknown", err)
+	}
+	return tool.Transient("mail_error", err)
 }

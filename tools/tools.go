@@ -28,6 +28,12 @@ type Deps struct {
 	Mail *resetmail.Sender
 	// Secret derives password-reset tokens (IDEMGATE_SECRET).
 	Secret []byte
+	// MailFailUnknownOutcome hands a password-reset mail whose outcome is
+	// unknown (the server may have taken it; SMTP cannot deduplicate) to
+	// an operator, failing the operation with outcome_unknown, instead of
+	// sending it again with the same Message-ID (the default). It applies
+	// to the reaper's expired leases too (gate.Policy.FailUnknownOutcome).
+	MailFailUnknownOutcome bool
 }
 
 // Register adds the built-in tools to reg.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,7 +44,9 @@ type Bundle struct {
 // time it is called (a database or schema of its own).
 func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 	t.Helper()
-	for name, test := range tests {
+	all := maps.Clone(tests)
+	maps.Copy(all, stateTests)
+	for name, test := range all {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := newBundle(t)
@@ -637,7 +640,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		}
 		res, err := s.gate.Reap(ctx, s.Control, time.Minute)
 		require.NoError(t, err)
-		require.Equal(t, &gate.ReapResult{Orphaned: 2}, res)
+		require.Equal(t, &gate.ReapResult{Abandoned: 2}, res)
 		for c, code := range map[*gate.Claim]domain.Code{never: domain.CodeCancelled, tried: domain.CodeOutcomeUnknown} {
 			got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
 			require.NoError(t, err)
@@ -884,7 +887,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 
 		res, err := s.gate.Reap(ctx, s.Control, time.Minute)
 		require.NoError(t, err)
-		require.Equal(t, &gate.ReapResult{Requeued: 1}, res)
+		require.Equal(t, &gate.ReapResult{Repointed: 1}, res)
 		got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: stuck.ID})
 		require.NoError(t, err)
 		require.Equal(t, domain.StatusQueued, got.Status)
