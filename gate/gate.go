@@ -216,11 +216,6 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	if err != nil {
 		return nil, fmt.Errorf("gate: marshal audit args: %w", err)
 	}
-
-	var (
-		res     *ClaimResult
-		current *Claim
-	)
 	// Retries are the common case: read the claim first, outside any
 	// transaction (one round trip, no write). Only a missing or expired
 	// claim goes on to the claiming transaction, where the unique index
@@ -232,50 +227,57 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	cancelRead()
 	switch {
 	case err == nil && !existing.Expired:
-		current = existing
+		return g.answerExisting(ctx, params, policy, existing, auditArgs, start)
 	case err == nil && existing.ArgsHash == in.ArgsHash:
 		return g.refuseExpired(ctx, params, start, existing, auditArgs)
 	case err == nil, errors.Is(err, domain.ErrNotFound):
 	default:
 		return nil, err
 	}
-	for i := 0; current == nil && i < maxClaimLoops; i++ {
-		res, current, err = g.claimOnce(ctx, params, policy, auditArgs, start)
-		if err != nil {
+	for range maxClaimLoops {
+		res, current, err := g.claimOnce(ctx, params, policy, auditArgs, start)
+		switch {
+		case err != nil:
+			return nil, err
+		case res != nil && res.Outcome == domain.OutcomeExpired:
+			return g.refuseExpired(ctx, params, start, res.Claim, auditArgs)
+		case res != nil:
+			return g.accepted(ctx, params, res)
+		case current != nil:
+			return g.answerExisting(ctx, params, policy, current, auditArgs, start)
+		}
+	}
+	return nil, fmt.Errorf("gate: claim of %s/%s did not settle after %d attempts", in.Tool, in.Key, maxClaimLoops)
+}
+
+// accepted waits up to the call's Wait for the outcome of the claim it
+// created; its audit row is committed with the claim.
+func (g *Gate) accepted(ctx context.Context, params *ClaimParams, res *ClaimResult) (*ClaimResult, error) {
+	if params.Wait > 0 && !res.Claim.Status.Terminal() {
+		var err error
+		if res.Claim, err = g.await(ctx, res.Claim, params.Wait); err != nil {
 			return nil, err
 		}
-		if res != nil && res.Outcome == domain.OutcomeExpired {
-			return g.refuseExpired(ctx, params, start, res.Claim, auditArgs)
-		}
-		if res != nil {
-			break
-		}
 	}
-	if res == nil && current == nil {
-		return nil, fmt.Errorf("gate: claim of %s/%s did not settle after %d attempts", in.Tool, in.Key, maxClaimLoops)
+	if !res.Claim.Status.Terminal() {
+		res.RetryAfter = DefaultRetryAfter
 	}
+	return res, nil
+}
 
-	if res != nil { // accepted: its audit row is committed with the claim
-		if params.Wait > 0 && !res.Claim.Status.Terminal() {
-			res.Claim, err = g.await(ctx, res.Claim, params.Wait)
-			if err != nil {
-				return nil, err
-			}
-		}
-		if !res.Claim.Status.Terminal() {
-			res.RetryAfter = DefaultRetryAfter
-		}
-		return res, nil
-	}
-
-	res = &ClaimResult{Claim: current}
+// answerExisting answers a call whose key has a live claim: conflict,
+// replayed (after waiting up to Wait for a terminal status) or in_flight,
+// with one audit row.
+func (g *Gate) answerExisting(ctx context.Context, params *ClaimParams, policy *Policy, current *Claim, auditArgs json.RawMessage, start time.Time) (*ClaimResult, error) {
+	in := params.Intent
+	res := &ClaimResult{Claim: current}
 	if current.ArgsHash != in.ArgsHash {
 		res.Outcome = domain.OutcomeConflict
 		res.Conflict = g.conflict(current, in, policy)
 	} else {
 		if params.Wait > 0 && !current.Status.Terminal() {
-			res.Claim, err = g.await(ctx, current, params.Wait)
-			if err != nil {
+			var err error
+			if res.Claim, err = g.await(ctx, current, params.Wait); err != nil {
 				return nil, err
 			}
 		}
@@ -347,9 +349,10 @@ func (g *Gate) refuseExpired(ctx context.Context, params *ClaimParams, start tim
 	return res, nil
 }
 
-// claimOnce runs one claiming transaction. It returns an accepted result, or
-// the existing claim to answer from, or neither when the loop must run again
-// (the claim vanished or a take-over lost a race).
+// claimOnce runs one claiming transaction. It returns an accepted result
+// (or an expired one: the same intent ran before), or the existing claim to
+// answer from, or neither when the loop must run again (the claim vanished
+// or a take-over lost a race).
 func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Policy, auditArgs json.RawMessage, start time.Time) (*ClaimResult, *Claim, error) {
 	in := params.Intent
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
@@ -362,60 +365,19 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 
 	operationID := uuid.NewString()
 	claim, err := tx.ClaimInsert(ctx, &ClaimInsertParams{
-		OperationID:    operationID,
-		TenantID:       params.Actor.TenantID,
-		Tool:           in.Tool,
-		IdempotencyKey: in.Key,
-		UserID:         params.Actor.UserID,
-		Args:           in.Canonical,
-		ArgsHash:       in.ArgsHash,
-		TTL:            policy.TTL,
-		Retention:      policy.retention(),
+		OperationID: operationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
+		UserID: params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
+		TTL: policy.TTL, Retention: policy.retention(),
 	})
 	reason := ""
 	switch {
 	case err == nil:
 	case errors.Is(err, domain.ErrAlreadyExists):
-		existing, err := tx.ClaimGetByKey(ctx, &ClaimGetByKeyParams{
-			TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
-		})
-		if errors.Is(err, domain.ErrNotFound) {
-			// No claim: a tombstone of this very intent refused the insert,
-			// or the claim was archived between the insert and the read.
-			ts, terr := tx.TombstoneGetByKey(ctx, &TombstoneGetByKeyParams{
-				TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
-			})
-			if terr == nil && ts.ArgsHash == in.ArgsHash {
-				return &ClaimResult{Outcome: domain.OutcomeExpired, Claim: ts.claim()}, nil, nil
-			}
-			if terr != nil && !errors.Is(terr, domain.ErrNotFound) {
-				return nil, nil, terr
-			}
-			return nil, nil, nil // loop
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		if !existing.Expired {
-			return nil, existing, nil
-		}
-		if existing.ArgsHash == in.ArgsHash {
-			return &ClaimResult{Outcome: domain.OutcomeExpired, Claim: existing}, nil, nil
-		}
-		claim, err = tx.ClaimTakeOver(ctx, &ClaimTakeOverParams{
-			ID:          existing.ID,
-			OperationID: operationID,
-			UserID:      params.Actor.UserID,
-			Args:        in.Canonical,
-			ArgsHash:    in.ArgsHash,
-			TTL:         policy.TTL,
-			Retention:   policy.retention(),
-		})
-		if errors.Is(err, domain.ErrStateChanged) || errors.Is(err, domain.ErrNotFound) {
-			return nil, nil, nil // another intent took it over first: loop
-		}
-		if err != nil {
-			return nil, nil, err
+		var res *ClaimResult
+		var existing *Claim
+		claim, res, existing, err = g.takeOverOrAnswer(ctx, tx, params, policy, operationID)
+		if claim == nil {
+			return res, existing, err
 		}
 		reason = "took over expired operation " + existing.OperationID
 	default:
@@ -438,7 +400,53 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, err
 	}
+	if reason != "" {
+		g.observe(EventTakeOver)
+	} else {
+		g.observe(EventInsert)
+	}
 	return &ClaimResult{Outcome: domain.OutcomeAccepted, Claim: claim}, nil, nil
+}
+
+// takeOverOrAnswer handles an insert that found the key taken, in tx: it
+// takes an expired claim of another intent over (EventTakeOver) and returns
+// it with the claim it replaced; otherwise claim is nil and it returns an
+// expired result (this very intent ran before), the live claim to answer
+// from, or neither (loop).
+func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams, policy *Policy, operationID string) (claim *Claim, res *ClaimResult, existing *Claim, err error) {
+	in := params.Intent
+	existing, err = tx.ClaimGetByKey(ctx, &ClaimGetByKeyParams{TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key})
+	if errors.Is(err, domain.ErrNotFound) {
+		// No claim: a tombstone of this very intent refused the insert, or
+		// the claim was archived between the insert and the read.
+		ts, terr := tx.TombstoneGetByKey(ctx, &TombstoneGetByKeyParams{TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key})
+		if terr == nil && ts.ArgsHash == in.ArgsHash {
+			return nil, &ClaimResult{Outcome: domain.OutcomeExpired, Claim: ts.claim()}, nil, nil
+		}
+		if terr != nil && !errors.Is(terr, domain.ErrNotFound) {
+			return nil, nil, nil, terr
+		}
+		return nil, nil, nil, nil // loop
+	}
+	switch {
+	case err != nil:
+		return nil, nil, nil, err
+	case !existing.Expired:
+		return nil, nil, existing, nil
+	case existing.ArgsHash == in.ArgsHash:
+		return nil, &ClaimResult{Outcome: domain.OutcomeExpired, Claim: existing}, nil, nil
+	}
+	claim, err = tx.ClaimTakeOver(ctx, &ClaimTakeOverParams{
+		ID: existing.ID, OperationID: operationID, UserID: params.Actor.UserID,
+		Args: in.Canonical, ArgsHash: in.ArgsHash, TTL: policy.TTL, Retention: policy.retention(),
+	})
+	if errors.Is(err, domain.ErrStateChanged) || errors.Is(err, domain.ErrNotFound) {
+		return nil, nil, nil, nil // another intent took it over first: loop
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return claim, nil, existing, nil
 }
 
 // conflict builds the conflict error naming the fields that differ.
