@@ -769,7 +769,7 @@ func TestSecurityRateLimitPerTenantAndTool(t *testing.T) {
 	requireNoRows(t, b.pool, before, "rate-limited calls: no claim and no audit row")
 	require.Equal(t, 3.0, metricValue(t, b.url, series))
 
-	// Rejections come before the limit (DESIGN.md's order): still audited.
+	// Rejections come before the limit (docs/design.md, "The gate"): still audited.
 	res, isErr := callTool(t, acme, "refund_order", refund("bad key!", 100))
 	require.True(t, isErr)
 	require.Equal(t, domain.CodeInvalidIdempotencyKey, res.Error.Code)

@@ -17,8 +17,8 @@ import (
 // major units.
 const MaxSeedAmountCents int64 = 100_000_000_00
 
-// SeedFile is the seed format of DESIGN.md ("Operator CLI"). Every list is
-// optional.
+// SeedFile is the seed format of docs/design.md ("Operators and the edge").
+// Every list is optional.
 type SeedFile struct {
 	Orders    []SeedOrder    `json:"orders,omitempty"`
 	Customers []SeedCustomer `json:"customers,omitempty"`

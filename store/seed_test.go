@@ -10,7 +10,7 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// designExample is the seed file of DESIGN.md, verbatim.
+// designExample is the seed file of docs/design.md, verbatim.
 const designExample = `{
   "orders":    [{"tenant": "acme", "order_id": "ord_9f2", "charge_id": "ch_123", "amount_cents": 5000, "currency": "usd"}],
   "customers": [{"tenant": "acme", "customer_id": "cus_1", "currency": "usd"}],
