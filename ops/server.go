@@ -104,9 +104,6 @@ func (s *Server) Start(ctx context.Context) error { return s.ui.Start(ctx) }
 // Mount mounts the operator routes under /ops on r.
 func (s *Server) Mount(r chi.Router) { r.Mount("/ops", s.handler) }
 
-// ServeHTTP serves requests whose path starts with /ops.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
-
 // securityHeaders keeps the operator pages out of frames (no clickjacking
 // of River UI's buttons) and their URLs out of other sites' Referer.
 func securityHeaders(next http.Handler) http.Handler {
