@@ -304,6 +304,3 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
-
-// lowerTrim is used for header parsing.
-func lowerTrim(s string) string { return strings.ToLower(strings.TrimSpace(s)) }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/tenancy"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -323,7 +324,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 // row: there is no tenant) and answers 503 when it cannot tell.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearer(r.Header.Get("Authorization"))
+		token, ok := tenancy.BearerFromHeader(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
 			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "a bearer token is required")})
@@ -346,18 +347,6 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, actor)))
 	})
-}
-
-func bearer(h string) (string, bool) {
-	const prefix = "bearer "
-	if len(h) <= len(prefix) || lowerTrim(h[:len(prefix)]) != "bearer" {
-		return "", false
-	}
-	t := h[len(prefix):]
-	if t == "" || len(t) > 512 {
-		return "", false
-	}
-	return t, true
 }
 
 // limiter is a token bucket per (tenant, tool).

@@ -130,6 +130,7 @@ func TestAuthMiddleware(t *testing.T) {
 			{"BasicWhenDisabled", bearerOnly, basicHeader("oncall", testPassword), http.StatusUnauthorized, "", `Bearer realm="idemgate ops"`},
 			{"BearerWithoutOpsAdmin", withBasic, "Bearer valid", http.StatusForbidden, "", ""},
 			{"BearerUnknown", withBasic, "Bearer nope", http.StatusUnauthorized, "", ""},
+			{"BearerWithoutToken", withBasic, "Bearer ", http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
 			{"OtherScheme", withBasic, "Digest abc", http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
