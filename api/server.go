@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"sync"
 	"time"
 
@@ -266,11 +265,9 @@ func RequestIDFromContext(ctx context.Context) string {
 	return id
 }
 
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
-
 // requestID mints the request's id (our log lines, audit rows and the
 // X-Request-Id answer name it) and keeps the caller's own X-Request-Id
-// apart, when it is 1 to 64 characters of [A-Za-z0-9._:-]: a caller must
+// apart, when it is shaped like an id (domain.ValidID): a caller must
 // not choose the id that names our records.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -278,7 +275,7 @@ func requestID(next http.Handler) http.Handler {
 		_, _ = rand.Read(b[:])
 		id := "req_" + hex.EncodeToString(b[:])
 		ctx := context.WithValue(r.Context(), requestIDKey, id)
-		if client := r.Header.Get("X-Request-Id"); requestIDPattern.MatchString(client) {
+		if client := r.Header.Get("X-Request-Id"); domain.ValidID(client) {
 			ctx = context.WithValue(ctx, clientRequestIDKey, client)
 		}
 		w.Header().Set("X-Request-Id", id)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/tenancy/tokenspec"
 )
 
@@ -205,8 +206,8 @@ func checkID(entry, field, v string) error {
 	switch {
 	case v == "":
 		return fmt.Errorf("%s.%s: required", entry, field)
-	case !ValidID(v):
-		return fmt.Errorf("%s.%s: %q must be 1 to 64 characters of [A-Za-z0-9_.:-]", entry, field, v)
+	case !domain.ValidID(v):
+		return fmt.Errorf("%s.%s: %q must be %s", entry, field, v, domain.IDRule)
 	}
 	return nil
 }

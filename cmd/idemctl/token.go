@@ -98,12 +98,12 @@ func validateTokenFlags(tenant, user string, scopes []string, expiresIn time.Dur
 	switch {
 	case tenant == "":
 		return &usageError{errors.New("--tenant is required")}
-	case !store.ValidID(tenant):
-		return &usageError{fmt.Errorf("--tenant: %q must be 1 to 64 characters of [A-Za-z0-9_.:-]", tenant)}
+	case !domain.ValidID(tenant):
+		return &usageError{fmt.Errorf("--tenant: %q must be %s", tenant, domain.IDRule)}
 	case user == "":
 		return &usageError{errors.New("--user is required")}
-	case !store.ValidID(user):
-		return &usageError{fmt.Errorf("--user: %q must be 1 to 64 characters of [A-Za-z0-9_.:-]", user)}
+	case !domain.ValidID(user):
+		return &usageError{fmt.Errorf("--user: %q must be %s", user, domain.IDRule)}
 	case expiresIn < 0:
 		return &usageError{fmt.Errorf("--expires-in: must be positive, got %s", expiresIn)}
 	}
