@@ -137,7 +137,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 	scoped := a.Bearer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		actor, ok := api.ActorFromContext(r.Context())
 		if !ok || !actor.HasScope(api.ScopeOpsAdmin) {
-			logger.WarnContext(r.Context(), "ops: bearer token without scope ops:admin refused",
+			logger.WarnContext(r.Context(), "ops: bearer token without scope "+api.ScopeOpsAdmin+" refused",
 				"tenant", actor.TenantID, "user", actor.UserID, "token_id", actor.TokenID, "method", r.Method, "path", r.URL.Path)
 			writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden, "operator routes need a token with scope "+api.ScopeOpsAdmin)
 			return

@@ -87,7 +87,7 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&tenant, "tenant", "", "tenant the token acts for (required unless --operator)")
-	f.BoolVar(&operator, "operator", false, "a token of the operator tenant ($"+config.EnvOperatorTenant+", default "+config.DefaultOperatorTenant+"), for River UI with scope ops:admin")
+	f.BoolVar(&operator, "operator", false, "a token of the operator tenant ($"+config.EnvOperatorTenant+", default "+config.DefaultOperatorTenant+"), for River UI with scope "+tenancy.ScopeOpsAdmin)
 	f.StringVar(&user, "user", "", "user or bot the token is issued to (required)")
 	f.StringSliceVar(&scopes, "scopes", nil, "comma-separated scopes (required): "+strings.Join(tools.Scopes(), ", "))
 	f.DurationVar(&expiresIn, "expires-in", 0, "lifetime, such as 720h (default: the token does not expire)")
