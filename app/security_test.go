@@ -30,6 +30,7 @@ import (
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -790,24 +791,6 @@ func TestSecurityRateLimitPerTenantAndTool(t *testing.T) {
 	require.Equal(t, 3.0, metricValue(t, b.url, series))
 }
 
-// lockedBuffer collects log output written from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 const stripeKey = "sk_test_idemgate_redaction_0123456789"
 
 // card4242 finds 4242 standing alone (a card's last four), not inside a
@@ -816,8 +799,7 @@ var card4242 = regexp.MustCompile(`(^|[^0-9a-fA-F.])4242([^0-9a-fA-F.]|$)`)
 
 func TestSecurityRedactionOfCardDetailsAndSecrets(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger, logs := logtest.New()
 	b := setupWorkerLogged(t, 10*time.Second, logger)
 	const pii = "ana@example.com"
 	var answers []string // every answer a client saw

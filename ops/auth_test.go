@@ -7,10 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/logtest"
 )
 
 const testPassword = "s3cret-operator-password"
@@ -98,8 +99,7 @@ func TestAuthMiddleware(t *testing.T) {
 	t.Parallel()
 	basic, err := NewBasicCredentials("oncall", testPassword)
 	require.NoError(t, err)
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	logger, logs := logtest.New()
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op, ok := OperatorFromContext(r.Context())
 		if !ok {
@@ -158,22 +158,4 @@ func basicHeader(user, password string) string {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.SetBasicAuth(user, password)
 	return r.Header.Get("Authorization")
-}
-
-// syncBuffer is a log sink for parallel subtests.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
