@@ -182,7 +182,7 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 	r.Get("/readyz", s.readyz)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, s.readBody)
-		r.With(singleCall).Handle("/mcp", mcpHandler)
+		r.Handle("/mcp", mcpHandler)
 		r.Post("/v1/tools/{tool}", s.restTool)
 		r.Get("/v1/operations", s.restListOperations)
 		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
