@@ -100,20 +100,55 @@ type Server struct {
 // New returns a Server. It refuses to start when a mutating tool has no gate
 // policy: nothing mutates outside the gate.
 func New(cfg *Config) (*Server, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	s := newServer(cfg)
+	var err error
+	if s.getOperation, err = s.getOperationSpec(); err != nil {
+		return nil, err
+	}
+	if s.listOperationsTool, err = s.listOperationsSpec(); err != nil {
+		return nil, err
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if s.metrics, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+	mcpHandler, err := s.mcpHandler()
+	if err != nil {
+		return nil, err
+	}
+	s.router = s.routes(mcpHandler)
+	return s, nil
+}
+
+// checkConfig refuses a Config without its required parts, with a mutating
+// tool that has no gate policy, or with a tool named like a built-in.
+func checkConfig(cfg *Config) error {
 	if cfg.Gate == nil || cfg.Auth == nil || cfg.Tools == nil || cfg.Jobs == nil {
-		return nil, errors.New("api: Config.Gate, Config.Auth, Config.Tools and Config.Jobs are required")
+		return errors.New("api: Config.Gate, Config.Auth, Config.Tools and Config.Jobs are required")
 	}
 	// Nothing mutates outside the gate: every mutation needs its policy.
 	for _, name := range cfg.Tools.MutationNames() {
 		if _, ok := cfg.Gate.Policy(name); !ok {
-			return nil, fmt.Errorf("api: mutating tool %q has no gate policy; refusing to start", name)
+			return fmt.Errorf("api: mutating tool %q has no gate policy; refusing to start", name)
 		}
 	}
 	for _, name := range []string{GetOperation, ListOperations} {
 		if _, dup := cfg.Tools.Get(name); dup {
-			return nil, fmt.Errorf("api: %s is built in; a registered tool may not take its name", name)
+			return fmt.Errorf("api: %s is built in; a registered tool may not take its name", name)
 		}
 	}
+	return nil
+}
+
+// newServer returns a Server with cfg's settings and the defaults of those
+// left unset; the built-in tools, metrics and routes are New's.
+func newServer(cfg *Config) *Server {
 	s := &Server{
 		gate:      cfg.Gate,
 		auth:      cfg.Auth,
@@ -142,27 +177,7 @@ func New(cfg *Config) (*Server, error) {
 		burst = DefaultRateBurst
 	}
 	s.limiter = newLimiter(rl, burst)
-	getOperation, err := s.getOperationSpec()
-	if err != nil {
-		return nil, err
-	}
-	s.getOperation = getOperation
-	if s.listOperationsTool, err = s.listOperationsSpec(); err != nil {
-		return nil, err
-	}
-	reg := cfg.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	if s.metrics, err = newMetrics(reg); err != nil {
-		return nil, err
-	}
-	mcpHandler, err := s.mcpHandler()
-	if err != nil {
-		return nil, err
-	}
-	s.router = s.routes(mcpHandler)
-	return s, nil
+	return s
 }
 
 // ServeHTTP implements http.Handler.
