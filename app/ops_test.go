@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -159,12 +158,7 @@ func setupOpsAPI(t *testing.T, env map[string]string) *opsBundle {
 	logger, logs := logtest.New()
 	a, err := app.NewAPIWithOptions(cfg, pool, logger, &app.APIOptions{Getenv: func(k string) string { return env[k] }})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(runCtx) }()
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(func() { srv.Close(); cancel(); <-done })
-	return &opsBundle{url: srv.URL, pool: pool, api: a, logs: logs}
+	return &opsBundle{url: serveAPI(ctx, t, a), pool: pool, api: a, logs: logs}
 }
 
 var opsEnv = map[string]string{ops.EnvOpsUser: opsUser, ops.EnvOpsPassword: opsPassword}

@@ -89,12 +89,7 @@ func setupWith(t *testing.T, opts *app.APIOptions, logger *slog.Logger) *testBun
 	cfg.Wait = 0
 	a, err := app.NewAPIWithOptions(cfg, pool, logger, opts)
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(runCtx) }()
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(func() { srv.Close(); cancel(); <-done })
-	return &testBundle{url: srv.URL, pool: pool, api: a}
+	return &testBundle{url: serveAPI(ctx, t, a), pool: pool, api: a}
 }
 
 func seedTokens(t *testing.T, pool *pgxpool.Pool, tokens ...store.SeedToken) {
