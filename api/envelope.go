@@ -15,11 +15,12 @@ import (
 // many tool calls (and their audit rows) in one HTTP request, around any
 // per-request limit in front of the api; duplicate members ("arguments"
 // twice, last one wins in Go's decoder) would let a proxy or log see other
-// arguments than the ones executed.
-func singleCall(next http.Handler) http.Handler {
+// arguments than the ones executed. It reads a POST's body once and passes
+// it to next (nil for other methods); r.Body reads it again.
+func singleCall(next func(w http.ResponseWriter, r *http.Request, body []byte)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
-			next.ServeHTTP(w, r)
+			next(w, r, nil)
 			return
 		}
 		body, err := io.ReadAll(r.Body)
@@ -32,7 +33,7 @@ func singleCall(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		next.ServeHTTP(w, r)
+		next(w, r, body)
 	})
 }
 

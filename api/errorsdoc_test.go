@@ -36,34 +36,8 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 	raw, err := os.ReadFile(errorsDoc)
 	require.NoError(t, err)
 	doc := string(raw)
-
-	rows := map[domain.Code]string{}
-	headings := map[domain.Code]bool{}
-	for i, line := range strings.Split(doc, "\n") {
-		if m := docRow.FindStringSubmatch(line); m != nil {
-			code := domain.Code(m[1])
-			_, dup := rows[code]
-			require.False(t, dup, "line %d: %s has a second table row", i+1, code)
-			rows[code] = strings.TrimSpace(m[2])
-		}
-		if m := docHeading.FindStringSubmatch(line); m != nil {
-			code := domain.Code(m[1])
-			require.False(t, headings[code], "line %d: %s has a second section", i+1, code)
-			headings[code] = true
-		}
-	}
-
-	known := map[domain.Code]bool{}
-	for _, c := range domain.Codes() {
-		known[c] = true
-	}
-	stored := sourceCodes(t)
-	for _, c := range []domain.Code{"transient", "mail_rejected", "mail_error", "downstream_auth", "downstream_error"} {
-		require.True(t, stored[c], "the source scan found no %s: is it still finding codes?", c)
-	}
-	for c := range stored {
-		known[c] = true
-	}
+	rows, headings := docEntries(t, doc)
+	known := knownCodes(t)
 
 	for c := range known {
 		_, row := rows[c]
@@ -96,6 +70,46 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 	require.Contains(t, doc, "https://idemgate.dev/errors/<code>", "the doc names the problem type URLs")
 }
 
+// docEntries returns the codes of the doc's status table, each with its
+// status cell, and those that have a ### section; none may appear twice.
+func docEntries(t *testing.T, doc string) (rows map[domain.Code]string, headings map[domain.Code]bool) {
+	t.Helper()
+	rows = map[domain.Code]string{}
+	headings = map[domain.Code]bool{}
+	for i, line := range strings.Split(doc, "\n") {
+		if m := docRow.FindStringSubmatch(line); m != nil {
+			code := domain.Code(m[1])
+			_, dup := rows[code]
+			require.False(t, dup, "line %d: %s has a second table row", i+1, code)
+			rows[code] = strings.TrimSpace(m[2])
+		}
+		if m := docHeading.FindStringSubmatch(line); m != nil {
+			code := domain.Code(m[1])
+			require.False(t, headings[code], "line %d: %s has a second section", i+1, code)
+			headings[code] = true
+		}
+	}
+	return rows, headings
+}
+
+// knownCodes returns the codes that exist: domain's and those the source
+// stores or answers.
+func knownCodes(t *testing.T) map[domain.Code]bool {
+	t.Helper()
+	known := map[domain.Code]bool{}
+	for _, c := range domain.Codes() {
+		known[c] = true
+	}
+	stored := sourceCodes(t)
+	for _, c := range []domain.Code{"transient", "mail_rejected", "mail_error", "downstream_auth", "downstream_error"} {
+		require.True(t, stored[c], "the source scan found no %s: is it still finding codes?", c)
+	}
+	for c := range stored {
+		known[c] = true
+	}
+	return known
+}
+
 // codeSources are the directories whose non-test Go files may make codes;
 // the ones ending in /... are walked.
 var codeSources = []string{"../tools/...", "../domain/...", "../jobs", "../gate", "../tool", "../ops", "."}
@@ -107,23 +121,9 @@ var codeSources = []string{"../tools/...", "../domain/...", "../jobs", "../gate"
 // constant of its package.
 func sourceCodes(t *testing.T) map[domain.Code]bool {
 	t.Helper()
-	var dirs []string
-	for _, src := range codeSources {
-		root, walk := strings.CutSuffix(src, "/...")
-		if !walk {
-			dirs = append(dirs, root)
-			continue
-		}
-		require.NoError(t, filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return err
-		}))
-	}
 	codes := map[domain.Code]bool{}
 	fset := token.NewFileSet()
-	for _, dir := range dirs {
+	for _, dir := range codeDirs(t) {
 		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
 		var files []*ast.File
@@ -172,6 +172,26 @@ func sourceCodes(t *testing.T) map[domain.Code]bool {
 		}
 	}
 	return codes
+}
+
+// codeDirs returns the directories of codeSources, the walked ones expanded.
+func codeDirs(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	for _, src := range codeSources {
+		root, walk := strings.CutSuffix(src, "/...")
+		if !walk {
+			dirs = append(dirs, root)
+			continue
+		}
+		require.NoError(t, filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return err
+		}))
+	}
+	return dirs
 }
 
 // makesCode reports whether a call of fun takes a code first.

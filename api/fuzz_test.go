@@ -155,14 +155,18 @@ func (b *fuzzBundle) checkRows(t *testing.T, before fuzzRows, status int, out ma
 
 func pick[T any](list []T, i uint8) T { return list[int(i)%len(list)] }
 
-func FuzzRESTTool(f *testing.F) {
-	b := fuzzSetup(f)
+// restToolSeed is one input of FuzzRESTTool's corpus: the tool's and the
+// token's index, the Idempotency-Key header (when hasKey) and the body.
+type restToolSeed struct {
+	tool, token uint8
+	hasKey      bool
+	key, body   string
+}
+
+// restToolSeeds is FuzzRESTTool's corpus.
+func restToolSeeds() []restToolSeed {
 	refund := `{"order_id":"ord_9f2","amount_cents":1500}`
-	for _, s := range []struct {
-		tool, token uint8
-		hasKey      bool
-		key, body   string
-	}{
+	return []restToolSeed{
 		{0, 0, true, "fuzz-key-00001", refund},
 		{0, 0, true, "fuzz-key-00001", refund},                                       // in flight
 		{0, 0, true, "fuzz-key-00001", `{"order_id":"ord_9f2","amount_cents":1600}`}, // conflict
@@ -200,7 +204,12 @@ func FuzzRESTTool(f *testing.F) {
 		{0, 2, true, "fuzz-key-00025", refund},
 		{0, 3, true, "fuzz-key-00026", refund},
 		{6, 0, true, "fuzz-key-00027", refund},
-	} {
+	}
+}
+
+func FuzzRESTTool(f *testing.F) {
+	b := fuzzSetup(f)
+	for _, s := range restToolSeeds() {
 		f.Add(s.tool, s.token, s.hasKey, s.key, []byte(s.body))
 	}
 	f.Fuzz(func(t *testing.T, tool, token uint8, hasKey bool, key string, body []byte) {
@@ -269,36 +278,40 @@ func FuzzRESTOperation(f *testing.F) {
 	})
 }
 
+// mcpToolCallSeeds are FuzzMCPToolCall's corpus: the tool's index and the
+// raw arguments.
+var mcpToolCallSeeds = []struct {
+	tool uint8
+	args string
+}{
+	{0, `{"order_id":"ord_9f2","amount_cents":1500,"idempotency_key":"fuzz-mcp-0001"}`},
+	{0, `{"order_id":"ord_9f2","amount_cents":1500,"idempotency_key":"fuzz-mcp-0001"}`},
+	{0, `{"order_id":"ord_9f2","amount_cents":1501,"idempotency_key":"fuzz-mcp-0001"}`},
+	{0, `{"order_id":"ord_9f2","amount_cents":1500}`},
+	{0, `{"order_id":"ord_9f2","amount_cents":1500,"idempotency_key":"fuzz\u0000mcp-02"}`},
+	{0, `{"order_id":"ord_9f2","amount_cents":1500,"reason":"\u0000","idempotency_key":"fuzz-mcp-0003"}`},
+	{0, `{"order_id":"ord_9f2","amount_cents":1500,"idempotency_key":"` + strings.Repeat("€", 128) + `"}`},
+	{0, `{"order_id":"ord_9f2","order_id":"x","amount_cents":1500,"idempotency_key":"fuzz-mcp-0004"}`},
+	{0, `{"order_id":"ord_9f2","amount_cents":1e400,"idempotency_key":"fuzz-mcp-0005"}`},
+	{0, `[]`},
+	{0, `null`},
+	{0, `"x"`},
+	{0, `{`},
+	{1, `{"customer_id":"cus_1","amount_cents":1,"currency":"usd","idempotency_key":"fuzz-mcp-0006"}`},
+	{2, `{"seat_id":"seat_1","idempotency_key":"fuzz-mcp-0007","tenant_id":"globex"}`},
+	{3, `{"user_id":"usr_1","idempotency_key":"fuzz-mcp-0008"}`},
+	{4, `{"tool":"refund_order","idempotency_key":"fuzz-mcp-0001"}`},
+	{5, `{"order_id":"ord_9f2"}`},
+	{6, `{}`},
+}
+
 // FuzzMCPToolCall sends tools/call with fuzzed raw arguments. Whatever the
 // MCP SDK's transport refuses itself (malformed JSON-RPC) writes nothing;
 // whatever reaches our handler is a result or a tool error with our code,
 // with the rows that answer implies.
 func FuzzMCPToolCall(f *testing.F) {
 	b := fuzzSetup(f)
-	for _, s := range []struct {
-		tool uint8
-		args string
-	}{
-		{0, `{"order_id":"ord_9f2","amount_cents":1500,"idempotency_key":"fuzz-mcp-0001"}`},
-		{0, `{"order_id":"ord_9f2","amount_cents":1500,"idempotency_key":"fuzz-mcp-0001"}`},
-		{0, `{"order_id":"ord_9f2","amount_cents":1501,"idempotency_key":"fuzz-mcp-0001"}`},
-		{0, `{"order_id":"ord_9f2","amount_cents":1500}`},
-		{0, `{"order_id":"ord_9f2","amount_cents":1500,"idempotency_key":"fuzz\u0000mcp-02"}`},
-		{0, `{"order_id":"ord_9f2","amount_cents":1500,"reason":"\u0000","idempotency_key":"fuzz-mcp-0003"}`},
-		{0, `{"order_id":"ord_9f2","amount_cents":1500,"idempotency_key":"` + strings.Repeat("€", 128) + `"}`},
-		{0, `{"order_id":"ord_9f2","order_id":"x","amount_cents":1500,"idempotency_key":"fuzz-mcp-0004"}`},
-		{0, `{"order_id":"ord_9f2","amount_cents":1e400,"idempotency_key":"fuzz-mcp-0005"}`},
-		{0, `[]`},
-		{0, `null`},
-		{0, `"x"`},
-		{0, `{`},
-		{1, `{"customer_id":"cus_1","amount_cents":1,"currency":"usd","idempotency_key":"fuzz-mcp-0006"}`},
-		{2, `{"seat_id":"seat_1","idempotency_key":"fuzz-mcp-0007","tenant_id":"globex"}`},
-		{3, `{"user_id":"usr_1","idempotency_key":"fuzz-mcp-0008"}`},
-		{4, `{"tool":"refund_order","idempotency_key":"fuzz-mcp-0001"}`},
-		{5, `{"order_id":"ord_9f2"}`},
-		{6, `{}`},
-	} {
+	for _, s := range mcpToolCallSeeds {
 		f.Add(s.tool, []byte(s.args))
 	}
 	f.Fuzz(func(t *testing.T, tool uint8, args []byte) {

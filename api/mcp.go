@@ -18,7 +18,8 @@ import (
 const Version = "0.1.0"
 
 // mcpHandler builds the MCP server with every tool and serves it over
-// Streamable HTTP in stateless mode, so any api replica can answer any call.
+// Streamable HTTP in stateless mode, so any api replica can answer any call,
+// behind singleCall and the task layer.
 func (s *Server) mcpHandler() (http.Handler, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}, &mcp.ServerOptions{
 		Instructions: "Mutating tools take an idempotency_key: reuse it when you retry the same intent, " +
@@ -44,11 +45,11 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 		return nil, err
 	}
 	server.AddReceivingMiddleware(s.recoverMCP)
-	return s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+	return singleCall(s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
 		Logger:       s.logger,
-	})), nil
+	}))), nil
 }
 
 // recoverMCP turns a panic in a handler into an internal error. The SDK

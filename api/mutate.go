@@ -78,8 +78,8 @@ type call struct {
 	noWait bool
 }
 
-// mutate runs a mutation call through the checks in DESIGN.md's order
-// (authentication happened before): scope, arguments and key, rate limit,
+// mutate runs a mutation call through the checks in the order of
+// docs/design.md, "The gate" (authentication happened before): scope, arguments and key, rate limit,
 // then the gate. Every rejection after authentication but the rate limit
 // writes one denied audit row.
 func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callError) {
@@ -304,6 +304,3 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
-
-// lowerTrim is used for header parsing.
-func lowerTrim(s string) string { return strings.ToLower(strings.TrimSpace(s)) }

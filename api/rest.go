@@ -30,7 +30,6 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), clientRequestID: ClientRequestIDFromContext(r.Context()), tool: def, raw: body}
-
 	if !def.Mutating {
 		out, cerr := s.read(r.Context(), c)
 		if cerr != nil {
@@ -40,26 +39,18 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
+	s.restMutate(w, r, c)
+}
 
-	// The key travels in the header; merge it into the arguments so that
-	// one validation and one fingerprint serve MCP and REST alike.
-	header, present := r.Header["Idempotency-Key"]
-	key := ""
-	if present {
-		if len(header) != 1 {
-			s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeInvalidIdempotencyKey, "Idempotency-Key", "the header must appear once"))
-			return
-		}
-		var perr error
-		if key, perr = gate.ParseKeyHeader(header[0]); perr != nil {
-			s.rejectREST(w, r, c, header[0], asDomainError(perr))
-			return
-		}
-	} else {
-		s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", def.Name))
+// restMutate runs a mutation call: the key travels in the header and is
+// merged into the arguments, so that one validation and one fingerprint
+// serve MCP and REST alike.
+func (s *Server) restMutate(w http.ResponseWriter, r *http.Request, c *call) {
+	key, ok := s.restKey(w, r, c)
+	if !ok {
 		return
 	}
-	args, err := gate.DecodeArgs(body)
+	args, err := gate.DecodeArgs(c.raw)
 	if err != nil {
 		s.rejectREST(w, r, c, key, asDomainError(err))
 		return
@@ -84,15 +75,35 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 	case ans.Outcome == domain.OutcomeInFlight:
 		status = http.StatusConflict
 		w.Header().Set("Retry-After", retryAfterSeconds(time.Duration(ans.RetryAfterMS)*time.Millisecond))
-		w.Header().Set("Location", operationPath(def.Name, key))
+		w.Header().Set("Location", operationPath(c.tool.Name, key))
 	case !ans.Operation.Status.Terminal():
 		status = http.StatusAccepted
-		w.Header().Set("Location", operationPath(def.Name, key))
+		w.Header().Set("Location", operationPath(c.tool.Name, key))
 	}
 	if ans.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	writeJSON(w, status, ans)
+}
+
+// restKey returns the key of the Idempotency-Key header; a missing,
+// repeated or malformed header is rejected (false).
+func (s *Server) restKey(w http.ResponseWriter, r *http.Request, c *call) (string, bool) {
+	header, present := r.Header["Idempotency-Key"]
+	switch {
+	case !present:
+		s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", c.tool.Name))
+		return "", false
+	case len(header) != 1:
+		s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeInvalidIdempotencyKey, "Idempotency-Key", "the header must appear once"))
+		return "", false
+	}
+	key, err := gate.ParseKeyHeader(header[0])
+	if err != nil {
+		s.rejectREST(w, r, c, header[0], asDomainError(err))
+		return "", false
+	}
+	return key, true
 }
 
 // rejectREST answers a rejection found before the common path ran, with

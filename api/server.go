@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"sync"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/tenancy"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -100,20 +100,55 @@ type Server struct {
 // New returns a Server. It refuses to start when a mutating tool has no gate
 // policy: nothing mutates outside the gate.
 func New(cfg *Config) (*Server, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	s := newServer(cfg)
+	var err error
+	if s.getOperation, err = s.getOperationSpec(); err != nil {
+		return nil, err
+	}
+	if s.listOperationsTool, err = s.listOperationsSpec(); err != nil {
+		return nil, err
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if s.metrics, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+	mcpHandler, err := s.mcpHandler()
+	if err != nil {
+		return nil, err
+	}
+	s.router = s.routes(mcpHandler)
+	return s, nil
+}
+
+// checkConfig refuses a Config without its required parts, with a mutating
+// tool that has no gate policy, or with a tool named like a built-in.
+func checkConfig(cfg *Config) error {
 	if cfg.Gate == nil || cfg.Auth == nil || cfg.Tools == nil || cfg.Jobs == nil {
-		return nil, errors.New("api: Config.Gate, Config.Auth, Config.Tools and Config.Jobs are required")
+		return errors.New("api: Config.Gate, Config.Auth, Config.Tools and Config.Jobs are required")
 	}
 	// Nothing mutates outside the gate: every mutation needs its policy.
 	for _, name := range cfg.Tools.MutationNames() {
 		if _, ok := cfg.Gate.Policy(name); !ok {
-			return nil, fmt.Errorf("api: mutating tool %q has no gate policy; refusing to start", name)
+			return fmt.Errorf("api: mutating tool %q has no gate policy; refusing to start", name)
 		}
 	}
 	for _, name := range []string{GetOperation, ListOperations} {
 		if _, dup := cfg.Tools.Get(name); dup {
-			return nil, fmt.Errorf("api: %s is built in; a registered tool may not take its name", name)
+			return fmt.Errorf("api: %s is built in; a registered tool may not take its name", name)
 		}
 	}
+	return nil
+}
+
+// newServer returns a Server with cfg's settings and the defaults of those
+// left unset; the built-in tools, metrics and routes are New's.
+func newServer(cfg *Config) *Server {
 	s := &Server{
 		gate:      cfg.Gate,
 		auth:      cfg.Auth,
@@ -142,27 +177,7 @@ func New(cfg *Config) (*Server, error) {
 		burst = DefaultRateBurst
 	}
 	s.limiter = newLimiter(rl, burst)
-	getOperation, err := s.getOperationSpec()
-	if err != nil {
-		return nil, err
-	}
-	s.getOperation = getOperation
-	if s.listOperationsTool, err = s.listOperationsSpec(); err != nil {
-		return nil, err
-	}
-	reg := cfg.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	if s.metrics, err = newMetrics(reg); err != nil {
-		return nil, err
-	}
-	mcpHandler, err := s.mcpHandler()
-	if err != nil {
-		return nil, err
-	}
-	s.router = s.routes(mcpHandler)
-	return s, nil
+	return s
 }
 
 // ServeHTTP implements http.Handler.
@@ -182,7 +197,7 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 	r.Get("/readyz", s.readyz)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, s.readBody)
-		r.With(singleCall).Handle("/mcp", mcpHandler)
+		r.Handle("/mcp", mcpHandler)
 		r.Post("/v1/tools/{tool}", s.restTool)
 		r.Get("/v1/operations", s.restListOperations)
 		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
@@ -265,11 +280,9 @@ func RequestIDFromContext(ctx context.Context) string {
 	return id
 }
 
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
-
 // requestID mints the request's id (our log lines, audit rows and the
 // X-Request-Id answer name it) and keeps the caller's own X-Request-Id
-// apart, when it is 1 to 64 characters of [A-Za-z0-9._:-]: a caller must
+// apart, when it is shaped like an id (domain.ValidID): a caller must
 // not choose the id that names our records.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -277,7 +290,7 @@ func requestID(next http.Handler) http.Handler {
 		_, _ = rand.Read(b[:])
 		id := "req_" + hex.EncodeToString(b[:])
 		ctx := context.WithValue(r.Context(), requestIDKey, id)
-		if client := r.Header.Get("X-Request-Id"); requestIDPattern.MatchString(client) {
+		if client := r.Header.Get("X-Request-Id"); domain.ValidID(client) {
 			ctx = context.WithValue(ctx, clientRequestIDKey, client)
 		}
 		w.Header().Set("X-Request-Id", id)
@@ -323,7 +336,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 // row: there is no tenant) and answers 503 when it cannot tell.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearer(r.Header.Get("Authorization"))
+		token, ok := tenancy.BearerFromHeader(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
 			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "a bearer token is required")})
@@ -346,18 +359,6 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, actor)))
 	})
-}
-
-func bearer(h string) (string, bool) {
-	const prefix = "bearer "
-	if len(h) <= len(prefix) || lowerTrim(h[:len(prefix)]) != "bearer" {
-		return "", false
-	}
-	t := h[len(prefix):]
-	if t == "" || len(t) > 512 {
-		return "", false
-	}
-	return t, true
 }
 
 // limiter is a token bucket per (tenant, tool).

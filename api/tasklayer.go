@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 
@@ -43,18 +42,14 @@ var tasksCapability = map[string]any{
 	},
 }
 
-func (s *Server) taskLayer(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// taskLayer serves one request to /mcp in front of next, the SDK's handler;
+// body is the POST body singleCall read.
+func (s *Server) taskLayer(next http.Handler) func(http.ResponseWriter, *http.Request, []byte) {
+	return func(w http.ResponseWriter, r *http.Request, body []byte) {
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			writeRPCError(w, http.StatusRequestEntityTooLarge, "request body too large or unreadable")
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		var env rpcEnvelope
 		if json.Unmarshal(body, &env) != nil || len(env.ID) == 0 {
 			next.ServeHTTP(w, r) // malformed, or a notification: the SDK answers
@@ -68,7 +63,7 @@ func (s *Server) taskLayer(next http.Handler) http.Handler {
 		default:
 			next.ServeHTTP(w, r)
 		}
-	})
+	}
 }
 
 // taskCall answers a task-augmented tools/call: the gate claims the intent

@@ -73,12 +73,19 @@ func setup(t *testing.T, viaProxy func(dbURL string) string) *testBundle {
 	cfg.Wait = 0
 	a, err := app.NewAPI(cfg, pool, nil)
 	require.NoError(t, err)
+	return &testBundle{url: serveAPI(ctx, t, a), pool: seedPool, api: a}
+}
+
+// serveAPI runs a until the test ends and serves its handler on a test
+// server, whose URL it returns.
+func serveAPI(ctx context.Context, t *testing.T, a *app.API) string {
+	t.Helper()
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(runCtx) }()
 	srv := httptest.NewServer(a.Handler)
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
-	return &testBundle{url: srv.URL, pool: seedPool, api: a}
+	return srv.URL
 }
 
 // startHTTP serves the api on a test HTTP server.

@@ -1,15 +1,11 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +16,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/ops"
 	"github.com/idemgate/idemgate/store"
@@ -136,29 +133,11 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 	require.Equal(t, nextKey, d.DownstreamKey)
 }
 
-// syncBuffer is a log sink that handlers may write to concurrently.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 type opsBundle struct {
 	url  string
 	pool *pgxpool.Pool
 	api  *app.API
-	logs *syncBuffer
+	logs *logtest.Buffer
 }
 
 // setupOpsAPI runs the api in process with the operator's Basic
@@ -176,16 +155,10 @@ func setupOpsAPI(t *testing.T, env map[string]string) *opsBundle {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger, logs := logtest.New()
 	a, err := app.NewAPIWithOptions(cfg, pool, logger, &app.APIOptions{Getenv: func(k string) string { return env[k] }})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(runCtx) }()
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(func() { srv.Close(); cancel(); <-done })
-	return &opsBundle{url: srv.URL, pool: pool, api: a, logs: logs}
+	return &opsBundle{url: serveAPI(ctx, t, a), pool: pool, api: a, logs: logs}
 }
 
 var opsEnv = map[string]string{ops.EnvOpsUser: opsUser, ops.EnvOpsPassword: opsPassword}

@@ -30,6 +30,7 @@ import (
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -88,12 +89,7 @@ func setupWith(t *testing.T, opts *app.APIOptions, logger *slog.Logger) *testBun
 	cfg.Wait = 0
 	a, err := app.NewAPIWithOptions(cfg, pool, logger, opts)
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(runCtx) }()
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(func() { srv.Close(); cancel(); <-done })
-	return &testBundle{url: srv.URL, pool: pool, api: a}
+	return &testBundle{url: serveAPI(ctx, t, a), pool: pool, api: a}
 }
 
 func seedTokens(t *testing.T, pool *pgxpool.Pool, tokens ...store.SeedToken) {
@@ -769,7 +765,7 @@ func TestSecurityRateLimitPerTenantAndTool(t *testing.T) {
 	requireNoRows(t, b.pool, before, "rate-limited calls: no claim and no audit row")
 	require.Equal(t, 3.0, metricValue(t, b.url, series))
 
-	// Rejections come before the limit (DESIGN.md's order): still audited.
+	// Rejections come before the limit (docs/design.md, "The gate"): still audited.
 	res, isErr := callTool(t, acme, "refund_order", refund("bad key!", 100))
 	require.True(t, isErr)
 	require.Equal(t, domain.CodeInvalidIdempotencyKey, res.Error.Code)
@@ -790,24 +786,6 @@ func TestSecurityRateLimitPerTenantAndTool(t *testing.T) {
 	require.Equal(t, 3.0, metricValue(t, b.url, series))
 }
 
-// lockedBuffer collects log output written from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 const stripeKey = "sk_test_idemgate_redaction_0123456789"
 
 // card4242 finds 4242 standing alone (a card's last four), not inside a
@@ -816,8 +794,7 @@ var card4242 = regexp.MustCompile(`(^|[^0-9a-fA-F.])4242([^0-9a-fA-F.]|$)`)
 
 func TestSecurityRedactionOfCardDetailsAndSecrets(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger, logs := logtest.New()
 	b := setupWorkerLogged(t, 10*time.Second, logger)
 	const pii = "ana@example.com"
 	var answers []string // every answer a client saw

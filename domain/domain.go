@@ -59,7 +59,7 @@ func (s Status) Valid() bool {
 // Outcome is how a mutation call was answered.
 type Outcome string
 
-// The four outcomes of a mutation call, as DESIGN.md defines them.
+// The outcomes of a mutation call (docs/design.md, "The gate").
 const (
 	// OutcomeAccepted means this call created the claim.
 	OutcomeAccepted Outcome = "accepted"

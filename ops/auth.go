@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/tenancy"
 )
 
 // The environment variables of the operator's HTTP Basic credentials. When
@@ -136,7 +137,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 	scoped := a.Bearer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		actor, ok := api.ActorFromContext(r.Context())
 		if !ok || !actor.HasScope(api.ScopeOpsAdmin) {
-			logger.WarnContext(r.Context(), "ops: bearer token without scope ops:admin refused",
+			logger.WarnContext(r.Context(), "ops: bearer token without scope "+api.ScopeOpsAdmin+" refused",
 				"tenant", actor.TenantID, "user", actor.UserID, "token_id", actor.TokenID, "method", r.Method, "path", r.URL.Path)
 			writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden, "operator routes need a token with scope "+api.ScopeOpsAdmin)
 			return
@@ -145,12 +146,12 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, op)))
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, _, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-		switch strings.ToLower(scheme) {
-		case "bearer":
+		h := r.Header.Get("Authorization")
+		if _, ok := tenancy.BearerFromHeader(h); ok {
 			scoped.ServeHTTP(w, r)
 			return
-		case "basic":
+		}
+		if scheme, _, _ := strings.Cut(strings.TrimSpace(h), " "); strings.EqualFold(scheme, "basic") {
 			client := clientAddr(r)
 			if wait, blocked := a.Throttle.blocked(client); blocked {
 				logger.WarnContext(r.Context(), "ops: basic attempt throttled", "remote", r.RemoteAddr, "retry_after", wait)

@@ -7,10 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/logtest"
 )
 
 const testPassword = "s3cret-operator-password"
@@ -98,8 +99,7 @@ func TestAuthMiddleware(t *testing.T) {
 	t.Parallel()
 	basic, err := NewBasicCredentials("oncall", testPassword)
 	require.NoError(t, err)
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	logger, logs := logtest.New()
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op, ok := OperatorFromContext(r.Context())
 		if !ok {
@@ -130,6 +130,7 @@ func TestAuthMiddleware(t *testing.T) {
 			{"BasicWhenDisabled", bearerOnly, basicHeader("oncall", testPassword), http.StatusUnauthorized, "", `Bearer realm="idemgate ops"`},
 			{"BearerWithoutOpsAdmin", withBasic, "Bearer valid", http.StatusForbidden, "", ""},
 			{"BearerUnknown", withBasic, "Bearer nope", http.StatusUnauthorized, "", ""},
+			{"BearerWithoutToken", withBasic, "Bearer ", http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
 			{"OtherScheme", withBasic, "Digest abc", http.StatusUnauthorized, "", `Basic realm="idemgate ops"`},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
@@ -157,22 +158,4 @@ func basicHeader(user, password string) string {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.SetBasicAuth(user, password)
 	return r.Header.Get("Authorization")
-}
-
-// syncBuffer is a log sink for parallel subtests.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }

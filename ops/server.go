@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
+	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/domain"
 )
 
@@ -89,7 +90,7 @@ func deploymentOperator(operatorTenant string) func(http.Handler) http.Handler {
 			op, ok := OperatorFromContext(r.Context())
 			if !ok || (op.Via != "basic" && (operatorTenant == "" || op.TenantID != operatorTenant)) {
 				writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden,
-					"River UI shows every tenant's jobs: it needs the operator Basic credentials or an ops:admin token of the operator tenant")
+					"River UI shows every tenant's jobs: it needs the operator Basic credentials or an "+api.ScopeOpsAdmin+" token of the operator tenant")
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -103,9 +104,6 @@ func (s *Server) Start(ctx context.Context) error { return s.ui.Start(ctx) }
 
 // Mount mounts the operator routes under /ops on r.
 func (s *Server) Mount(r chi.Router) { r.Mount("/ops", s.handler) }
-
-// ServeHTTP serves requests whose path starts with /ops.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // securityHeaders keeps the operator pages out of frames (no clickjacking
 // of River UI's buttons) and their URLs out of other sites' Referer.

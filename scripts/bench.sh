@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench.sh: what the gate costs, side by side with bare River and the
-# database's commit limit, in one run (cmd/bench). Runs from any directory.
+# database's commit limit, in one run (cmd/bench, a Go module of its own, so
+# its plotting dependencies stay out of the service's go.mod). Runs from any
+# directory.
 #
 #   scripts/bench.sh                 the full run (under 10 minutes): c=1,8,32,64,
 #                                    1M claims; prints Markdown and rewrites the
@@ -14,7 +16,7 @@
 #                                    .tmp/bench-profile/ (go tool pprof); writes
 #                                    nothing to docs/
 #   scripts/bench.sh -claims 10000000   other arguments go to cmd/bench
-#                                    (go run ./cmd/bench -h lists them)
+#                                    (cd cmd/bench && go run . -h lists them)
 #
 # Postgres: BENCH_DATABASE_URL if set; else TEST_DATABASE_URL; else the server
 # on 127.0.0.1:5432; else a throwaway cluster started from
@@ -38,7 +40,7 @@ for a in "$@"; do
 	--quick) quick=1 ;;
 	--profile) profile=1 ;;
 	-h | --help)
-		sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) args+=("$a") ;;
@@ -98,8 +100,9 @@ if command -v psql >/dev/null; then
 fi
 
 # Build first, so that compiling does not share the cores with a measurement.
+# cmd/bench is its own module: build it from its directory.
 mkdir -p .tmp
-go build -o .tmp/bench ./cmd/bench
+(cd cmd/bench && go build -o ../../.tmp/bench .)
 
 cmd="scripts/bench.sh${*:+ $*}"
 if ((quick)); then

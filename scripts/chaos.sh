@@ -47,7 +47,7 @@
 # It prints a Markdown table and exits non-zero on a duplicate refund, ledger
 # row or seat change, a lost operation, an unexpected failure code or a
 # missed drain deadline. Duplicate mails are reported, not failed: SMTP cannot
-# deduplicate (DESIGN.md, "Guarantees"). On failure the tails of every log
+# deduplicate (docs/design.md, "Two kinds of effect"). On failure the tails of every log
 # are printed; CHAOS_KEEP=1 keeps the temp dir (logs, results.json).
 set -euo pipefail
 

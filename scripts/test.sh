@@ -200,6 +200,13 @@ done
 if ((arg_pkgs == 0)); then
 	read -r -a pkgs <<<"${PKGS:-./...}"
 fi
+# cmd/bench is a Go module of its own, which ./... does not reach: runs of the
+# whole repo (no package arguments, PKGS unset) vet and test it from its
+# directory too.
+bench_mod=0
+if ((arg_pkgs == 0)) && [[ -z "${PKGS:-}" ]]; then
+	bench_mod=1
+fi
 
 # ---------------------------------------------------------------------------
 # (c) gofmt, over every Go file of the repo
@@ -255,6 +262,9 @@ fi
 # ---------------------------------------------------------------------------
 step="go vet"
 go vet "${pkgs[@]}"
+if ((bench_mod)); then
+	(cd cmd/bench && go vet ./...)
+fi
 
 # ---------------------------------------------------------------------------
 # (e) go test
@@ -282,6 +292,10 @@ if ((stress)); then
 fi
 [[ ${TEST_HOG:-0} == 1 ]] && hog_start
 run_go_tests "$@"
+if ((bench_mod)); then
+	step="go test (cmd/bench module)"
+	(cd cmd/bench && go test -race -count=1 "$@" ./...)
+fi
 
 # ---------------------------------------------------------------------------
 # (f) MCP end-to-end tests with the official TypeScript SDK

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/tenancy/tokenspec"
 )
 
@@ -17,8 +18,8 @@ import (
 // major units.
 const MaxSeedAmountCents int64 = 100_000_000_00
 
-// SeedFile is the seed format of DESIGN.md ("Operator CLI"). Every list is
-// optional.
+// SeedFile is the seed format of docs/design.md ("Operators and the edge").
+// Every list is optional.
 type SeedFile struct {
 	Orders    []SeedOrder    `json:"orders,omitempty"`
 	Customers []SeedCustomer `json:"customers,omitempty"`
@@ -205,8 +206,8 @@ func checkID(entry, field, v string) error {
 	switch {
 	case v == "":
 		return fmt.Errorf("%s.%s: required", entry, field)
-	case !ValidID(v):
-		return fmt.Errorf("%s.%s: %q must be 1 to 64 characters of [A-Za-z0-9_.:-]", entry, field, v)
+	case !domain.ValidID(v):
+		return fmt.Errorf("%s.%s: %q must be %s", entry, field, v, domain.IDRule)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ package store
 
 import (
 	"context"
-	"regexp"
 	"time"
 )
 
@@ -147,11 +146,3 @@ type SeedCreatedToken struct {
 	// Token is the secret, shown this once.
 	Token string `json:"token"`
 }
-
-// idPattern is what tenant, order, charge, customer, seat and user ids must
-// match.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
-
-// ValidID reports whether s is a valid tenant, user, order, charge,
-// customer or seat id: 1 to 64 characters of [A-Za-z0-9_.:-].
-func ValidID(s string) bool { return idPattern.MatchString(s) }

@@ -6,15 +6,16 @@ import (
 	"sort"
 
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/tenancy/tokenspec"
 )
 
 // Scopes that every deployment knows besides its tools' own.
 const (
 	// ScopeOperationsRead reads operations (get_operation, REST status).
-	ScopeOperationsRead = "operations:read"
+	ScopeOperationsRead = tokenspec.ScopeOperationsRead
 	// ScopeOpsAdmin re-drives operations and, for the operator tenant,
 	// opens River UI.
-	ScopeOpsAdmin = "ops:admin"
+	ScopeOpsAdmin = tokenspec.ScopeOpsAdmin
 )
 
 // Registry is the set of tools one deployment serves. Build it once at

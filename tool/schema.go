@@ -23,7 +23,7 @@ import (
 const (
 	// IDPattern is what ids (orders, customers, seats, users) look like:
 	// the tag `idem:"id"`.
-	IDPattern = `^[A-Za-z0-9_.:-]{1,64}$`
+	IDPattern = domain.IDPattern
 	// CurrencyPattern is an ISO 4217 code in Stripe's lowercase form: the
 	// tag `idem:"currency"`.
 	CurrencyPattern = `^[a-z]{3}$`
@@ -304,7 +304,7 @@ func compile(s *jsonschema.Schema, published json.RawMessage) (*objectSchema, er
 func patternHint(pattern string) string {
 	switch pattern {
 	case IDPattern:
-		return "must be 1 to 64 characters of [A-Za-z0-9_.:-]"
+		return "must be " + domain.IDRule
 	case CurrencyPattern:
 		return "must be a lowercase ISO 4217 code such as usd"
 	}

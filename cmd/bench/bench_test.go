@@ -14,8 +14,8 @@ import (
 )
 
 // The CPU the gate spends on a call before it reaches the database: decode
-// once, fingerprint (RFC 8785 + sha256), canonicalize. `go test -bench .
-// ./cmd/bench` runs them; nothing here asserts a time.
+// once, fingerprint (RFC 8785 + sha256), canonicalize. `go test -bench .` in
+// cmd/bench runs them; nothing here asserts a time.
 
 var benchRaw = []byte(`{"customer_id":"cus_042","amount_cents":1250,"currency":"usd","memo":"goodwill credit for ticket 8812","idempotency_key":"0f3c9a1b2d4e5f60718293a4b5c6d7e8"}`)
 

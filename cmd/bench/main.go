@@ -151,7 +151,7 @@ func parseFlags(args []string) (*options, error) {
 		o.adminURL = firstNonEmpty(os.Getenv("BENCH_DATABASE_URL"), os.Getenv("TEST_DATABASE_URL"), defaultAdminURL)
 	}
 	if o.command == "" {
-		o.command = "go run ./cmd/bench " + strings.Join(args, " ")
+		o.command = "cmd/bench " + strings.Join(args, " ")
 	}
 	return o, nil
 }

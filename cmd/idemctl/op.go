@@ -17,7 +17,6 @@ import (
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/ops"
-	"github.com/idemgate/idemgate/store"
 )
 
 // exitRefused is the exit code of a re-drive the gate refused (the
@@ -338,8 +337,8 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 
 // validTenant checks a tenant id like the seed file and tokens do.
 func validTenant(t string) error {
-	if !store.ValidID(t) {
-		return &usageError{fmt.Errorf("--tenant: %q must be 1 to 64 characters of [A-Za-z0-9_.:-]", t)}
+	if !domain.ValidID(t) {
+		return &usageError{fmt.Errorf("--tenant: %q must be %s", t, domain.IDRule)}
 	}
 	return nil
 }

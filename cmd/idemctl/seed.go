@@ -14,8 +14,8 @@ import (
 	"github.com/idemgate/idemgate/tools"
 )
 
-// newSeedCmd builds `idemctl seed --file F`: load a seed file (DESIGN.md's
-// format) in one transaction and print a JSON summary. Idempotent: rows
+// newSeedCmd builds `idemctl seed --file F`: load a seed file (the format of
+// docs/design.md) in one transaction and print a JSON summary. Idempotent: rows
 // that exist are left unchanged; tokens without a fixed value are minted on
 // every run, and only their secrets are printed.
 func newSeedCmd(a *app) *cobra.Command {
@@ -23,7 +23,7 @@ func newSeedCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "seed --file F",
 		Short: "Load tenants' tokens, orders, customers, seats and users from a seed file",
-		Long: "Load a seed file (see DESIGN.md) in one transaction and print one JSON line:\n" +
+		Long: "Load a seed file (see docs/design.md, \"Operators and the edge\") in one transaction and print one JSON line:\n" +
 			`{"orders":{"created":N,"existing":M},…,"tokens":{…},"created_tokens":[{"index":I,"id":…,"token":…}]}.` + "\n" +
 			"Idempotent: existing rows are left as they are, even where the file differs. Entries of \"tokens\"\n" +
 			"with a fixed \"token\" value are created once; those without one are minted on every run, and their\n" +

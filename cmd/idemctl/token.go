@@ -87,7 +87,7 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&tenant, "tenant", "", "tenant the token acts for (required unless --operator)")
-	f.BoolVar(&operator, "operator", false, "a token of the operator tenant ($"+config.EnvOperatorTenant+", default "+config.DefaultOperatorTenant+"), for River UI with scope ops:admin")
+	f.BoolVar(&operator, "operator", false, "a token of the operator tenant ($"+config.EnvOperatorTenant+", default "+config.DefaultOperatorTenant+"), for River UI with scope "+tenancy.ScopeOpsAdmin)
 	f.StringVar(&user, "user", "", "user or bot the token is issued to (required)")
 	f.StringSliceVar(&scopes, "scopes", nil, "comma-separated scopes (required): "+strings.Join(tools.Scopes(), ", "))
 	f.DurationVar(&expiresIn, "expires-in", 0, "lifetime, such as 720h (default: the token does not expire)")
@@ -98,12 +98,12 @@ func validateTokenFlags(tenant, user string, scopes []string, expiresIn time.Dur
 	switch {
 	case tenant == "":
 		return &usageError{errors.New("--tenant is required")}
-	case !store.ValidID(tenant):
-		return &usageError{fmt.Errorf("--tenant: %q must be 1 to 64 characters of [A-Za-z0-9_.:-]", tenant)}
+	case !domain.ValidID(tenant):
+		return &usageError{fmt.Errorf("--tenant: %q must be %s", tenant, domain.IDRule)}
 	case user == "":
 		return &usageError{errors.New("--user is required")}
-	case !store.ValidID(user):
-		return &usageError{fmt.Errorf("--user: %q must be 1 to 64 characters of [A-Za-z0-9_.:-]", user)}
+	case !domain.ValidID(user):
+		return &usageError{fmt.Errorf("--user: %q must be %s", user, domain.IDRule)}
 	case expiresIn < 0:
 		return &usageError{fmt.Errorf("--expires-in: must be positive, got %s", expiresIn)}
 	}

@@ -54,8 +54,9 @@ func Permanent(err error) bool {
 // OutcomeUnknown reports whether err left it unknown whether the server took
 // the message: the whole message was written, but the connection failed or
 // timed out before the server's answer to it arrived. A retry may then send
-// the mail a second time (with the same Message-ID); DESIGN.md lets the
-// tool's policy decide whether to retry or to hand the claim to an operator.
+// the mail a second time (with the same Message-ID); the tool's policy
+// decides whether to retry or to hand the claim to an operator
+// (docs/design.md, "Reaper, pruner, re-drive").
 // OutcomeUnknown errors are not Permanent.
 func OutcomeUnknown(err error) bool {
 	var se *SendError

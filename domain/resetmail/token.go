@@ -6,7 +6,7 @@
 // claim: the reset token is HMAC-SHA256(IDEMGATE_SECRET, key), so a resent
 // mail carries the same link, and the Message-ID is <key@domain>, so
 // receivers can fold resends. SMTP itself cannot deduplicate: the same key
-// sent twice is two messages (see DESIGN.md, Guarantees).
+// sent twice is two messages (docs/design.md, "Two kinds of effect").
 package resetmail
 
 import (

@@ -50,7 +50,7 @@ func run() error {
 	if err := svc.Migrate(ctx); err != nil {
 		return err
 	}
-	token, err := svc.CreateToken(ctx, "demo", "demo-agent", "coupons:issue", "operations:read")
+	token, err := svc.CreateToken(ctx, "demo", "demo-agent", IssueCoupon.Scope, tool.ScopeOperationsRead)
 	if err != nil {
 		return err
 	}

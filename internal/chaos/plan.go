@@ -15,9 +15,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/tools"
 )
 
 // Plan constants. The tenant and token exist only in the throwaway database.
@@ -72,6 +75,12 @@ func DefaultOps(d time.Duration) int {
 	return max(40, int(150*d/time.Minute))
 }
 
+// agentScopes are what the chaos agent's token grants: every scope of the
+// built-in tools and operations:read, not ops:admin.
+func agentScopes() []string {
+	return slices.DeleteFunc(tools.Scopes(), func(s string) bool { return s == tool.ScopeOpsAdmin })
+}
+
 // NewPlan builds the workload for seed and n operations, and the seed file
 // that creates what it needs: one order (with its own charge) per refund,
 // one seat per seat reset, one user per mail, and Customers customers.
@@ -81,7 +90,7 @@ func NewPlan(seed int64, n int, duration time.Duration) (*Plan, *store.SeedFile)
 	f := &store.SeedFile{
 		Tokens: []store.SeedToken{{
 			Tenant: Tenant, User: "chaos-agent", Token: Token,
-			Scopes: []string{"billing:refund", "billing:credit", "seats:reset", "users:password_reset", "operations:read"},
+			Scopes: agentScopes(),
 		}},
 	}
 	for c := range Customers {

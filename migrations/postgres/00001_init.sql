@@ -1,5 +1,5 @@
 -- +goose Up
--- One row per (tenant, tool, key): the idempotency claim. See DESIGN.md.
+-- One row per (tenant, tool, key): the idempotency claim. See docs/design.md, "The gate".
 CREATE TABLE idempotency_claims (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     operation_id     uuid        NOT NULL UNIQUE,

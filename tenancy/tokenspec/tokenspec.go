@@ -1,12 +1,13 @@
-// Package tokenspec holds the facts about bearer tokens that both package
-// tenancy and package store need: the scope names a token may grant and the
+// Package tokenspec holds the facts about bearer tokens that packages
+// tenancy, store and tool need: the scope names a token may grant and the
 // shape of a token value.
 //
 // It exists to break an import cycle: tenancy authenticates against
 // store.Tokens (so it imports store), while store validates seed files,
 // which grant scopes and may fix token values. Both import this leaf, which
-// imports only the standard library. Code outside those two packages should
-// use the re-exports in package tenancy.
+// imports only the standard library; tool re-exports its scope names for
+// tool authors. Other code should use the re-exports in package tenancy or
+// package tool.
 package tokenspec
 
 import (
