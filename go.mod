@@ -3,6 +3,7 @@ module github.com/idemgate/idemgate
 go 1.26.8
 
 require (
+	github.com/alecthomas/kong v1.17.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/jsonschema-go v0.4.3
 	github.com/google/uuid v1.6.0

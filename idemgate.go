@@ -8,7 +8,7 @@
 //
 //	reg := tool.NewRegistry()
 //	reg.MustAdd(IssueCoupon)
-//	cfg, err := idemgate.LoadConfig(os.Args[1:])
+//	cfg, err := idemgate.LoadConfig(os.Args[1:]) // ErrHelp after -h
 //	svc, err := idemgate.Open(ctx, cfg, reg, nil)
 //	defer svc.Close()
 //	err = svc.Migrate(ctx)
@@ -48,8 +48,13 @@ import (
 // and the rest (see package config for each setting and its default).
 type Config = config.Config
 
+// ErrHelp is LoadConfig's error for -h or --help, after it printed every
+// setting to standard output: exit 0 on it.
+var ErrHelp = config.ErrHelp
+
 // LoadConfig reads the configuration from args (flags) and the environment.
-// Invalid settings are an error that names the setting.
+// Invalid settings are an error that names the setting; -h or --help prints
+// the settings and returns ErrHelp.
 func LoadConfig(args []string) (*Config, error) {
 	return config.Load(args, os.Getenv)
 }

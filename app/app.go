@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,9 +76,6 @@ type APIOptions struct {
 	RateBurst int
 	// Tools are the tools to serve. Default: the built-in tools.
 	Tools *tool.Registry
-	// Getenv reads the operator's Basic credentials (IDEMGATE_OPS_USER,
-	// IDEMGATE_OPS_PASSWORD) for the routes under /ops. Default os.Getenv.
-	Getenv func(string) string
 }
 
 // NewAPI assembles the api on Postgres with default options. The pool is
@@ -92,10 +88,6 @@ func NewAPI(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*API, 
 func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts *APIOptions) (*API, error) {
 	if opts == nil {
 		opts = &APIOptions{}
-	}
-	getenv := opts.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
 	}
 	if logger == nil {
 		logger = slog.Default()
@@ -134,7 +126,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	opsServer, err := newOpsServer(cfg, pool, g, riverClient, srv, promReg, getenv, logger)
+	opsServer, err := newOpsServer(cfg, pool, g, riverClient, srv, promReg, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -66,10 +66,10 @@ func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, 
 // client of its own (insert-only, on the api's pool) and the re-drive route
 // on the api's gate, behind the api's bearer authentication (scope
 // ops:admin) or the Basic credentials of IDEMGATE_OPS_USER and
-// IDEMGATE_OPS_PASSWORD read with getenv.
+// IDEMGATE_OPS_PASSWORD (cfg.OpsUser, cfg.OpsPassword).
 func newOpsServer(cfg *config.Config, pool *pgxpool.Pool, g *gate.Gate, insertOnly *river.Client[pgx.Tx], srv *api.Server,
-	reg prometheus.Registerer, getenv func(string) string, logger *slog.Logger) (*ops.Server, error) {
-	basic, err := ops.BasicFromEnv(getenv)
+	reg prometheus.Registerer, logger *slog.Logger) (*ops.Server, error) {
+	basic, err := ops.BasicIfSet(cfg.OpsUser, cfg.OpsPassword)
 	if err != nil {
 		return nil, err
 	}

@@ -156,7 +156,8 @@ func setupOpsAPI(t *testing.T, env map[string]string) *opsBundle {
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
 	logger, logs := logtest.New()
-	a, err := app.NewAPIWithOptions(cfg, pool, logger, &app.APIOptions{Getenv: func(k string) string { return env[k] }})
+	cfg.OpsUser, cfg.OpsPassword = env[ops.EnvOpsUser], env[ops.EnvOpsPassword]
+	a, err := app.NewAPIWithOptions(cfg, pool, logger, nil)
 	require.NoError(t, err)
 	return &opsBundle{url: serveAPI(ctx, t, a), pool: pool, api: a, logs: logs}
 }
@@ -299,7 +300,9 @@ func TestOpsBasicCredentialsMisconfigured(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := app.NewAPIWithOptions(cfg, pool, nil, &app.APIOptions{Getenv: func(k string) string { return tt.env[k] }})
+			cfg := *cfg
+			cfg.OpsUser, cfg.OpsPassword = tt.env[ops.EnvOpsUser], tt.env[ops.EnvOpsPassword]
+			_, err := app.NewAPIWithOptions(&cfg, pool, nil, nil)
 			require.ErrorContains(t, err, tt.wantErr)
 			if p := tt.env[ops.EnvOpsPassword]; p != "" {
 				require.NotContains(t, err.Error(), p)

@@ -60,10 +60,10 @@ func NewBasicCredentials(user, password string) (*BasicCredentials, error) {
 	return &BasicCredentials{user: user, userHash: sha256.Sum256([]byte(user)), passHash: sha256.Sum256([]byte(password))}, nil
 }
 
-// BasicFromEnv reads IDEMGATE_OPS_USER and IDEMGATE_OPS_PASSWORD with
-// getenv (usually os.Getenv). Both unset: nil, Basic authentication off.
-func BasicFromEnv(getenv func(string) string) (*BasicCredentials, error) {
-	user, password := getenv(EnvOpsUser), getenv(EnvOpsPassword)
+// BasicIfSet checks the configured IDEMGATE_OPS_USER and
+// IDEMGATE_OPS_PASSWORD (config.Config's OpsUser and OpsPassword). Both
+// unset: nil, Basic authentication off.
+func BasicIfSet(user, password string) (*BasicCredentials, error) {
 	if user == "" && password == "" {
 		return nil, nil
 	}

@@ -16,7 +16,7 @@ import (
 
 const testPassword = "s3cret-operator-password"
 
-func TestBasicFromEnv(t *testing.T) {
+func TestBasicIfSet(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name     string
@@ -37,8 +37,7 @@ func TestBasicFromEnv(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			env := map[string]string{EnvOpsUser: tt.user, EnvOpsPassword: tt.password}
-			c, err := BasicFromEnv(func(k string) string { return env[k] })
+			c, err := BasicIfSet(tt.user, tt.password)
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				if tt.password != "" {

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -28,6 +29,9 @@ func main() {
 
 func run() error {
 	cfg, err := idemgate.LoadConfig(os.Args[1:])
+	if errors.Is(err, idemgate.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,6 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	// instead of the gate.
 	s.api, err = app.NewAPIWithOptions(cfg, s.apiPool, logger, &app.APIOptions{
 		RateLimit: -1,
-		Getenv:    func(string) string { return "" },
 	})
 	if err != nil {
 		s.apiPool.Close()

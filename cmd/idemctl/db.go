@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -31,16 +30,14 @@ type data interface {
 // openDatabase opens DATABASE_URL: unset or sqlite:PATH opens (creating)
 // the SQLite file, as the embedded quickstart does.
 func (a *app) openDatabase(ctx context.Context) (*database, error) {
-	raw := strings.TrimSpace(a.databaseURL)
-	if raw != "" && !strings.HasPrefix(raw, "sqlite:") {
+	if a.cfg.Driver() == config.DriverPostgres {
 		pool, err := a.openPostgres(ctx)
 		if err != nil {
 			return nil, err
 		}
 		return &database{pool: pool}, nil
 	}
-	cfg := &config.Config{DatabaseURL: raw}
-	db, err := gatesqlite.Open(cfg.SQLitePath())
+	db, err := gatesqlite.Open(a.cfg.SQLitePath())
 	if err != nil {
 		return nil, err
 	}

@@ -29,9 +29,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// envDatabaseURL is the environment variable behind --database-url.
-const envDatabaseURL = "DATABASE_URL"
-
 // Exit codes.
 const (
 	exitOK      = 0
@@ -66,13 +63,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-// app is the configuration shared by every subcommand, filled from the
-// persistent flags and the environment.
+// app is what every subcommand shares: the configuration, the output
+// streams and the logger.
 type app struct {
-	databaseURL string
-	stdout      io.Writer
-	stderr      io.Writer
-	logger      *slog.Logger
+	cfg    *config.Config
+	stdout io.Writer
+	stderr io.Writer
+	logger *slog.Logger
 }
 
 // newRootCmd builds the command tree. New subcommands are added here.
@@ -85,12 +82,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "idemctl",
 		Short:         "Operate an idemgate deployment",
+		Long:          "Operate an idemgate deployment.\n\n" + configHelp(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
-			if !cmd.Flags().Changed("database-url") {
-				a.databaseURL = os.Getenv(envDatabaseURL)
-			}
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.loadConfig(cmd)
 		},
 	}
 	root.SetOut(stdout)
@@ -98,8 +94,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	// The default is resolved at run time rather than shown in --help, so
 	// that a password in DATABASE_URL never reaches the help text.
-	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "",
-		"database URL: postgres://… or sqlite:PATH (default $"+envDatabaseURL+"; unset means SQLite at "+config.DefaultSQLitePath+")")
+	db, _ := config.LookupSetting(config.EnvDatabaseURL)
+	root.PersistentFlags().String(db.Flag, "", db.Help+" (default $"+db.Env+")")
 
 	root.AddCommand(
 		newMigrateCmd(a),
@@ -111,6 +107,63 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	return root
 }
 
+// idemctlSettings are the settings idemctl's commands use.
+var idemctlSettings = []string{config.EnvDatabaseURL, config.EnvOperatorTenant, config.EnvLogLevel}
+
+// configHelp describes idemctl's configuration for --help.
+func configHelp() string {
+	var b strings.Builder
+	b.WriteString("Configuration: the api's and the worker's (package config; api -h lists every setting),\n" +
+		"read from --database-url, else the environment, else the defaults, and checked as they check it.\n" +
+		"idemctl uses:\n")
+	for _, env := range idemctlSettings {
+		s, _ := config.LookupSetting(env)
+		fmt.Fprintf(&b, "  $%-26s %s", s.Env, s.Help)
+		if s.Default != "" {
+			fmt.Fprintf(&b, " (default %s)", s.Default)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// loadConfig reads the shared configuration with package config:
+// --database-url when given, else the environment, else the defaults.
+// Invalid settings are a usage error naming the setting.
+func (a *app) loadConfig(cmd *cobra.Command) error {
+	var args []string
+	if f := cmd.Flags().Lookup("database-url"); f != nil && f.Changed {
+		args = append(args, "--database-url="+f.Value.String())
+	}
+	cfg, err := config.Load(args, os.Getenv)
+	if err != nil {
+		return &usageError{withoutOtherFlags(err)}
+	}
+	a.cfg = cfg
+	a.logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	return nil
+}
+
+// withoutOtherFlags names the settings in err by their environment
+// variables alone, but for --database-url: idemctl has none of the api's
+// other flags.
+func withoutOtherFlags(err error) error {
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	var msgs []string
+	for _, e := range errs {
+		var se *config.SettingError
+		if errors.As(e, &se) && se.Setting != config.EnvDatabaseURL {
+			msgs = append(msgs, se.Setting+": "+se.Msg)
+		} else {
+			msgs = append(msgs, e.Error())
+		}
+	}
+	return errors.New(strings.Join(msgs, "\n"))
+}
+
 // usageError marks an error caused by invalid flags or configuration; run
 // exits with exitUsage for it.
 type usageError struct{ err error }
@@ -118,31 +171,27 @@ type usageError struct{ err error }
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
-// openPostgres validates the database URL and returns a pool that has
-// answered a ping. The caller closes it.
+// openPostgres returns a pool on DATABASE_URL that has answered a ping.
+// The caller closes it.
 func (a *app) openPostgres(ctx context.Context) (*pgxpool.Pool, error) {
-	raw := strings.TrimSpace(a.databaseURL)
-	switch {
-	case raw == "" || strings.HasPrefix(raw, "sqlite:"):
+	raw := a.cfg.DatabaseURL
+	if a.cfg.Driver() != config.DriverPostgres {
 		return nil, &usageError{fmt.Errorf("%s is unset or names SQLite: this command needs Postgres "+
-			"(on SQLite, idemctl has migrate, seed and token; set %s or --database-url to a postgres:// URL)", envDatabaseURL, envDatabaseURL)}
-	case !strings.HasPrefix(raw, "postgres://") && !strings.HasPrefix(raw, "postgresql://"):
-		return nil, &usageError{fmt.Errorf("invalid %s: want postgres://… or sqlite:PATH, got %q",
-			envDatabaseURL, redactURL(raw))}
+			"(on SQLite, idemctl has migrate, seed and token; set %s or --database-url to a postgres:// URL)", config.EnvDatabaseURL, config.EnvDatabaseURL)}
 	}
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
-		return nil, &usageError{fmt.Errorf("invalid %s: %w", envDatabaseURL, err)}
+		return nil, &usageError{fmt.Errorf("invalid %s: %w", config.EnvDatabaseURL, err)}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: open pool: %w", envDatabaseURL, err)
+		return nil, fmt.Errorf("%s: open pool: %w", config.EnvDatabaseURL, err)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to %s (%s): %w", envDatabaseURL, redactURL(raw), err)
+		return nil, fmt.Errorf("connect to %s (%s): %w", config.EnvDatabaseURL, redactURL(raw), err)
 	}
 	return pool, nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	idemgateapp "github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatepg"
@@ -56,9 +55,7 @@ func (a *app) openOps(cmd *cobra.Command) (*pgxpool.Pool, *idemgateapp.Ops, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := config.Defaults()
-	cfg.DatabaseURL = a.databaseURL
-	o, err := idemgateapp.NewOps(cfg, pool, a.logger)
+	o, err := idemgateapp.NewOps(a.cfg, pool, a.logger)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

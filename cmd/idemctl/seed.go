@@ -33,7 +33,7 @@ func newSeedCmd(a *app) *cobra.Command {
 			if file == "" {
 				return &usageError{errors.New("--file is required")}
 			}
-			f, err := readSeed(cmd.InOrStdin(), file)
+			f, err := readSeed(cmd.InOrStdin(), file, a.cfg.OperatorTenant)
 			if err != nil {
 				return err
 			}
@@ -57,7 +57,7 @@ func newSeedCmd(a *app) *cobra.Command {
 
 // readSeed parses the seed file named by name ("-" is stdin). A file that
 // cannot be read or does not validate is a usage error.
-func readSeed(stdin io.Reader, name string) (*store.SeedFile, error) {
+func readSeed(stdin io.Reader, name, operatorTenant string) (*store.SeedFile, error) {
 	r := stdin
 	if name != "-" {
 		fh, err := os.Open(name)
@@ -74,7 +74,7 @@ func readSeed(stdin io.Reader, name string) (*store.SeedFile, error) {
 		f.KnownScopes = tools.Scopes()
 		err = f.Validate()
 		for i, tok := range f.Tokens {
-			if err == nil && tok.Tenant == operatorTenant() {
+			if err == nil && tok.Tenant == operatorTenant {
 				err = fmt.Errorf("tokens[%d].tenant: %q is the operator tenant (%s); create its tokens with idemctl token create --operator",
 					i, tok.Tenant, config.EnvOperatorTenant)
 			}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -46,7 +45,7 @@ func newTokenCreateCmd(a *app) *cobra.Command {
 			"Known scopes: " + strings.Join(tools.Scopes(), ", ") + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opsTenant := operatorTenant()
+			opsTenant := a.cfg.OperatorTenant
 			switch {
 			case operator && tenant != "":
 				return &usageError{errors.New("--operator and --tenant exclude each other: an operator token belongs to the operator tenant")}
@@ -209,13 +208,4 @@ func formatOptTime(t *time.Time) string {
 		return "never"
 	}
 	return t.Format(time.RFC3339)
-}
-
-// operatorTenant is the deployment's operator tenant: IDEMGATE_OPERATOR_TENANT,
-// or its default.
-func operatorTenant() string {
-	if t := os.Getenv(config.EnvOperatorTenant); t != "" {
-		return t
-	}
-	return config.DefaultOperatorTenant
 }

@@ -28,6 +28,9 @@ func main() {
 
 func run() error {
 	cfg, err := idemgate.LoadConfig(os.Args[1:])
+	if errors.Is(err, idemgate.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -32,6 +33,9 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	cfg, err := idemgate.LoadConfig(os.Args[1:])
+	if errors.Is(err, idemgate.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
