@@ -96,7 +96,7 @@ type AuditEvent struct {
 	Duration        time.Duration
 }
 
-// Store is what the gate needs of a database. gate/gatepg and
+// Store is what the gate needs of a database. store/pgstore and
 // gate/gatesqlite implement it; gate/gatetest exercises any implementation.
 type Store interface {
 	Executor

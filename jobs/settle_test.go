@@ -18,9 +18,9 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -91,7 +91,7 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	_, pool := pgtest.NewDB(t)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	store := &cancelOnCommit{Store: gatepg.New(pool)}
+	store := &cancelOnCommit{Store: pgstore.New(pool)}
 	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &Enqueuer[pgx.Tx]{Client: client}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 
@@ -125,7 +125,7 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	var cancelErr *river.JobCancelError
 	require.ErrorAs(t, err, &cancelErr, "the job ends cancelled, not retried")
 	require.Error(t, jobCtx.Err(), "the commit cancelled the job's context, as River does")
-	stored, err := gatepg.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+	stored, err := pgstore.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
 	require.NoError(t, err)
 	require.Equal(t, domain.StatusFailed, stored.Status)
 	require.Equal(t, domain.CodeAmountExceedsRefundable, stored.Error.Code)

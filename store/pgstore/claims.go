@@ -1,105 +1,44 @@
-// Package gatepg is the Postgres implementation of gate.Store, on pgx.
-package gatepg
+package pgstore
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
-// NotifyChannel is the channel a trigger notifies, with the claim id as
-// payload, when a claim turns terminal.
-const NotifyChannel = "idemgate_claim_terminal"
+// The gate's statements: executor implements gate.Executor.
 
-// computed returns claimComputed with clock parameter p, which may be NULL.
-func computed(p string) string {
-	return fmt.Sprintf(claimComputed, "coalesce("+p+"::timestamptz, now())")
-}
-
-// querier is what a pool and a transaction have in common.
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Store is the Postgres gate.Store.
-type Store struct {
-	executor
-	pool *pgxpool.Pool
-}
-
-var _ gate.Store = (*Store)(nil)
-
-// New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store {
-	return &Store{executor: executor{q: pool}, pool: pool}
-}
-
-// Pool returns the store's pool.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// Begin starts a READ COMMITTED transaction.
-func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return nil, translate(err)
-	}
-	return &Tx{executor: executor{q: tx}, tx: tx}, nil
-}
-
-// Tx is a Postgres gate.Tx.
-type Tx struct {
-	executor
-	tx pgx.Tx
-}
-
-// Commit commits the transaction.
-func (t *Tx) Commit(ctx context.Context) error { return translate(t.tx.Commit(ctx)) }
-
-// Rollback rolls the transaction back; after Commit it is a no-op.
-func (t *Tx) Rollback(ctx context.Context) error {
-	err := t.tx.Rollback(ctx)
-	if errors.Is(err, pgx.ErrTxClosed) {
-		return nil
-	}
-	return translate(err)
-}
-
-// Raw returns the pgx.Tx, for River's InsertTx and JobCompleteTx.
-func (t *Tx) Raw() any { return t.tx }
-
-type executor struct {
-	q querier
-}
-
+// claimRow runs a statement that returns one claim.
 func (e executor) claimRow(ctx context.Context, sql string, args ...any) (*Claim, error) {
 	c, err := scanClaim(e.q.QueryRow(ctx, sql, args...))
 	return c, translate(err)
+}
+
+// claimWrite runs a conditional write that returns the claim it changed.
+// No row means its condition failed: the error is then failed, the one
+// gate.Executor names for the method (domain.ErrAlreadyExists,
+// domain.ErrLeaseLost or domain.ErrStateChanged).
+func (e executor) claimWrite(ctx context.Context, failed error, sql string, args ...any) (*Claim, error) {
+	c, err := e.claimRow(ctx, sql, args...)
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, failed
+	}
+	return c, err
 }
 
 // Claim is an alias so that the queries read naturally.
 type Claim = gate.Claim
 
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
-	c, err := e.claimRow(ctx, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
+	return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
 		[]byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second))
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, domain.ErrAlreadyExists
-	}
-	return c, err
 }
 
 func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
@@ -111,12 +50,8 @@ func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) 
 }
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
-	c, err := e.claimRow(ctx, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
 		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second))
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, domain.ErrStateChanged
-	}
-	return c, err
 }
 
 func (e executor) ClaimSetJob(ctx context.Context, p *gate.ClaimSetJobParams) (*Claim, error) {
@@ -136,8 +71,7 @@ func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Cl
 }
 
 func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
-	c, err := e.claimRow(ctx, sqlClaimComplete, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
-	return c, leaseLost(err)
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimComplete, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
 }
 
 func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
@@ -145,8 +79,7 @@ func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Clai
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.claimRow(ctx, sqlClaimFail, p.ID, p.Epoch, errJSON, p.LeaseExpiredOnly, p.Now)
-	return c, leaseLost(err)
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, errJSON, p.LeaseExpiredOnly, p.Now)
 }
 
 func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) (*Claim, error) {
@@ -154,21 +87,15 @@ func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) 
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.claimRow(ctx, sqlClaimRelease, p.ID, p.Epoch, errJSON)
-	return c, leaseLost(err)
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, errJSON)
 }
 
 func (e executor) ClaimReclaim(ctx context.Context, p *gate.ClaimReclaimParams) (*Claim, error) {
-	c, err := e.claimRow(ctx, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, p.Now)
-	return c, leaseLost(err)
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, p.Now)
 }
 
 func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) (*Claim, error) {
-	c, err := e.claimRow(ctx, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, domain.ErrStateChanged
-	}
-	return c, err
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
 }
 
 func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) (*Claim, error) {
@@ -176,11 +103,7 @@ func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) 
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.claimRow(ctx, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, errJSON, p.Now)
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, domain.ErrStateChanged
-	}
-	return c, err
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, errJSON, p.Now)
 }
 
 func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {
@@ -192,11 +115,7 @@ func (e executor) ClaimListStalled(ctx context.Context, p *gate.ClaimListStalled
 }
 
 func (e executor) ClaimRepoint(ctx context.Context, p *gate.ClaimRepointParams) (*Claim, error) {
-	c, err := e.claimRow(ctx, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, domain.ErrStateChanged
-	}
-	return c, err
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
 }
 
 func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
@@ -356,7 +275,7 @@ func decodeErrorInfo(b []byte) (*domain.ErrorInfo, error) {
 	}
 	var info domain.ErrorInfo
 	if err := json.Unmarshal(b, &info); err != nil {
-		return nil, fmt.Errorf("gatepg: stored error: %w", err)
+		return nil, fmt.Errorf("pgstore: stored error: %w", err)
 	}
 	return &info, nil
 }
@@ -367,44 +286,4 @@ func nullJSON(b json.RawMessage) any {
 		return nil
 	}
 	return []byte(b)
-}
-
-// leaseLost maps "no row matched the fenced update" to domain.ErrLeaseLost.
-func leaseLost(err error) error {
-	if errors.Is(err, domain.ErrNotFound) {
-		return domain.ErrLeaseLost
-	}
-	return err
-}
-
-// translate maps pgx errors to the gate's sentinel errors at the boundary.
-func translate(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.ErrNotFound
-	}
-	if Unavailable(err) {
-		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
-	}
-	return err
-}
-
-// Unavailable reports whether err means the database cannot be reached or
-// is not accepting work right now (a retryable condition), as opposed to a
-// statement error.
-func Unavailable(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return strings.HasPrefix(pgErr.Code, "08") || // connection exception
-			strings.HasPrefix(pgErr.Code, "57P") || // admin shutdown, crash shutdown, cannot connect now
-			pgErr.Code == "53300" // too many connections
-	}
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
-		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded)
 }
