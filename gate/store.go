@@ -97,7 +97,7 @@ type AuditEvent struct {
 }
 
 // Store is what the gate needs of a database. store/pgstore and
-// gate/gatesqlite implement it; gate/gatetest exercises any implementation.
+// store/sqlitestore implement it; gate/gatetest exercises any implementation.
 type Store interface {
 	Executor
 	// Begin starts a READ COMMITTED (or the engine's nearest) transaction.

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -40,7 +39,7 @@ func (a *app) openDatabase(ctx context.Context) (*database, error) {
 		return &database{pool: pool}, nil
 	}
 	cfg := &config.Config{DatabaseURL: raw}
-	db, err := gatesqlite.Open(cfg.SQLitePath())
+	db, err := sqlitestore.Open(cfg.SQLitePath())
 	if err != nil {
 		return nil, err
 	}

@@ -2,21 +2,9 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/store"
 )
-
-// rawTx returns the *sql.Tx of a gatesqlite transaction.
-func rawTx(tx store.Tx) (*sql.Tx, error) {
-	t, ok := tx.Raw().(*sql.Tx)
-	if !ok {
-		return nil, fmt.Errorf("sqlitestore: transaction is %T, not *sql.Tx", tx.Raw())
-	}
-	return t, nil
-}
 
 // CustomerGet implements store.Domain.
 func (s *Store) CustomerGet(ctx context.Context, tenantID, customerID string) (*store.Customer, error) {
@@ -102,6 +90,6 @@ func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.Rese
 		return err
 	}
 	_, err = t.ExecContext(ctx, sqlResetTokenInsert, p.TenantID, p.UserID, p.OperationID, p.TokenHash, p.MessageID,
-		gatesqlite.FormatTime(p.ExpiresAt))
+		FormatTime(p.ExpiresAt))
 	return translate(err)
 }
