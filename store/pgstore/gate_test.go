@@ -72,6 +72,10 @@ func TestGateConformance(t *testing.T) {
 							attempted_at = now() - make_interval(secs => $2) WHERE id = $1`, id, since.Seconds())
 						require.NoError(t, err)
 					},
+					SetClaimUpdatedAt: func(ctx context.Context, id int64, at time.Time) {
+						_, err := pool.Exec(ctx, "UPDATE idempotency_claims SET updated_at = $2 WHERE id = $1", id, at)
+						require.NoError(t, err)
+					},
 					JobCount:   count(t, pool, "SELECT count(*) FROM river_job"),
 					ClaimCount: count(t, pool, "SELECT count(*) FROM idempotency_claims"),
 				}

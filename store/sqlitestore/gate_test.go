@@ -52,16 +52,10 @@ func count(t *testing.T, db *sql.DB, query string) func(context.Context) int {
 }
 
 func newBundle(t *testing.T) *gatetest.Bundle {
-	b, _ := newBundleDB(t)
-	return b
-}
-
-// newBundleDB is newBundle, also returning the database.
-func newBundleDB(t *testing.T) (*gatetest.Bundle, *sql.DB) {
 	_, db := sqlitetest.NewDB(t)
 	client, err := river.NewClient(riversqlite.New(db), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	b := &gatetest.Bundle{
+	return &gatetest.Bundle{
 		Store:    sqlitestore.New(db),
 		Enqueuer: riverEnqueuer{client: client},
 		Control:  &jobs.Control[*sql.Tx]{Client: client},
@@ -75,10 +69,13 @@ func newBundleDB(t *testing.T) (*gatetest.Bundle, *sql.DB) {
 				attempted_at = datetime('now', 'subsec', ?) WHERE id = ?`, fmt.Sprintf("-%.3f seconds", since.Seconds()), id)
 			require.NoError(t, err)
 		},
+		SetClaimUpdatedAt: func(ctx context.Context, id int64, at time.Time) {
+			_, err := db.ExecContext(ctx, "UPDATE idempotency_claims SET updated_at = ? WHERE id = ?", sqlitestore.FormatTime(at), id)
+			require.NoError(t, err)
+		},
 		JobCount:   count(t, db, "SELECT count(*) FROM river_job"),
 		ClaimCount: count(t, db, "SELECT count(*) FROM idempotency_claims"),
 	}
-	return b, db
 }
 
 // TestGateConformance runs the suite every gate.Store passes. SQLite has no
@@ -374,47 +371,4 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed))
 		return completed == n
 	}, 60*time.Second, 50*time.Millisecond)
-}
-
-func TestClaimList(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	b, db := newBundleDB(t)
-	g, err := gate.New(&gate.Config{Store: b.Store, Enqueuer: b.Enqueuer, Policies: gatetest.Policies()})
-	require.NoError(t, err)
-	first := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0001"}).Claim
-	second := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0002"}).Claim
-	seat := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0003", Tool: "reset_seat", Args: map[string]any{"seat_id": "seat_1"}}).Claim
-	globex := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0004", Tenant: "globex"}).Claim
-	leased, err := b.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: first.ID, JobID: first.JobID, Lease: time.Minute})
-	require.NoError(t, err)
-	_, err = b.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: first.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
-	require.NoError(t, err)
-	// Distinct update times, set rather than waited for: first was
-	// updated last (it failed), then the seat and globex's; second before
-	// since.
-	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for id, offset := range map[int64]time.Duration{second.ID: 0, seat.ID: 2 * time.Second, globex.ID: 2 * time.Second, first.ID: 3 * time.Second} {
-		_, err := db.ExecContext(ctx, "UPDATE idempotency_claims SET updated_at = ? WHERE id = ?", sqlitestore.FormatTime(base.Add(offset)), id)
-		require.NoError(t, err)
-	}
-	since := base.Add(500 * time.Millisecond)
-
-	ids := func(p *gate.ClaimListParams) []int64 {
-		claims, err := b.Store.ClaimList(ctx, p)
-		require.NoError(t, err)
-		out := []int64{}
-		for _, c := range claims {
-			out = append(out, c.ID)
-		}
-		return out
-	}
-	// Newest (by update) first.
-	require.Equal(t, []int64{first.ID, seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme"}))
-	require.Equal(t, []int64{first.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusFailed}))
-	require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Tool: "reset_seat"}))
-	require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Since: &since}), "second was updated before since")
-	require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusQueued, Since: &since}))
-	require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Limit: 2}))
-	require.Len(t, ids(&gate.ClaimListParams{}), 4, "no filter: every tenant")
 }
