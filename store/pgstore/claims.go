@@ -3,14 +3,11 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/store/internal/engine"
 )
 
 // The gate's statements: executor implements gate.Executor.
@@ -21,16 +18,11 @@ func (e executor) claimRow(ctx context.Context, sql string, args ...any) (*Claim
 	return c, translate(err)
 }
 
-// claimWrite runs a conditional write that returns the claim it changed.
-// No row means its condition failed: the error is then failed, the one
-// gate.Executor names for the method (domain.ErrAlreadyExists,
-// domain.ErrLeaseLost or domain.ErrStateChanged).
+// claimWrite runs a conditional write that returns the claim it changed,
+// or failed when its condition matched no row (see engine.Conditional).
 func (e executor) claimWrite(ctx context.Context, failed error, sql string, args ...any) (*Claim, error) {
 	c, err := e.claimRow(ctx, sql, args...)
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, failed
-	}
-	return c, err
+	return engine.Conditional(c, err, failed)
 }
 
 // Claim is an alias so that the queries read naturally.
@@ -60,14 +52,9 @@ func (e executor) ClaimSetJob(ctx context.Context, p *gate.ClaimSetJobParams) (*
 
 func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimLease, p.ID, p.JobID, p.Lease.Seconds(), p.Now)
-	if !errors.Is(err, domain.ErrNotFound) {
-		return c, err
-	}
-	c, err = e.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: p.ID, Now: p.Now})
-	if err != nil {
-		return nil, err
-	}
-	return c, domain.ErrLeaseUnavailable
+	return engine.Leased(c, err, func() (*Claim, error) {
+		return e.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: p.ID, Now: p.Now})
+	})
 }
 
 func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
@@ -157,21 +144,9 @@ func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLe
 	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, p.Now)
 }
 
+// claimRows runs a statement that returns claims.
 func (e executor) claimRows(ctx context.Context, sql string, args ...any) ([]*Claim, error) {
-	rows, err := e.q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	var out []*Claim
-	for rows.Next() {
-		c, err := scanClaim(rows)
-		if err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, c)
-	}
-	return out, translate(rows.Err())
+	return list(ctx, e.q, scanClaim, sql, args...)
 }
 
 func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
@@ -183,13 +158,8 @@ func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveE
 }
 
 func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
-	var t gate.Tombstone
-	err := e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now).Scan(&t.TenantID, &t.Tool,
-		&t.IdempotencyKey, &t.ArgsHash, &t.OperationID, &t.Status, &t.ErrorCode, &t.ExpiredAt, &t.RetainUntil)
-	if err != nil {
-		return nil, translate(err)
-	}
-	return &t, nil
+	t, err := engine.ScanTombstone(e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now), times{})
+	return t, translate(err)
 }
 
 func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
@@ -201,83 +171,25 @@ func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneD
 }
 
 func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
-	var opID, jobID any
-	if p.OperationID != "" {
-		opID = p.OperationID
-	}
-	if p.JobID != 0 {
-		jobID = p.JobID
-	}
-	_, err := e.q.Exec(ctx, sqlAuditInsert, p.TenantID, p.UserID, p.TokenID, p.RequestID, p.Tool, p.IdempotencyKey,
-		opID, jobID, string(p.Decision), p.Reason, p.ArgsHash, nullJSON(p.Args), nullJSON(p.Result),
-		float64(p.Duration)/float64(time.Millisecond), p.ClientRequestID)
+	_, err := e.q.Exec(ctx, sqlAuditInsert, engine.AuditArgs(p, nullJSON)...)
 	return translate(err)
 }
 
 func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
-	rows, err := e.q.Query(ctx, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	var out []*gate.AuditEvent
-	for rows.Next() {
-		var (
-			ev         gate.AuditEvent
-			decision   string
-			args, res  []byte
-			durationMS float64
-		)
-		if err := rows.Scan(&ev.ID, &ev.CreatedAt, &ev.TenantID, &ev.UserID, &ev.TokenID, &ev.RequestID, &ev.ClientRequestID, &ev.Tool,
-			&ev.IdempotencyKey, &ev.OperationID, &ev.JobID, &decision, &ev.Reason, &ev.ArgsHash, &args, &res,
-			&durationMS); err != nil {
-			return nil, translate(err)
-		}
-		ev.Decision = domain.Decision(decision)
-		ev.Args, ev.Result = args, res
-		ev.Duration = time.Duration(durationMS * float64(time.Millisecond))
-		out = append(out, &ev)
-	}
-	return out, translate(rows.Err())
+	return list(ctx, e.q, scanAuditEvent, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
 }
 
-func scanClaim(row pgx.Row) (*Claim, error) {
-	var (
-		c                        Claim
-		status                   string
-		ttlSeconds               int
-		result, errJSON, lastErr []byte
-	)
-	if err := row.Scan(&c.ID, &c.OperationID, &c.TenantID, &c.Tool, &c.IdempotencyKey, &c.UserID, &c.Args,
-		&c.ArgsHash, &status, &c.Epoch, &c.LeaseExpiresAt, &c.Attempts, &c.JobID, &c.Generation, &c.DownstreamKey,
-		&ttlSeconds, &result, &errJSON, &lastErr, &c.FirstCalledAt, &c.CreatedAt, &c.UpdatedAt, &c.ExpiresAt,
-		&c.Expired, &c.LeaseLive); err != nil {
-		return nil, err
-	}
-	c.Status = domain.Status(status)
-	c.TTL = time.Duration(ttlSeconds) * time.Second
-	if len(result) > 0 {
-		c.Result = result
-	}
-	var err error
-	if c.Error, err = decodeErrorInfo(errJSON); err != nil {
-		return nil, err
-	}
-	if c.LastError, err = decodeErrorInfo(lastErr); err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
+// times scans timestamptz columns as pgx reads them.
+type times struct{}
 
-func decodeErrorInfo(b []byte) (*domain.ErrorInfo, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	var info domain.ErrorInfo
-	if err := json.Unmarshal(b, &info); err != nil {
-		return nil, fmt.Errorf("pgstore: stored error: %w", err)
-	}
-	return &info, nil
+func (times) Time(dst *time.Time) any { return dst }
+
+func (times) NullTime(dst **time.Time) any { return dst }
+
+func scanClaim(row engine.Row) (*Claim, error) { return engine.ScanClaim(row, times{}) }
+
+func scanAuditEvent(row engine.Row) (*gate.AuditEvent, error) {
+	return engine.ScanAuditEvent(row, times{})
 }
 
 // nullJSON passes an empty document as SQL NULL.

@@ -8,17 +8,15 @@
 // unique violation domain.ErrAlreadyExists, an unreachable database
 // domain.ErrUnavailable (see Unavailable).
 //
-// The SQL is one statements file (queries.go) rather than sqlc output: the
-// claim queries are assembled from one column list and a clock-override
-// expression per statement, which sqlc cannot compose, and the SQLite
-// engine, kept in step with this one, needs text-time helpers in its SQL
-// (and sqlc's docs list its SQLite support as beta).
+// queries.go holds all the SQL, in Go, rather than sqlc output: the
+// claim statements share one column list and a clock-override expression
+// (computed), which sqlc, taking each query as written, cannot share; and
+// the SQLite twin needs text-time helpers, on sqlc support its docs call beta.
 package pgstore
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -28,9 +26,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/engine"
 )
 
 // Store is the Postgres engine on a pool: a gate.Store and every
@@ -40,13 +37,7 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-var (
-	_ gate.Store   = (*Store)(nil)
-	_ store.Tokens = (*Store)(nil)
-	_ store.Orders = (*Store)(nil)
-	_ store.Seeder = (*Store)(nil)
-	_ store.Domain = (*Store)(nil)
-)
+var _ engine.Store = (*Store)(nil)
 
 // New returns a Store on pool. It panics if pool is nil.
 func New(pool *pgxpool.Pool) *Store {
@@ -102,34 +93,20 @@ type executor struct {
 	q querier
 }
 
-// rawTx returns the pgx.Tx of a transaction domain writes join.
-func rawTx(tx store.Tx) (pgx.Tx, error) {
-	t, ok := tx.Raw().(pgx.Tx)
-	if !ok {
-		return nil, fmt.Errorf("pgstore: transaction is %T, not pgx.Tx", tx.Raw())
-	}
-	return t, nil
-}
+// errs tells pgx's errors apart for translate.
+var errs = engine.Errors{NoRows: pgx.ErrNoRows, Duplicate: uniqueViolation, Unavailable: Unavailable}
 
-// translate maps pgx errors to domain's sentinel errors at the boundary:
-// no rows is domain.ErrNotFound, a unique violation wraps
-// domain.ErrAlreadyExists, and an unreachable database wraps
-// domain.ErrUnavailable.
-func translate(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.ErrNotFound
-	}
+// translate maps the driver's errors to domain's sentinels (see
+// engine.Errors.Translate).
+func translate(err error) error { return errs.Translate(err) }
+
+// uniqueViolation reports a unique violation and names its constraint.
+func uniqueViolation(err error) (string, bool) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
-		return fmt.Errorf("%w: %s", domain.ErrAlreadyExists, pgErr.ConstraintName)
+		return pgErr.ConstraintName, true
 	}
-	if Unavailable(err) {
-		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
-	}
-	return err
+	return "", false
 }
 
 // Unavailable reports whether err means the database cannot be reached or
@@ -148,4 +125,15 @@ func Unavailable(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, context.DeadlineExceeded)
+}
+
+// list runs a query on q and scans its rows with scan.
+func list[T any](ctx context.Context, q querier, scan func(engine.Row) (T, error), sql string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out, err := engine.Collect(rows, scan)
+	return out, translate(err)
 }

@@ -2,8 +2,10 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/engine"
 )
 
 // CustomerGet implements store.Domain.
@@ -35,7 +37,7 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 
 // RefundRecord implements store.Domain.
 func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRecordParams) error {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return err
 	}
@@ -53,7 +55,7 @@ func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRe
 
 // LedgerInsert implements store.Domain.
 func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +71,7 @@ func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerIn
 
 // SeatReset implements store.Domain.
 func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +87,7 @@ func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetPa
 
 // ResetTokenInsert implements store.Domain.
 func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.ResetTokenInsertParams) error {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return err
 	}

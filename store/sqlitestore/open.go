@@ -38,25 +38,50 @@ func ParseTime(s string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// ParseNullTime parses a nullable stored timestamp; NULL is nil.
-func ParseNullTime(s sql.NullString) (*time.Time, error) {
-	if !s.Valid {
-		return nil, nil
-	}
-	t, err := ParseTime(s.String)
-	if err != nil {
-		return nil, err
-	}
-	return &t, nil
-}
+// textTime scans a stored time into dst.
+type textTime struct{ dst *time.Time }
 
-// clock passes a Now override as stored text, or NULL for the database's
-// clock.
-func clock(now *time.Time) any {
-	if now == nil {
+func (t textTime) Scan(src any) error {
+	switch v := src.(type) {
+	case string:
+		return t.parse(v)
+	case []byte:
+		return t.parse(string(v))
+	case time.Time: // a column declared DATE, DATETIME or TIMESTAMP
+		*t.dst = v.UTC()
 		return nil
 	}
-	return FormatTime(*now)
+	return fmt.Errorf("sqlitestore: stored time is %T, not text", src)
+}
+
+func (t textTime) parse(s string) (err error) {
+	*t.dst, err = ParseTime(s)
+	return err
+}
+
+// nullTextTime scans a nullable stored time into dst; NULL is nil.
+type nullTextTime struct{ dst **time.Time }
+
+func (t nullTextTime) Scan(src any) error {
+	if src == nil {
+		*t.dst = nil
+		return nil
+	}
+	var v time.Time
+	if err := (textTime{&v}).Scan(src); err != nil {
+		return err
+	}
+	*t.dst = &v
+	return nil
+}
+
+// nullTime passes a time as stored text, and nil as NULL: for a Now
+// override, the database's clock.
+func nullTime(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return FormatTime(*t)
 }
 
 // seconds is d as a strftime modifier, such as "+120.000 seconds".

@@ -18,11 +18,10 @@
 // unique or primary key violation domain.ErrAlreadyExists, a database that
 // cannot be used domain.ErrUnavailable (see Unavailable).
 //
-// The SQL is one statements file (queries.go) rather than sqlc output: the
-// claim queries are assembled from one column list and per-statement
-// clock-override expressions, and SQLite's text times need helpers in the
-// SQL itself (at, plus), which sqlc cannot compose; sqlc's docs also list
-// its SQLite support as beta.
+// queries.go holds all the SQL, in Go, rather than sqlc output: the
+// statements are assembled from shared pieces (the claim column list and
+// the clock and text-time helpers at, plus, computed), which sqlc, taking
+// each query as written, cannot share; its docs list SQLite support as beta.
 package sqlitestore
 
 import (
@@ -30,14 +29,12 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/engine"
 )
 
 // querier is what a pool and a transaction have in common.
@@ -56,13 +53,7 @@ type Store struct {
 	db *sql.DB
 }
 
-var (
-	_ gate.Store   = (*Store)(nil)
-	_ store.Tokens = (*Store)(nil)
-	_ store.Orders = (*Store)(nil)
-	_ store.Seeder = (*Store)(nil)
-	_ store.Domain = (*Store)(nil)
-)
+var _ engine.Store = (*Store)(nil)
 
 // New returns a Store on db, which should come from Open (or at least use
 // DSN's settings). It panics if db is nil.
@@ -86,6 +77,15 @@ func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
 	// Prepare what the transaction may run while the pool's connection is
 	// free: inside it, the transaction holds the only one.
 	s.stmts.prepareAll(ctx)
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
+}
+
+// begin starts a transaction without preparing statements first.
+func (s *Store) begin(ctx context.Context) (*Tx, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, translate(err)
@@ -157,37 +157,24 @@ func (e executor) exec(ctx context.Context, query string, args ...any) (sql.Resu
 	return e.q.ExecContext(ctx, query, args...)
 }
 
-// rawTx returns the *sql.Tx of a transaction domain writes join.
-func rawTx(tx store.Tx) (*sql.Tx, error) {
-	t, ok := tx.Raw().(*sql.Tx)
-	if !ok {
-		return nil, fmt.Errorf("sqlitestore: transaction is %T, not *sql.Tx", tx.Raw())
-	}
-	return t, nil
-}
+// errs tells database/sql's and SQLite's errors apart for translate.
+var errs = engine.Errors{NoRows: sql.ErrNoRows, Duplicate: constraintViolation, Unavailable: Unavailable}
 
-// translate maps database/sql and SQLite errors to domain's sentinel errors
-// at the boundary: no rows is domain.ErrNotFound, a unique or primary key
-// violation wraps domain.ErrAlreadyExists, and a database that cannot be
-// used wraps domain.ErrUnavailable.
-func translate(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return domain.ErrNotFound
-	}
+// translate maps the driver's errors to domain's sentinels (see
+// engine.Errors.Translate).
+func translate(err error) error { return errs.Translate(err) }
+
+// constraintViolation reports a unique or primary key violation and
+// SQLite's message naming it.
+func constraintViolation(err error) (string, bool) {
 	var sqliteErr *sqlite.Error
 	if errors.As(err, &sqliteErr) {
 		switch sqliteErr.Code() {
 		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return fmt.Errorf("%w: %s", domain.ErrAlreadyExists, sqliteErr.Error())
+			return sqliteErr.Error(), true
 		}
 	}
-	if Unavailable(err) {
-		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
-	}
-	return err
+	return "", false
 }
 
 // Unavailable reports whether err means the database cannot be used right
