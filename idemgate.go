@@ -35,7 +35,6 @@ import (
 
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -109,7 +108,7 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 	}
 	switch cfg.Driver() {
 	case config.DriverSQLite:
-		db, err := gatesqlite.Open(cfg.SQLitePath())
+		db, err := sqlitestore.Open(cfg.SQLitePath())
 		if err != nil {
 			return nil, fmt.Errorf("DATABASE_URL: %w", err)
 		}

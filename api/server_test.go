@@ -13,7 +13,6 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -39,24 +38,31 @@ func TestMutatingToolWithoutPolicyStopsStart(t *testing.T) {
 			break
 		}
 	}
-	g, err := gate.New(&gate.Config{Store: gatepg.New(nil), Enqueuer: noEnqueue{}, Policies: policies})
+	st := unusedStore(t)
+	g, err := gate.New(&gate.Config{Store: st, Enqueuer: noEnqueue{}, Policies: policies})
 	require.NoError(t, err)
-	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t), Jobs: &jobs.Control[pgx.Tx]{}})
+	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{}})
 	require.ErrorContains(t, err, `mutating tool "reset_seat" has no gate policy`)
 
-	g, err = gate.New(&gate.Config{Store: gatepg.New(nil), Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
+	g, err = gate.New(&gate.Config{Store: st, Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
-	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t), Jobs: &jobs.Control[pgx.Tx]{}})
+	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{}})
 	require.NoError(t, err)
 }
 
-// builtinTools is the built-in tools' registry; nothing is called.
-func builtinTools(t *testing.T) *tool.Registry {
+// unusedStore is a store on a pool that never connects: nothing is called.
+func unusedStore(t *testing.T) *pgstore.Store {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	reg, err := app.BuiltinDeclarations(config.Defaults(), pgstore.New(pool))
+	return pgstore.New(pool)
+}
+
+// builtinTools is the built-in tools' registry on st.
+func builtinTools(t *testing.T, st *pgstore.Store) *tool.Registry {
+	t.Helper()
+	reg, err := app.BuiltinDeclarations(config.Defaults(), st)
 	require.NoError(t, err)
 	return reg
 }

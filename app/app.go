@@ -23,7 +23,6 @@ import (
 	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/ops"
@@ -47,7 +46,7 @@ type API struct {
 	Handler http.Handler
 	// Ops is the operator routes under /ops (River UI, re-drive).
 	Ops      *ops.Server
-	listener *gatepg.Listener
+	listener *pgstore.Listener
 	logger   *slog.Logger
 }
 
@@ -107,10 +106,10 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 			return nil, err
 		}
 	}
-	listener := gatepg.NewListener(pool, logger)
+	listener := pgstore.NewListener(pool, logger)
 	g, err := gate.New(&gate.Config{
-		Store:    gatepg.New(pool),
-		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: gatepg.Unavailable},
+		Store:    data,
+		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgstore.Unavailable},
 		Policies: tools.Policies(),
 		Waiter:   listener,
 		Logger:   logger,

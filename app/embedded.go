@@ -16,7 +16,6 @@ import (
 	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/store/sqlitestore"
@@ -40,7 +39,7 @@ type Embedded struct {
 }
 
 // NewEmbedded assembles the api and the worker on the SQLite database db
-// (from gatesqlite.Open, migrated). The database is the caller's.
+// (from sqlitestore.Open, migrated). The database is the caller's.
 func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *APIOptions, workerOpts *WorkerOptions) (*Embedded, error) {
 	if cfg.Driver() != config.DriverSQLite {
 		return nil, errors.New("DATABASE_URL: the embedded deployment runs on SQLite (unset DATABASE_URL or sqlite:PATH)")
@@ -65,10 +64,10 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	if err != nil {
 		return nil, err
 	}
-	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: gatesqlite.Unavailable}
+	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: sqlitestore.Unavailable}
 	g, err := gate.New(&gate.Config{
 		OnTransition: metrics.Transition,
-		Store:        gatesqlite.New(db),
+		Store:        data,
 		Enqueuer:     enqueuer,
 		Policies:     tools.Policies(),
 		DBTimeout:    EmbeddedDBTimeout,

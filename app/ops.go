@@ -14,7 +14,6 @@ import (
 	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/ops"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -40,13 +39,14 @@ func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, 
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
-	tools, err := BuiltinDeclarations(cfg, pgstore.New(pool))
+	st := pgstore.New(pool)
+	tools, err := BuiltinDeclarations(cfg, st)
 	if err != nil {
 		return nil, err
 	}
 	g, err := gate.New(&gate.Config{
-		Store:    gatepg.New(pool),
-		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client, Unavailable: gatepg.Unavailable},
+		Store:    st,
+		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client, Unavailable: pgstore.Unavailable},
 		Policies: tools.Policies(),
 		Logger:   logger,
 	})

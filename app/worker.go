@@ -19,7 +19,6 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
@@ -80,8 +79,8 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if err != nil {
 		return nil, err
 	}
-	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: gatepg.Unavailable}
-	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger})
+	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: pgstore.Unavailable}
+	g, err := gate.New(&gate.Config{Store: data, Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

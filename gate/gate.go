@@ -1,7 +1,7 @@
 // Package gate is the idempotency gate: it claims (tenant, tool, key) under a
 // unique index, enqueues the claim's job in the same transaction, and answers
 // retries with the first outcome. Workers re-enter the same gate before any
-// effect. The gate runs on any Store; gate/gatepg and gate/gatesqlite
+// effect. The gate runs on any Store; store/pgstore and store/sqlitestore
 // implement one each.
 package gate
 
@@ -39,7 +39,7 @@ type Enqueuer interface {
 }
 
 // Waiter tells waiting callers that a claim may have reached a terminal
-// status. gatepg implements it with one LISTEN connection per process.
+// status. pgstore.Listener implements it with one LISTEN connection per process.
 type Waiter interface {
 	// Subscribe registers interest in claimID. The channel receives when the
 	// claim turns terminal, and also after a reconnect (when notifications

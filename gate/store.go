@@ -96,8 +96,8 @@ type AuditEvent struct {
 	Duration        time.Duration
 }
 
-// Store is what the gate needs of a database. gate/gatepg and
-// gate/gatesqlite implement it; gate/gatetest exercises any implementation.
+// Store is what the gate needs of a database. store/pgstore and
+// store/sqlitestore implement it; gate/gatetest exercises any implementation.
 type Store interface {
 	Executor
 	// Begin starts a READ COMMITTED (or the engine's nearest) transaction.

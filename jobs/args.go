@@ -69,7 +69,7 @@ func InsertOpts() *river.InsertOpts {
 type Enqueuer[TTx any] struct {
 	Client *river.Client[TTx]
 	// Unavailable, when set, tells a database outage from other insert
-	// errors (gatepg.Unavailable, gatesqlite.Unavailable): those are wrapped
+	// errors (pgstore.Unavailable, sqlitestore.Unavailable): those are wrapped
 	// in domain.ErrUnavailable so that callers answer "unavailable, retry"
 	// rather than "internal".
 	Unavailable func(error) bool

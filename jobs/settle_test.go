@@ -1,10 +1,8 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -18,9 +16,10 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -91,17 +90,11 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	_, pool := pgtest.NewDB(t)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	store := &cancelOnCommit{Store: gatepg.New(pool)}
+	store := &cancelOnCommit{Store: pgstore.New(pool)}
 	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &Enqueuer[pgx.Tx]{Client: client}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	logger := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logs.Write(p)
-	}), nil))
+	logger, logs := logtest.New()
 	reg := prometheus.NewRegistry()
 	metrics, err := NewMetrics(reg)
 	require.NoError(t, err)
@@ -125,26 +118,20 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	var cancelErr *river.JobCancelError
 	require.ErrorAs(t, err, &cancelErr, "the job ends cancelled, not retried")
 	require.Error(t, jobCtx.Err(), "the commit cancelled the job's context, as River does")
-	stored, err := gatepg.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+	stored, err := pgstore.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
 	require.NoError(t, err)
 	require.Equal(t, domain.StatusFailed, stored.Status)
 	require.Equal(t, domain.CodeAmountExceedsRefundable, stored.Error.Code)
 	var state string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, c.JobID).Scan(&state))
 	require.Equal(t, "cancelled", state, "cancelled in the failing transaction")
-	logMu.Lock()
 	require.Contains(t, logs.String(), `"msg":"operation failed"`)
-	logMu.Unlock()
 	require.Equal(t, 1, testutil.CollectAndCount(metrics.jobDuration))
 	require.Equal(t, 1.0, testutil.ToFloat64(metrics.downstream.WithLabelValues("stripe", "definitive")))
 	h, err := metrics.jobDuration.GetMetricWithLabelValues("refund_order", "failed")
 	require.NoError(t, err)
 	require.Equal(t, 1, testutil.CollectAndCount(h.(prometheus.Collector)))
 }
-
-type writerFunc func(p []byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // refOf is the ClaimRef a claim's job carries.
 func refOf(c *gate.Claim) ClaimRef {

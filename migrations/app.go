@@ -36,7 +36,7 @@ func MigrateAppPostgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, log
 }
 
 // MigrateAppSQLite applies a team's own goose SQL migrations to a SQLite
-// database from gatesqlite.Open, after idemgate's.
+// database from sqlitestore.Open, after idemgate's.
 func MigrateAppSQLite(ctx context.Context, db *sql.DB, fsys fs.FS, logger *slog.Logger) (int, error) {
 	if db == nil || fsys == nil {
 		return 0, errors.New("migrations: db and fsys are required")

@@ -54,7 +54,7 @@ func SQLiteFS() fs.FS {
 // again, up to SQLiteMigrateAttempts times in a row, and then finds the
 // version applied and goes on. Result counts exactly what this call applied.
 //
-// db should come from gatesqlite.Open (WAL, busy timeout, BEGIN IMMEDIATE).
+// db should come from sqlitestore.Open (WAL, busy timeout, BEGIN IMMEDIATE).
 // A nil logger discards River's and goose's logs.
 func MigrateSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (*Result, error) {
 	if db == nil {

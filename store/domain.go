@@ -54,15 +54,15 @@ type ResetTokenInsertParams struct {
 	ExpiresAt                     time.Time
 }
 
-// Domain is what the workers read and write besides the gate. Writes take
-// the completing transaction (gate.Tx), so that the domain rows, the claim's
-// outcome and the job's completion commit together.
 // Tx is a transaction the domain writes join: a gate.Tx or a tool.Tx,
 // whose Raw is the engine's transaction (pgx.Tx, *sql.Tx).
 type Tx interface {
 	Raw() any
 }
 
+// Domain is what the workers read and write besides the gate. Writes take
+// the completing transaction (gate.Tx), so that the domain rows, the claim's
+// outcome and the job's completion commit together.
 type Domain interface {
 	Orders
 	// CustomerGet returns a tenant's customer or domain.ErrNotFound.

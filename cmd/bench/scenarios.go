@@ -25,7 +25,6 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/store/pgstore"
 )
 
@@ -298,7 +297,7 @@ func (r *runner) commitLimit(ctx context.Context, c int) error {
 		return err
 	}
 	defer pool.Close()
-	st := gatepg.New(pool)
+	st := pgstore.New(pool)
 	smp, err := newSampler(ctx, r.srv.adminURL, db.name)
 	if err != nil {
 		return err
@@ -948,11 +947,12 @@ func (r *runner) growth(ctx context.Context, claims, pruneRows int, window time.
 	if _, err := smp.admin.Exec(ctx, "CHECKPOINT"); err != nil {
 		return err
 	}
-	tools, err := app.BuiltinDeclarations(config.Defaults(), pgstore.New(pool))
+	st := pgstore.New(pool)
+	tools, err := app.BuiltinDeclarations(config.Defaults(), st)
 	if err != nil {
 		return err
 	}
-	g, err := gate.New(&gate.Config{Store: gatepg.New(pool), Enqueuer: noEnqueuer{}, Policies: tools.Policies(), Logger: r.logger})
+	g, err := gate.New(&gate.Config{Store: st, Enqueuer: noEnqueuer{}, Policies: tools.Policies(), Logger: r.logger})
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -37,7 +36,7 @@ func (a *app) openDatabase(ctx context.Context) (*database, error) {
 		}
 		return &database{pool: pool}, nil
 	}
-	db, err := gatesqlite.Open(a.cfg.SQLitePath())
+	db, err := sqlitestore.Open(a.cfg.SQLitePath())
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,8 @@ import (
 	idemgateapp "github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/ops"
+	"github.com/idemgate/idemgate/store/pgstore"
 )
 
 // exitRefused is the exit code of a re-drive the gate refused (the
@@ -87,7 +87,7 @@ func newOpGetCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			d, err := ops.GetOperation(ctx, gatepg.New(pool), tenant, tool, key)
+			d, err := ops.GetOperation(ctx, pgstore.New(pool), tenant, tool, key)
 			if errors.Is(err, domain.ErrNotFound) {
 				return fmt.Errorf("op get: no operation %s/%s in tenant %q", tool, key, tenant)
 			}
@@ -144,7 +144,7 @@ func newOpListCmd(a *app) *cobra.Command {
 			if !sinceAt.IsZero() {
 				p.Since = &sinceAt
 			}
-			claims, err := gatepg.New(pool).ClaimList(ctx, p)
+			claims, err := pgstore.New(pool).ClaimList(ctx, p)
 			if err != nil {
 				return fmt.Errorf("op list: %w", err)
 			}

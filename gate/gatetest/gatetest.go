@@ -1,5 +1,5 @@
 // Package gatetest is the conformance suite that every gate.Store must pass.
-// gate/gatepg and gate/gatesqlite call Exercise from their tests.
+// store/pgstore and store/sqlitestore call Exercise from their tests.
 package gatetest
 
 import (
@@ -31,6 +31,9 @@ type Bundle struct {
 	// MarkJobRunning makes River report a job running since `since` ago, as
 	// if a worker had fetched it then. Required.
 	MarkJobRunning func(ctx context.Context, jobID int64, since time.Duration)
+	// SetClaimUpdatedAt sets a claim's updated_at, so that tests of the
+	// order by update need not wait. Required.
+	SetClaimUpdatedAt func(ctx context.Context, claimID int64, at time.Time)
 	// JobState returns the state of a job ("" when it does not exist).
 	JobState func(ctx context.Context, jobID int64) string
 	// JobCount returns how many jobs the enqueuer has inserted that are
@@ -801,6 +804,44 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NoError(t, err)
 		require.Len(t, credits, 1)
 		require.Equal(t, credit.ID, credits[0].ID)
+	},
+
+	"ListFiltersByTenantToolStatusAndUpdate": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		first := Claim(ctx, t, s.gate, &ClaimOpts{Key: "list-key-0001"}).Claim
+		second := Claim(ctx, t, s.gate, &ClaimOpts{Key: "list-key-0002"}).Claim
+		seat := Claim(ctx, t, s.gate, &ClaimOpts{Key: "list-key-0003", Tool: "reset_seat", Args: map[string]any{"seat_id": "seat_1"}}).Claim
+		globex := Claim(ctx, t, s.gate, &ClaimOpts{Key: "list-key-0004", Tenant: "globex"}).Claim
+		leased, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: first.ID, JobID: first.JobID, Lease: time.Minute})
+		require.NoError(t, err)
+		_, err = s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: first.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
+		require.NoError(t, err)
+		// Distinct update times, set rather than waited for: first was
+		// updated last (it failed), then the seat and globex's; second before
+		// since.
+		base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		for id, offset := range map[int64]time.Duration{second.ID: 0, seat.ID: 2 * time.Second, globex.ID: 2 * time.Second, first.ID: 3 * time.Second} {
+			s.SetClaimUpdatedAt(ctx, id, base.Add(offset))
+		}
+		since := base.Add(500 * time.Millisecond)
+
+		ids := func(p *gate.ClaimListParams) []int64 {
+			claims, err := s.Store.ClaimList(ctx, p)
+			require.NoError(t, err)
+			out := []int64{}
+			for _, c := range claims {
+				out = append(out, c.ID)
+			}
+			return out
+		}
+		// Newest (by update) first.
+		require.Equal(t, []int64{first.ID, seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme"}))
+		require.Equal(t, []int64{first.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusFailed}))
+		require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Tool: "reset_seat"}))
+		require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Since: &since}), "second was updated before since")
+		require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusQueued, Since: &since}))
+		require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Limit: 2}))
+		require.Len(t, ids(&gate.ClaimListParams{}), 4, "no filter: every tenant")
 	},
 
 	"GetByOperationIsTenantScoped": func(t *testing.T, s *suite) {

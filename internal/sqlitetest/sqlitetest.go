@@ -29,8 +29,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/migrations"
+	"github.com/idemgate/idemgate/store/sqlitestore"
 )
 
 // FileName is the name of the database file in each test's directory.
@@ -50,7 +50,7 @@ func TemplateDir() string {
 
 // NewDB returns a fresh, fully migrated database file for t (River's and
 // idemgate's migrations applied): its path and a *sql.DB opened on it with
-// gatesqlite.Open. The database is closed and its directory removed when t
+// sqlitestore.Open. The database is closed and its directory removed when t
 // ends.
 func NewDB(t testing.TB) (path string, db *sql.DB) {
 	t.Helper()
@@ -66,7 +66,7 @@ func NewDB(t testing.TB) (path string, db *sql.DB) {
 }
 
 // NewEmptyDB returns a fresh database file with no migrations applied, and
-// a *sql.DB opened on it with gatesqlite.Open, closed when t ends.
+// a *sql.DB opened on it with sqlitestore.Open, closed when t ends.
 // Migration tests use it.
 func NewEmptyDB(t testing.TB) (path string, db *sql.DB) {
 	t.Helper()
@@ -83,7 +83,7 @@ func Open(t testing.TB, path string) *sql.DB {
 
 func open(t testing.TB, path string) *sql.DB {
 	t.Helper()
-	db, err := gatesqlite.Open(path)
+	db, err := sqlitestore.Open(path)
 	if err != nil {
 		t.Fatalf("sqlitetest: %v", err)
 	}
@@ -126,7 +126,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(scratch)
-	db, err := gatesqlite.Open(filepath.Join(scratch, FileName))
+	db, err := sqlitestore.Open(filepath.Join(scratch, FileName))
 	if err != nil {
 		return "", err
 	}

@@ -2,68 +2,12 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/engine"
 )
-
-var _ store.Domain = (*Store)(nil)
-
-const sqlCustomerGet = `SELECT tenant_id, customer_id, currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`
-
-const sqlSeatGet = `SELECT seat_id FROM seats WHERE tenant_id = $1 AND seat_id = $2`
-
-const sqlUserGet = `SELECT tenant_id, user_id, email FROM users WHERE tenant_id = $1 AND user_id = $2`
-
-// The refund row and the order's refunded amount move together; a second
-// record of the same Stripe refund changes nothing.
-const sqlRefundRecord = `
-WITH ins AS (
-	INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
-	VALUES ($1, $2, $3, $4, $5, $6, $7)
-	ON CONFLICT (stripe_refund_id) DO NOTHING
-	RETURNING tenant_id, order_id, amount_cents
-)
-UPDATE orders o SET refunded_cents = o.refunded_cents + ins.amount_cents
-FROM ins
-WHERE o.tenant_id = ins.tenant_id AND o.order_id = ins.order_id`
-
-const sqlLedgerInsert = `
-WITH ins AS (
-	INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
-	VALUES ($1, $2, $3, $4, $5, $6)
-	RETURNING id
-)
-SELECT ins.id, $4::bigint + coalesce((SELECT sum(amount_cents) FROM ledger_entries WHERE tenant_id = $1 AND customer_id = $2), 0)
-FROM ins`
-
-const sqlSeatReset = `
-WITH old AS (
-	SELECT tenant_id, seat_id, user_id FROM seats WHERE tenant_id = $1 AND seat_id = $2 FOR UPDATE
-), upd AS (
-	UPDATE seats s SET user_id = NULL, reset_count = s.reset_count + 1, last_reset_at = now()
-	FROM old WHERE s.tenant_id = old.tenant_id AND s.seat_id = old.seat_id
-	RETURNING s.reset_count, old.user_id
-), ins AS (
-	INSERT INTO seat_resets (tenant_id, seat_id, operation_id, previous_user)
-	SELECT $1, $2, $3, user_id FROM upd
-)
-SELECT coalesce(user_id, ''), reset_count FROM upd`
-
-const sqlResetTokenInsert = `
-INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (token_hash) DO NOTHING`
-
-func rawTx(tx store.Tx) (pgx.Tx, error) {
-	t, ok := tx.Raw().(pgx.Tx)
-	if !ok {
-		return nil, fmt.Errorf("pgstore: transaction is %T, not pgx.Tx", tx.Raw())
-	}
-	return t, nil
-}
 
 // CustomerGet implements store.Domain.
 func (s *Store) CustomerGet(ctx context.Context, tenantID, customerID string) (*store.Customer, error) {
@@ -94,7 +38,7 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 
 // RefundRecord implements store.Domain.
 func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRecordParams) error {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[pgx.Tx](tx)
 	if err != nil {
 		return err
 	}
@@ -104,7 +48,7 @@ func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRe
 
 // LedgerInsert implements store.Domain.
 func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[pgx.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +61,7 @@ func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerIn
 
 // SeatReset implements store.Domain.
 func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[pgx.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +74,7 @@ func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetPa
 
 // ResetTokenInsert implements store.Domain.
 func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.ResetTokenInsertParams) error {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[pgx.Tx](tx)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -29,9 +28,10 @@ type testBundle struct {
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	_, pool := pgtest.NewDB(t)
+	s := pgstore.New(pool)
 	return t.Context(), &testBundle{pool: pool, Bundle: &storetest.Bundle{
-		Store: pgstore.New(pool),
-		Begin: gatepg.New(pool).Begin,
+		Store: s,
+		Begin: s.Begin,
 		Count: func(ctx context.Context, table string) int {
 			var n int
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
@@ -41,8 +41,8 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	}}
 }
 
-// TestConformance runs the suite every engine's store passes.
-func TestConformance(t *testing.T) {
+// TestStoreConformance runs the suite every engine passes for package store.
+func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Exercise(t, func(t *testing.T) *storetest.Bundle {
 		_, b := setup(t)

@@ -1,6 +1,253 @@
 package pgstore
 
-// All of pgstore's SQL.
+import "fmt"
+
+// All of the Postgres engine's SQL: the gate's statements (claims,
+// tombstones, audit, River job reads), then tokens, orders and seeding,
+// then the domain rows. $now parameters are nullable timestamptz overrides
+// of the database clock, for tests only; production passes NULL and every
+// comparison uses the database's now().
+
+// computed returns claimComputed with clock parameter p, which may be NULL.
+func computed(p string) string {
+	return fmt.Sprintf(claimComputed, "coalesce("+p+"::timestamptz, now())")
+}
+
+// claimColumns are selected by every claim query, in scanClaim's order. The
+// last two are computed against the clock given as the query's last
+// parameter.
+const claimColumns = `id, operation_id::text, tenant_id, tool, idempotency_key, user_id, args, args_hash,
+	status, epoch, lease_expires_at, attempts, coalesce(job_id, 0), generation, downstream_key, ttl_seconds,
+	result, error, last_error, first_called_at, created_at, updated_at, expires_at`
+
+// claimComputed must follow claimColumns; %[1]s is the clock expression.
+const claimComputed = `,
+	(expires_at IS NOT NULL AND expires_at <= %[1]s) AS expired,
+	(status = 'running' AND lease_expires_at > %[1]s) AS lease_live`
+
+// sqlClaimInsert inserts unless the key is taken, or a live tombstone says
+// this very intent (same fingerprint) already ran.
+const sqlClaimInsert = `
+INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
+	ttl_seconds, retention_seconds)
+SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text, 'queued', $8::integer, $9::integer
+WHERE NOT EXISTS (
+	SELECT 1 FROM idempotency_tombstones t
+	WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7 AND t.retain_until > now()
+)
+ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
+RETURNING ` + claimColumns + `, false, false`
+
+var sqlClaimGetByKey = `
+SELECT ` + claimColumns + computed("$4") + `
+FROM idempotency_claims
+WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3`
+
+var sqlClaimGetByOperation = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE operation_id = $2::uuid AND tenant_id = $1`
+
+var sqlClaimGetByID = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims
+WHERE id = $1`
+
+// The take-over keeps epoch (fencing stays monotonic across intents) and
+// resets everything else that belonged to the old intent.
+var sqlClaimTakeOver = `
+UPDATE idempotency_claims SET
+	operation_id = $2, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
+	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = NULL, generation = 0,
+	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
+	created_at = now(), updated_at = now(), expires_at = NULL
+WHERE id = $1 AND status IN ('succeeded', 'failed') AND expires_at <= coalesce($7::timestamptz, now())
+RETURNING ` + claimColumns + `, false, false`
+
+const sqlClaimSetJob = `
+UPDATE idempotency_claims SET job_id = $2, updated_at = now()
+WHERE id = $1
+RETURNING ` + claimColumns + `, false, false`
+
+var sqlClaimLease = `
+UPDATE idempotency_claims SET
+	status = 'running', epoch = epoch + 1, attempts = attempts + 1,
+	lease_expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => $3::double precision),
+	first_called_at = coalesce(first_called_at, coalesce($4::timestamptz, now())),
+	updated_at = now()
+WHERE id = $1 AND job_id = $2
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($4::timestamptz, now())))
+RETURNING ` + claimColumns + computed("$4")
+
+var sqlClaimComplete = `
+UPDATE idempotency_claims SET
+	status = 'succeeded', result = $3, error = NULL, lease_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND status = 'running' AND epoch = $2
+RETURNING ` + claimColumns + computed("$4")
+
+var sqlClaimFail = `
+UPDATE idempotency_claims SET
+	status = 'failed', error = $3, lease_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND status = 'running' AND epoch = $2
+	AND (NOT $4::boolean OR lease_expires_at <= coalesce($5::timestamptz, now()))
+RETURNING ` + claimColumns + computed("$5")
+
+const sqlClaimRelease = `
+UPDATE idempotency_claims SET
+	status = 'queued', lease_expires_at = NULL, last_error = $3, updated_at = now()
+WHERE id = $1 AND status = 'running' AND epoch = $2
+RETURNING ` + claimColumns + `, false, false`
+
+var sqlClaimReclaim = `
+UPDATE idempotency_claims SET
+	status = 'queued', lease_expires_at = NULL, job_id = $3, updated_at = now()
+WHERE id = $1 AND status = 'running' AND epoch = $2 AND lease_expires_at <= coalesce($4::timestamptz, now())
+RETURNING ` + claimColumns + computed("$4")
+
+const sqlClaimRedrive = `
+UPDATE idempotency_claims SET
+	status = 'queued',
+	generation = generation + CASE WHEN $2::boolean THEN 1 ELSE 0 END,
+	first_called_at = CASE WHEN $2::boolean THEN NULL ELSE first_called_at END,
+	job_id = coalesce(nullif($3::bigint, 0), job_id),
+	attempts = 0, result = NULL, error = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = now()
+WHERE id = $1 AND status = 'failed'
+RETURNING ` + claimColumns + `, false, false`
+
+var sqlClaimListLeaseExpired = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims
+WHERE status = 'running' AND lease_expires_at <= coalesce($2::timestamptz, now())
+ORDER BY lease_expires_at
+LIMIT $1`
+
+// sqlClaimArchiveExpired replaces expired terminal claims by tombstones,
+// in one statement.
+const sqlClaimArchiveExpired = `
+WITH doomed AS (
+	SELECT id FROM idempotency_claims
+	WHERE expires_at <= coalesce($2::timestamptz, now()) AND status IN ('succeeded', 'failed')
+	ORDER BY expires_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), moved AS (
+	DELETE FROM idempotency_claims c
+	USING doomed
+	WHERE c.id = doomed.id AND c.status IN ('succeeded', 'failed') AND c.expires_at <= coalesce($2::timestamptz, now())
+	RETURNING c.tenant_id, c.tool, c.idempotency_key, c.args_hash, c.operation_id, c.status, c.error->>'code' AS error_code,
+		c.expires_at, c.expires_at + make_interval(secs => c.retention_seconds) AS retain_until
+)
+INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
+	expired_at, retain_until)
+SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code, expires_at, retain_until FROM moved
+ON CONFLICT (tenant_id, tool, idempotency_key) DO UPDATE SET
+	args_hash = EXCLUDED.args_hash, operation_id = EXCLUDED.operation_id, status = EXCLUDED.status,
+	error_code = EXCLUDED.error_code, expired_at = EXCLUDED.expired_at, retain_until = EXCLUDED.retain_until`
+
+const sqlTombstoneGetByKey = `
+SELECT tenant_id, tool, idempotency_key, args_hash, operation_id::text, status, coalesce(error_code, ''), expired_at, retain_until
+FROM idempotency_tombstones
+WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND retain_until > coalesce($4::timestamptz, now())`
+
+const sqlTombstoneDeleteExpired = `
+DELETE FROM idempotency_tombstones
+WHERE (tenant_id, tool, idempotency_key) IN (
+	SELECT tenant_id, tool, idempotency_key FROM idempotency_tombstones
+	WHERE retain_until <= coalesce($2::timestamptz, now())
+	ORDER BY retain_until
+	LIMIT $1
+)`
+
+const sqlAuditInsert = `
+INSERT INTO audit_events (tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
+	decision, reason, args_hash, args, result, duration_ms, client_request_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
+
+const sqlAuditListByKey = `
+SELECT id, created_at, tenant_id, user_id, token_id, request_id, client_request_id, tool, idempotency_key,
+	coalesce(operation_id::text, ''), coalesce(job_id, 0), decision, reason, args_hash, args, result,
+	coalesce(duration_ms, 0)
+FROM audit_events
+WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3
+ORDER BY id`
+
+var sqlClaimAbandon = `
+UPDATE idempotency_claims SET
+	status = 'failed', error = $4, lease_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND epoch = $2 AND job_id = $3
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($5::timestamptz, now())))
+RETURNING ` + claimColumns + computed("$5")
+
+// A claim is orphaned when it waits on a job that will never run it again.
+var sqlClaimListOrphaned = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims c
+WHERE c.status IN ('queued', 'running')
+	AND NOT (c.status = 'running' AND c.lease_expires_at > coalesce($2::timestamptz, now()))
+	AND c.job_id IS NOT NULL
+	AND NOT EXISTS (
+		SELECT 1 FROM river_job j
+		WHERE j.id = c.job_id AND j.state NOT IN ('completed', 'cancelled', 'discarded')
+	)
+ORDER BY c.id
+LIMIT $1`
+
+var sqlClaimList = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE ($1 = '' OR tenant_id = $1)
+	AND ($2 = '' OR tool = $2)
+	AND ($3 = '' OR status = $3)
+	AND ($4::timestamptz IS NULL OR updated_at >= $4::timestamptz)
+ORDER BY updated_at DESC, id DESC
+LIMIT $5`
+
+// sqlClaimListNewest pages one tenant's claims by creation, newest first,
+// on idempotency_claims_tenant_created_idx.
+var sqlClaimListNewest = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE tenant_id = $1
+	AND ($2 = '' OR tool = $2)
+	AND ($3 = '' OR status = $3)
+	AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5::bigint))
+ORDER BY created_at DESC, id DESC
+LIMIT $6`
+
+// sqlJobGet reads a River job; next_run_at only for a job River will run
+// again by itself.
+const sqlJobGet = `
+SELECT id, state::text,
+	CASE WHEN state IN ('available', 'scheduled', 'retryable') THEN greatest(scheduled_at, now()) END
+FROM river_job
+WHERE id = $1`
+
+// sqlJobGetLocked is sqlJobGet holding the row: River's fetch skips locked
+// rows, so no worker takes the job until the transaction ends.
+const sqlJobGetLocked = sqlJobGet + `
+FOR UPDATE`
+
+var sqlClaimListStalled = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims c
+WHERE c.status = 'queued'
+	AND EXISTS (
+		SELECT 1 FROM river_job j
+		WHERE j.id = c.job_id AND j.state = 'running'
+			AND j.attempted_at <= coalesce($2::timestamptz, now()) - make_interval(secs => $3::double precision)
+	)
+ORDER BY c.id
+LIMIT $1`
+
+const sqlClaimRepoint = `
+UPDATE idempotency_claims SET job_id = $4, updated_at = now()
+WHERE id = $1 AND status = 'queued' AND epoch = $2 AND job_id = $3
+RETURNING ` + claimColumns + `, false, false`
+
+// Tokens, orders and seeding.
 
 // tokenColumns are selected by every token query, in scanToken's order.
 const tokenColumns = `id, tenant_id, user_id, scopes, token_hash, created_at, expires_at, revoked_at`
@@ -60,5 +307,53 @@ ON CONFLICT (tenant_id, user_id) DO NOTHING`
 // A fixed token value is inserted by hash if absent.
 const sqlSeedTokenFixed = `
 INSERT INTO api_tokens (id, tenant_id, user_id, scopes, token_hash, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (token_hash) DO NOTHING`
+
+// Domain rows.
+
+const sqlCustomerGet = `SELECT tenant_id, customer_id, currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`
+
+const sqlSeatGet = `SELECT seat_id FROM seats WHERE tenant_id = $1 AND seat_id = $2`
+
+const sqlUserGet = `SELECT tenant_id, user_id, email FROM users WHERE tenant_id = $1 AND user_id = $2`
+
+// The refund row and the order's refunded amount move together; a second
+// record of the same Stripe refund changes nothing.
+const sqlRefundRecord = `
+WITH ins AS (
+	INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)
+	ON CONFLICT (stripe_refund_id) DO NOTHING
+	RETURNING tenant_id, order_id, amount_cents
+)
+UPDATE orders o SET refunded_cents = o.refunded_cents + ins.amount_cents
+FROM ins
+WHERE o.tenant_id = ins.tenant_id AND o.order_id = ins.order_id`
+
+const sqlLedgerInsert = `
+WITH ins AS (
+	INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
+	VALUES ($1, $2, $3, $4, $5, $6)
+	RETURNING id
+)
+SELECT ins.id, $4::bigint + coalesce((SELECT sum(amount_cents) FROM ledger_entries WHERE tenant_id = $1 AND customer_id = $2), 0)
+FROM ins`
+
+const sqlSeatReset = `
+WITH old AS (
+	SELECT tenant_id, seat_id, user_id FROM seats WHERE tenant_id = $1 AND seat_id = $2 FOR UPDATE
+), upd AS (
+	UPDATE seats s SET user_id = NULL, reset_count = s.reset_count + 1, last_reset_at = now()
+	FROM old WHERE s.tenant_id = old.tenant_id AND s.seat_id = old.seat_id
+	RETURNING s.reset_count, old.user_id
+), ins AS (
+	INSERT INTO seat_resets (tenant_id, seat_id, operation_id, previous_user)
+	SELECT $1, $2, $3, user_id FROM upd
+)
+SELECT coalesce(user_id, ''), reset_count FROM upd`
+
+const sqlResetTokenInsert = `
+INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (token_hash) DO NOTHING`

@@ -3,20 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/engine"
 )
-
-// rawTx returns the *sql.Tx of a gatesqlite transaction.
-func rawTx(tx store.Tx) (*sql.Tx, error) {
-	t, ok := tx.Raw().(*sql.Tx)
-	if !ok {
-		return nil, fmt.Errorf("sqlitestore: transaction is %T, not *sql.Tx", tx.Raw())
-	}
-	return t, nil
-}
 
 // CustomerGet implements store.Domain.
 func (s *Store) CustomerGet(ctx context.Context, tenantID, customerID string) (*store.Customer, error) {
@@ -47,7 +37,7 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 
 // RefundRecord implements store.Domain.
 func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRecordParams) error {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return err
 	}
@@ -65,7 +55,7 @@ func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRe
 
 // LedgerInsert implements store.Domain.
 func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +71,7 @@ func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerIn
 
 // SeatReset implements store.Domain.
 func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -97,11 +87,11 @@ func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetPa
 
 // ResetTokenInsert implements store.Domain.
 func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.ResetTokenInsertParams) error {
-	t, err := rawTx(tx)
+	t, err := engine.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return err
 	}
 	_, err = t.ExecContext(ctx, sqlResetTokenInsert, p.TenantID, p.UserID, p.OperationID, p.TokenHash, p.MessageID,
-		gatesqlite.FormatTime(p.ExpiresAt))
+		FormatTime(p.ExpiresAt))
 	return translate(err)
 }

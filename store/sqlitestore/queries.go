@@ -1,10 +1,282 @@
 package sqlitestore
 
-// All of sqlitestore's SQL. Timestamps are TEXT in gatesqlite.TimeFormat;
-// scopes are a JSON array; hashes are BLOBs.
+import "fmt"
 
-// sqlNow is the database's clock in gatesqlite.TimeFormat.
+// All of the SQLite engine's SQL: the gate's statements (claims,
+// tombstones, audit, River job reads), then tokens, orders and seeding,
+// then the domain rows. Parameters are numbered (?1, ?2, …) so that one may
+// appear twice. Timestamps are TEXT in TimeFormat, compared as text, which
+// TimeFormat's fixed width makes chronological; scopes are a JSON array;
+// hashes are BLOBs. Clock parameters are nullable TimeFormat overrides of
+// the database clock, for tests only; production passes NULL and every
+// comparison uses strftime's 'now'.
+
+// sqlNow is the database's clock in TimeFormat.
 const sqlNow = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`
+
+// at returns the clock expression for parameter p: the override if given,
+// else the database's clock.
+func at(p string) string { return "coalesce(" + p + ", " + sqlNow + ")" }
+
+// plus returns the expression for time t plus modifier m (such as
+// '+60.000 seconds'), in TimeFormat.
+func plus(t, m string) string { return "strftime('%Y-%m-%dT%H:%M:%fZ', " + t + ", " + m + ")" }
+
+// claimColumns are selected by every claim query, in scanClaim's order. The
+// last two, expired and lease_live, follow: computed, or false.
+const claimColumns = `id, operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash,
+	status, epoch, lease_expires_at, attempts, coalesce(job_id, 0), generation, downstream_key, ttl_seconds,
+	result, error, last_error, first_called_at, created_at, updated_at, expires_at`
+
+// computed returns the expired and lease_live columns against the clock
+// parameter p, which may be NULL.
+func computed(p string) string {
+	return fmt.Sprintf(`,
+	(expires_at IS NOT NULL AND expires_at <= %[1]s) AS expired,
+	(status = 'running' AND lease_expires_at > %[1]s) AS lease_live`, at(p))
+}
+
+// notComputed stands for expired and lease_live where they are known false.
+const notComputed = `, 0, 0`
+
+// sqlClaimInsert inserts unless the key is taken, or a live tombstone says
+// this very intent (same fingerprint) already ran.
+const sqlClaimInsert = `
+INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
+	ttl_seconds, retention_seconds)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9
+WHERE NOT EXISTS (
+	SELECT 1 FROM idempotency_tombstones t
+	WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7 AND t.retain_until > ` + sqlNow + `
+)
+ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
+RETURNING ` + claimColumns + notComputed
+
+var sqlClaimGetByKey = `
+SELECT ` + claimColumns + computed("?4") + `
+FROM idempotency_claims
+WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3`
+
+var sqlClaimGetByID = `
+SELECT ` + claimColumns + computed("?2") + `
+FROM idempotency_claims
+WHERE id = ?1`
+
+// The take-over keeps epoch (fencing stays monotonic across intents) and
+// resets everything else that belonged to the old intent.
+var sqlClaimTakeOver = `
+UPDATE idempotency_claims SET
+	operation_id = ?2, user_id = ?3, args = ?4, args_hash = ?5, ttl_seconds = ?6, retention_seconds = ?8,
+	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = NULL, generation = 0,
+	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
+	created_at = ` + sqlNow + `, updated_at = ` + sqlNow + `, expires_at = NULL
+WHERE id = ?1 AND status IN ('succeeded', 'failed') AND expires_at <= ` + at("?7") + `
+RETURNING ` + claimColumns + notComputed
+
+const sqlClaimSetJob = `
+UPDATE idempotency_claims SET job_id = ?2, updated_at = ` + sqlNow + `
+WHERE id = ?1
+RETURNING ` + claimColumns + notComputed
+
+// ?3 is the lease as a strftime modifier ('+120.000 seconds').
+var sqlClaimLease = `
+UPDATE idempotency_claims SET
+	status = 'running', epoch = epoch + 1, attempts = attempts + 1,
+	lease_expires_at = ` + plus(at("?4"), "?3") + `,
+	first_called_at = coalesce(first_called_at, ` + at("?4") + `),
+	updated_at = ` + sqlNow + `
+WHERE id = ?1 AND job_id = ?2
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= ` + at("?4") + `))
+RETURNING ` + claimColumns + computed("?4")
+
+var sqlClaimComplete = `
+UPDATE idempotency_claims SET
+	status = 'succeeded', result = ?3, error = NULL, lease_expires_at = NULL, updated_at = ` + sqlNow + `,
+	expires_at = ` + plus(at("?4"), "'+' || ttl_seconds || ' seconds'") + `
+WHERE id = ?1 AND status = 'running' AND epoch = ?2
+RETURNING ` + claimColumns + computed("?4")
+
+var sqlClaimFail = `
+UPDATE idempotency_claims SET
+	status = 'failed', error = ?3, lease_expires_at = NULL, updated_at = ` + sqlNow + `,
+	expires_at = ` + plus(at("?5"), "'+' || ttl_seconds || ' seconds'") + `
+WHERE id = ?1 AND status = 'running' AND epoch = ?2
+	AND (NOT ?4 OR lease_expires_at <= ` + at("?5") + `)
+RETURNING ` + claimColumns + computed("?5")
+
+const sqlClaimRelease = `
+UPDATE idempotency_claims SET
+	status = 'queued', lease_expires_at = NULL, last_error = ?3, updated_at = ` + sqlNow + `
+WHERE id = ?1 AND status = 'running' AND epoch = ?2
+RETURNING ` + claimColumns + notComputed
+
+var sqlClaimReclaim = `
+UPDATE idempotency_claims SET
+	status = 'queued', lease_expires_at = NULL, job_id = ?3, updated_at = ` + sqlNow + `
+WHERE id = ?1 AND status = 'running' AND epoch = ?2 AND lease_expires_at <= ` + at("?4") + `
+RETURNING ` + claimColumns + computed("?4")
+
+const sqlClaimRedrive = `
+UPDATE idempotency_claims SET
+	status = 'queued',
+	generation = generation + CASE WHEN ?2 THEN 1 ELSE 0 END,
+	first_called_at = CASE WHEN ?2 THEN NULL ELSE first_called_at END,
+	job_id = coalesce(nullif(?3, 0), job_id),
+	attempts = 0, result = NULL, error = NULL, lease_expires_at = NULL, expires_at = NULL,
+	updated_at = ` + sqlNow + `
+WHERE id = ?1 AND status = 'failed'
+RETURNING ` + claimColumns + notComputed
+
+var sqlClaimAbandon = `
+UPDATE idempotency_claims SET
+	status = 'failed', error = ?4, lease_expires_at = NULL, updated_at = ` + sqlNow + `,
+	expires_at = ` + plus(at("?5"), "'+' || ttl_seconds || ' seconds'") + `
+WHERE id = ?1 AND epoch = ?2 AND job_id = ?3
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= ` + at("?5") + `))
+RETURNING ` + claimColumns + computed("?5")
+
+// A claim is orphaned when it waits on a job that will never run it again.
+var sqlClaimListOrphaned = `
+SELECT ` + claimColumns + computed("?2") + `
+FROM idempotency_claims c
+WHERE c.status IN ('queued', 'running')
+	AND NOT (c.status = 'running' AND c.lease_expires_at > ` + at("?2") + `)
+	AND c.job_id IS NOT NULL
+	AND NOT EXISTS (
+		SELECT 1 FROM river_job j
+		WHERE j.id = c.job_id AND j.state NOT IN ('completed', 'cancelled', 'discarded')
+	)
+ORDER BY c.id
+LIMIT ?1`
+
+// River's SQLite driver writes attempted_at as datetime('now', 'subsec')
+// ("YYYY-MM-DD HH:MM:SS.SSS"): compare as Julian days, which read both forms.
+var sqlClaimListStalled = `
+SELECT ` + claimColumns + computed("?2") + `
+FROM idempotency_claims c
+WHERE c.status = 'queued'
+	AND EXISTS (
+		SELECT 1 FROM river_job j
+		WHERE j.id = c.job_id AND j.state = 'running'
+			AND julianday(j.attempted_at) <= julianday(` + at("?2") + `) - ?3 / 86400.0
+	)
+ORDER BY c.id
+LIMIT ?1`
+
+var sqlClaimRepoint = `
+UPDATE idempotency_claims SET job_id = ?4, updated_at = ` + sqlNow + `
+WHERE id = ?1 AND status = 'queued' AND epoch = ?2 AND job_id = ?3
+RETURNING ` + claimColumns + notComputed
+
+// ?4 is the Since bound in TimeFormat, or NULL.
+var sqlClaimList = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE (?1 = '' OR tenant_id = ?1)
+	AND (?2 = '' OR tool = ?2)
+	AND (?3 = '' OR status = ?3)
+	AND (?4 IS NULL OR updated_at >= ?4)
+ORDER BY updated_at DESC, id DESC
+LIMIT ?5`
+
+var sqlClaimGetByOperation = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE operation_id = ?2 AND tenant_id = ?1`
+
+// sqlClaimListNewest pages one tenant's claims by creation, newest first,
+// on idempotency_claims_tenant_created_idx. ?4 is the cursor's created_at
+// in TimeFormat, or NULL.
+var sqlClaimListNewest = `
+SELECT ` + claimColumns + computed("NULL") + `
+FROM idempotency_claims
+WHERE tenant_id = ?1
+	AND (?2 = '' OR tool = ?2)
+	AND (?3 = '' OR status = ?3)
+	AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
+ORDER BY created_at DESC, id DESC
+LIMIT ?6`
+
+// sqlJobGet reads a River job; next_run_at only for a job River will run
+// again by itself. River's SQLite driver writes times in more than one
+// text form: julianday reads them all.
+var sqlJobGet = `
+SELECT id, state,
+	CASE WHEN state IN ('available', 'scheduled', 'retryable')
+		THEN strftime('%Y-%m-%dT%H:%M:%fZ', max(julianday(scheduled_at), julianday('now'))) END
+FROM river_job
+WHERE id = ?1`
+
+var sqlClaimListLeaseExpired = `
+SELECT ` + claimColumns + computed("?2") + `
+FROM idempotency_claims
+WHERE status = 'running' AND lease_expires_at <= ` + at("?2") + `
+ORDER BY lease_expires_at
+LIMIT ?1`
+
+// SQLite has one writer at a time, so the pruner needs no SKIP LOCKED: the
+// batch is chosen and deleted under the write lock.
+// expiredBatch selects the batch ClaimArchiveExpired moves, in a stable
+// order so that its two statements see the same rows.
+var expiredBatch = `
+	SELECT id FROM idempotency_claims
+	WHERE expires_at <= ` + at("?2") + ` AND status IN ('succeeded', 'failed')
+	ORDER BY expires_at, id
+	LIMIT ?1`
+
+// sqlClaimArchiveTombstones and sqlClaimArchiveDelete replace expired
+// terminal claims by tombstones, in this order, in one transaction.
+var sqlClaimArchiveTombstones = `
+INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
+	expired_at, retain_until)
+SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, json_extract(error, '$.code'),
+	expires_at, ` + plus("expires_at", "'+' || retention_seconds || ' seconds'") + `
+FROM idempotency_claims
+WHERE id IN (` + expiredBatch + `)
+ON CONFLICT (tenant_id, tool, idempotency_key) DO UPDATE SET
+	args_hash = excluded.args_hash, operation_id = excluded.operation_id, status = excluded.status,
+	error_code = excluded.error_code, expired_at = excluded.expired_at, retain_until = excluded.retain_until`
+
+var sqlClaimArchiveDelete = `
+DELETE FROM idempotency_claims WHERE id IN (` + expiredBatch + `)`
+
+var sqlTombstoneGetByKey = `
+SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, coalesce(error_code, ''), expired_at, retain_until
+FROM idempotency_tombstones
+WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND retain_until > ` + at("?4")
+
+var sqlTombstoneDeleteExpired = `
+DELETE FROM idempotency_tombstones
+WHERE rowid IN (
+	SELECT rowid FROM idempotency_tombstones
+	WHERE retain_until <= ` + at("?2") + `
+	ORDER BY retain_until
+	LIMIT ?1
+)`
+
+const sqlAuditInsert = `
+INSERT INTO audit_events (tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
+	decision, reason, args_hash, args, result, duration_ms, client_request_id)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+
+const sqlAuditListByKey = `
+SELECT id, created_at, tenant_id, user_id, token_id, request_id, client_request_id, tool, idempotency_key,
+	coalesce(operation_id, ''), coalesce(job_id, 0), decision, reason, args_hash, args, result,
+	coalesce(duration_ms, 0)
+FROM audit_events
+WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3
+ORDER BY id`
+
+// allQueries are the gate's statements, which the store keeps prepared.
+var allQueries = []string{
+	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimSetJob, sqlClaimLease,
+	sqlClaimComplete, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
+	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimArchiveTombstones, sqlClaimArchiveDelete,
+	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlAuditInsert,
+	sqlAuditListByKey,
+}
+
+// Tokens, orders and seeding.
 
 // tokenColumns are selected by every token query, in scanToken's order.
 const tokenColumns = `id, tenant_id, user_id, scopes, token_hash, created_at, expires_at, revoked_at`
@@ -66,6 +338,8 @@ const sqlSeedTokenFixed = `
 INSERT INTO api_tokens (id, tenant_id, user_id, scopes, token_hash, expires_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
 ON CONFLICT (token_hash) DO NOTHING`
+
+// Domain rows.
 
 const sqlCustomerGet = `SELECT tenant_id, customer_id, currency FROM customers WHERE tenant_id = ?1 AND customer_id = ?2`
 

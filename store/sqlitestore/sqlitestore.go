@@ -1,53 +1,41 @@
-// Package sqlitestore is the SQLite implementation of package store's
-// interfaces (store.Tokens, store.Orders, store.Seeder, store.Domain), on
-// database/sql with modernc.org/sqlite. Open the database with
-// gatesqlite.Open; domain writes join the gatesqlite transaction they are
-// given.
+// Package sqlitestore is idemgate's SQLite engine, on database/sql with the
+// pure-Go modernc.org/sqlite driver, sharing its *sql.DB with River's
+// riversqlite driver. Its Store implements both gate.Store (claims,
+// tombstones, audit, River job reads) and package store's interfaces
+// (tokens, orders, seeding, domain rows); domain writes join the gate
+// transaction (Tx) they are given.
 //
-// Times are stored to the millisecond (gatesqlite.TimeFormat): a token's
-// ExpiresAt comes back truncated to it.
+// Open the database with Open: it sets WAL, a busy timeout, foreign keys,
+// BEGIN IMMEDIATE transactions and a single connection, which is what one
+// writer per file needs (see Open).
+//
+// Times are TEXT in RFC 3339 UTC with milliseconds (TimeFormat), so that
+// text order is time order; every comparison is made in SQL against
+// strftime's 'now', the database's clock, unless a test passes Now. A
+// token's ExpiresAt comes back truncated to the millisecond.
+//
+// Errors are translated at the boundary: no rows is domain.ErrNotFound, a
+// unique or primary key violation domain.ErrAlreadyExists, a database that
+// cannot be used domain.ErrUnavailable (see Unavailable).
+//
+// queries.go holds all the SQL, in Go, rather than sqlc output: the
+// statements are assembled from shared pieces (the claim column list and
+// the clock and text-time helpers at, plus, computed), which sqlc, taking
+// each query as written, cannot share; its docs list SQLite support as beta.
 package sqlitestore
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/json"
+	"database/sql/driver"
 	"errors"
-	"fmt"
-	"slices"
-	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate/gatesqlite"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/tenancy"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/store/internal/engine"
 )
-
-// Store implements store.Tokens, store.Orders, store.Seeder and
-// store.Domain on a database.
-type Store struct {
-	db *sql.DB
-}
-
-var (
-	_ store.Tokens = (*Store)(nil)
-	_ store.Orders = (*Store)(nil)
-	_ store.Seeder = (*Store)(nil)
-	_ store.Domain = (*Store)(nil)
-)
-
-// New returns a Store on db, which should come from gatesqlite.Open. It
-// panics if db is nil.
-func New(db *sql.DB) *Store {
-	if db == nil {
-		panic("sqlitestore.New: db is nil")
-	}
-	return &Store{db: db}
-}
 
 // querier is what a pool and a transaction have in common.
 type querier interface {
@@ -56,286 +44,153 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// TokenInsert implements store.Tokens.
-func (s *Store) TokenInsert(ctx context.Context, p *store.TokenInsertParams) (*store.Token, error) {
-	if err := checkInsert(p); err != nil {
-		return nil, err
+// Store is the SQLite engine on a database: a gate.Store and every
+// interface of package store. It keeps the gate's statements prepared: with
+// one connection, every statement runs in series, and compiling one costs
+// more than running it. Use one Store per database.
+type Store struct {
+	executor
+	db *sql.DB
+}
+
+var _ engine.Store = (*Store)(nil)
+
+// New returns a Store on db, which should come from Open (or at least use
+// DSN's settings). It panics if db is nil.
+func New(db *sql.DB) *Store {
+	if db == nil {
+		panic("sqlitestore.New: db is nil")
 	}
-	scopes, err := scopesJSON(p.Scopes)
+	stmts := &stmtCache{db: db, m: map[string]*sql.Stmt{}, inFlight: map[string]bool{}}
+	return &Store{executor: executor{q: db, stmts: stmts}, db: db}
+}
+
+// DB returns the store's database.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close releases the store's prepared statements; the database stays open.
+func (s *Store) Close() error { return s.stmts.close() }
+
+// Begin starts a transaction. SQLite's transactions are serializable; with
+// Open's DSN it begins IMMEDIATE, holding the write lock from the start.
+func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
+	// Prepare what the transaction may run while the pool's connection is
+	// free: inside it, the transaction holds the only one.
+	s.stmts.prepareAll(ctx)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t, err := scanToken(s.db.QueryRowContext(ctx, sqlTokenInsert,
-		p.ID, p.TenantID, p.UserID, scopes, p.Hash, nullTime(p.ExpiresAt)))
-	return t, translate(err)
+	return tx, nil
 }
 
-// TokenGetByHash implements store.Tokens.
-func (s *Store) TokenGetByHash(ctx context.Context, hash []byte) (*store.Token, error) {
-	return tokenGetByHash(ctx, s.db, hash)
-}
-
-func tokenGetByHash(ctx context.Context, q querier, hash []byte) (*store.Token, error) {
-	t, err := scanToken(q.QueryRowContext(ctx, sqlTokenGetByHash, hash))
-	return t, translate(err)
-}
-
-// TokenRevoke implements store.Tokens.
-func (s *Store) TokenRevoke(ctx context.Context, p *store.TokenRevokeParams) (*store.Token, error) {
-	if p.ID == "" {
-		return nil, errors.New("sqlitestore: TokenRevoke: ID is required")
-	}
-	t, err := scanToken(s.db.QueryRowContext(ctx, sqlTokenRevoke, p.ID, p.TenantID))
-	return t, translate(err)
-}
-
-// TokenList implements store.Tokens.
-func (s *Store) TokenList(ctx context.Context, p *store.TokenListParams) ([]*store.Token, error) {
-	if p.TenantID == "" {
-		return nil, errors.New("sqlitestore: TokenList: TenantID is required")
-	}
-	rows, err := s.db.QueryContext(ctx, sqlTokenList, p.TenantID)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	out := []*store.Token{}
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, t)
-	}
-	return out, translate(rows.Err())
-}
-
-// OrderGet implements store.Orders.
-func (s *Store) OrderGet(ctx context.Context, p *store.OrderGetParams) (*store.Order, error) {
-	var (
-		o         store.Order
-		createdAt string
-	)
-	err := s.db.QueryRowContext(ctx, sqlOrderGet, p.TenantID, p.OrderID).Scan(
-		&o.TenantID, &o.OrderID, &o.ChargeID, &o.AmountCents, &o.RefundedCents, &o.Currency, &createdAt)
-	if err != nil {
-		return nil, translate(err)
-	}
-	if o.CreatedAt, err = gatesqlite.ParseTime(createdAt); err != nil {
-		return nil, err
-	}
-	return &o, nil
-}
-
-// Seed implements store.Seeder: one transaction (BEGIN IMMEDIATE, so the
-// only writer) that inserts the missing rows and leaves existing ones
-// unchanged (see store.Seeder).
-func (s *Store) Seed(ctx context.Context, f *store.SeedFile) (*store.SeedResult, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
+// begin starts a transaction without preparing statements first.
+func (s *Store) begin(ctx context.Context) (*Tx, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, translate(err)
 	}
-	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-
-	res := &store.SeedResult{CreatedTokens: []store.SeedCreatedToken{}}
-	exec := func(entry string, count *store.SeedCount, query string, args ...any) error {
-		r, err := tx.ExecContext(ctx, query, args...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", entry, translate(err))
-		}
-		n, err := r.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("%s: %w", entry, translate(err))
-		}
-		if n == 1 {
-			count.Created++
-		} else {
-			count.Existing++
-		}
-		return nil
-	}
-	for i, o := range f.Orders {
-		if err := exec(fmt.Sprintf("orders[%d]", i), &res.Orders, sqlSeedOrder,
-			o.Tenant, o.OrderID, o.ChargeID, o.AmountCents, o.Currency); err != nil {
-			return nil, err
-		}
-	}
-	for i, c := range f.Customers {
-		if err := exec(fmt.Sprintf("customers[%d]", i), &res.Customers, sqlSeedCustomer,
-			c.Tenant, c.CustomerID, c.Currency); err != nil {
-			return nil, err
-		}
-	}
-	for i, st := range f.Seats {
-		var userID any
-		if st.UserID != "" {
-			userID = st.UserID
-		}
-		if err := exec(fmt.Sprintf("seats[%d]", i), &res.Seats, sqlSeedSeat,
-			st.Tenant, st.SeatID, userID); err != nil {
-			return nil, err
-		}
-	}
-	for i, u := range f.Users {
-		if err := exec(fmt.Sprintf("users[%d]", i), &res.Users, sqlSeedUser,
-			u.Tenant, u.UserID, u.Email); err != nil {
-			return nil, err
-		}
-	}
-	for i, t := range f.Tokens {
-		if err := seedToken(ctx, tx, i, &t, res); err != nil {
-			return nil, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, translate(err)
-	}
-	return res, nil
+	return &Tx{executor: executor{q: tx, tx: tx, stmts: s.stmts}, tx: tx}, nil
 }
 
-// seedToken loads f.Tokens[i]: a fixed value by hash if absent, otherwise a
-// freshly minted token whose secret goes into res.CreatedTokens.
-func seedToken(ctx context.Context, tx *sql.Tx, i int, t *store.SeedToken, res *store.SeedResult) error {
-	entry := fmt.Sprintf("tokens[%d]", i)
-	secret, id, err := tenancy.NewToken()
-	if err != nil {
-		return fmt.Errorf("%s: %w", entry, err)
-	}
-	scopes, err := scopesJSON(t.Scopes)
-	if err != nil {
-		return fmt.Errorf("%s: %w", entry, err)
-	}
-	if t.Token == "" {
-		if _, err := tx.ExecContext(ctx, sqlTokenInsert, id, t.Tenant, t.User, scopes, tenancy.HashToken(secret), nullTime(t.ExpiresAt)); err != nil {
-			return fmt.Errorf("%s: %w", entry, translate(err))
-		}
-		res.Tokens.Created++
-		res.CreatedTokens = append(res.CreatedTokens, store.SeedCreatedToken{
-			Index: i, ID: id, TenantID: t.Tenant, UserID: t.User, Scopes: slices.Clone(t.Scopes), Token: secret,
-		})
-		return nil
-	}
-
-	hash := tenancy.HashToken(t.Token)
-	r, err := tx.ExecContext(ctx, sqlSeedTokenFixed, id, t.Tenant, t.User, scopes, hash, nullTime(t.ExpiresAt))
-	if err != nil {
-		return fmt.Errorf("%s: %w", entry, translate(err))
-	}
-	if n, err := r.RowsAffected(); err != nil {
-		return fmt.Errorf("%s: %w", entry, translate(err))
-	} else if n == 1 {
-		res.Tokens.Created++
-		return nil
-	}
-	existing, err := tokenGetByHash(ctx, tx, hash)
-	if err != nil {
-		return fmt.Errorf("%s: %w", entry, err)
-	}
-	if existing.TenantID != t.Tenant || existing.UserID != t.User || !sameSet(existing.Scopes, t.Scopes) {
-		return fmt.Errorf("%s.token: this value is already token %s of tenant %q, user %q, scopes %v; "+
-			"a fixed value cannot be reissued to another tenant, user or scope set",
-			entry, existing.ID, existing.TenantID, existing.UserID, existing.Scopes)
-	}
-	res.Tokens.Existing++
-	return nil
+// Tx is a SQLite gate.Tx.
+type Tx struct {
+	executor
+	tx *sql.Tx
 }
 
-func checkInsert(p *store.TokenInsertParams) error {
-	switch {
-	case p.ID == "":
-		return errors.New("sqlitestore: TokenInsert: ID is required")
-	case p.TenantID == "":
-		return errors.New("sqlitestore: TokenInsert: TenantID is required")
-	case p.UserID == "":
-		return errors.New("sqlitestore: TokenInsert: UserID is required")
-	case len(p.Hash) != sha256.Size:
-		return fmt.Errorf("sqlitestore: TokenInsert: Hash must be %d bytes (tenancy.HashToken), got %d", sha256.Size, len(p.Hash))
+// Commit commits the transaction.
+func (t *Tx) Commit(context.Context) error { return translate(t.tx.Commit()) }
+
+// Rollback rolls the transaction back; after Commit it is a no-op.
+func (t *Tx) Rollback(context.Context) error {
+	err := t.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return translate(err)
+}
+
+// Raw returns the *sql.Tx, for River's InsertTx and JobCompleteTx and for
+// domain writes.
+func (t *Tx) Raw() any { return t.tx }
+
+// executor runs the gate's statements on the database or in a transaction.
+type executor struct {
+	q querier
+	// tx is the transaction q is, or nil on the pool.
+	tx    *sql.Tx
+	stmts *stmtCache
+}
+
+// stmt returns query prepared, or nil to run it unprepared. On the pool it
+// prepares query if needed; in a transaction it uses the store's prepared
+// statement (prepared before Begin) on the transaction's connection.
+func (e executor) stmt(ctx context.Context, query string) *sql.Stmt {
+	if e.tx == nil {
+		return e.stmts.prepare(ctx, query)
+	}
+	if st := e.stmts.lookup(query); st != nil {
+		return e.tx.StmtContext(ctx, st)
 	}
 	return nil
 }
 
-// scanner is a *sql.Row or *sql.Rows.
-type scanner interface {
-	Scan(dest ...any) error
+func (e executor) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := e.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return e.q.QueryRowContext(ctx, query, args...)
 }
 
-func scanToken(row scanner) (*store.Token, error) {
-	var (
-		t                    store.Token
-		scopes, createdAt    string
-		expiresAt, revokedAt sql.NullString
-	)
-	if err := row.Scan(&t.ID, &t.TenantID, &t.UserID, &scopes, &t.Hash, &createdAt, &expiresAt, &revokedAt); err != nil {
-		return nil, err
+func (e executor) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := e.stmt(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
 	}
-	if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
-		return nil, fmt.Errorf("sqlitestore: token %s scopes: %w", t.ID, err)
-	}
-	if t.Scopes == nil {
-		t.Scopes = []string{}
-	}
-	var err error
-	if t.CreatedAt, err = gatesqlite.ParseTime(createdAt); err != nil {
-		return nil, err
-	}
-	if t.ExpiresAt, err = gatesqlite.ParseNullTime(expiresAt); err != nil {
-		return nil, err
-	}
-	if t.RevokedAt, err = gatesqlite.ParseNullTime(revokedAt); err != nil {
-		return nil, err
-	}
-	return &t, nil
+	return e.q.QueryContext(ctx, query, args...)
 }
 
-// scopesJSON encodes scopes as the JSON array stored; nil is [].
-func scopesJSON(scopes []string) (string, error) {
-	if scopes == nil {
-		scopes = []string{}
+func (e executor) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := e.stmt(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
 	}
-	b, err := json.Marshal(scopes)
-	return string(b), err
+	return e.q.ExecContext(ctx, query, args...)
 }
 
-// nullTime passes a time as stored text, and nil as NULL.
-func nullTime(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return gatesqlite.FormatTime(*t)
-}
+// errs tells database/sql's and SQLite's errors apart for translate.
+var errs = engine.Errors{NoRows: sql.ErrNoRows, Duplicate: constraintViolation, Unavailable: Unavailable}
 
-// sameSet reports whether a and b hold the same strings, in any order.
-func sameSet(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(slices.Compact(a), slices.Compact(b))
-}
+// translate maps the driver's errors to domain's sentinels (see
+// engine.Errors.Translate).
+func translate(err error) error { return errs.Translate(err) }
 
-// translate maps database/sql and SQLite errors to domain's sentinel errors
-// at the boundary: no rows is domain.ErrNotFound, a unique or primary key
-// violation wraps domain.ErrAlreadyExists, and a database that cannot be
-// used wraps domain.ErrUnavailable (gatesqlite.Unavailable decides, as for
-// the gate).
-func translate(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return domain.ErrNotFound
-	}
+// constraintViolation reports a unique or primary key violation and
+// SQLite's message naming it.
+func constraintViolation(err error) (string, bool) {
 	var sqliteErr *sqlite.Error
 	if errors.As(err, &sqliteErr) {
 		switch sqliteErr.Code() {
 		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return fmt.Errorf("%w: %s", domain.ErrAlreadyExists, sqliteErr.Error())
+			return sqliteErr.Error(), true
 		}
 	}
-	if gatesqlite.Unavailable(err) {
-		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
+	return "", false
+}
+
+// Unavailable reports whether err means the database cannot be used right
+// now (a retryable condition: the write lock stayed busy past BusyTimeout,
+// the file cannot be opened, the disk failed or is full, the deadline
+// passed), as opposed to a statement error.
+func Unavailable(err error) bool {
+	var sqliteErr *sqlite.Error
+	if errors.As(err, &sqliteErr) {
+		switch sqliteErr.Code() & 0xff { // the primary result code
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
+			sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL:
+			return true
+		}
+		return false
 	}
-	return err
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, driver.ErrBadConn)
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/store/sqlitestore"
 	"github.com/idemgate/idemgate/store/storetest"
@@ -26,23 +25,23 @@ type testBundle struct {
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	_, db := sqlitetest.NewDB(t)
-	gs := gatesqlite.New(db)
-	t.Cleanup(func() { _ = gs.Close() })
+	s := sqlitestore.New(db)
+	t.Cleanup(func() { _ = s.Close() })
 	return t.Context(), &testBundle{db: db, Bundle: &storetest.Bundle{
-		Store: sqlitestore.New(db),
-		Begin: gs.Begin,
+		Store: s,
+		Begin: s.Begin,
 		Count: func(ctx context.Context, table string) int {
 			var n int
 			require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n))
 			return n
 		},
-		// SQLite keeps milliseconds (gatesqlite.TimeFormat).
+		// SQLite keeps milliseconds (sqlitestore.TimeFormat).
 		TimeResolution: time.Millisecond,
 	}}
 }
 
-// TestConformance runs the suite every engine's store passes.
-func TestConformance(t *testing.T) {
+// TestStoreConformance runs the suite every engine passes for package store.
+func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Exercise(t, func(t *testing.T) *storetest.Bundle {
 		_, b := setup(t)
@@ -54,7 +53,7 @@ func TestTokenUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	// A file that cannot be opened: its directory does not exist.
-	db, err := sql.Open(gatesqlite.DriverName, gatesqlite.DSN(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3")))
+	db, err := sql.Open(sqlitestore.DriverName, sqlitestore.DSN(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	_, err = sqlitestore.New(db).TokenGetByHash(ctx, tenancy.HashToken("idg_whatever"))

@@ -37,7 +37,6 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/jobs"
@@ -184,7 +183,7 @@ func SQLite(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
 			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
-			tenant, toolName, key, gatesqlite.FormatTime(time.Now().Add(-time.Second)))
+			tenant, toolName, key, sqlitestore.FormatTime(time.Now().Add(-time.Second)))
 		return err
 	}
 	runCtx, cancel := context.WithCancel(ctx)

@@ -1,4 +1,4 @@
-package gatepg
+package pgstore
 
 import (
 	"context"
@@ -11,6 +11,10 @@ import (
 
 	"github.com/idemgate/idemgate/gate"
 )
+
+// NotifyChannel is the channel a trigger notifies, with the claim id as
+// payload, when a claim turns terminal.
+const NotifyChannel = "idemgate_claim_terminal"
 
 // Listener is a gate.Waiter on one LISTEN connection per process: waiters
 // subscribe by claim id and are woken when the trigger on
@@ -87,7 +91,7 @@ func (l *Listener) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		l.logger.Warn("gatepg: LISTEN connection lost; reconnecting", "error", err, "backoff", backoff)
+		l.logger.Warn("pgstore: LISTEN connection lost; reconnecting", "error", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return

@@ -1,4 +1,4 @@
-package gatesqlite_test
+package sqlitestore_test
 
 import (
 	"context"
@@ -18,10 +18,10 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatesqlite"
 	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/jobs"
+	"github.com/idemgate/idemgate/store/sqlitestore"
 )
 
 type claimJobArgs struct {
@@ -52,17 +52,11 @@ func count(t *testing.T, db *sql.DB, query string) func(context.Context) int {
 }
 
 func newBundle(t *testing.T) *gatetest.Bundle {
-	b, _ := newBundleDB(t)
-	return b
-}
-
-// newBundleDB is newBundle, also returning the database.
-func newBundleDB(t *testing.T) (*gatetest.Bundle, *sql.DB) {
 	_, db := sqlitetest.NewDB(t)
 	client, err := river.NewClient(riversqlite.New(db), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	b := &gatetest.Bundle{
-		Store:    gatesqlite.New(db),
+	return &gatetest.Bundle{
+		Store:    sqlitestore.New(db),
 		Enqueuer: riverEnqueuer{client: client},
 		Control:  &jobs.Control[*sql.Tx]{Client: client},
 		JobState: func(ctx context.Context, id int64) string {
@@ -75,15 +69,18 @@ func newBundleDB(t *testing.T) (*gatetest.Bundle, *sql.DB) {
 				attempted_at = datetime('now', 'subsec', ?) WHERE id = ?`, fmt.Sprintf("-%.3f seconds", since.Seconds()), id)
 			require.NoError(t, err)
 		},
+		SetClaimUpdatedAt: func(ctx context.Context, id int64, at time.Time) {
+			_, err := db.ExecContext(ctx, "UPDATE idempotency_claims SET updated_at = ? WHERE id = ?", sqlitestore.FormatTime(at), id)
+			require.NoError(t, err)
+		},
 		JobCount:   count(t, db, "SELECT count(*) FROM river_job"),
 		ClaimCount: count(t, db, "SELECT count(*) FROM idempotency_claims"),
 	}
-	return b, db
 }
 
-// TestConformance runs the suite every gate.Store passes. SQLite has no
+// TestGateConformance runs the suite every gate.Store passes. SQLite has no
 // LISTEN, so the gate polls (Waiter nil).
-func TestConformance(t *testing.T) {
+func TestGateConformance(t *testing.T) {
 	t.Parallel()
 	gatetest.Exercise(t, newBundle)
 }
@@ -92,7 +89,7 @@ func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
-	s := gatesqlite.New(db)
+	s := sqlitestore.New(db)
 	tx, err := s.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
@@ -116,7 +113,7 @@ func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
 		Scan(&lease, &first, &created))
 	require.Equal(t, "2030-01-02T03:05:35.123Z", lease)
 	require.Equal(t, "2030-01-02T03:04:05.123Z", first)
-	require.Len(t, created, len(gatesqlite.TimeFormat))
+	require.Len(t, created, len(sqlitestore.TimeFormat))
 	require.Equal(t, time.Date(2030, 1, 2, 3, 5, 35, 123000000, time.UTC), *leased.LeaseExpiresAt)
 	require.Equal(t, time.UTC, leased.CreatedAt.Location())
 	require.WithinDuration(t, time.Now(), leased.CreatedAt, time.Minute)
@@ -150,7 +147,7 @@ func TestAuditIsAppendOnly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
-	s := gatesqlite.New(db)
+	s := sqlitestore.New(db)
 	require.NoError(t, s.AuditInsert(ctx, &gate.AuditInsertParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "k-append-1", Decision: domain.DecisionDenied}))
 	_, err := db.ExecContext(ctx, "UPDATE audit_events SET reason = 'x'")
 	require.ErrorContains(t, err, "append-only")
@@ -165,7 +162,7 @@ func TestRollbackAfterCommitIsNoop(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
-	tx, err := gatesqlite.New(db).Begin(ctx)
+	tx, err := sqlitestore.New(db).Begin(ctx)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, tx.Rollback(ctx))
@@ -178,9 +175,9 @@ func TestBusyFileIsUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	path, db := sqlitetest.NewDB(t)
-	other := gatesqlite.New(sqlitetest.Open(t, path))
+	other := sqlitestore.New(sqlitetest.Open(t, path))
 
-	holder, err := gatesqlite.New(db).Begin(ctx)
+	holder, err := sqlitestore.New(db).Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = holder.Rollback(ctx) }()
 
@@ -189,7 +186,7 @@ func TestBusyFileIsUnavailable(t *testing.T) {
 	start := time.Now()
 	_, err = other.Begin(shortCtx)
 	require.ErrorIs(t, err, domain.ErrUnavailable)
-	require.Less(t, time.Since(start), gatesqlite.BusyTimeout/2)
+	require.Less(t, time.Since(start), sqlitestore.BusyTimeout/2)
 
 	// SQLITE_BUSY itself, after the busy timeout (shortened on the other
 	// process's only connection).
@@ -204,7 +201,7 @@ func TestConcurrentWritersOnTwoConnectionsDoNotFail(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	path, db := sqlitetest.NewDB(t)
-	stores := []*gatesqlite.Store{gatesqlite.New(db), gatesqlite.New(sqlitetest.Open(t, path))}
+	stores := []*sqlitestore.Store{sqlitestore.New(db), sqlitestore.New(sqlitetest.Open(t, path))}
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := range 40 {
@@ -256,7 +253,7 @@ func TestOpen(t *testing.T) {
 		require.NoError(t, db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync))
 		require.Equal(t, "wal", journal)
 		require.Equal(t, 1, fk)
-		require.Equal(t, int(gatesqlite.BusyTimeout.Milliseconds()), busy)
+		require.Equal(t, int(sqlitestore.BusyTimeout.Milliseconds()), busy)
 		require.Equal(t, 1, sync, "NORMAL")
 		require.Equal(t, 1, db.Stats().MaxOpenConnections)
 	})
@@ -265,7 +262,7 @@ func TestOpen(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "a dir?x=1#frag%20", "db.sqlite3")
 		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
-		db, err := gatesqlite.Open(path)
+		db, err := sqlitestore.Open(path)
 		require.NoError(t, err)
 		defer db.Close()
 		_, err = db.ExecContext(t.Context(), "CREATE TABLE t (x INTEGER)")
@@ -275,13 +272,13 @@ func TestOpen(t *testing.T) {
 
 	t.Run("MissingDirectoryIsUnavailable", func(t *testing.T) {
 		t.Parallel()
-		_, err := gatesqlite.Open(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3"))
+		_, err := sqlitestore.Open(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3"))
 		require.ErrorIs(t, err, domain.ErrUnavailable)
 	})
 
 	t.Run("EmptyPath", func(t *testing.T) {
 		t.Parallel()
-		_, err := gatesqlite.Open("")
+		_, err := sqlitestore.Open("")
 		require.ErrorContains(t, err, "path is empty")
 	})
 }
@@ -291,7 +288,7 @@ func TestOpen(t *testing.T) {
 // package jobs does.
 type claimWorker struct {
 	river.WorkerDefaults[claimJobArgs]
-	store *gatesqlite.Store
+	store *sqlitestore.Store
 }
 
 func (w *claimWorker) Work(ctx context.Context, job *river.Job[claimJobArgs]) error {
@@ -329,7 +326,7 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
-	s := gatesqlite.New(db)
+	s := sqlitestore.New(db)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &claimWorker{store: s})
 	client, err := river.NewClient(riversqlite.New(db), &river.Config{
@@ -374,47 +371,4 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed))
 		return completed == n
 	}, 60*time.Second, 50*time.Millisecond)
-}
-
-func TestClaimList(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	b, db := newBundleDB(t)
-	g, err := gate.New(&gate.Config{Store: b.Store, Enqueuer: b.Enqueuer, Policies: gatetest.Policies()})
-	require.NoError(t, err)
-	first := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0001"}).Claim
-	second := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0002"}).Claim
-	seat := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0003", Tool: "reset_seat", Args: map[string]any{"seat_id": "seat_1"}}).Claim
-	globex := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "list-key-0004", Tenant: "globex"}).Claim
-	leased, err := b.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: first.ID, JobID: first.JobID, Lease: time.Minute})
-	require.NoError(t, err)
-	_, err = b.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: first.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
-	require.NoError(t, err)
-	// Distinct update times, set rather than waited for: first was
-	// updated last (it failed), then the seat and globex's; second before
-	// since.
-	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for id, offset := range map[int64]time.Duration{second.ID: 0, seat.ID: 2 * time.Second, globex.ID: 2 * time.Second, first.ID: 3 * time.Second} {
-		_, err := db.ExecContext(ctx, "UPDATE idempotency_claims SET updated_at = ? WHERE id = ?", gatesqlite.FormatTime(base.Add(offset)), id)
-		require.NoError(t, err)
-	}
-	since := base.Add(500 * time.Millisecond)
-
-	ids := func(p *gate.ClaimListParams) []int64 {
-		claims, err := b.Store.ClaimList(ctx, p)
-		require.NoError(t, err)
-		out := []int64{}
-		for _, c := range claims {
-			out = append(out, c.ID)
-		}
-		return out
-	}
-	// Newest (by update) first.
-	require.Equal(t, []int64{first.ID, seat.ID, second.ID}, ids(&gate.ClaimListParams{TenantID: "acme"}))
-	require.Equal(t, []int64{first.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusFailed}))
-	require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Tool: "reset_seat"}))
-	require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Since: &since}), "second was updated before since")
-	require.Equal(t, []int64{seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Status: domain.StatusQueued, Since: &since}))
-	require.Equal(t, []int64{first.ID, seat.ID}, ids(&gate.ClaimListParams{TenantID: "acme", Limit: 2}))
-	require.Len(t, ids(&gate.ClaimListParams{}), 4, "no filter: every tenant")
 }

@@ -1,4 +1,4 @@
-package gatesqlite
+package sqlitestore
 
 import (
 	"context"

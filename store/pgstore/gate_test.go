@@ -1,7 +1,8 @@
-package gatepg_test
+package pgstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -11,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatepg"
 	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/jobs"
+	"github.com/idemgate/idemgate/store/pgstore"
 )
 
 type claimJobArgs struct {
@@ -46,7 +47,9 @@ func count(t *testing.T, db interface {
 	}
 }
 
-func TestConformance(t *testing.T) {
+// TestGateConformance runs the suite every gate.Store passes, waiting on the
+// Listener and polling.
+func TestGateConformance(t *testing.T) {
 	t.Parallel()
 	for name, withListener := range map[string]bool{"Listen": true, "Poll": false} {
 		t.Run(name, func(t *testing.T) {
@@ -56,7 +59,7 @@ func TestConformance(t *testing.T) {
 				client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 				require.NoError(t, err)
 				b := &gatetest.Bundle{
-					Store:    gatepg.New(pool),
+					Store:    pgstore.New(pool),
 					Enqueuer: riverEnqueuer{client: client},
 					Control:  &jobs.Control[pgx.Tx]{Client: client},
 					JobState: func(ctx context.Context, id int64) string {
@@ -69,11 +72,15 @@ func TestConformance(t *testing.T) {
 							attempted_at = now() - make_interval(secs => $2) WHERE id = $1`, id, since.Seconds())
 						require.NoError(t, err)
 					},
+					SetClaimUpdatedAt: func(ctx context.Context, id int64, at time.Time) {
+						_, err := pool.Exec(ctx, "UPDATE idempotency_claims SET updated_at = $2 WHERE id = $1", id, at)
+						require.NoError(t, err)
+					},
 					JobCount:   count(t, pool, "SELECT count(*) FROM river_job"),
 					ClaimCount: count(t, pool, "SELECT count(*) FROM idempotency_claims"),
 				}
 				if withListener {
-					l := gatepg.NewListener(pool, nil)
+					l := pgstore.NewListener(pool, nil)
 					ctx, cancel := context.WithCancel(context.Background())
 					done := make(chan struct{})
 					go func() { defer close(done); l.Run(ctx) }()
@@ -83,5 +90,44 @@ func TestConformance(t *testing.T) {
 				return b
 			})
 		})
+	}
+}
+
+func TestListenerWakesOnTerminalTransitionOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := pgtest.NewDB(t)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	s := pgstore.New(pool)
+	g, err := gate.New(&gate.Config{Store: s, Enqueuer: riverEnqueuer{client: client}, Policies: gatetest.Policies()})
+	require.NoError(t, err)
+
+	l := pgstore.NewListener(pool, nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, l.Connected, 60*time.Second, 10*time.Millisecond)
+
+	c := gatetest.Claim(ctx, t, g, nil).Claim
+	ch, unsubscribe := l.Subscribe(c.ID)
+	defer unsubscribe()
+
+	// Taking the lease is not a terminal transition: no wake-up.
+	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+	require.NoError(t, err)
+	select {
+	case <-ch:
+		t.Fatal("woken by a non-terminal transition")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	_, err = s.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not woken by the terminal transition")
 	}
 }

@@ -1,0 +1,201 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/store/internal/engine"
+)
+
+// The gate's statements: executor implements gate.Executor.
+
+// claimRow runs a statement that returns one claim.
+func (e executor) claimRow(ctx context.Context, sql string, args ...any) (*Claim, error) {
+	c, err := scanClaim(e.q.QueryRow(ctx, sql, args...))
+	return c, translate(err)
+}
+
+// claimWrite runs a conditional write that returns the claim it changed,
+// or failed when its condition matched no row (see engine.Conditional).
+func (e executor) claimWrite(ctx context.Context, failed error, sql string, args ...any) (*Claim, error) {
+	c, err := e.claimRow(ctx, sql, args...)
+	return engine.Conditional(c, err, failed)
+}
+
+// Claim is an alias so that the queries read naturally.
+type Claim = gate.Claim
+
+func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
+		[]byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second))
+}
+
+func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now)
+}
+
+func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByID, p.ID, p.Now)
+}
+
+func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
+		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second))
+}
+
+func (e executor) ClaimSetJob(ctx context.Context, p *gate.ClaimSetJobParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimSetJob, p.ID, p.JobID)
+}
+
+func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimLease, p.ID, p.JobID, p.Lease.Seconds(), p.Now)
+	return engine.Leased(c, err, func() (*Claim, error) {
+		return e.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: p.ID, Now: p.Now})
+	})
+}
+
+func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimComplete, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
+}
+
+func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, errJSON, p.LeaseExpiredOnly, p.Now)
+}
+
+func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.LastError)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, errJSON)
+}
+
+func (e executor) ClaimReclaim(ctx context.Context, p *gate.ClaimReclaimParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, p.Now)
+}
+
+func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
+}
+
+func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, errJSON, p.Now)
+}
+
+func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, p.Now)
+}
+
+func (e executor) ClaimListStalled(ctx context.Context, p *gate.ClaimListStalledParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListStalled, p.Limit, p.Now, p.StaleAfter.Seconds())
+}
+
+func (e executor) ClaimRepoint(ctx context.Context, p *gate.ClaimRepointParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
+}
+
+func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), p.Since, limit)
+}
+
+func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID)
+}
+
+func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {
+	var (
+		after   *time.Time
+		afterID int64
+	)
+	if p.After != nil {
+		after, afterID = &p.After.CreatedAt, p.After.ID
+	}
+	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
+}
+
+func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, error) {
+	query := sqlJobGet
+	if p.Lock {
+		query = sqlJobGetLocked
+	}
+	var j gate.Job
+	if err := e.q.QueryRow(ctx, query, p.ID).Scan(&j.ID, &j.State, &j.NextRunAt); err != nil {
+		return nil, translate(err)
+	}
+	return &j, nil
+}
+
+func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, p.Now)
+}
+
+// claimRows runs a statement that returns claims.
+func (e executor) claimRows(ctx context.Context, sql string, args ...any) ([]*Claim, error) {
+	return list(ctx, e.q, scanClaim, sql, args...)
+}
+
+func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
+	tag, err := e.q.Exec(ctx, sqlClaimArchiveExpired, p.Limit, p.Now)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
+	t, err := engine.ScanTombstone(e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now), times{})
+	return t, translate(err)
+}
+
+func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
+	tag, err := e.q.Exec(ctx, sqlTombstoneDeleteExpired, p.Limit, p.Now)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
+	_, err := e.q.Exec(ctx, sqlAuditInsert, engine.AuditArgs(p, nullJSON)...)
+	return translate(err)
+}
+
+func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
+	return list(ctx, e.q, scanAuditEvent, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
+}
+
+// times scans timestamptz columns as pgx reads them.
+type times struct{}
+
+func (times) Time(dst *time.Time) any { return dst }
+
+func (times) NullTime(dst **time.Time) any { return dst }
+
+func scanClaim(row engine.Row) (*Claim, error) { return engine.ScanClaim(row, times{}) }
+
+func scanAuditEvent(row engine.Row) (*gate.AuditEvent, error) {
+	return engine.ScanAuditEvent(row, times{})
+}
+
+// nullJSON passes an empty document as SQL NULL.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}

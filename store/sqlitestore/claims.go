@@ -1,0 +1,212 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"time"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/store/internal/engine"
+)
+
+// The gate's statements: executor implements gate.Executor.
+
+// Claim is an alias so that the queries read naturally.
+type Claim = gate.Claim
+
+// claimRow runs a statement that returns one claim.
+func (e executor) claimRow(ctx context.Context, query string, args ...any) (*Claim, error) {
+	c, err := scanClaim(e.queryRow(ctx, query, args...))
+	return c, translate(err)
+}
+
+// claimWrite runs a conditional write that returns the claim it changed,
+// or failed when its condition matched no row (see engine.Conditional).
+func (e executor) claimWrite(ctx context.Context, failed error, query string, args ...any) (*Claim, error) {
+	c, err := e.claimRow(ctx, query, args...)
+	return engine.Conditional(c, err, failed)
+}
+
+func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
+		string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second))
+}
+
+func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, nullTime(p.Now))
+}
+
+func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByID, p.ID, nullTime(p.Now))
+}
+
+func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
+		int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second))
+}
+
+func (e executor) ClaimSetJob(ctx context.Context, p *gate.ClaimSetJobParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimSetJob, p.ID, p.JobID)
+}
+
+func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimLease, p.ID, p.JobID, seconds(p.Lease), nullTime(p.Now))
+	return engine.Leased(c, err, func() (*Claim, error) {
+		return e.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: p.ID, Now: p.Now})
+	})
+}
+
+func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimComplete, p.ID, p.Epoch, nullJSON(p.Result), nullTime(p.Now))
+}
+
+func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, string(errJSON), p.LeaseExpiredOnly, nullTime(p.Now))
+}
+
+func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.LastError)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, string(errJSON))
+}
+
+func (e executor) ClaimReclaim(ctx context.Context, p *gate.ClaimReclaimParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, nullTime(p.Now))
+}
+
+func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
+}
+
+func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, string(errJSON), nullTime(p.Now))
+}
+
+func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, nullTime(p.Now))
+}
+
+func (e executor) ClaimListStalled(ctx context.Context, p *gate.ClaimListStalledParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListStalled, p.Limit, nullTime(p.Now), p.StaleAfter.Seconds())
+}
+
+func (e executor) ClaimRepoint(ctx context.Context, p *gate.ClaimRepointParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
+}
+
+func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), nullTime(p.Since), limit)
+}
+
+func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID)
+}
+
+func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {
+	var (
+		after   any
+		afterID int64
+	)
+	if p.After != nil {
+		after, afterID = FormatTime(p.After.CreatedAt), p.After.ID
+	}
+	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
+}
+
+// JobGet implements gate.Executor. Lock needs nothing more on SQLite: a
+// transaction begins IMMEDIATE, holding the database's one write lock, so
+// no worker fetches the job before it ends.
+func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, error) {
+	var j gate.Job
+	if err := e.queryRow(ctx, sqlJobGet, p.ID).Scan(&j.ID, &j.State, times{}.NullTime(&j.NextRunAt)); err != nil {
+		return nil, translate(err)
+	}
+	return &j, nil
+}
+
+func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, nullTime(p.Now))
+}
+
+// claimRows runs a statement that returns claims.
+func (e executor) claimRows(ctx context.Context, query string, args ...any) ([]*Claim, error) {
+	rows, err := e.query(ctx, query, args...)
+	return list(rows, err, scanClaim)
+}
+
+func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
+	if _, err := e.exec(ctx, sqlClaimArchiveTombstones, p.Limit, nullTime(p.Now)); err != nil {
+		return 0, translate(err)
+	}
+	res, err := e.exec(ctx, sqlClaimArchiveDelete, p.Limit, nullTime(p.Now))
+	if err != nil {
+		return 0, translate(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), translate(err)
+}
+
+func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
+	t, err := engine.ScanTombstone(e.queryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, nullTime(p.Now)), times{})
+	return t, translate(err)
+}
+
+func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
+	res, err := e.exec(ctx, sqlTombstoneDeleteExpired, p.Limit, nullTime(p.Now))
+	if err != nil {
+		return 0, translate(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), translate(err)
+}
+
+func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
+	_, err := e.exec(ctx, sqlAuditInsert, engine.AuditArgs(p, nullJSON)...)
+	return translate(err)
+}
+
+func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
+	rows, err := e.query(ctx, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
+	return list(rows, err, scanAuditEvent)
+}
+
+func scanClaim(row engine.Row) (*Claim, error) { return engine.ScanClaim(row, times{}) }
+
+func scanAuditEvent(row engine.Row) (*gate.AuditEvent, error) {
+	return engine.ScanAuditEvent(row, times{})
+}
+
+// list scans every row with scan, and closes rows: the connection, SQLite's
+// only one, is free again when it returns. err is the query's error.
+func list[T any](rows *sql.Rows, err error, scan func(engine.Row) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out, err := engine.Collect(rows, scan)
+	return out, translate(err)
+}
+
+// nullJSON passes an empty document as SQL NULL, and any other as TEXT.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
