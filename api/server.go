@@ -263,15 +263,13 @@ func (s *Server) bodyTooLarge(w http.ResponseWriter, r *http.Request) {
 type ctxKey int
 
 const (
-	actorKey ctxKey = iota
-	requestIDKey
+	requestIDKey ctxKey = iota
 	clientRequestIDKey
 )
 
 // ActorFromContext returns the authenticated actor of a request.
 func ActorFromContext(ctx context.Context) (domain.Actor, bool) {
-	a, ok := ctx.Value(actorKey).(domain.Actor)
-	return a, ok
+	return tenancy.ActorFromContext(ctx)
 }
 
 // RequestIDFromContext returns the request id of a request.
@@ -357,7 +355,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if info, ok := r.Context().Value(requestLogKey).(*requestLog); ok {
 			info.tenant, info.user = actor.TenantID, actor.UserID
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, actor)))
+		next.ServeHTTP(w, r.WithContext(tenancy.WithActor(r.Context(), actor)))
 	})
 }
 

@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/tenancy"
 )
@@ -111,9 +110,9 @@ func OperatorFromContext(ctx context.Context) (Operator, bool) {
 // ops:admin, through the api's own bearer authentication, or the Basic
 // credentials when set.
 type Auth struct {
-	// Bearer is the api's bearer authentication (api.Server.Authenticate):
+	// Bearer is the api's bearer authentication (the api's authenticate middleware):
 	// it answers 401 for a missing or invalid token and otherwise puts the
-	// actor in the request's context (api.ActorFromContext). Required.
+	// actor in the request's context (tenancy.ActorFromContext). Required.
 	Bearer func(http.Handler) http.Handler
 	// Basic, when set, also accepts these HTTP Basic credentials.
 	Basic *BasicCredentials
@@ -135,11 +134,11 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 		logger = slog.Default()
 	}
 	scoped := a.Bearer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		actor, ok := api.ActorFromContext(r.Context())
-		if !ok || !actor.HasScope(api.ScopeOpsAdmin) {
-			logger.WarnContext(r.Context(), "ops: bearer token without scope "+api.ScopeOpsAdmin+" refused",
+		actor, ok := tenancy.ActorFromContext(r.Context())
+		if !ok || !actor.HasScope(tenancy.ScopeOpsAdmin) {
+			logger.WarnContext(r.Context(), "ops: bearer token without scope "+tenancy.ScopeOpsAdmin+" refused",
 				"tenant", actor.TenantID, "user", actor.UserID, "token_id", actor.TokenID, "method", r.Method, "path", r.URL.Path)
-			writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden, "operator routes need a token with scope "+api.ScopeOpsAdmin)
+			writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden, "operator routes need a token with scope "+tenancy.ScopeOpsAdmin)
 			return
 		}
 		op := Operator{Name: actor.UserID, TenantID: actor.TenantID, Via: "bearer"}
@@ -182,12 +181,12 @@ func (a *Auth) challenge(w http.ResponseWriter, r *http.Request) {
 	if a.Basic != nil {
 		w.Header().Set("WWW-Authenticate", `Basic realm="`+Realm+`"`)
 		writeProblem(w, r, http.StatusUnauthorized, domain.CodeUnauthenticated,
-			"operator routes need HTTP Basic credentials or a bearer token with scope "+api.ScopeOpsAdmin)
+			"operator routes need HTTP Basic credentials or a bearer token with scope "+tenancy.ScopeOpsAdmin)
 		return
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="`+Realm+`"`)
 	writeProblem(w, r, http.StatusUnauthorized, domain.CodeUnauthenticated,
-		"operator routes need a bearer token with scope "+api.ScopeOpsAdmin+" (Basic credentials are not configured)")
+		"operator routes need a bearer token with scope "+tenancy.ScopeOpsAdmin+" (Basic credentials are not configured)")
 }
 
 // problem is an RFC 9457 problem, shaped as the api's.

@@ -11,8 +11,8 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
-	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/tenancy"
 )
 
 // Paths of the operator routes.
@@ -90,7 +90,7 @@ func deploymentOperator(operatorTenant string) func(http.Handler) http.Handler {
 			op, ok := OperatorFromContext(r.Context())
 			if !ok || (op.Via != "basic" && (operatorTenant == "" || op.TenantID != operatorTenant)) {
 				writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden,
-					"River UI shows every tenant's jobs: it needs the operator Basic credentials or an "+api.ScopeOpsAdmin+" token of the operator tenant")
+					"River UI shows every tenant's jobs: it needs the operator Basic credentials or an "+tenancy.ScopeOpsAdmin+" token of the operator tenant")
 				return
 			}
 			next.ServeHTTP(w, r)
