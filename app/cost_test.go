@@ -38,7 +38,6 @@ type txCost struct {
 	ours       bool
 }
 
-
 var ourTables = []string{"idempotency_claims", "audit_events", "idempotency_tombstones", "ledger_entries", "seats", "api_tokens"}
 
 // maintenance are the reaper's and the pruner's statements, which run on
