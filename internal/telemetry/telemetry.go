@@ -130,12 +130,27 @@ func On(tp trace.TracerProvider) bool {
 	return true
 }
 
-// Tracer is tp's tracer named name, or a no-op tracer when tp is off.
-func Tracer(tp trace.TracerProvider, name string) trace.Tracer {
+// Tracer starts spans on a provider that is on, and none on one that is
+// off: then Start returns ctx as it is, so a span already in it stays the
+// current one.
+type Tracer struct {
+	tracer trace.Tracer // nil when off
+}
+
+// NewTracer returns tp's tracer named name.
+func NewTracer(tp trace.TracerProvider, name string) Tracer {
 	if !On(tp) {
-		return noop.NewTracerProvider().Tracer(name)
+		return Tracer{}
 	}
-	return tp.Tracer(name)
+	return Tracer{tracer: tp.Tracer(name)}
+}
+
+// Start starts a span named name, or returns ctx and a no-op span.
+func (t Tracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if t.tracer == nil {
+		return ctx, noop.Span{}
+	}
+	return t.tracer.Start(ctx, name, opts...)
 }
 
 // TraceID is the hex trace id of ctx's span, or "" when it has none.

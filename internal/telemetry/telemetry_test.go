@@ -135,3 +135,19 @@ func TestJobParentContinuesTheInsertingTrace(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+func TestTracerOffKeepsTheCurrentSpan(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	ctx, parent := tp.Tracer("t").Start(context.Background(), "parent")
+	defer parent.End()
+
+	got, span := NewTracer(nil, "off").Start(ctx, "child")
+	require.False(t, span.IsRecording())
+	require.Equal(t, parent.SpanContext(), trace.SpanContextFromContext(got))
+
+	got, span = NewTracer(tp, "on").Start(ctx, "child")
+	defer span.End()
+	require.True(t, span.IsRecording())
+	require.Equal(t, parent.SpanContext().TraceID(), trace.SpanContextFromContext(got).TraceID())
+	require.NotEqual(t, parent.SpanContext().SpanID(), trace.SpanContextFromContext(got).SpanID())
+}
