@@ -32,9 +32,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
@@ -73,6 +75,11 @@ type Options struct {
 	// idemgate's, with their own version table (migrations.AppTable).
 	PostgresMigrations fs.FS
 	SQLiteMigrations   fs.FS
+	// TracerProvider receives the spans of ServeAPI, RunWorker and RunAll.
+	// Nil: each of them reads the OTEL_* variables, exports over OTLP/HTTP
+	// when they ask for it (service idemgate-api or idemgate-worker), and
+	// flushes when it returns; unset variables mean no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // Service is one deployment's database and tools, from which the api and
@@ -196,7 +203,12 @@ func (s *Service) ServeAPI(ctx context.Context) error {
 	if s.db != nil {
 		return s.RunAll(ctx)
 	}
-	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg})
+	tp, stop, err := s.traces(ctx, telemetry.ServiceAPI)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -213,7 +225,12 @@ func (s *Service) RunWorker(ctx context.Context) error {
 	if err := s.checkWorker(); err != nil {
 		return err
 	}
-	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg})
+	tp, stop, err := s.traces(ctx, telemetry.ServiceWorker)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -234,19 +251,24 @@ func (s *Service) RunAll(ctx context.Context) error {
 	if err := s.checkWorker(); err != nil {
 		return err
 	}
+	tp, stop, err := s.traces(ctx, telemetry.ServiceAPI)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	if s.db != nil {
-		e, err := app.NewEmbedded(s.cfg, s.db, s.logger, &app.APIOptions{Tools: s.reg}, &app.WorkerOptions{Tools: s.reg})
+		e, err := app.NewEmbedded(s.cfg, s.db, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp}, &app.WorkerOptions{Tools: s.reg})
 		if err != nil {
 			return err
 		}
 		s.logger.Info("embedded mode: SQLite with the worker in this process", "path", s.cfg.SQLitePath())
 		return s.serve(ctx, e.Handler, func(ctx context.Context) error { return e.Run(ctx, StopTimeout) })
 	}
-	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg})
+	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
-	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg})
+	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -257,6 +279,32 @@ func (s *Service) RunAll(ctx context.Context) error {
 		<-done
 		return err
 	})
+}
+
+// TraceFlushTimeout bounds the export of the last spans when a process
+// stops.
+const TraceFlushTimeout = 5 * time.Second
+
+// traces is Options.TracerProvider, or the one the OTEL_* variables ask
+// for with service as the default name; stop flushes and stops the latter.
+func (s *Service) traces(ctx context.Context, service string) (tp trace.TracerProvider, stop func(), err error) {
+	if s.opts.TracerProvider != nil {
+		return s.opts.TracerProvider, func() {}, nil
+	}
+	t, err := telemetry.Setup(ctx, service, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t.Enabled() {
+		s.logger.Info("traces: exporting over OTLP/HTTP as the OTEL_* variables say", "default_service", service)
+	}
+	return t.TracerProvider(), func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TraceFlushTimeout)
+		defer cancel()
+		if err := t.Shutdown(flushCtx); err != nil {
+			s.logger.Warn("traces: the last spans were not exported", "error", err)
+		}
+	}, nil
 }
 
 // metricsServer serves the worker's /metrics and /healthz with timeouts on

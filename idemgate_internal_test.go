@@ -3,12 +3,17 @@ package idemgate
 import (
 	"bufio"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemgate/idemgate/internal/telemetry"
 )
 
 // The worker's metrics listener times out every phase (the red-team found
@@ -39,4 +44,24 @@ func TestMetricsServerCutsSlowClients(t *testing.T) {
 	if err != nil && errors.As(err, &ne) && ne.Timeout() {
 		t.Fatal("the server kept a half-sent request open")
 	}
+}
+
+// Without OTEL_* variables a Service traces nothing (a no-op provider, no
+// exporter); an Options.TracerProvider is used as given.
+func TestTracesAreOffWithoutOTELVariables(t *testing.T) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED"} {
+		t.Setenv(k, "")
+	}
+	s := &Service{logger: slog.New(slog.DiscardHandler)}
+	tp, stop, err := s.traces(t.Context(), telemetry.ServiceAPI)
+	require.NoError(t, err)
+	stop()
+	require.False(t, telemetry.On(tp))
+
+	mine := sdktrace.NewTracerProvider()
+	s.opts.TracerProvider = mine
+	tp, stop, err = s.traces(t.Context(), telemetry.ServiceAPI)
+	require.NoError(t, err)
+	stop()
+	require.Equal(t, trace.TracerProvider(mine), tp)
 }

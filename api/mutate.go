@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -182,6 +183,7 @@ func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Err
 		Decision:        domain.DecisionDenied,
 		Reason:          auditText(reason, 1000),
 		Duration:        time.Since(start),
+		TraceID:         telemetry.TraceID(ctx),
 	}); err != nil {
 		s.logger.ErrorContext(ctx, "audit: denied row not written", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
 		if errors.Is(err, domain.ErrUnavailable) {

@@ -19,6 +19,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/idemgate/idemgate/domain"
@@ -73,6 +74,9 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Registerer receives the api's metrics. Nil means a private registry.
 	Registerer prometheus.Registerer
+	// TracerProvider receives a server span per request. Nil or a no-op
+	// provider: no spans, no tracing middleware.
+	TracerProvider trace.TracerProvider
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -95,6 +99,8 @@ type Server struct {
 	metrics   *metrics
 	logger    *slog.Logger
 	router    chi.Router
+	// tracerProvider is Config.TracerProvider.
+	tracerProvider trace.TracerProvider
 }
 
 // New returns a Server. It refuses to start when a mutating tool has no gate
@@ -159,6 +165,8 @@ func newServer(cfg *Config) *Server {
 		maxBody:   cfg.MaxBodyBytes,
 		ready:     cfg.Ready,
 		logger:    cfg.Logger,
+
+		tracerProvider: cfg.TracerProvider,
 	}
 	if s.dbTimeout == 0 {
 		s.dbTimeout = gate.DefaultDBTimeout
@@ -189,7 +197,7 @@ func (s *Server) Router() chi.Router { return s.router }
 
 func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 	r := chi.NewRouter()
-	r.Use(requestID, s.accessLog, middleware.Recoverer, s.limitBody)
+	r.Use(s.traced, requestID, s.accessLog, middleware.Recoverer, s.limitBody)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))

@@ -19,10 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/ops"
@@ -75,6 +77,9 @@ type APIOptions struct {
 	RateBurst int
 	// Tools are the tools to serve. Default: the built-in tools.
 	Tools *tool.Registry
+	// TracerProvider receives the api's spans (requests, claims, River
+	// inserts), and its log lines get trace ids. Nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // NewAPI assembles the api on Postgres with default options. The pool is
@@ -94,8 +99,9 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	if cfg.Driver() != "postgres" {
 		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build (SQLite comes with the embedded quickstart)")
 	}
+	logger = tracedLogger(logger, opts.TracerProvider)
 	// Insert-only: no queues and no workers in the api process.
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, Middleware: telemetry.RiverMiddleware(opts.TracerProvider)})
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
@@ -113,6 +119,8 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		Policies: tools.Policies(),
 		Waiter:   listener,
 		Logger:   logger,
+
+		TracerProvider: opts.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -131,6 +139,15 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	}
 	opsServer.Mount(srv.Router())
 	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
+}
+
+// tracedLogger is logger with trace_id and span_id on the lines logged
+// with a traced context, or logger itself when tp is off.
+func tracedLogger(logger *slog.Logger, tp trace.TracerProvider) *slog.Logger {
+	if !telemetry.On(tp) {
+		return logger
+	}
+	return slog.New(telemetry.NewLogHandler(logger.Handler()))
 }
 
 // apiData is what the api reads besides the gate.
@@ -155,6 +172,8 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 		RateBurst:  opts.RateBurst,
 		Registerer: reg,
 		Logger:     logger,
+
+		TracerProvider: opts.TracerProvider,
 		Ready: func(ctx context.Context) error {
 			ok, err := migrated(ctx)
 			if err != nil {

@@ -47,12 +47,9 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	if logger == nil {
 		logger = slog.Default()
 	}
-	if apiOpts == nil {
-		apiOpts = &APIOptions{}
-	}
-	if workerOpts == nil {
-		workerOpts = &WorkerOptions{}
-	}
+	apiOpts, workerOpts = embeddedOptions(apiOpts, workerOpts)
+	tp := apiOpts.TracerProvider
+	logger = tracedLogger(logger, tp)
 	data := sqlitestore.New(db)
 	tools, err := workerTools(cfg, data, workerOpts)
 	if err != nil {
@@ -72,6 +69,8 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 		Policies:     tools.Policies(),
 		DBTimeout:    EmbeddedDBTimeout,
 		Logger:       logger,
+
+		TracerProvider: tp,
 	})
 	if err != nil {
 		return nil, err
@@ -94,6 +93,26 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 		return nil, err
 	}
 	return &Embedded{DB: db, Gate: g, Server: srv, Handler: srv, Client: client, logger: logger}, nil
+}
+
+// embeddedOptions copies the options (nil: defaults) with one
+// TracerProvider for both halves: the api's, or else the worker's.
+func embeddedOptions(apiOpts *APIOptions, workerOpts *WorkerOptions) (*APIOptions, *WorkerOptions) {
+	var (
+		a APIOptions
+		w WorkerOptions
+	)
+	if apiOpts != nil {
+		a = *apiOpts
+	}
+	if workerOpts != nil {
+		w = *workerOpts
+	}
+	if a.TracerProvider == nil {
+		a.TracerProvider = w.TracerProvider
+	}
+	w.TracerProvider = a.TracerProvider
+	return &a, &w
 }
 
 // Run starts the worker half and blocks until ctx ends, then stops fetching

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain/refunds"
 	"github.com/idemgate/idemgate/domain/resetmail"
@@ -27,14 +29,14 @@ func BuiltinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Reg
 	if err := CheckBuiltinWorker(cfg); err != nil {
 		return nil, err
 	}
-	return builtinTools(cfg, data, linkBase)
+	return builtinTools(cfg, data, linkBase, nil)
 }
 
 // BuiltinDeclarations is BuiltinTools for a process that only serves the
 // api (publishes and claims, never runs an effect): a missing Stripe key or
 // secret is not an error here.
 func BuiltinDeclarations(cfg *config.Config, data toolData) (*tool.Registry, error) {
-	return builtinTools(cfg, data, "")
+	return builtinTools(cfg, data, "", nil)
 }
 
 // CheckBuiltinWorker returns an error naming the setting that a worker of
@@ -48,18 +50,21 @@ func CheckBuiltinWorker(cfg *config.Config) error {
 	return err
 }
 
-func builtinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Registry, error) {
+// builtinTools is BuiltinTools without the check, their Stripe and SMTP
+// calls traced with tp (nil: not traced).
+func builtinTools(cfg *config.Config, data toolData, linkBase string, tp trace.TracerProvider) (*tool.Registry, error) {
 	var stripeClient *refunds.Client
 	if cfg.StripeAPIKey != "" {
 		var err error
-		if stripeClient, err = refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase}); err != nil {
+		if stripeClient, err = refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, TracerProvider: tp}); err != nil {
 			return nil, err
 		}
 	}
 	if linkBase == "" {
 		linkBase = "http://" + cfg.APIAddr + "/reset-password"
 	}
-	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second})
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second,
+		TracerProvider: tp})
 	if err != nil {
 		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
 	}

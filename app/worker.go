@@ -16,9 +16,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
@@ -54,6 +56,10 @@ type WorkerOptions struct {
 	ResetLinkBase string
 	// Tools are the tools to work. Default: the built-in tools.
 	Tools *tool.Registry
+	// TracerProvider receives the worker's spans (River jobs, the built-in
+	// tools' Stripe and SMTP calls), and its log lines get trace ids. Nil:
+	// no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // NewWorker assembles the River workers on Postgres. Start it with
@@ -68,6 +74,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if opts == nil {
 		opts = &WorkerOptions{}
 	}
+	logger = tracedLogger(logger, opts.TracerProvider)
 	data := pgstore.New(pool)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newClaimsCollector(pgClaimCounts(pool)))
@@ -80,7 +87,8 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		return nil, err
 	}
 	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: pgstore.Unavailable}
-	g, err := gate.New(&gate.Config{Store: data, Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger})
+	g, err := gate.New(&gate.Config{Store: data, Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger,
+		TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +135,16 @@ func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g 
 	return workers, runner, nil
 }
 
-// workerTools is opts.Tools, or the built-in tools on data.
+// workerTools is opts.Tools, or the built-in tools on data, traced with
+// opts.TracerProvider.
 func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tool.Registry, error) {
 	if opts.Tools != nil {
 		return opts.Tools, nil
 	}
-	return BuiltinTools(cfg, data, opts.ResetLinkBase)
+	if err := CheckBuiltinWorker(cfg); err != nil {
+		return nil, err
+	}
+	return builtinTools(cfg, data, opts.ResetLinkBase, opts.TracerProvider)
 }
 
 // riverConfig is the River configuration of a working client: the claim
@@ -160,6 +172,7 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 		// one reaper interval; River's rescuer stays as a backstop after that.
 		RescueStuckJobsAfter: cfg.InflightTimeout + 2*cfg.ReaperInterval,
 		Logger:               logger,
+		Middleware:           telemetry.RiverMiddleware(opts.TracerProvider),
 	}
 }
 

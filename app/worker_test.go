@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
@@ -46,6 +47,13 @@ func setupWorker(t *testing.T, wait time.Duration) *workerBundle {
 // going to logger (nil: slog.Default()).
 func setupWorkerLogged(t *testing.T, wait time.Duration, logger *slog.Logger) *workerBundle {
 	t.Helper()
+	return setupWorkerTraced(t, wait, logger, nil)
+}
+
+// setupWorkerTraced is setupWorkerLogged with the api's and the worker's
+// spans going to tp (nil: no tracing).
+func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp trace.TracerProvider) *workerBundle {
+	t.Helper()
 	ctx := context.Background()
 	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
 	stripeSrv.AddCharge("ch_123", 5000, "usd")
@@ -71,14 +79,14 @@ func setupWorkerLogged(t *testing.T, wait time.Duration, logger *slog.Logger) *w
 	cfg.Secret = strings.Repeat("s", 32)
 	cfg.InflightTimeout = 10 * time.Second
 
-	a, err := app.NewAPI(cfg, pool, logger)
+	a, err := app.NewAPIWithOptions(cfg, pool, logger, &app.APIOptions{TracerProvider: tp})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	listenDone := make(chan struct{})
 	go func() { defer close(listenDone); a.Run(runCtx) }()
 	srv := httptest.NewServer(a.Handler)
 
-	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: 10})
+	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: 10, TracerProvider: tp})
 	require.NoError(t, err)
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- w.Run(runCtx, 10*time.Second) }()

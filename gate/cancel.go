@@ -78,7 +78,7 @@ func (g *Gate) Cancel(ctx context.Context, p *CancelParams, jobs JobControl) (*C
 		if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 			return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
 		}
-		ev := transitionAudit(cancelled, EventCancel, "cancel: "+msg, nil)
+		ev := transitionAudit(ctx, cancelled, EventCancel, "cancel: "+msg, nil)
 		ev.UserID, ev.TokenID, ev.RequestID = p.UserID, p.TokenID, p.RequestID
 		return tx.AuditInsert(ctx, ev)
 	})

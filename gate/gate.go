@@ -16,8 +16,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/telemetry"
 )
 
 // DefaultRetryAfter is what an in_flight answer tells the client to wait
@@ -66,6 +70,9 @@ type Config struct {
 	// OnTransition, when set, is told of every transition the gate
 	// commits, by event (metrics).
 	OnTransition func(Event)
+	// TracerProvider receives a span per Claim (gate.claim). Nil or a
+	// no-op provider: no spans.
+	TracerProvider trace.TracerProvider
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -83,6 +90,7 @@ type Gate struct {
 	logger   *slog.Logger
 	// onTransition is Config.OnTransition.
 	onTransition func(Event)
+	tracer       telemetry.Tracer
 }
 
 // New returns a Gate, or an error naming the first invalid field of cfg.
@@ -102,6 +110,7 @@ func New(cfg *Config) (*Gate, error) {
 		logger:   cfg.Logger,
 
 		onTransition: cfg.OnTransition,
+		tracer:       telemetry.NewTracer(cfg.TracerProvider, "github.com/idemgate/idemgate/gate"),
 	}
 	if g.timeout == 0 {
 		g.timeout = DefaultDBTimeout
@@ -204,8 +213,31 @@ type ClaimResult struct {
 
 // Claim claims the intent for the actor's tenant, or answers from the
 // existing claim: accepted, replayed, conflict or in_flight. It writes one
-// audit row per call.
+// audit row per call, in a span named gate.claim when traced.
 func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, error) {
+	ctx, span := g.tracer.Start(ctx, "gate.claim", trace.WithAttributes(
+		attribute.String("idemgate.tenant", params.Actor.TenantID),
+		attribute.String("idemgate.tool", params.Intent.Tool),
+		attribute.String("idemgate.idempotency_key", params.Intent.Key),
+	))
+	defer span.End()
+	res, err := g.claim(ctx, params)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "claim failed")
+		return nil, err
+	}
+	span.SetAttributes(attribute.String("idemgate.outcome", string(res.Outcome)))
+	if res.Claim != nil {
+		span.SetAttributes(attribute.String("idemgate.operation_id", res.Claim.OperationID),
+			attribute.Int64("idemgate.job_id", res.Claim.JobID),
+			attribute.String("idemgate.status", string(res.Claim.Status)))
+	}
+	return res, nil
+}
+
+// claim is Claim without the span.
+func (g *Gate) claim(ctx context.Context, params *ClaimParams) (*ClaimResult, error) {
 	start := time.Now()
 	in := params.Intent
 	policy, ok := g.policies[in.Tool]
@@ -293,7 +325,7 @@ func (g *Gate) answerExisting(ctx context.Context, params *ClaimParams, policy *
 	}
 	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	ev := callAudit(params, auditArgs, start, domain.Decision(res.Outcome), reason)
+	ev := callAudit(ctx, params, auditArgs, start, domain.Decision(res.Outcome), reason)
 	ev.OperationID, ev.JobID, ev.Result = res.Claim.OperationID, res.Claim.JobID, resultSummary(res.Claim)
 	if err := g.store.AuditInsert(auditCtx, ev); err != nil {
 		return nil, err
@@ -302,8 +334,9 @@ func (g *Gate) answerExisting(ctx context.Context, params *ClaimParams, policy *
 }
 
 // callAudit is the audit row of a call: who called, with which key and
-// arguments, when; callers add the operation and the outcome.
-func callAudit(params *ClaimParams, auditArgs json.RawMessage, start time.Time, d domain.Decision, reason string) *AuditInsertParams {
+// arguments, when, in which trace; callers add the operation and the
+// outcome.
+func callAudit(ctx context.Context, params *ClaimParams, auditArgs json.RawMessage, start time.Time, d domain.Decision, reason string) *AuditInsertParams {
 	in := params.Intent
 	return &AuditInsertParams{
 		TenantID:        params.Actor.TenantID,
@@ -318,6 +351,7 @@ func callAudit(params *ClaimParams, auditArgs json.RawMessage, start time.Time, 
 		ArgsHash:        in.ArgsHash,
 		Args:            auditArgs,
 		Duration:        time.Since(start),
+		TraceID:         telemetry.TraceID(ctx),
 	}
 }
 
@@ -340,7 +374,7 @@ func (g *Gate) refuseExpired(ctx context.Context, params *ClaimParams, start tim
 	}
 	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	ev := callAudit(params, auditArgs, start, domain.DecisionDenied,
+	ev := callAudit(ctx, params, auditArgs, start, domain.DecisionDenied,
 		string(domain.CodeKeyExpired)+": same arguments as operation "+prior.OperationID)
 	ev.OperationID = prior.OperationID
 	if err := g.store.AuditInsert(auditCtx, ev); err != nil {
@@ -392,7 +426,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	if err != nil {
 		return nil, nil, err
 	}
-	ev := callAudit(params, auditArgs, start, domain.DecisionAccepted, reason)
+	ev := callAudit(ctx, params, auditArgs, start, domain.DecisionAccepted, reason)
 	ev.OperationID, ev.JobID = claim.OperationID, jobID
 	if err := tx.AuditInsert(ctx, ev); err != nil {
 		return nil, nil, err

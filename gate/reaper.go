@@ -119,7 +119,7 @@ func (g *Gate) reapStalled(ctx context.Context, jobs JobControl, staleAfter time
 			if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 				return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
 			}
-			return tx.AuditInsert(ctx, transitionAudit(repointed, EventRepoint,
+			return tx.AuditInsert(ctx, transitionAudit(ctx, repointed, EventRepoint,
 				fmt.Sprintf("repoint: job %d was fetched but never took the lease; job %d replaces it", c.JobID, jobID), nil))
 		})
 		switch {
@@ -150,7 +150,7 @@ func (g *Gate) reapAbandoned(ctx context.Context, res *ReapResult) error {
 			if err != nil {
 				return err
 			}
-			return tx.AuditInsert(ctx, transitionAudit(failed, EventAbandon, "abandon: "+info.Message, nil))
+			return tx.AuditInsert(ctx, transitionAudit(ctx, failed, EventAbandon, "abandon: "+info.Message, nil))
 		})
 		switch {
 		case errors.Is(err, domain.ErrStateChanged):
@@ -188,7 +188,7 @@ func (g *Gate) reclaim(ctx context.Context, c *Claim, jobs JobControl) (Event, e
 		if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 			return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
 		}
-		return tx.AuditInsert(ctx, transitionAudit(reclaimed, EventReclaim,
+		return tx.AuditInsert(ctx, transitionAudit(ctx, reclaimed, EventReclaim,
 			fmt.Sprintf("lease of epoch %d expired; job %d replaces job %d", c.Epoch, jobID, c.JobID), nil))
 	})
 }
@@ -207,7 +207,7 @@ func (g *Gate) giveUp(ctx context.Context, tx Tx, c *Claim, policy *Policy, jobs
 	if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 		return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
 	}
-	return tx.AuditInsert(ctx, transitionAudit(failed, EventGiveUp, "give_up: "+reason, nil))
+	return tx.AuditInsert(ctx, transitionAudit(ctx, failed, EventGiveUp, "give_up: "+reason, nil))
 }
 
 // PruneBatch is how many expired claims (or tombstones) one prune
@@ -325,7 +325,7 @@ func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (
 		if res.NextGeneration {
 			reason += " (next generation: " + redriven.DownstreamKey + ")"
 		}
-		ev := transitionAudit(redriven, EventRedrive, reason, nil)
+		ev := transitionAudit(ctx, redriven, EventRedrive, reason, nil)
 		ev.UserID = p.Operator
 		return tx.AuditInsert(ctx, ev)
 	})

@@ -94,6 +94,8 @@ type AuditEvent struct {
 	Args            json.RawMessage
 	Result          json.RawMessage
 	Duration        time.Duration
+	// TraceID is the trace of the call or job that wrote the row, "" if none.
+	TraceID string
 }
 
 // Store is what the gate needs of a database. store/pgstore and
@@ -477,6 +479,9 @@ type AuditInsertParams struct {
 	Args            json.RawMessage
 	Result          json.RawMessage
 	Duration        time.Duration
+	// TraceID is the OpenTelemetry trace id (32 hex digits) of the call or
+	// job writing the row; "" stores NULL.
+	TraceID string
 }
 
 // AuditListByKeyParams are the parameters of Executor.AuditListByKey.

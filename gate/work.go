@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/telemetry"
 )
 
 // The worker's steps on a claim (docs/design.md, "Working"): lease, then
@@ -91,7 +92,7 @@ func (g *Gate) Enter(ctx context.Context, p *LeaseParams) (*Claim, error) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	reason := fmt.Sprintf("attempt %d, epoch %d", leased.Attempts, leased.Epoch)
-	if err := tx.AuditInsert(ctx, transitionAudit(leased, EventLease, reason, nil)); err != nil {
+	if err := tx.AuditInsert(ctx, transitionAudit(ctx, leased, EventLease, reason, nil)); err != nil {
 		return p.Claim, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -115,7 +116,7 @@ func (g *Gate) redriveOwnJob(ctx context.Context, c *Claim) error {
 		if next {
 			reason += "; next generation " + redriven.DownstreamKey
 		}
-		ev := transitionAudit(redriven, EventRedrive, reason, nil)
+		ev := transitionAudit(ctx, redriven, EventRedrive, reason, nil)
 		ev.UserID = "riverui"
 		return tx.AuditInsert(ctx, ev)
 	})
@@ -165,7 +166,7 @@ func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) 
 			return nil, err
 		}
 	}
-	if err := tx.AuditInsert(ctx, transitionAudit(done, EventComplete, "", p.Result)); err != nil {
+	if err := tx.AuditInsert(ctx, transitionAudit(ctx, done, EventComplete, "", p.Result)); err != nil {
 		return nil, err
 	}
 	if err := p.Job.Complete(ctx, tx); err != nil {
@@ -188,7 +189,7 @@ func (g *Gate) Fail(ctx context.Context, c *Claim, info domain.ErrorInfo, job Jo
 		if failed, err = tx.ClaimFail(ctx, &ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: info}); err != nil {
 			return err
 		}
-		if err := tx.AuditInsert(ctx, transitionAudit(failed, EventFail, info.Message, nil)); err != nil {
+		if err := tx.AuditInsert(ctx, transitionAudit(ctx, failed, EventFail, info.Message, nil)); err != nil {
 			return err
 		}
 		if err := job.Cancel(ctx, tx); err != nil {
@@ -219,9 +220,9 @@ func (g *Gate) Release(ctx context.Context, c *Claim, info domain.ErrorInfo) (*C
 }
 
 // transitionAudit is the audit row of a transition of c, written by the
-// worker side: the event's decision, the reason, and the result summary
-// (or result when given).
-func transitionAudit(c *Claim, e Event, reason string, result json.RawMessage) *AuditInsertParams {
+// worker side: the event's decision, the reason, the result summary (or
+// result when given) and ctx's trace.
+func transitionAudit(ctx context.Context, c *Claim, e Event, reason string, result json.RawMessage) *AuditInsertParams {
 	if result == nil {
 		result = resultSummary(c)
 	}
@@ -236,6 +237,7 @@ func transitionAudit(c *Claim, e Event, reason string, result json.RawMessage) *
 		Reason:         reason,
 		ArgsHash:       c.ArgsHash,
 		Result:         result,
+		TraceID:        telemetry.TraceID(ctx),
 	}
 }
 

@@ -78,18 +78,18 @@ func TestNotLeased(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c := &gate.Claim{Status: domain.StatusSucceeded}
 
-	result, err := notLeased(c, gate.ErrNoRun, time.Minute, log)
+	result, err := notLeased(t.Context(), c, gate.ErrNoRun, time.Minute, log)
 	require.Equal(t, "no_effect", result)
 	require.NoError(t, err, "a claim that needs no run ends the job")
 
-	result, err = notLeased(c, gate.ErrLeaseHeld, time.Minute, log)
+	result, err = notLeased(t.Context(), c, gate.ErrLeaseHeld, time.Minute, log)
 	require.Equal(t, "snoozed", result)
 	var snooze *river.JobSnoozeError
 	require.ErrorAs(t, err, &snooze)
 	require.Equal(t, 15*time.Second, snooze.Duration, "a quarter of the lease")
 
 	boom := errors.New("database unavailable")
-	result, err = notLeased(c, boom, time.Minute, log)
+	result, err = notLeased(t.Context(), c, boom, time.Minute, log)
 	require.Equal(t, "retry", result)
 	require.ErrorIs(t, err, boom)
 }

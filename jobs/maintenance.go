@@ -147,7 +147,7 @@ type ReaperWorker[TTx any] struct {
 func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error {
 	res, err := w.Gate.Reap(ctx, w.Control, w.StaleAfter)
 	if res != nil && (res.Reclaimed+res.GaveUp+res.Abandoned+res.Repointed > 0) {
-		w.Logger.Info("reaper", string(gate.EventReclaim), res.Reclaimed, string(gate.EventRepoint), res.Repointed,
+		w.Logger.InfoContext(ctx, "reaper", string(gate.EventReclaim), res.Reclaimed, string(gate.EventRepoint), res.Repointed,
 			string(gate.EventGiveUp), res.GaveUp, string(gate.EventAbandon), res.Abandoned)
 	}
 	return err
@@ -164,7 +164,7 @@ type PrunerWorker struct {
 func (w *PrunerWorker) Work(ctx context.Context, _ *river.Job[PrunerArgs]) error {
 	n, err := w.Gate.Prune(ctx, pruneMaxBatches)
 	if n > 0 {
-		w.Logger.Info("pruner", "deleted", n)
+		w.Logger.InfoContext(ctx, "pruner", "deleted", n)
 	}
 	return err
 }
@@ -197,7 +197,7 @@ func KeepReaping[TTx any](ctx context.Context, client *river.Client[TTx], interv
 			return
 		case <-t.C:
 			if _, err := client.Insert(ctx, ReaperArgs{}, nil); err != nil && ctx.Err() == nil {
-				logger.Warn("reaper: inserting the reaper job failed; retrying next interval", "error", err)
+				logger.WarnContext(ctx, "reaper: inserting the reaper job failed; retrying next interval", "error", err)
 			}
 		}
 	}

@@ -105,14 +105,14 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) 
 	// 1. check
 	claim, err := r.store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: job.ref.ClaimID})
 	if errors.Is(err, domain.ErrNotFound) {
-		log.Info("claim is gone (pruned or taken over); job ends without effect")
+		log.InfoContext(ctx, "claim is gone (pruned or taken over); job ends without effect")
 		return "no_effect", nil
 	}
 	if err != nil {
 		return "retry", err
 	}
 	if claim.JobID != int64(job.id) {
-		log.Info("job is not the claim's job; ends without effect", "claim_job_id", claim.JobID)
+		log.InfoContext(ctx, "job is not the claim's job; ends without effect", "claim_job_id", claim.JobID)
 		return "no_effect", nil
 	}
 	if spec.InTx {
@@ -122,7 +122,7 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) 
 	// 2. enter
 	claim, err = r.gate.Enter(ctx, &gate.LeaseParams{Claim: claim, JobID: int64(job.id), Lease: lease})
 	if err != nil {
-		return notLeased(claim, err, lease, log)
+		return notLeased(ctx, claim, err, lease, log)
 	}
 	log = log.With("epoch", claim.Epoch, "attempt", claim.Attempts)
 
@@ -153,10 +153,10 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) 
 // notLeased names what a job does when it could not take the lease:
 // nothing (the claim needs no run), snooze (a live lease elsewhere), or
 // retry (an error).
-func notLeased(claim *gate.Claim, err error, lease time.Duration, log *slog.Logger) (string, error) {
+func notLeased(ctx context.Context, claim *gate.Claim, err error, lease time.Duration, log *slog.Logger) (string, error) {
 	switch {
 	case errors.Is(err, gate.ErrNoRun):
-		log.Info("claim needs no run", "status", claim.Status)
+		log.InfoContext(ctx, "claim needs no run", "status", claim.Status)
 		return "no_effect", nil
 	case errors.Is(err, gate.ErrLeaseHeld):
 		return "snoozed", river.JobSnooze(lease / 4)
@@ -208,7 +208,7 @@ func (r *Runner) runInTx(ctx context.Context, claim *gate.Claim, spec *tool.Spec
 	params := &gate.LeaseParams{Claim: claim, JobID: int64(job.id), Lease: lease}
 	tx, leased, err := r.gate.LeaseTx(ctx, params)
 	if err != nil {
-		return notLeased(leased, err, lease, log)
+		return notLeased(ctx, leased, err, lease, log)
 	}
 	log = log.With("epoch", leased.Epoch, "attempt", leased.Attempts)
 	ttx, err := tool.WrapTx(tx)
@@ -227,7 +227,7 @@ func (r *Runner) runInTx(ctx context.Context, claim *gate.Claim, spec *tool.Spec
 	// it (attempts, last_error) or the failure.
 	entered, enterErr := r.gate.Enter(ctx, params)
 	if enterErr != nil {
-		log.Info("claim changed before the attempt's outcome was stored; the new holder decides", "error", enterErr)
+		log.InfoContext(ctx, "claim changed before the attempt's outcome was stored; the new holder decides", "error", enterErr)
 		if failed {
 			return "no_effect", nil
 		}
@@ -272,8 +272,11 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spe
 	}
 	_, err = r.gate.Complete(ctx, p)
 	if errors.Is(err, domain.ErrLeaseLost) {
-		log.Warn("lease lost before completing; writing nothing")
+		log.WarnContext(ctx, "lease lost before completing; writing nothing")
 		return nil
+	}
+	if err == nil {
+		log.DebugContext(ctx, "operation succeeded")
 	}
 	return err
 }
@@ -283,13 +286,13 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spe
 func (r *Runner) fail(ctx context.Context, claim *gate.Claim, info domain.ErrorInfo, hooks gate.JobHooks, log *slog.Logger) error {
 	_, err := r.gate.Fail(ctx, claim, info, hooks)
 	if errors.Is(err, domain.ErrLeaseLost) {
-		log.Warn("lease lost before failing; writing nothing")
+		log.WarnContext(ctx, "lease lost before failing; writing nothing")
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	log.Info("operation failed", "code", info.Code)
+	log.InfoContext(ctx, "operation failed", "code", info.Code)
 	// JobCancelTx only marks a running job; the state changes when the
 	// worker returns, so say so to River too.
 	return river.JobCancel(fmt.Errorf("%s: %s", info.Code, info.Message))
@@ -300,13 +303,13 @@ func (r *Runner) fail(ctx context.Context, claim *gate.Claim, info domain.ErrorI
 func (r *Runner) release(ctx context.Context, claim *gate.Claim, info domain.ErrorInfo, cause error, log *slog.Logger) error {
 	_, err := r.gate.Release(ctx, claim, info)
 	if errors.Is(err, domain.ErrLeaseLost) {
-		log.Warn("lease lost before releasing; the new holder decides")
+		log.WarnContext(ctx, "lease lost before releasing; the new holder decides")
 		return nil
 	}
 	if err != nil {
-		log.Error("release failed; the lease will expire and the reaper reclaims", "error", err)
+		log.ErrorContext(ctx, "release failed; the lease will expire and the reaper reclaims", "error", err)
 	}
-	log.Info("transient failure; River retries", "code", info.Code, "error", cause)
+	log.InfoContext(ctx, "transient failure; River retries", "code", info.Code, "error", cause)
 	return cause
 }
 

@@ -16,8 +16,13 @@ import (
 	"github.com/sethvargo/go-retry"
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/refund"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/telemetry"
 )
 
 // MetadataOperationID is the refund metadata key naming our operation: what
@@ -36,6 +41,9 @@ type Config struct {
 	// InAttemptRetries is how many times a transient error is retried within
 	// one attempt (with backoff, inside the caller's deadline). Default 3.
 	InAttemptRetries uint64
+	// TracerProvider receives a client span per Stripe request. Nil or a
+	// no-op provider: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Client creates and lists refunds.
@@ -53,6 +61,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
+	hc = traced(hc, cfg.TracerProvider)
 	bc := &stripe.BackendConfig{
 		HTTPClient:        hc,
 		MaxNetworkRetries: stripe.Int64(0), // ours, bounded by the lease, not stripe-go's
@@ -70,6 +79,29 @@ func NewClient(cfg *Config) (*Client, error) {
 		refunds: refund.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, bc), Key: cfg.APIKey},
 		retries: retries,
 	}, nil
+}
+
+// traced is a copy of hc whose requests are client spans on tp
+// ("stripe POST /v1/refunds"), or hc itself when tp is off. No trace
+// context is sent to Stripe.
+func traced(hc *http.Client, tp trace.TracerProvider) *http.Client {
+	if !telemetry.On(tp) {
+		return hc
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	c := *hc
+	c.Transport = otelhttp.NewTransport(base,
+		otelhttp.WithTracerProvider(tp),
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
+		otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator()),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			return "stripe " + r.Method + " " + r.URL.Path
+		}),
+	)
+	return &c
 }
 
 // Request is one refund to make.

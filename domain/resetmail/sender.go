@@ -13,6 +13,11 @@ import (
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemgate/idemgate/internal/telemetry"
 )
 
 // Subject is the subject of every password-reset mail.
@@ -44,6 +49,9 @@ type SenderConfig struct {
 	// empty no authentication is attempted.
 	Username string
 	Password string
+	// TracerProvider receives a client span per Send (smtp.send). Nil or a
+	// no-op provider: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Sender sends password-reset mail. It holds no connection: each Send dials,
@@ -57,6 +65,7 @@ type Sender struct {
 	linkBase   string
 	timeout    time.Duration
 	user, pass string
+	tracer     telemetry.Tracer
 }
 
 // atomRE is what a downstream key (the Message-ID's left part) and the
@@ -69,7 +78,8 @@ func NewSender(cfg *SenderConfig) (*Sender, error) {
 	if cfg == nil {
 		return nil, errors.New("resetmail: no SenderConfig")
 	}
-	s := &Sender{addr: cfg.Addr, timeout: cfg.Timeout, user: cfg.Username, pass: cfg.Password}
+	s := &Sender{addr: cfg.Addr, timeout: cfg.Timeout, user: cfg.Username, pass: cfg.Password,
+		tracer: telemetry.NewTracer(cfg.TracerProvider, "github.com/idemgate/idemgate/domain/resetmail")}
 
 	host, portStr, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
@@ -173,6 +183,21 @@ var ErrInvalidMail = errors.New("resetmail: invalid mail")
 // Errors are ErrInvalidMail (permanent) or a *SendError; classify them with
 // Permanent and OutcomeUnknown.
 func (s *Sender) Send(ctx context.Context, m *Mail) (*Sent, error) {
+	ctx, span := s.tracer.Start(ctx, "smtp.send", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("server.address", s.host), attribute.Int("server.port", s.port)))
+	defer span.End()
+	sent, err := s.send(ctx, m)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "mail not sent")
+		return nil, err
+	}
+	span.SetAttributes(attribute.String("smtp.message_id", sent.MessageID))
+	return sent, nil
+}
+
+// send is Send without the span.
+func (s *Sender) send(ctx context.Context, m *Mail) (*Sent, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: no mail", ErrInvalidMail)
 	}

@@ -49,6 +49,7 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 	t.Helper()
 	all := maps.Clone(tests)
 	maps.Copy(all, stateTests)
+	maps.Copy(all, traceTests)
 	for name, test := range all {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

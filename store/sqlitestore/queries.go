@@ -256,13 +256,13 @@ WHERE rowid IN (
 
 const sqlAuditInsert = `
 INSERT INTO audit_events (tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
-	decision, reason, args_hash, args, result, duration_ms, client_request_id)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+	decision, reason, args_hash, args, result, duration_ms, client_request_id, trace_id)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)`
 
 const sqlAuditListByKey = `
 SELECT id, created_at, tenant_id, user_id, token_id, request_id, client_request_id, tool, idempotency_key,
 	coalesce(operation_id, ''), coalesce(job_id, 0), decision, reason, args_hash, args, result,
-	coalesce(duration_ms, 0)
+	coalesce(duration_ms, 0), coalesce(trace_id, '')
 FROM audit_events
 WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3
 ORDER BY id`

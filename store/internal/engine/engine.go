@@ -121,7 +121,7 @@ func ScanTombstone(row Row, t Times) (*gate.Tombstone, error) {
 // ScanAuditEvent scans an audit row: id, created_at, tenant_id, user_id,
 // token_id, request_id, client_request_id, tool, idempotency_key,
 // operation_id and job_id (never NULL), decision, reason, args_hash, args,
-// result, duration_ms (never NULL).
+// result, duration_ms and trace_id (never NULL).
 func ScanAuditEvent(row Row, t Times) (*gate.AuditEvent, error) {
 	var (
 		ev         gate.AuditEvent
@@ -131,7 +131,7 @@ func ScanAuditEvent(row Row, t Times) (*gate.AuditEvent, error) {
 	)
 	if err := row.Scan(&ev.ID, t.Time(&ev.CreatedAt), &ev.TenantID, &ev.UserID, &ev.TokenID, &ev.RequestID,
 		&ev.ClientRequestID, &ev.Tool, &ev.IdempotencyKey, &ev.OperationID, &ev.JobID, &decision, &ev.Reason,
-		&ev.ArgsHash, &args, &res, &durationMS); err != nil {
+		&ev.ArgsHash, &args, &res, &durationMS, &ev.TraceID); err != nil {
 		return nil, err
 	}
 	ev.Decision = domain.Decision(decision)
@@ -144,9 +144,12 @@ func ScanAuditEvent(row Row, t Times) (*gate.AuditEvent, error) {
 // engines' statements take them: tenant, user, token, request id, tool,
 // key, operation id and job id (NULL when unset), decision, reason, args
 // hash, args and result (through jsonArg), duration in milliseconds,
-// client request id.
+// client request id, trace id (NULL when unset).
 func AuditArgs(p *gate.AuditInsertParams, jsonArg func(json.RawMessage) any) []any {
-	var opID, jobID any
+	var opID, jobID, traceID any
+	if p.TraceID != "" {
+		traceID = p.TraceID
+	}
 	if p.OperationID != "" {
 		opID = p.OperationID
 	}
@@ -155,5 +158,5 @@ func AuditArgs(p *gate.AuditInsertParams, jsonArg func(json.RawMessage) any) []a
 	}
 	return []any{p.TenantID, p.UserID, p.TokenID, p.RequestID, p.Tool, p.IdempotencyKey, opID, jobID,
 		string(p.Decision), p.Reason, p.ArgsHash, jsonArg(p.Args), jsonArg(p.Result),
-		float64(p.Duration) / float64(time.Millisecond), p.ClientRequestID}
+		float64(p.Duration) / float64(time.Millisecond), p.ClientRequestID, traceID}
 }
