@@ -20,21 +20,21 @@ type toolData interface {
 
 // BuiltinTools returns a registry of the built-in tools (refund_order,
 // apply_credit, reset_seat, send_password_reset, get_order) on data, ready
-// for a worker: it needs STRIPE_API_KEY and IDEMGATE_SECRET. linkBase is
-// where password-reset links point ("" derives it from IDEMGATE_API_ADDR).
-// Building it connects to nothing.
-func BuiltinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Registry, error) {
+// for a worker: it needs STRIPE_API_KEY and IDEMGATE_SECRET. Password-reset
+// links point to cfg.ResetLinkBaseOrDefault() unless the tenant has a base
+// of its own. Building it connects to nothing.
+func BuiltinTools(cfg *config.Config, data toolData) (*tool.Registry, error) {
 	if err := CheckBuiltinWorker(cfg); err != nil {
 		return nil, err
 	}
-	return builtinTools(cfg, data, linkBase)
+	return builtinTools(cfg, data)
 }
 
 // BuiltinDeclarations is BuiltinTools for a process that only serves the
 // api (publishes and claims, never runs an effect): a missing Stripe key or
 // secret is not an error here.
 func BuiltinDeclarations(cfg *config.Config, data toolData) (*tool.Registry, error) {
-	return builtinTools(cfg, data, "")
+	return builtinTools(cfg, data)
 }
 
 // CheckBuiltinWorker returns an error naming the setting that a worker of
@@ -48,7 +48,7 @@ func CheckBuiltinWorker(cfg *config.Config) error {
 	return err
 }
 
-func builtinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Registry, error) {
+func builtinTools(cfg *config.Config, data toolData) (*tool.Registry, error) {
 	var stripeClient *refunds.Client
 	if cfg.StripeAPIKey != "" {
 		var err error
@@ -56,12 +56,10 @@ func builtinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Reg
 			return nil, err
 		}
 	}
-	if linkBase == "" {
-		linkBase = "http://" + cfg.APIAddr + "/reset-password"
-	}
-	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second})
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom,
+		LinkBase: cfg.ResetLinkBaseOrDefault(), Timeout: 10 * time.Second})
 	if err != nil {
-		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
+		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM/%s: %w", config.EnvResetLinkBase, err)
 	}
 	reg := tool.NewRegistry()
 	if err := tools.Register(reg, &tools.Deps{Data: data, Orders: data, Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}); err != nil {

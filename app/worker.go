@@ -50,8 +50,6 @@ type Worker struct {
 type WorkerOptions struct {
 	// MaxWorkers is the default queue's concurrency.
 	MaxWorkers int
-	// ResetLinkBase is where the built-in password-reset links point.
-	ResetLinkBase string
 	// Tools are the tools to work. Default: the built-in tools.
 	Tools *tool.Registry
 }
@@ -132,7 +130,7 @@ func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tool.
 	if opts.Tools != nil {
 		return opts.Tools, nil
 	}
-	return BuiltinTools(cfg, data, opts.ResetLinkBase)
+	return BuiltinTools(cfg, data)
 }
 
 // riverConfig is the River configuration of a working client: the claim
