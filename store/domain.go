@@ -71,6 +71,9 @@ type Domain interface {
 	SeatGet(ctx context.Context, tenantID, seatID string) (string, error)
 	// UserGet returns a tenant's user or domain.ErrNotFound.
 	UserGet(ctx context.Context, tenantID, userID string) (*User, error)
+	// TenantResetLinkBase returns the tenant's own password-reset link
+	// base (tenant_settings), or "" when it has none.
+	TenantResetLinkBase(ctx context.Context, tenantID string) (string, error)
 	// RefundRecord stores a Stripe refund and adds it to the order's
 	// refunded amount; recording the same Stripe refund twice is a no-op.
 	RefundRecord(ctx context.Context, tx Tx, p *RefundRecordParams) error

@@ -16,7 +16,8 @@ const designExample = `{
   "customers": [{"tenant": "acme", "customer_id": "cus_1", "currency": "usd"}],
   "seats":     [{"tenant": "acme", "seat_id": "seat_1", "user_id": "usr_1"}],
   "users":     [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}],
-  "tokens":    [{"tenant": "acme", "user": "support-bot", "scopes": ["billing:refund"], "token": "idg_test_acme"}]
+  "tokens":    [{"tenant": "acme", "user": "support-bot", "scopes": ["billing:refund"], "token": "idg_test_acme"}],
+  "tenants":   [{"tenant": "acme", "reset_link_base": "https://app.acme.example/reset-password"}]
 }`
 
 func TestParseSeed(t *testing.T) {
@@ -32,6 +33,7 @@ func TestParseSeed(t *testing.T) {
 			Seats:     []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}},
 			Users:     []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
 			Tokens:    []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund"}, Token: "idg_test_acme"}},
+			Tenants:   []store.SeedTenant{{Tenant: "acme", ResetLinkBase: "https://app.acme.example/reset-password"}},
 		}, f)
 	})
 
@@ -76,7 +78,8 @@ func TestParseSeed(t *testing.T) {
 		{"NotAnObject", `[]`, "seed file: json: cannot unmarshal array"},
 		{"Malformed", `{"orders": [`, "seed file: unexpected EOF"},
 		{"TrailingData", `{} {}`, "unexpected data after the JSON object"},
-		{"UnknownTopLevelField", `{"tenants": []}`, `unknown field "tenants"`},
+		{"UnknownTopLevelField", `{"products": []}`, `unknown field "products"`},
+		{"UnknownTenantField", `{"tenants": [{"tenant": "a", "name": "A"}]}`, `unknown field "name"`},
 		{"UnknownEntryField", `{"users": [{"tenant": "a", "user_id": "u", "email": "a@b.c", "name": "Ana"}]}`, `unknown field "name"`},
 		{"WrongType", `{"orders": [{"amount_cents": "5000"}]}`, "amount_cents"},
 
@@ -111,6 +114,13 @@ func TestParseSeed(t *testing.T) {
 		{"UserEmailNoAt", `{"users": [{"tenant": "a", "user_id": "u", "email": "ana.example.com"}]}`, "users[0].email: \"ana.example.com\" is not an email address"},
 		{"UserEmailDisplayName", `{"users": [{"tenant": "a", "user_id": "u", "email": "Ana <ana@example.com>"}]}`, "users[0].email:"},
 		{"UserDuplicate", `{"users": [{"tenant": "a", "user_id": "u", "email": "a@b.c"}, {"tenant": "a", "user_id": "u", "email": "d@e.f"}]}`, "users[1]: duplicates users[0]"},
+
+		{"TenantMissing", `{"tenants": [{"reset_link_base": "https://a.example.com/r"}]}`, "tenants[0].tenant: required"},
+		{"TenantInvalid", `{"tenants": [{"tenant": "a b"}]}`, "tenants[0].tenant:"},
+		{"TenantLinkBaseRelative", `{"tenants": [{"tenant": "a", "reset_link_base": "/reset"}]}`, `tenants[0].reset_link_base: "/reset" is not an absolute http or https URL`},
+		{"TenantLinkBaseAllInterfaces", `{"tenants": [{"tenant": "a", "reset_link_base": "http://0.0.0.0:8080/reset-password"}]}`, "tenants[0].reset_link_base:"},
+		{"TenantLinkBaseWithToken", `{"tenants": [{"tenant": "a", "reset_link_base": "https://a.example.com/r?token=x"}]}`, "token parameter"},
+		{"TenantDuplicate", `{"tenants": [{"tenant": "a"}, {"tenant": "a", "reset_link_base": "https://a.example.com/r"}]}`, "tenants[1]: duplicates tenants[0]"},
 
 		{"TokenTenantMissing", token(`"user": "u", "scopes": ["billing:refund"]`), "tokens[0].tenant: required"},
 		{"TokenUserMissing", token(`"tenant": "a", "scopes": ["billing:refund"]`), "tokens[0].user: required"},

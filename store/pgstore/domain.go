@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,6 +35,16 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 		return nil, translate(err)
 	}
 	return &u, nil
+}
+
+// TenantResetLinkBase implements store.Domain.
+func (s *Store) TenantResetLinkBase(ctx context.Context, tenantID string) (string, error) {
+	var base string
+	err := s.pool.QueryRow(ctx, sqlTenantResetLinkBase, tenantID).Scan(&base)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return base, translate(err)
 }
 
 // RefundRecord implements store.Domain.

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/internal/engine"
@@ -33,6 +34,16 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 		return nil, translate(err)
 	}
 	return &u, nil
+}
+
+// TenantResetLinkBase implements store.Domain.
+func (s *Store) TenantResetLinkBase(ctx context.Context, tenantID string) (string, error) {
+	var base string
+	err := s.db.QueryRowContext(ctx, sqlTenantResetLinkBase, tenantID).Scan(&base)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return base, translate(err)
 }
 
 // RefundRecord implements store.Domain.

@@ -362,6 +362,33 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.Zero(t, b.Count(ctx, "orders"))
 	},
 
+	"SeedTenants": func(ctx context.Context, t *testing.T, b *Bundle) {
+		const file = `{"tenants": [{"tenant": "acme", "reset_link_base": "https://acme.example.com/reset?lang=en"}, {"tenant": "beta"}]}`
+		res, err := b.Store.Seed(ctx, parseSeed(t, file))
+		require.NoError(t, err)
+		require.Equal(t, store.SeedCount{Created: 2}, res.Tenants)
+		base := func(tenant string) string {
+			t.Helper()
+			got, err := b.Store.TenantResetLinkBase(ctx, tenant)
+			require.NoError(t, err)
+			return got
+		}
+		require.Equal(t, "https://acme.example.com/reset?lang=en", base("acme"))
+		require.Empty(t, base("beta"), "a row without a base: the deployment's")
+		require.Empty(t, base("gamma"), "no row: the deployment's")
+
+		// Again, with another base: the rows exist and are left as they are.
+		changed := parseSeed(t, file)
+		changed.Tenants[0].ResetLinkBase = "https://other.example.com/reset"
+		changed.Tenants[1].ResetLinkBase = "https://beta.example.com/reset"
+		res, err = b.Store.Seed(ctx, changed)
+		require.NoError(t, err)
+		require.Equal(t, store.SeedCount{Existing: 2}, res.Tenants)
+		require.Equal(t, "https://acme.example.com/reset?lang=en", base("acme"))
+		require.Empty(t, base("beta"))
+		require.Equal(t, 2, b.Count(ctx, "tenant_settings"))
+	},
+
 	"SeedEmpty": func(ctx context.Context, t *testing.T, b *Bundle) {
 		res, err := b.Store.Seed(ctx, &store.SeedFile{})
 		require.NoError(t, err)
