@@ -103,4 +103,9 @@ var (
 	// ErrLeaseUnavailable means a worker could not take a claim's lease: it
 	// is held by a live worker, terminal, or belongs to another job.
 	ErrLeaseUnavailable = errors.New("lease unavailable")
+	// ErrAlreadyUsed means a one-time row (a password-reset token) was
+	// consumed before.
+	ErrAlreadyUsed = errors.New("already used")
+	// ErrExpired means a row (a password-reset token) is past its expiry.
+	ErrExpired = errors.New("expired")
 )

@@ -366,3 +366,15 @@ const sqlResetTokenInsert = `
 INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (token_hash) DO NOTHING`
+
+// sqlResetTokenRedeem consumes an unused, unexpired token: the one
+// conditional write that lets a token be redeemed once.
+const sqlResetTokenRedeem = `
+UPDATE password_reset_tokens SET used_at = now()
+WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()
+RETURNING tenant_id, user_id, operation_id::text, used_at`
+
+// sqlResetTokenState says why sqlResetTokenRedeem matched no row: used,
+// expired (no row: no such token).
+const sqlResetTokenState = `
+SELECT used_at IS NOT NULL, expires_at <= now() FROM password_reset_tokens WHERE token_hash = $1`

@@ -106,3 +106,18 @@ func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.Rese
 		FormatTime(p.ExpiresAt))
 	return translate(err)
 }
+
+// ResetTokenRedeem implements store.ResetTokens.
+func (s *Store) ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*store.ResetTokenRedemption, error) {
+	return engine.Redeem(func() (*store.ResetTokenRedemption, error) {
+		var r store.ResetTokenRedemption
+		err := s.db.QueryRowContext(ctx, sqlResetTokenRedeem, tokenHash).Scan(&r.TenantID, &r.UserID, &r.OperationID, times{}.Time(&r.UsedAt))
+		if err != nil {
+			return nil, translate(err)
+		}
+		return &r, nil
+	}, func() (used, expired bool, err error) {
+		err = s.db.QueryRowContext(ctx, sqlResetTokenState, tokenHash).Scan(&used, &expired)
+		return used, expired, translate(err)
+	})
+}
