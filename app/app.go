@@ -133,10 +133,11 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
 }
 
-// apiData is what the api reads besides the gate.
+// apiData is what the api reads and writes besides the gate.
 type apiData interface {
 	store.Tokens
 	store.Orders
+	store.ResetTokens
 }
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
@@ -153,6 +154,7 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 		Wait:       cfg.Wait,
 		RateLimit:  opts.RateLimit,
 		RateBurst:  opts.RateBurst,
+		Resets:     data,
 		Registerer: reg,
 		Logger:     logger,
 		Ready: func(ctx context.Context) error {

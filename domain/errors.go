@@ -24,6 +24,10 @@ const (
 	CodeUnavailable     Code = "unavailable"
 	CodeRateLimited     Code = "rate_limited"
 	CodeInternal        Code = "internal"
+	// CodeResetTokenUsed and CodeResetTokenExpired refuse a password-reset
+	// token that was redeemed before, or is past its expiry.
+	CodeResetTokenUsed    Code = "reset_token_used"
+	CodeResetTokenExpired Code = "reset_token_expired"
 
 	// Outcome codes stored on failed claims.
 	CodeOutcomeUnknown                Code = "outcome_unknown"
@@ -41,7 +45,7 @@ func Codes() []Code {
 	return []Code{
 		CodeIdempotencyKeyRequired, CodeInvalidIdempotencyKey, CodeKeyReuseDifferentArgs, CodeKeyExpired,
 		CodeForbidden, CodeUnauthenticated, CodeNotFound, CodeInvalidArgument,
-		CodeUnavailable, CodeRateLimited, CodeInternal,
+		CodeUnavailable, CodeRateLimited, CodeInternal, CodeResetTokenUsed, CodeResetTokenExpired,
 		CodeOutcomeUnknown, CodeCancelled, CodeDownstreamIdempotencyMismatch, CodeAmountExceedsRefundable,
 		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted,
 	}

@@ -39,6 +39,15 @@ func TestToken(t *testing.T) {
 		t.Error("Token is the same under two secrets")
 	}
 
+	if !resetmail.WellFormed(want) || len(want) != resetmail.TokenLen {
+		t.Errorf("WellFormed(%q) = false", want)
+	}
+	for _, bad := range []string{"", want[1:], want + "A", want[1:] + "=", want[1:] + "+", want[1:] + "/", want[1:] + " "} {
+		if resetmail.WellFormed(bad) {
+			t.Errorf("WellFormed(%q) = true", bad)
+		}
+	}
+
 	if got := hex.EncodeToString(resetmail.TokenHash("abc")); got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
 		t.Errorf("TokenHash(abc) = %s", got)
 	}
