@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
@@ -77,6 +78,7 @@ func setupWorkerLogged(t *testing.T, wait time.Duration, logger *slog.Logger) *w
 	listenDone := make(chan struct{})
 	go func() { defer close(listenDone); a.Run(runCtx) }()
 	srv := httptest.NewServer(a.Handler)
+	cfg.ResetLinkBase = srv.URL + api.ResetPagePath // the mails link to this api's page
 
 	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: 10})
 	require.NoError(t, err)
