@@ -210,7 +210,32 @@ func (s *Sender) Send(ctx context.Context, m *Mail) (*Sent, error) {
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	client, err := gomail.NewClient(s.host, s.clientOptions(ctx)...)
+	if err != nil {
+		return nil, s.sendError(ctx, messageID, "configuring the SMTP client", to.Address, err)
+	}
 
+	conn, err := client.DialToSMTPClientWithContext(ctx)
+	if err != nil {
+		return nil, s.sendError(ctx, messageID, "connecting", to.Address, err)
+	}
+	err = client.SendWithSMTPClient(conn, msg)
+	if !msg.IsDelivered() {
+		_ = client.CloseWithSMTPClient(conn)
+		if err == nil {
+			err = errors.New("message not delivered, for no reason given")
+		}
+		return nil, s.sendError(ctx, messageID, "sending", to.Address, err)
+	}
+	// The server took the message: what follows (QUIT) cannot undo that.
+	sentAt := time.Now()
+	_ = client.CloseWithSMTPClient(conn)
+	return &Sent{MessageID: messageID, SentAt: sentAt, Response: msg.ServerResponse()}, nil
+}
+
+// clientOptions are go-mail's options for one Send bounded by ctx: its
+// port, timeouts, TLS policy and authentication.
+func (s *Sender) clientOptions(ctx context.Context) []gomail.Option {
 	opts := []gomail.Option{
 		gomail.WithPort(s.port),
 		gomail.WithTimeout(s.timeout),
@@ -241,27 +266,7 @@ func (s *Sender) Send(ctx context.Context, m *Mail) (*Sent, error) {
 				gomail.SMTPAuthCramMD5, gomail.SMTPAuthPlain, gomail.SMTPAuthLogin),
 			gomail.WithUsername(s.user), gomail.WithPassword(s.pass))
 	}
-	client, err := gomail.NewClient(s.host, opts...)
-	if err != nil {
-		return nil, s.sendError(ctx, messageID, "configuring the SMTP client", to.Address, err)
-	}
-
-	conn, err := client.DialToSMTPClientWithContext(ctx)
-	if err != nil {
-		return nil, s.sendError(ctx, messageID, "connecting", to.Address, err)
-	}
-	err = client.SendWithSMTPClient(conn, msg)
-	if !msg.IsDelivered() {
-		_ = client.CloseWithSMTPClient(conn)
-		if err == nil {
-			err = errors.New("message not delivered, for no reason given")
-		}
-		return nil, s.sendError(ctx, messageID, "sending", to.Address, err)
-	}
-	// The server took the message: what follows (QUIT) cannot undo that.
-	sentAt := time.Now()
-	_ = client.CloseWithSMTPClient(conn)
-	return &Sent{MessageID: messageID, SentAt: sentAt, Response: msg.ServerResponse()}, nil
+	return opts
 }
 
 // linkFor returns m's reset link, on m.LinkBase when set.
