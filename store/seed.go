@@ -123,7 +123,19 @@ func (f *SeedFile) Validate() error {
 		seen[k] = name
 		return nil
 	}
+	for _, validate := range []func(dupFunc) error{f.validateOrders, f.validateSeatsAndUsers, f.validateTokens, f.validateTenants} {
+		if err := validate(dup); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
+// dupFunc records an entry's identity, or says which entry had it before.
+type dupFunc = func(name string, k seedKey) error
+
+// validateOrders checks "orders" and "customers".
+func (f *SeedFile) validateOrders(dup dupFunc) error {
 	for i, o := range f.Orders {
 		name := fmt.Sprintf("orders[%d]", i)
 		if err := firstErr(
@@ -148,6 +160,11 @@ func (f *SeedFile) Validate() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// validateSeatsAndUsers checks "seats" and "users".
+func (f *SeedFile) validateSeatsAndUsers(dup dupFunc) error {
 	for i, s := range f.Seats {
 		name := fmt.Sprintf("seats[%d]", i)
 		var userErr error
@@ -174,6 +191,11 @@ func (f *SeedFile) Validate() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// validateTokens checks "tokens".
+func (f *SeedFile) validateTokens(dup dupFunc) error {
 	for i, t := range f.Tokens {
 		name := fmt.Sprintf("tokens[%d]", i)
 		var scopesErr, tokenErr error
@@ -197,14 +219,14 @@ func (f *SeedFile) Validate() error {
 			return err
 		}
 	}
-	return f.validateTenants(dup)
+	return nil
 }
 
 // seedKey is an entry's identity: its list, then its key columns.
 type seedKey [3]string
 
-// validateTenants checks "tenants"; dup records an entry's identity.
-func (f *SeedFile) validateTenants(dup func(name string, k seedKey) error) error {
+// validateTenants checks "tenants".
+func (f *SeedFile) validateTenants(dup dupFunc) error {
 	for i, tn := range f.Tenants {
 		name := fmt.Sprintf("tenants[%d]", i)
 		var baseErr error
