@@ -5,6 +5,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/tenancy"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -69,6 +71,15 @@ type Config struct {
 	// disables the limit.
 	RateLimit float64
 	RateBurst int
+	// Resets redeems password-reset tokens: POST /v1/password-resets/redeem
+	// and the page GET /reset-password. Nil leaves both routes out.
+	Resets store.ResetTokens
+	// RedeemFailureRate and RedeemFailureBurst limit failed redeems per
+	// client address: RedeemFailureBurst at once, then RedeemFailureRate
+	// per second. Defaults DefaultRedeemFailureRate and
+	// DefaultRedeemFailureBurst; a negative rate disables the limit.
+	RedeemFailureRate  float64
+	RedeemFailureBurst int
 	// Ready reports whether the service can serve (database reachable,
 	// migrations applied), for /readyz. Nil means always ready.
 	Ready func(ctx context.Context) error
@@ -101,6 +112,10 @@ type Server struct {
 	router    chi.Router
 	// tracerProvider is Config.TracerProvider.
 	tracerProvider trace.TracerProvider
+
+	// resets and redeemLimit serve password-reset redemption.
+	resets      store.ResetTokens
+	redeemLimit *failureLimiter
 }
 
 // New returns a Server. It refuses to start when a mutating tool has no gate
@@ -185,6 +200,9 @@ func newServer(cfg *Config) *Server {
 		burst = DefaultRateBurst
 	}
 	s.limiter = newLimiter(rl, burst)
+	s.resets = cfg.Resets
+	s.redeemLimit = newFailureLimiter(cmp.Or(cfg.RedeemFailureRate, DefaultRedeemFailureRate),
+		cmp.Or(cfg.RedeemFailureBurst, DefaultRedeemFailureBurst))
 	return s
 }
 
@@ -203,6 +221,10 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	r.Get("/readyz", s.readyz)
+	if s.resets != nil {
+		r.Post(RedeemPath, s.redeemResetToken)
+		r.Get(ResetPagePath, serveResetPage)
+	}
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, s.readBody)
 		r.Handle("/mcp", mcpHandler)

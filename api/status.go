@@ -36,6 +36,9 @@ var codeStatus = map[domain.Code]int{
 	domain.CodeRateLimited:            http.StatusTooManyRequests,
 	domain.CodeUnavailable:            http.StatusServiceUnavailable,
 	domain.CodeInternal:               http.StatusInternalServerError,
+	// A password-reset token that existed and can no longer be redeemed.
+	domain.CodeResetTokenUsed:    http.StatusGone,
+	domain.CodeResetTokenExpired: http.StatusGone,
 
 	// Outcomes stored on failed operations.
 	domain.CodeCardDeclined:                  http.StatusPaymentRequired,

@@ -25,6 +25,8 @@ var wantStatus = map[domain.Code]int{
 	domain.CodeRateLimited:                   429,
 	domain.CodeUnavailable:                   503,
 	domain.CodeInternal:                      500,
+	domain.CodeResetTokenUsed:                410,
+	domain.CodeResetTokenExpired:             410,
 	domain.CodeCardDeclined:                  402,
 	domain.CodeAmountExceedsRefundable:       422,
 	domain.CodeDownstreamRejected:            422,

@@ -150,10 +150,11 @@ func tracedLogger(logger *slog.Logger, tp trace.TracerProvider) *slog.Logger {
 	return slog.New(telemetry.NewLogHandler(logger.Handler()))
 }
 
-// apiData is what the api reads besides the gate.
+// apiData is what the api reads and writes besides the gate.
 type apiData interface {
 	store.Tokens
 	store.Orders
+	store.ResetTokens
 }
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
@@ -170,6 +171,7 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 		Wait:       cfg.Wait,
 		RateLimit:  opts.RateLimit,
 		RateBurst:  opts.RateBurst,
+		Resets:     data,
 		Registerer: reg,
 		Logger:     logger,
 

@@ -22,21 +22,21 @@ type toolData interface {
 
 // BuiltinTools returns a registry of the built-in tools (refund_order,
 // apply_credit, reset_seat, send_password_reset, get_order) on data, ready
-// for a worker: it needs STRIPE_API_KEY and IDEMGATE_SECRET. linkBase is
-// where password-reset links point ("" derives it from IDEMGATE_API_ADDR).
-// Building it connects to nothing.
-func BuiltinTools(cfg *config.Config, data toolData, linkBase string) (*tool.Registry, error) {
+// for a worker: it needs STRIPE_API_KEY and IDEMGATE_SECRET. Password-reset
+// links point to cfg.ResetLinkBaseOrDefault() unless the tenant has a base
+// of its own. Building it connects to nothing.
+func BuiltinTools(cfg *config.Config, data toolData) (*tool.Registry, error) {
 	if err := CheckBuiltinWorker(cfg); err != nil {
 		return nil, err
 	}
-	return builtinTools(cfg, data, linkBase, nil)
+	return builtinTools(cfg, data, nil)
 }
 
 // BuiltinDeclarations is BuiltinTools for a process that only serves the
 // api (publishes and claims, never runs an effect): a missing Stripe key or
 // secret is not an error here.
 func BuiltinDeclarations(cfg *config.Config, data toolData) (*tool.Registry, error) {
-	return builtinTools(cfg, data, "", nil)
+	return builtinTools(cfg, data, nil)
 }
 
 // CheckBuiltinWorker returns an error naming the setting that a worker of
@@ -52,7 +52,7 @@ func CheckBuiltinWorker(cfg *config.Config) error {
 
 // builtinTools is BuiltinTools without the check, their Stripe and SMTP
 // calls traced with tp (nil: not traced).
-func builtinTools(cfg *config.Config, data toolData, linkBase string, tp trace.TracerProvider) (*tool.Registry, error) {
+func builtinTools(cfg *config.Config, data toolData, tp trace.TracerProvider) (*tool.Registry, error) {
 	var stripeClient *refunds.Client
 	if cfg.StripeAPIKey != "" {
 		var err error
@@ -60,13 +60,10 @@ func builtinTools(cfg *config.Config, data toolData, linkBase string, tp trace.T
 			return nil, err
 		}
 	}
-	if linkBase == "" {
-		linkBase = "http://" + cfg.APIAddr + "/reset-password"
-	}
-	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom, LinkBase: linkBase, Timeout: 10 * time.Second,
-		TracerProvider: tp})
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom,
+		LinkBase: cfg.ResetLinkBaseOrDefault(), Timeout: 10 * time.Second, TracerProvider: tp})
 	if err != nil {
-		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM: %w", err)
+		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM/%s: %w", config.EnvResetLinkBase, err)
 	}
 	reg := tool.NewRegistry()
 	if err := tools.Register(reg, &tools.Deps{Data: data, Orders: data, Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}); err != nil {

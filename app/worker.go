@@ -52,8 +52,6 @@ type Worker struct {
 type WorkerOptions struct {
 	// MaxWorkers is the default queue's concurrency.
 	MaxWorkers int
-	// ResetLinkBase is where the built-in password-reset links point.
-	ResetLinkBase string
 	// Tools are the tools to work. Default: the built-in tools.
 	Tools *tool.Registry
 	// TracerProvider receives the worker's spans (River jobs, the built-in
@@ -144,7 +142,7 @@ func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tool.
 	if err := CheckBuiltinWorker(cfg); err != nil {
 		return nil, err
 	}
-	return builtinTools(cfg, data, opts.ResetLinkBase, opts.TracerProvider)
+	return builtinTools(cfg, data, opts.TracerProvider)
 }
 
 // riverConfig is the River configuration of a working client: the claim

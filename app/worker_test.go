@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
@@ -85,6 +86,7 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 	listenDone := make(chan struct{})
 	go func() { defer close(listenDone); a.Run(runCtx) }()
 	srv := httptest.NewServer(a.Handler)
+	cfg.ResetLinkBase = srv.URL + api.ResetPagePath // the mails link to this api's page
 
 	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: 10, TracerProvider: tp})
 	require.NoError(t, err)

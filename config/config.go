@@ -27,6 +27,7 @@ package config
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -57,6 +58,12 @@ type Config struct {
 
 	// MailFrom is the From address of outgoing mail, in net/mail syntax.
 	MailFrom string `name:"mail-from" env:"MAIL_FROM" default:"idemgate <no-reply@localhost>" placeholder:"ADDRESS" help:"From address of outgoing mail"`
+
+	// ResetLinkBase is the page password-reset mails link to, as
+	// ResetLinkBase?token=… (domain.CheckLinkBase); a tenant's own base
+	// (tenant_settings.reset_link_base) wins over it. Empty means
+	// ResetLinkBaseOrDefault's.
+	ResetLinkBase string `name:"reset-link-base" env:"IDEMGATE_RESET_LINK_BASE" placeholder:"URL" help:"absolute http(s) URL of the page password-reset mails link to (URL?token=…); empty: http://<api addr>/reset-password, 127.0.0.1 standing in for an all-interfaces address"`
 
 	// InflightTimeout is a worker's lease on a claim: a running claim whose
 	// lease expired is reclaimed by the reaper.
@@ -102,6 +109,7 @@ const (
 	EnvStripeAPIBase   = "STRIPE_API_BASE"
 	EnvSMTPAddr        = "SMTP_ADDR"
 	EnvMailFrom        = "MAIL_FROM"
+	EnvResetLinkBase   = "IDEMGATE_RESET_LINK_BASE"
 	EnvInflightTimeout = "IDEMGATE_INFLIGHT_TIMEOUT"
 	EnvReaperInterval  = "IDEMGATE_REAPER_INTERVAL"
 	EnvWait            = "IDEMGATE_WAIT"
@@ -187,6 +195,23 @@ func (c *Config) SQLitePath() string {
 	}
 	path, _ := sqlitePath(c.DatabaseURL)
 	return path
+}
+
+// ResetLinkBaseOrDefault returns ResetLinkBase, or when it is empty the
+// api's own page: http://<api addr>/reset-password, with 127.0.0.1 for an
+// empty or all-interfaces host (0.0.0.0, [::]), which no browser can open.
+func (c *Config) ResetLinkBaseOrDefault() string {
+	if c.ResetLinkBase != "" {
+		return c.ResetLinkBase
+	}
+	host, port, err := net.SplitHostPort(c.APIAddr)
+	if err != nil {
+		return "http://" + c.APIAddr + "/reset-password" // Validate reports the address
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/reset-password"
 }
 
 // RequireSecret returns an error naming IDEMGATE_SECRET when it is empty.

@@ -80,6 +80,7 @@ var fullEnv = map[string]string{
 	EnvStripeAPIBase:        "http://stripe-mock:12111",
 	EnvSMTPAddr:             "mailpit:1025",
 	EnvMailFrom:             "ops@example.com",
+	EnvResetLinkBase:        "https://app.example.com/reset",
 	EnvInflightTimeout:      "5m",
 	EnvReaperInterval:       "10s",
 	EnvWait:                 "0",
@@ -108,6 +109,7 @@ var precedenceTests = []struct {
 				StripeAPIBase:   "http://stripe-mock:12111",
 				SMTPAddr:        "mailpit:1025",
 				MailFrom:        "ops@example.com",
+				ResetLinkBase:   "https://app.example.com/reset",
 				InflightTimeout: 5 * time.Minute,
 				ReaperInterval:  10 * time.Second,
 				Wait:            0,
@@ -132,6 +134,7 @@ var precedenceTests = []struct {
 			"--stripe-api-base", "https://stripe.internal/",
 			"--smtp-addr", "smtp.example.com:25",
 			"--mail-from", "Ops <ops@example.org>",
+			"--reset-link-base", "http://reset.internal:8080/r?lang=en",
 			"--inflight-timeout", "1h",
 			"--reaper-interval", "1m",
 			"--wait", "250ms",
@@ -147,6 +150,7 @@ var precedenceTests = []struct {
 				StripeAPIBase:   "https://stripe.internal",
 				SMTPAddr:        "smtp.example.com:25",
 				MailFrom:        "Ops <ops@example.org>",
+				ResetLinkBase:   "http://reset.internal:8080/r?lang=en",
 				InflightTimeout: time.Hour,
 				ReaperInterval:  time.Minute,
 				Wait:            250 * time.Millisecond,
@@ -302,6 +306,9 @@ var loadErrorTests = []struct {
 	{"SMTPAddrNoHost", nil, map[string]string{EnvSMTPAddr: ":25"}, EnvSMTPAddr, []string{"no host"}},
 	{"SMTPAddrPortZero", nil, map[string]string{EnvSMTPAddr: "mailpit:0"}, EnvSMTPAddr, []string{"port 0"}},
 	{"MailFromInvalid", nil, map[string]string{EnvMailFrom: "not an address"}, EnvMailFrom, []string{`"not an address"`}},
+	{"ResetLinkBaseRelative", nil, map[string]string{EnvResetLinkBase: "/reset-password"}, EnvResetLinkBase, []string{`"/reset-password"`, "absolute"}},
+	{"ResetLinkBaseAllInterfaces", nil, map[string]string{EnvResetLinkBase: "http://0.0.0.0:8080/reset-password"}, EnvResetLinkBase, []string{"0.0.0.0"}},
+	{"ResetLinkBaseFragment", []string{"--reset-link-base", "https://app.example.com/r#x"}, nil, EnvResetLinkBase, []string{"--reset-link-base", "fragment"}},
 	{"InflightTimeoutUnparseable", nil, map[string]string{EnvInflightTimeout: "two minutes"}, EnvInflightTimeout, []string{`"two minutes" is not a duration`}},
 	{"InflightTimeoutTooShort", nil, map[string]string{EnvInflightTimeout: "999ms", EnvReaperInterval: "500ms"}, EnvInflightTimeout, []string{"999ms", "1s to 24h"}},
 	{"InflightTimeoutTooLong", nil, map[string]string{EnvInflightTimeout: "25h"}, EnvInflightTimeout, []string{"25h", "1s to 24h"}},
@@ -475,6 +482,7 @@ func TestLogValue(t *testing.T) {
 			name: "Unset",
 			env:  nil,
 			want: []string{"stripe_api_key=unset", "secret=unset", "ops_password=unset", "driver=sqlite",
+				"reset_link_base_used=http://127.0.0.1:8080/reset-password",
 				"api_addr=127.0.0.1:8080", "worker_addr=127.0.0.1:9091", "reaper_interval=30s", "log_level=INFO"},
 		},
 	}
@@ -520,14 +528,14 @@ func TestLogValueEverySetting(t *testing.T) {
 			require.True(t, ok, "%s looks secret: tag it secret", f.Name)
 		}
 	}
-	require.Len(t, attrs, len(Settings())+1) // and the driver
+	require.Len(t, attrs, len(Settings())+2) // and the driver and the reset link base used
 }
 
 func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 15)
+	require.Len(t, all, 16)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -546,7 +554,7 @@ func TestSettings(t *testing.T) {
 		require.Empty(t, s.Flag, "%s must stay off command lines", env)
 	}
 	for _, env := range []string{EnvDatabaseURL, EnvAPIAddr, EnvStripeAPIKey, EnvStripeAPIBase, EnvSMTPAddr,
-		EnvMailFrom, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant} {
+		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant} {
 		require.True(t, envs[env], "Env constant %s names no setting", env)
 	}
 
@@ -701,4 +709,27 @@ func TestSettingErrorsAreJoined(t *testing.T) {
 		names = append(names, se.Setting)
 	}
 	require.Equal(t, []string{EnvAPIAddr, EnvWait}, names)
+}
+
+// TestResetLinkBaseOrDefault: the setting wins; otherwise the api's own
+// page, never an all-interfaces address.
+func TestResetLinkBaseOrDefault(t *testing.T) {
+	t.Parallel()
+
+	for addr, want := range map[string]string{
+		"127.0.0.1:8080": "http://127.0.0.1:8080/reset-password",
+		"localhost:9000": "http://localhost:9000/reset-password",
+		"10.0.0.5:8080":  "http://10.0.0.5:8080/reset-password",
+		"0.0.0.0:8080":   "http://127.0.0.1:8080/reset-password",
+		"[::]:8080":      "http://127.0.0.1:8080/reset-password",
+		":8080":          "http://127.0.0.1:8080/reset-password",
+		"[::1]:8080":     "http://[::1]:8080/reset-password",
+	} {
+		cfg, err := Load(nil, env(map[string]string{EnvAPIAddr: addr}))
+		require.NoError(t, err, addr)
+		require.Equal(t, want, cfg.ResetLinkBaseOrDefault(), addr)
+	}
+	cfg, err := Load(nil, env(map[string]string{EnvAPIAddr: "0.0.0.0:8080", EnvResetLinkBase: "https://app.example.com/reset"}))
+	require.NoError(t, err)
+	require.Equal(t, "https://app.example.com/reset", cfg.ResetLinkBaseOrDefault())
 }

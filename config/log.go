@@ -8,9 +8,10 @@ import (
 )
 
 // LogValue implements slog.LogValuer: every setting under its flag name
-// with underscores (plus the driver), durations as text ("2m0s"). A field
-// tagged secret appears only as "set" or "unset", and one tagged
-// secret:"password" (DATABASE_URL) with its password masked.
+// with underscores (plus the driver and the reset link base used),
+// durations as text ("2m0s"). A field tagged secret appears only as "set"
+// or "unset", and one tagged secret:"password" (DATABASE_URL) with its
+// password masked.
 func (c *Config) LogValue() slog.Value {
 	if c == nil {
 		return slog.StringValue("<nil>")
@@ -21,6 +22,9 @@ func (c *Config) LogValue() slog.Value {
 		attrs = append(attrs, slog.Attr{Key: logKey(f), Value: logValue(f, v.FieldByIndex(f.Index))})
 		if f.Name == "DatabaseURL" {
 			attrs = append(attrs, slog.String("driver", c.Driver()))
+		}
+		if f.Name == "ResetLinkBase" {
+			attrs = append(attrs, slog.String("reset_link_base_used", c.ResetLinkBaseOrDefault()))
 		}
 	}
 	return slog.GroupValue(attrs...)

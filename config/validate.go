@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgate/idemgate/domain"
 )
 
 // Validate checks every field and returns one *SettingError per bad
@@ -39,6 +41,11 @@ func (c *Config) Validate() error {
 	add(validateHostPort(EnvSMTPAddr, c.SMTPAddr, true))
 	if _, err := mail.ParseAddress(c.MailFrom); err != nil {
 		add(settingErr(EnvMailFrom, "%q is not a valid mail address (%v); example: %q", c.MailFrom, err, DefaultMailFrom))
+	}
+	if c.ResetLinkBase != "" {
+		if err := domain.CheckLinkBase(c.ResetLinkBase); err != nil {
+			add(settingErr(EnvResetLinkBase, "%q %v (example: https://app.example.com/reset-password)", c.ResetLinkBase, err))
+		}
 	}
 	inflightOK := validateRange(&errs, EnvInflightTimeout, c.InflightTimeout, MinInflightTimeout, MaxInflightTimeout)
 	reaperOK := validateRange(&errs, EnvReaperInterval, c.ReaperInterval, MinReaperInterval, MaxReaperInterval)

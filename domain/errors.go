@@ -24,6 +24,10 @@ const (
 	CodeUnavailable     Code = "unavailable"
 	CodeRateLimited     Code = "rate_limited"
 	CodeInternal        Code = "internal"
+	// CodeResetTokenUsed and CodeResetTokenExpired refuse a password-reset
+	// token that was redeemed before, or is past its expiry.
+	CodeResetTokenUsed    Code = "reset_token_used"
+	CodeResetTokenExpired Code = "reset_token_expired"
 
 	// Outcome codes stored on failed claims.
 	CodeOutcomeUnknown                Code = "outcome_unknown"
@@ -41,7 +45,7 @@ func Codes() []Code {
 	return []Code{
 		CodeIdempotencyKeyRequired, CodeInvalidIdempotencyKey, CodeKeyReuseDifferentArgs, CodeKeyExpired,
 		CodeForbidden, CodeUnauthenticated, CodeNotFound, CodeInvalidArgument,
-		CodeUnavailable, CodeRateLimited, CodeInternal,
+		CodeUnavailable, CodeRateLimited, CodeInternal, CodeResetTokenUsed, CodeResetTokenExpired,
 		CodeOutcomeUnknown, CodeCancelled, CodeDownstreamIdempotencyMismatch, CodeAmountExceedsRefundable,
 		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted,
 	}
@@ -103,4 +107,9 @@ var (
 	// ErrLeaseUnavailable means a worker could not take a claim's lease: it
 	// is held by a live worker, terminal, or belongs to another job.
 	ErrLeaseUnavailable = errors.New("lease unavailable")
+	// ErrAlreadyUsed means a one-time row (a password-reset token) was
+	// consumed before.
+	ErrAlreadyUsed = errors.New("already used")
+	// ErrExpired means a row (a password-reset token) is past its expiry.
+	ErrExpired = errors.New("expired")
 )

@@ -18,3 +18,28 @@ func TestValidID(t *testing.T) {
 		require.False(t, domain.ValidID(bad), bad)
 	}
 }
+
+func TestCheckLinkBase(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"http://127.0.0.1:8080/reset-password", "https://app.example.com/reset?lang=en",
+		"http://[::1]:8080/r", "HTTPS://Example.com"} {
+		require.NoError(t, domain.CheckLinkBase(ok), ok)
+	}
+	for bad, want := range map[string]string{
+		"":                                "not an absolute",
+		"/reset":                          "not an absolute",
+		"ftp://example.com/r":             "not an absolute",
+		"http:///reset":                   "no host",
+		"http:example.com":                "no host",
+		"https://u:p@example.com/r":       "credentials",
+		"https://example.com/r#x":         "fragment",
+		"https://example.com/r?token=abc": "token parameter",
+		"http://0.0.0.0:8080/r":           "0.0.0.0",
+		"http://[::]:8080/r":              "::",
+		"http://exa mple.com/":            "not a URL",
+		"https://example.com/" + strings.Repeat("x", domain.MaxLinkBaseLen): "longer",
+	} {
+		err := domain.CheckLinkBase(bad)
+		require.ErrorContains(t, err, want, bad)
+	}
+}

@@ -54,6 +54,25 @@ type ResetTokenInsertParams struct {
 	ExpiresAt                     time.Time
 }
 
+// ResetTokenRedemption is a password-reset token that
+// ResetTokens.ResetTokenRedeem consumed: whose reset it is.
+type ResetTokenRedemption struct {
+	TenantID, UserID, OperationID string
+	// UsedAt is when it was consumed, by the database's clock.
+	UsedAt time.Time
+}
+
+// ResetTokens consumes password-reset tokens (POST
+// /v1/password-resets/redeem).
+type ResetTokens interface {
+	// ResetTokenRedeem consumes the token whose hash is tokenHash, at most
+	// once: one conditional update sets used_at if it is unset and the
+	// token unexpired. Otherwise the error is domain.ErrAlreadyUsed (used
+	// before, expired or not), domain.ErrExpired, or domain.ErrNotFound
+	// (no such token).
+	ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*ResetTokenRedemption, error)
+}
+
 // Tx is a transaction the domain writes join: a gate.Tx or a tool.Tx,
 // whose Raw is the engine's transaction (pgx.Tx, *sql.Tx).
 type Tx interface {
@@ -71,6 +90,9 @@ type Domain interface {
 	SeatGet(ctx context.Context, tenantID, seatID string) (string, error)
 	// UserGet returns a tenant's user or domain.ErrNotFound.
 	UserGet(ctx context.Context, tenantID, userID string) (*User, error)
+	// TenantResetLinkBase returns the tenant's own password-reset link
+	// base (tenant_settings), or "" when it has none.
+	TenantResetLinkBase(ctx context.Context, tenantID string) (string, error)
 	// RefundRecord stores a Stripe refund and adds it to the order's
 	// refunded amount; recording the same Stripe refund twice is a no-op.
 	RefundRecord(ctx context.Context, tx Tx, p *RefundRecordParams) error

@@ -26,6 +26,7 @@ type SeedFile struct {
 	Seats     []SeedSeat     `json:"seats,omitempty"`
 	Users     []SeedUser     `json:"users,omitempty"`
 	Tokens    []SeedToken    `json:"tokens,omitempty"`
+	Tenants   []SeedTenant   `json:"tenants,omitempty"`
 	// KnownScopes, set by the caller (not the file), are the scopes its
 	// tokens may grant: the tool registry's Scopes. Nil checks only that
 	// each scope looks like resource:action.
@@ -76,6 +77,15 @@ type SeedToken struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
+// SeedTenant is an entry of "tenants": a tenant's own settings.
+type SeedTenant struct {
+	Tenant string `json:"tenant"`
+	// ResetLinkBase is optional: the page the tenant's password-reset mails
+	// link to (domain.CheckLinkBase); empty leaves the deployment's
+	// IDEMGATE_RESET_LINK_BASE.
+	ResetLinkBase string `json:"reset_link_base,omitempty"`
+}
+
 // ParseSeed decodes and validates a seed file. Unknown fields, trailing
 // data and invalid entries are errors; validation errors name the entry and
 // field, as in "orders[0].amount_cents: must be positive".
@@ -105,16 +115,27 @@ var currencyPattern = regexp.MustCompile(`^[a-z]{3}$`)
 // same fixed token value) are rejected: the second would be silently
 // ignored.
 func (f *SeedFile) Validate() error {
-	type key [3]string
-	seen := map[key]string{}
-	dup := func(name string, k key) error {
+	seen := map[seedKey]string{}
+	dup := func(name string, k seedKey) error {
 		if prev, ok := seen[k]; ok {
 			return fmt.Errorf("%s: duplicates %s", name, prev)
 		}
 		seen[k] = name
 		return nil
 	}
+	for _, validate := range []func(dupFunc) error{f.validateOrders, f.validateSeatsAndUsers, f.validateTokens, f.validateTenants} {
+		if err := validate(dup); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
+// dupFunc records an entry's identity, or says which entry had it before.
+type dupFunc = func(name string, k seedKey) error
+
+// validateOrders checks "orders" and "customers".
+func (f *SeedFile) validateOrders(dup dupFunc) error {
 	for i, o := range f.Orders {
 		name := fmt.Sprintf("orders[%d]", i)
 		if err := firstErr(
@@ -123,7 +144,7 @@ func (f *SeedFile) Validate() error {
 			checkID(name, "charge_id", o.ChargeID),
 			checkAmount(name, "amount_cents", o.AmountCents),
 			checkCurrency(name, "currency", o.Currency),
-			dup(name, key{"orders", o.Tenant, o.OrderID}),
+			dup(name, seedKey{"orders", o.Tenant, o.OrderID}),
 		); err != nil {
 			return err
 		}
@@ -134,11 +155,16 @@ func (f *SeedFile) Validate() error {
 			checkID(name, "tenant", c.Tenant),
 			checkID(name, "customer_id", c.CustomerID),
 			checkCurrency(name, "currency", c.Currency),
-			dup(name, key{"customers", c.Tenant, c.CustomerID}),
+			dup(name, seedKey{"customers", c.Tenant, c.CustomerID}),
 		); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// validateSeatsAndUsers checks "seats" and "users".
+func (f *SeedFile) validateSeatsAndUsers(dup dupFunc) error {
 	for i, s := range f.Seats {
 		name := fmt.Sprintf("seats[%d]", i)
 		var userErr error
@@ -149,7 +175,7 @@ func (f *SeedFile) Validate() error {
 			checkID(name, "tenant", s.Tenant),
 			checkID(name, "seat_id", s.SeatID),
 			userErr,
-			dup(name, key{"seats", s.Tenant, s.SeatID}),
+			dup(name, seedKey{"seats", s.Tenant, s.SeatID}),
 		); err != nil {
 			return err
 		}
@@ -160,11 +186,16 @@ func (f *SeedFile) Validate() error {
 			checkID(name, "tenant", u.Tenant),
 			checkID(name, "user_id", u.UserID),
 			checkEmail(name, "email", u.Email),
-			dup(name, key{"users", u.Tenant, u.UserID}),
+			dup(name, seedKey{"users", u.Tenant, u.UserID}),
 		); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// validateTokens checks "tokens".
+func (f *SeedFile) validateTokens(dup dupFunc) error {
 	for i, t := range f.Tokens {
 		name := fmt.Sprintf("tokens[%d]", i)
 		var scopesErr, tokenErr error
@@ -176,7 +207,7 @@ func (f *SeedFile) Validate() error {
 				tokenErr = fmt.Errorf("%s.token: must be %q followed by %d to %d characters of [A-Za-z0-9_-]",
 					name, tokenspec.Prefix, tokenspec.MinLen-len(tokenspec.Prefix), tokenspec.MaxLen-len(tokenspec.Prefix))
 			} else {
-				tokenErr = dup(name, key{"tokens", t.Token})
+				tokenErr = dup(name, seedKey{"tokens", t.Token})
 			}
 		}
 		if err := firstErr(
@@ -184,6 +215,30 @@ func (f *SeedFile) Validate() error {
 			checkID(name, "user", t.User),
 			scopesErr,
 			tokenErr,
+		); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seedKey is an entry's identity: its list, then its key columns.
+type seedKey [3]string
+
+// validateTenants checks "tenants".
+func (f *SeedFile) validateTenants(dup dupFunc) error {
+	for i, tn := range f.Tenants {
+		name := fmt.Sprintf("tenants[%d]", i)
+		var baseErr error
+		if tn.ResetLinkBase != "" {
+			if err := domain.CheckLinkBase(tn.ResetLinkBase); err != nil {
+				baseErr = fmt.Errorf("%s.reset_link_base: %q %w", name, tn.ResetLinkBase, err)
+			}
+		}
+		if err := firstErr(
+			checkID(name, "tenant", tn.Tenant),
+			baseErr,
+			dup(name, seedKey{"tenants", tn.Tenant}),
 		); err != nil {
 			return err
 		}

@@ -16,7 +16,8 @@ const designExample = `{
   "customers": [{"tenant": "acme", "customer_id": "cus_1", "currency": "usd"}],
   "seats":     [{"tenant": "acme", "seat_id": "seat_1", "user_id": "usr_1"}],
   "users":     [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}],
-  "tokens":    [{"tenant": "acme", "user": "support-bot", "scopes": ["billing:refund"], "token": "idg_test_acme"}]
+  "tokens":    [{"tenant": "acme", "user": "support-bot", "scopes": ["billing:refund"], "token": "idg_test_acme"}],
+  "tenants":   [{"tenant": "acme", "reset_link_base": "https://app.acme.example/reset-password"}]
 }`
 
 func TestParseSeed(t *testing.T) {
@@ -32,6 +33,7 @@ func TestParseSeed(t *testing.T) {
 			Seats:     []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}},
 			Users:     []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
 			Tokens:    []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund"}, Token: "idg_test_acme"}},
+			Tenants:   []store.SeedTenant{{Tenant: "acme", ResetLinkBase: "https://app.acme.example/reset-password"}},
 		}, f)
 	})
 
@@ -60,72 +62,90 @@ func TestParseSeed(t *testing.T) {
 			`{"orders": [{"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 10000000000, "currency": "eur"}]}`))
 		require.NoError(t, err)
 	})
+}
 
-	order := func(fields string) string {
-		return `{"orders": [{"tenant": "acme", "order_id": "ord_1", "charge_id": "ch_1", "amount_cents": 100, "currency": "usd"},` +
-			`{` + fields + `}]}`
-	}
-	token := func(fields string) string { return `{"tokens": [{` + fields + `}]}` }
+// seedOrder is a seed file of a valid order and one with fields.
+func seedOrder(fields string) string {
+	return `{"orders": [{"tenant": "acme", "order_id": "ord_1", "charge_id": "ch_1", "amount_cents": 100, "currency": "usd"},` +
+		`{` + fields + `}]}`
+}
 
-	for _, tt := range []struct {
-		name    string
-		json    string
-		wantErr string
-	}{
-		{"Empty", ``, "seed file: empty"},
-		{"NotAnObject", `[]`, "seed file: json: cannot unmarshal array"},
-		{"Malformed", `{"orders": [`, "seed file: unexpected EOF"},
-		{"TrailingData", `{} {}`, "unexpected data after the JSON object"},
-		{"UnknownTopLevelField", `{"tenants": []}`, `unknown field "tenants"`},
-		{"UnknownEntryField", `{"users": [{"tenant": "a", "user_id": "u", "email": "a@b.c", "name": "Ana"}]}`, `unknown field "name"`},
-		{"WrongType", `{"orders": [{"amount_cents": "5000"}]}`, "amount_cents"},
+// seedToken is a seed file of one token with fields.
+func seedToken(fields string) string { return `{"tokens": [{` + fields + `}]}` }
 
-		{"OrderTenantMissing", order(`"order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant: required"},
-		{"OrderTenantInvalid", order(`"tenant": "ac me", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant: \"ac me\" must be 1 to 64 characters"},
-		{"OrderTenantTooLong", order(`"tenant": "` + strings.Repeat("a", 65) + `", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant:"},
-		{"OrderIDMissing", order(`"tenant": "a", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].order_id: required"},
-		{"OrderIDInvalid", order(`"tenant": "a", "order_id": "ord/1", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].order_id:"},
-		{"OrderChargeMissing", order(`"tenant": "a", "order_id": "o", "amount_cents": 1, "currency": "usd"`), "orders[1].charge_id: required"},
-		{"OrderAmountMissing", order(`"tenant": "a", "order_id": "o", "charge_id": "c", "currency": "usd"`), "orders[1].amount_cents: must be positive"},
-		{"OrderAmountZero", order(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 0, "currency": "usd"`), "orders[1].amount_cents: must be positive"},
-		{"OrderAmountNegative", order(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": -5, "currency": "usd"`), "orders[1].amount_cents: must be positive"},
-		{"OrderAmountTooLarge", order(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 10000000001, "currency": "usd"`), "orders[1].amount_cents: must be at most 10000000000"},
-		{"OrderCurrencyMissing", order(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1`), "orders[1].currency:"},
-		{"OrderCurrencyUppercase", order(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "USD"`), "orders[1].currency: \"USD\" must be 3 lowercase letters"},
-		{"OrderCurrencyLength", order(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usdt"`), "orders[1].currency:"},
-		{"OrderDuplicate", order(`"tenant": "acme", "order_id": "ord_1", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1]: duplicates orders[0]"},
+// parseSeedRefusals are seed files ParseSeed refuses, with what the error
+// says.
+var parseSeedRefusals = []struct {
+	name    string
+	json    string
+	wantErr string
+}{
+	{"Empty", ``, "seed file: empty"},
+	{"NotAnObject", `[]`, "seed file: json: cannot unmarshal array"},
+	{"Malformed", `{"orders": [`, "seed file: unexpected EOF"},
+	{"TrailingData", `{} {}`, "unexpected data after the JSON object"},
+	{"UnknownTopLevelField", `{"products": []}`, `unknown field "products"`},
+	{"UnknownTenantField", `{"tenants": [{"tenant": "a", "name": "A"}]}`, `unknown field "name"`},
+	{"UnknownEntryField", `{"users": [{"tenant": "a", "user_id": "u", "email": "a@b.c", "name": "Ana"}]}`, `unknown field "name"`},
+	{"WrongType", `{"orders": [{"amount_cents": "5000"}]}`, "amount_cents"},
 
-		{"CustomerIDMissing", `{"customers": [{"tenant": "a", "currency": "usd"}]}`, "customers[0].customer_id: required"},
-		{"CustomerTenantInvalid", `{"customers": [{"tenant": "a!", "customer_id": "c", "currency": "usd"}]}`, "customers[0].tenant:"},
-		{"CustomerCurrencyInvalid", `{"customers": [{"tenant": "a", "customer_id": "c", "currency": "us"}]}`, "customers[0].currency:"},
-		{"CustomerDuplicate", `{"customers": [{"tenant": "a", "customer_id": "c", "currency": "usd"}, {"tenant": "a", "customer_id": "c", "currency": "eur"}]}`, "customers[1]: duplicates customers[0]"},
+	{"OrderTenantMissing", seedOrder(`"order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant: required"},
+	{"OrderTenantInvalid", seedOrder(`"tenant": "ac me", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant: \"ac me\" must be 1 to 64 characters"},
+	{"OrderTenantTooLong", seedOrder(`"tenant": "` + strings.Repeat("a", 65) + `", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant:"},
+	{"OrderIDMissing", seedOrder(`"tenant": "a", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].order_id: required"},
+	{"OrderIDInvalid", seedOrder(`"tenant": "a", "order_id": "ord/1", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].order_id:"},
+	{"OrderChargeMissing", seedOrder(`"tenant": "a", "order_id": "o", "amount_cents": 1, "currency": "usd"`), "orders[1].charge_id: required"},
+	{"OrderAmountMissing", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "currency": "usd"`), "orders[1].amount_cents: must be positive"},
+	{"OrderAmountZero", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 0, "currency": "usd"`), "orders[1].amount_cents: must be positive"},
+	{"OrderAmountNegative", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": -5, "currency": "usd"`), "orders[1].amount_cents: must be positive"},
+	{"OrderAmountTooLarge", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 10000000001, "currency": "usd"`), "orders[1].amount_cents: must be at most 10000000000"},
+	{"OrderCurrencyMissing", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1`), "orders[1].currency:"},
+	{"OrderCurrencyUppercase", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "USD"`), "orders[1].currency: \"USD\" must be 3 lowercase letters"},
+	{"OrderCurrencyLength", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usdt"`), "orders[1].currency:"},
+	{"OrderDuplicate", seedOrder(`"tenant": "acme", "order_id": "ord_1", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1]: duplicates orders[0]"},
 
-		{"SeatIDMissing", `{"seats": [{"tenant": "a"}]}`, "seats[0].seat_id: required"},
-		{"SeatTenantMissing", `{"seats": [{"seat_id": "s"}]}`, "seats[0].tenant: required"},
-		{"SeatUserInvalid", `{"seats": [{"tenant": "a", "seat_id": "s", "user_id": "u 1"}]}`, "seats[0].user_id:"},
-		{"SeatDuplicate", `{"seats": [{"tenant": "a", "seat_id": "s"}, {"tenant": "a", "seat_id": "s"}]}`, "seats[1]: duplicates seats[0]"},
+	{"CustomerIDMissing", `{"customers": [{"tenant": "a", "currency": "usd"}]}`, "customers[0].customer_id: required"},
+	{"CustomerTenantInvalid", `{"customers": [{"tenant": "a!", "customer_id": "c", "currency": "usd"}]}`, "customers[0].tenant:"},
+	{"CustomerCurrencyInvalid", `{"customers": [{"tenant": "a", "customer_id": "c", "currency": "us"}]}`, "customers[0].currency:"},
+	{"CustomerDuplicate", `{"customers": [{"tenant": "a", "customer_id": "c", "currency": "usd"}, {"tenant": "a", "customer_id": "c", "currency": "eur"}]}`, "customers[1]: duplicates customers[0]"},
 
-		{"UserIDMissing", `{"users": [{"tenant": "a", "email": "a@b.c"}]}`, "users[0].user_id: required"},
-		{"UserTenantInvalid", `{"users": [{"tenant": "", "user_id": "u", "email": "a@b.c"}]}`, "users[0].tenant: required"},
-		{"UserEmailMissing", `{"users": [{"tenant": "a", "user_id": "u"}]}`, "users[0].email: required"},
-		{"UserEmailNoAt", `{"users": [{"tenant": "a", "user_id": "u", "email": "ana.example.com"}]}`, "users[0].email: \"ana.example.com\" is not an email address"},
-		{"UserEmailDisplayName", `{"users": [{"tenant": "a", "user_id": "u", "email": "Ana <ana@example.com>"}]}`, "users[0].email:"},
-		{"UserDuplicate", `{"users": [{"tenant": "a", "user_id": "u", "email": "a@b.c"}, {"tenant": "a", "user_id": "u", "email": "d@e.f"}]}`, "users[1]: duplicates users[0]"},
+	{"SeatIDMissing", `{"seats": [{"tenant": "a"}]}`, "seats[0].seat_id: required"},
+	{"SeatTenantMissing", `{"seats": [{"seat_id": "s"}]}`, "seats[0].tenant: required"},
+	{"SeatUserInvalid", `{"seats": [{"tenant": "a", "seat_id": "s", "user_id": "u 1"}]}`, "seats[0].user_id:"},
+	{"SeatDuplicate", `{"seats": [{"tenant": "a", "seat_id": "s"}, {"tenant": "a", "seat_id": "s"}]}`, "seats[1]: duplicates seats[0]"},
 
-		{"TokenTenantMissing", token(`"user": "u", "scopes": ["billing:refund"]`), "tokens[0].tenant: required"},
-		{"TokenUserMissing", token(`"tenant": "a", "scopes": ["billing:refund"]`), "tokens[0].user: required"},
-		{"TokenUserInvalid", token(`"tenant": "a", "user": "support bot", "scopes": ["billing:refund"]`), "tokens[0].user:"},
-		{"TokenScopesMissing", token(`"tenant": "a", "user": "u"`), "tokens[0].scopes: must list at least one scope"},
-		{"TokenScopesEmpty", token(`"tenant": "a", "user": "u", "scopes": []`), "tokens[0].scopes: must list at least one scope"},
-		{"TokenScopeMalformed", token(`"tenant": "a", "user": "u", "scopes": ["billing:refund", "everything"]`), `tokens[0].scopes: scope "everything" must look like resource:action`},
-		{"TokenScopeRepeated", token(`"tenant": "a", "user": "u", "scopes": ["seats:reset", "seats:reset"]`), `tokens[0].scopes: scope "seats:reset" is listed twice`},
-		{"TokenValueNoPrefix", token(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "test_acme_1"`), "tokens[0].token: must be \"idg_\""},
-		{"TokenValueTooShort", token(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_abc"`), "tokens[0].token:"},
-		{"TokenValueBadChar", token(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_abc.def"`), "tokens[0].token:"},
-		{"TokenExpiresAtInvalid", token(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "expires_at": "tomorrow"`), "seed file: parsing time"},
-		{"TokenValueDuplicate", `{"tokens": [{"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_same_value"},
-			{"tenant": "b", "user": "v", "scopes": ["seats:reset"], "token": "idg_same_value"}]}`, "tokens[1]: duplicates tokens[0]"},
-	} {
+	{"UserIDMissing", `{"users": [{"tenant": "a", "email": "a@b.c"}]}`, "users[0].user_id: required"},
+	{"UserTenantInvalid", `{"users": [{"tenant": "", "user_id": "u", "email": "a@b.c"}]}`, "users[0].tenant: required"},
+	{"UserEmailMissing", `{"users": [{"tenant": "a", "user_id": "u"}]}`, "users[0].email: required"},
+	{"UserEmailNoAt", `{"users": [{"tenant": "a", "user_id": "u", "email": "ana.example.com"}]}`, "users[0].email: \"ana.example.com\" is not an email address"},
+	{"UserEmailDisplayName", `{"users": [{"tenant": "a", "user_id": "u", "email": "Ana <ana@example.com>"}]}`, "users[0].email:"},
+	{"UserDuplicate", `{"users": [{"tenant": "a", "user_id": "u", "email": "a@b.c"}, {"tenant": "a", "user_id": "u", "email": "d@e.f"}]}`, "users[1]: duplicates users[0]"},
+
+	{"TenantMissing", `{"tenants": [{"reset_link_base": "https://a.example.com/r"}]}`, "tenants[0].tenant: required"},
+	{"TenantInvalid", `{"tenants": [{"tenant": "a b"}]}`, "tenants[0].tenant:"},
+	{"TenantLinkBaseRelative", `{"tenants": [{"tenant": "a", "reset_link_base": "/reset"}]}`, `tenants[0].reset_link_base: "/reset" is not an absolute http or https URL`},
+	{"TenantLinkBaseAllInterfaces", `{"tenants": [{"tenant": "a", "reset_link_base": "http://0.0.0.0:8080/reset-password"}]}`, "tenants[0].reset_link_base:"},
+	{"TenantLinkBaseWithToken", `{"tenants": [{"tenant": "a", "reset_link_base": "https://a.example.com/r?token=x"}]}`, "token parameter"},
+	{"TenantDuplicate", `{"tenants": [{"tenant": "a"}, {"tenant": "a", "reset_link_base": "https://a.example.com/r"}]}`, "tenants[1]: duplicates tenants[0]"},
+
+	{"TokenTenantMissing", seedToken(`"user": "u", "scopes": ["billing:refund"]`), "tokens[0].tenant: required"},
+	{"TokenUserMissing", seedToken(`"tenant": "a", "scopes": ["billing:refund"]`), "tokens[0].user: required"},
+	{"TokenUserInvalid", seedToken(`"tenant": "a", "user": "support bot", "scopes": ["billing:refund"]`), "tokens[0].user:"},
+	{"TokenScopesMissing", seedToken(`"tenant": "a", "user": "u"`), "tokens[0].scopes: must list at least one scope"},
+	{"TokenScopesEmpty", seedToken(`"tenant": "a", "user": "u", "scopes": []`), "tokens[0].scopes: must list at least one scope"},
+	{"TokenScopeMalformed", seedToken(`"tenant": "a", "user": "u", "scopes": ["billing:refund", "everything"]`), `tokens[0].scopes: scope "everything" must look like resource:action`},
+	{"TokenScopeRepeated", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset", "seats:reset"]`), `tokens[0].scopes: scope "seats:reset" is listed twice`},
+	{"TokenValueNoPrefix", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "test_acme_1"`), "tokens[0].token: must be \"idg_\""},
+	{"TokenValueTooShort", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_abc"`), "tokens[0].token:"},
+	{"TokenValueBadChar", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_abc.def"`), "tokens[0].token:"},
+	{"TokenExpiresAtInvalid", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "expires_at": "tomorrow"`), "seed file: parsing time"},
+	{"TokenValueDuplicate", `{"tokens": [{"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_same_value"},
+		{"tenant": "b", "user": "v", "scopes": ["seats:reset"], "token": "idg_same_value"}]}`, "tokens[1]: duplicates tokens[0]"},
+}
+
+func TestParseSeedRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tt := range parseSeedRefusals {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f, err := store.ParseSeed(strings.NewReader(tt.json))

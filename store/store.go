@@ -120,6 +120,7 @@ type SeedResult struct {
 	Seats     SeedCount `json:"seats"`
 	Users     SeedCount `json:"users"`
 	Tokens    SeedCount `json:"tokens"`
+	Tenants   SeedCount `json:"tenants"`
 	// CreatedTokens holds the secrets of the tokens minted for entries
 	// without a fixed value, in file order; never nil. Fixed values are not
 	// repeated here.

@@ -25,9 +25,10 @@ type Mail struct {
 	SentAt    time.Time `json:"sent_at"`
 }
 
-// SendPasswordReset mails a password-reset link. The token is
-// HMAC(secret, downstream key), so a resent mail carries the same link, and
-// the Message-ID derives from the downstream key, so receivers can fold
+// SendPasswordReset mails a password-reset link, on the tenant's own link
+// base when it has one, else the deployment's. The token is HMAC(secret,
+// downstream key), so a resent mail carries the same token, and the
+// Message-ID derives from the downstream key, so receivers can fold
 // duplicates that SMTP cannot prevent.
 func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 	return &tool.Mutation[MailArgs, Mail]{
@@ -46,8 +47,13 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 			if err != nil {
 				return nil, notFound(err, "user_id", op.Args.UserID)
 			}
+			base, err := d.Data.TenantResetLinkBase(ctx, op.TenantID)
+			if err != nil {
+				return nil, tool.Transient(codeUnavailable, err)
+			}
 			token := resetmail.Token(d.Secret, op.DownstreamKey)
-			sent, err := d.Mail.Send(ctx, &resetmail.Mail{To: user.Email, UserID: op.Args.UserID, DownstreamKey: op.DownstreamKey, Token: token})
+			sent, err := d.Mail.Send(ctx, &resetmail.Mail{To: user.Email, UserID: op.Args.UserID, DownstreamKey: op.DownstreamKey,
+				Token: token, LinkBase: base})
 			if err != nil {
 				return nil, mailError(err, d.MailFailUnknownOutcome)
 			}

@@ -22,9 +22,9 @@ func newSeedCmd(a *app) *cobra.Command {
 	var file string
 	cmd := &cobra.Command{
 		Use:   "seed --file F",
-		Short: "Load tenants' tokens, orders, customers, seats and users from a seed file",
+		Short: "Load tenants' tokens, orders, customers, seats, users and settings from a seed file",
 		Long: "Load a seed file (see docs/design.md, \"Operators and the edge\") in one transaction and print one JSON line:\n" +
-			`{"orders":{"created":N,"existing":M},…,"tokens":{…},"created_tokens":[{"index":I,"id":…,"token":…}]}.` + "\n" +
+			`{"orders":{"created":N,"existing":M},…,"tokens":{…},"tenants":{…},"created_tokens":[{"index":I,"id":…,"token":…}]}.` + "\n" +
 			"Idempotent: existing rows are left as they are, even where the file differs. Entries of \"tokens\"\n" +
 			"with a fixed \"token\" value are created once; those without one are minted on every run, and their\n" +
 			"secrets (shown this once) are listed in created_tokens. --file - reads standard input.",

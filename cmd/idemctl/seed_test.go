@@ -23,7 +23,8 @@ const seedFileJSON = `{
   "seats":     [{"tenant": "acme", "seat_id": "seat_1", "user_id": "usr_1"}],
   "users":     [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}],
   "tokens":    [{"tenant": "acme", "user": "support-bot", "scopes": ["billing:refund"], "token": "idg_test_acme"},
-                {"tenant": "acme", "user": "demo", "scopes": ["operations:read"]}]
+                {"tenant": "acme", "user": "demo", "scopes": ["operations:read"]}],
+  "tenants":   [{"tenant": "acme", "reset_link_base": "https://app.acme.example/reset-password"}]
 }`
 
 func writeFile(t *testing.T, name, content string) string {
@@ -36,7 +37,7 @@ func writeFile(t *testing.T, name, content string) string {
 func rowCounts(t *testing.T, pool *pgxpool.Pool) map[string]int {
 	t.Helper()
 	m := map[string]int{}
-	for _, table := range []string{"orders", "customers", "seats", "users", "api_tokens"} {
+	for _, table := range []string{"orders", "customers", "seats", "users", "api_tokens", "tenant_settings"} {
 		var n int
 		require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
 		m[table] = n
@@ -59,12 +60,13 @@ func TestSeedCommand(t *testing.T) {
 	require.Equal(t, store.SeedCount{Created: 1}, first.Seats)
 	require.Equal(t, store.SeedCount{Created: 1}, first.Users)
 	require.Equal(t, store.SeedCount{Created: 2}, first.Tokens)
+	require.Equal(t, store.SeedCount{Created: 1}, first.Tenants)
 	// Only the token without a fixed value is printed.
 	require.Len(t, first.CreatedTokens, 1)
 	require.Equal(t, 1, first.CreatedTokens[0].Index)
 	require.Equal(t, "demo", first.CreatedTokens[0].UserID)
 	require.NotContains(t, res.stdout, "idg_test_acme")
-	require.Equal(t, map[string]int{"orders": 1, "customers": 1, "seats": 1, "users": 1, "api_tokens": 2}, rowCounts(t, pool))
+	require.Equal(t, map[string]int{"orders": 1, "customers": 1, "seats": 1, "users": 1, "api_tokens": 2, "tenant_settings": 1}, rowCounts(t, pool))
 
 	// Both tokens authenticate.
 	auth := tenancy.NewAuthenticator(pgstore.New(pool), 0, nil)
@@ -84,14 +86,15 @@ func TestSeedCommand(t *testing.T) {
 	require.Equal(t, store.SeedCount{Existing: 1}, second.Seats)
 	require.Equal(t, store.SeedCount{Existing: 1}, second.Users)
 	require.Equal(t, store.SeedCount{Created: 1, Existing: 1}, second.Tokens)
+	require.Equal(t, store.SeedCount{Existing: 1}, second.Tenants)
 	require.Len(t, second.CreatedTokens, 1)
 	require.NotEqual(t, first.CreatedTokens[0].Token, second.CreatedTokens[0].Token)
-	require.Equal(t, map[string]int{"orders": 1, "customers": 1, "seats": 1, "users": 1, "api_tokens": 3}, rowCounts(t, pool))
+	require.Equal(t, map[string]int{"orders": 1, "customers": 1, "seats": 1, "users": 1, "api_tokens": 3, "tenant_settings": 1}, rowCounts(t, pool))
 
 	// The summary's shape, for programs.
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &raw))
-	require.ElementsMatch(t, []string{"orders", "customers", "seats", "users", "tokens", "created_tokens"}, keys(raw))
+	require.ElementsMatch(t, []string{"orders", "customers", "seats", "users", "tokens", "tenants", "created_tokens"}, keys(raw))
 }
 
 func TestSeedCommandStdinAndErrors(t *testing.T) {
@@ -114,10 +117,10 @@ func TestSeedCommandStdinAndErrors(t *testing.T) {
 	require.Equal(t, exitUsage, res.code)
 	require.Contains(t, res.stderr, "orders[0].amount_cents: must be positive")
 
-	unknown := writeFile(t, "unknown.json", `{"tenants": []}`)
+	unknown := writeFile(t, "unknown.json", `{"products": []}`)
 	res = idemctl(ctx, t, dbURL, "seed", "--file", unknown)
 	require.Equal(t, exitUsage, res.code)
-	require.Contains(t, res.stderr, `unknown field "tenants"`)
+	require.Contains(t, res.stderr, `unknown field "products"`)
 
 	res = idemctl(ctx, t, dbURL, "seed", "--file", filepath.Join(t.TempDir(), "missing.json"))
 	require.Equal(t, exitUsage, res.code)
@@ -128,7 +131,7 @@ func TestSeedCommandStdinAndErrors(t *testing.T) {
 	require.Contains(t, res.stderr, "--file is required")
 
 	// None of the rejected files loaded anything.
-	require.Equal(t, map[string]int{"orders": 0, "customers": 0, "seats": 0, "users": 1, "api_tokens": 0}, rowCounts(t, pool))
+	require.Equal(t, map[string]int{"orders": 0, "customers": 0, "seats": 0, "users": 1, "api_tokens": 0, "tenant_settings": 0}, rowCounts(t, pool))
 
 }
 

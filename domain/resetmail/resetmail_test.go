@@ -39,6 +39,15 @@ func TestToken(t *testing.T) {
 		t.Error("Token is the same under two secrets")
 	}
 
+	if !resetmail.WellFormed(want) || len(want) != resetmail.TokenLen {
+		t.Errorf("WellFormed(%q) = false", want)
+	}
+	for _, bad := range []string{"", want[1:], want + "A", want[1:] + "=", want[1:] + "+", want[1:] + "/", want[1:] + " "} {
+		if resetmail.WellFormed(bad) {
+			t.Errorf("WellFormed(%q) = true", bad)
+		}
+	}
+
 	if got := hex.EncodeToString(resetmail.TokenHash("abc")); got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
 		t.Errorf("TokenHash(abc) = %s", got)
 	}
@@ -81,6 +90,7 @@ func TestNewSender(t *testing.T) {
 		{"bad from", func(c *resetmail.SenderConfig) { c.From = "not an address" }, "MAIL_FROM"},
 		{"bad domain", func(c *resetmail.SenderConfig) { c.Domain = "a b" }, "Domain"},
 		{"relative link", func(c *resetmail.SenderConfig) { c.LinkBase = "/reset" }, "LinkBase"},
+		{"all-interfaces link", func(c *resetmail.SenderConfig) { c.LinkBase = "http://0.0.0.0:8080/reset" }, "0.0.0.0"},
 		{"negative timeout", func(c *resetmail.SenderConfig) { c.Timeout = -time.Second }, "Timeout"},
 	} {
 		c := ok
@@ -173,6 +183,36 @@ func TestSendArrivesOnce(t *testing.T) {
 	}
 }
 
+// TestSendWithTheMailsLinkBase: a mail's own link base (a tenant's page)
+// replaces the Sender's.
+func TestSendWithTheMailsLinkBase(t *testing.T) {
+	t.Parallel()
+	smtpAddr, apiURL := mailpit.Start(t)
+	mp := mailpit.New(apiURL)
+	s := newSender(t, smtpAddr)
+	key := newKey()
+	token := resetmail.Token(secret, key)
+	sent, err := s.Send(t.Context(), &resetmail.Mail{To: "dan@example.com", UserID: "usr_3", DownstreamKey: key, Token: token,
+		LinkBase: "https://app.example.com/reset?lang=en"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := mp.ByMessageID(t.Context(), sent.MessageID)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("ByMessageID = %d, %v; want 1 message", len(ms), err)
+	}
+	body, err := mp.Body(t.Context(), ms[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if link := "https://app.example.com/reset?lang=en&token=" + token; !strings.Contains(body, link) {
+		t.Errorf("body lacks the link %s:\n%s", link, body)
+	}
+	if strings.Contains(body, s.Link(token)) {
+		t.Errorf("body has the Sender's link too:\n%s", body)
+	}
+}
+
 // TestSendTwiceSameMessageID documents that SMTP cannot deduplicate: two
 // sends of one key are two messages, with the same Message-ID and link.
 func TestSendTwiceSameMessageID(t *testing.T) {
@@ -245,6 +285,8 @@ func TestInvalidMailIsPermanent(t *testing.T) {
 		{To: "a@example.com", DownstreamKey: "", Token: "t"},
 		{To: "a@example.com", DownstreamKey: "idg x>", Token: "t"},
 		{To: "a@example.com", DownstreamKey: "idg_x_0", Token: ""},
+		{To: "a@example.com", DownstreamKey: "idg_x_0", Token: "t", LinkBase: "javascript:alert(1)"},
+		{To: "a@example.com", DownstreamKey: "idg_x_0", Token: "t", LinkBase: "http://[::]:8080/reset"},
 	} {
 		_, err := s.Send(t.Context(), m)
 		if !errors.Is(err, resetmail.ErrInvalidMail) || !resetmail.Permanent(err) {

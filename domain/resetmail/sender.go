@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/telemetry"
+
+	"github.com/idemgate/idemgate/domain"
 )
 
 // Subject is the subject of every password-reset mail.
@@ -38,7 +40,8 @@ type SenderConfig struct {
 	// From's address.
 	Domain string
 	// LinkBase is the absolute http(s) URL of the reset page, such as
-	// "http://127.0.0.1:8080/reset"; the mail links to LinkBase?token=….
+	// "http://127.0.0.1:8080/reset-password" (domain.CheckLinkBase); the
+	// mail links to LinkBase?token=… unless the Mail has a base of its own.
 	LinkBase string
 	// Timeout bounds one Send, connecting included, and each SMTP command
 	// within it; zero means DefaultTimeout.
@@ -108,9 +111,8 @@ func NewSender(cfg *SenderConfig) (*Sender, error) {
 		return nil, fmt.Errorf("resetmail: Message-ID domain %q (SenderConfig.Domain, or the domain of MAIL_FROM) is not a plain domain name", s.domain)
 	}
 
-	u, err := url.Parse(cfg.LinkBase)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "" {
-		return nil, fmt.Errorf("resetmail: reset link base (SenderConfig.LinkBase) %q: want an absolute http or https URL without a fragment", cfg.LinkBase)
+	if err := domain.CheckLinkBase(cfg.LinkBase); err != nil {
+		return nil, fmt.Errorf("resetmail: reset link base (SenderConfig.LinkBase) %q %v", cfg.LinkBase, err)
 	}
 	s.linkBase = cfg.LinkBase
 
@@ -138,12 +140,14 @@ func (s *Sender) Domain() string { return s.domain }
 
 // Link returns the reset link for token: LinkBase?token=TOKEN (or
 // &token=TOKEN when LinkBase already has a query).
-func (s *Sender) Link(token string) string {
+func (s *Sender) Link(token string) string { return link(s.linkBase, token) }
+
+func link(base, token string) string {
 	sep := "?"
-	if strings.Contains(s.linkBase, "?") {
+	if strings.Contains(base, "?") {
 		sep = "&"
 	}
-	return s.linkBase + sep + "token=" + url.QueryEscape(token)
+	return base + sep + "token=" + url.QueryEscape(token)
 }
 
 // Mail is one password-reset mail to send.
@@ -158,6 +162,9 @@ type Mail struct {
 	DownstreamKey string
 	// Token is Token(secret, DownstreamKey), the token the link carries.
 	Token string
+	// LinkBase, when set, replaces SenderConfig.LinkBase for this mail (a
+	// tenant's own reset page); it must pass domain.CheckLinkBase.
+	LinkBase string
 }
 
 // Sent is the outcome of a successful Send.
@@ -207,6 +214,10 @@ func (s *Sender) send(ctx context.Context, m *Mail) (*Sent, error) {
 	if m.Token == "" {
 		return nil, fmt.Errorf("%w: empty token (user %q)", ErrInvalidMail, m.UserID)
 	}
+	href, err := s.linkFor(m)
+	if err != nil {
+		return nil, err
+	}
 	to, err := netmail.ParseAddress(m.To)
 	if err != nil {
 		// The address itself is personal data: keep it out of the error.
@@ -220,11 +231,36 @@ func (s *Sender) send(ctx context.Context, m *Mail) (*Sent, error) {
 	msg.Subject(Subject)
 	msg.SetMessageIDWithValue(m.DownstreamKey + "@" + s.domain)
 	msg.SetDate()
-	msg.SetBodyString(gomail.TypeTextPlain, s.body(m.Token))
+	msg.SetBodyString(gomail.TypeTextPlain, body(href))
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	client, err := gomail.NewClient(s.host, s.clientOptions(ctx)...)
+	if err != nil {
+		return nil, s.sendError(ctx, messageID, "configuring the SMTP client", to.Address, err)
+	}
 
+	conn, err := client.DialToSMTPClientWithContext(ctx)
+	if err != nil {
+		return nil, s.sendError(ctx, messageID, "connecting", to.Address, err)
+	}
+	err = client.SendWithSMTPClient(conn, msg)
+	if !msg.IsDelivered() {
+		_ = client.CloseWithSMTPClient(conn)
+		if err == nil {
+			err = errors.New("message not delivered, for no reason given")
+		}
+		return nil, s.sendError(ctx, messageID, "sending", to.Address, err)
+	}
+	// The server took the message: what follows (QUIT) cannot undo that.
+	sentAt := time.Now()
+	_ = client.CloseWithSMTPClient(conn)
+	return &Sent{MessageID: messageID, SentAt: sentAt, Response: msg.ServerResponse()}, nil
+}
+
+// clientOptions are go-mail's options for one Send bounded by ctx: its
+// port, timeouts, TLS policy and authentication.
+func (s *Sender) clientOptions(ctx context.Context) []gomail.Option {
 	opts := []gomail.Option{
 		gomail.WithPort(s.port),
 		gomail.WithTimeout(s.timeout),
@@ -255,37 +291,28 @@ func (s *Sender) send(ctx context.Context, m *Mail) (*Sent, error) {
 				gomail.SMTPAuthCramMD5, gomail.SMTPAuthPlain, gomail.SMTPAuthLogin),
 			gomail.WithUsername(s.user), gomail.WithPassword(s.pass))
 	}
-	client, err := gomail.NewClient(s.host, opts...)
-	if err != nil {
-		return nil, s.sendError(ctx, messageID, "configuring the SMTP client", to.Address, err)
-	}
-
-	conn, err := client.DialToSMTPClientWithContext(ctx)
-	if err != nil {
-		return nil, s.sendError(ctx, messageID, "connecting", to.Address, err)
-	}
-	err = client.SendWithSMTPClient(conn, msg)
-	if !msg.IsDelivered() {
-		_ = client.CloseWithSMTPClient(conn)
-		if err == nil {
-			err = errors.New("message not delivered, for no reason given")
-		}
-		return nil, s.sendError(ctx, messageID, "sending", to.Address, err)
-	}
-	// The server took the message: what follows (QUIT) cannot undo that.
-	sentAt := time.Now()
-	_ = client.CloseWithSMTPClient(conn)
-	return &Sent{MessageID: messageID, SentAt: sentAt, Response: msg.ServerResponse()}, nil
+	return opts
 }
 
-// body is the text of the mail.
-func (s *Sender) body(token string) string {
+// linkFor returns m's reset link, on m.LinkBase when set.
+func (s *Sender) linkFor(m *Mail) (string, error) {
+	if m.LinkBase == "" {
+		return s.Link(m.Token), nil
+	}
+	if err := domain.CheckLinkBase(m.LinkBase); err != nil {
+		return "", fmt.Errorf("%w: the tenant's reset link base %q %v", ErrInvalidMail, m.LinkBase, err)
+	}
+	return link(m.LinkBase, m.Token), nil
+}
+
+// body is the text of the mail that links to href.
+func body(href string) string {
 	return "Hello,\r\n" +
 		"\r\n" +
 		"someone asked to reset the password of your account. To choose a new\r\n" +
 		"password, open this link:\r\n" +
 		"\r\n" +
-		s.Link(token) + "\r\n" +
+		href + "\r\n" +
 		"\r\n" +
 		"If you did not ask for this, ignore this mail: your password stays as it is.\r\n"
 }

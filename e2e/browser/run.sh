@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# e2e/browser/run.sh: River UI in a real browser. A headless Chromium (Debian's
+# e2e/browser/run.sh: idemgate in a real browser. A headless Chromium (Debian's
 # package), driven by playwright-core, retries the cancelled job of a failed
-# refund in River UI, and the worker re-drives the operation through the gate.
-# Runs from any directory.
+# refund in River UI, and the worker re-drives the operation through the gate;
+# and it opens a password-reset link from Mailpit and redeems it on the api's
+# page. Runs from any directory.
 #
 #   e2e/browser/run.sh                                extra arguments go to `node --test`
 #
@@ -16,11 +17,13 @@
 #      (internal/stripetest/cmd/teststripe) into a temporary directory;
 #   4. runs `idemctl migrate` and `idemctl seed --file e2e/browser/seed.json`;
 #   5. starts the test Stripe, the api (with fresh IDEMGATE_OPS_USER and
-#      IDEMGATE_OPS_PASSWORD) and the worker on free loopback ports;
+#      IDEMGATE_OPS_PASSWORD) and the worker on free loopback ports, the
+#      worker mailing to the Mailpit of MAILPIT_SMTP_ADDR and MAILPIT_API_URL
+#      (scripts/test.sh starts one; without them, scripts/services.sh's);
 #   6. runs `npm ci` in e2e/browser when node_modules is missing or stale,
 #      then `node --test e2e/browser/*.test.mjs` with IDEMGATE_URL,
 #      TESTSTRIPE_URL, IDEMGATE_TOKEN_ACME, IDEMGATE_OPS_USER,
-#      IDEMGATE_OPS_PASSWORD, IDEMCTL and DATABASE_URL;
+#      IDEMGATE_OPS_PASSWORD, IDEMCTL, DATABASE_URL and MAILPIT_API_URL;
 #   7. stops everything, printing the logs when anything failed.
 #
 # Needs: go, node 20+ and npm, psql, curl; apt-get for Chromium.
@@ -56,6 +59,15 @@ log "$("$CHROMIUM_PATH" --version 2>/dev/null | head -n 1)"
 
 admin_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 
+# Mailpit for the password-reset mail: the caller's, else one of our own
+# (stopped on exit).
+if [[ -z ${MAILPIT_SMTP_ADDR:-} || -z ${MAILPIT_API_URL:-} ]]; then
+	# shellcheck source=scripts/services.sh
+	source "$root/scripts/services.sh"
+	services_start || die "could not start Mailpit (scripts/services.sh)"
+fi
+export MAILPIT_API_URL
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-browser.XXXXXX")
 db=""
 pids=()
@@ -80,6 +92,7 @@ cleanup() {
 		done
 	fi
 	e2e_drop_database
+	declare -F services_stop >/dev/null && services_stop
 	rm -rf "$tmp"
 	if [[ $rc -eq 0 ]]; then
 		log "OK"
@@ -207,6 +220,7 @@ done
 log "api ready at $IDEMGATE_URL"
 
 STRIPE_API_KEY=sk_test_browser STRIPE_API_BASE=$TESTSTRIPE_URL IDEMGATE_SECRET=$secret \
+	SMTP_ADDR=$MAILPIT_SMTP_ADDR IDEMGATE_RESET_LINK_BASE=$IDEMGATE_URL/reset-password \
 	IDEMGATE_API_ADDR=$addr IDEMGATE_WORKER_ADDR=127.0.0.1:0 IDEMGATE_REAPER_INTERVAL=1s \
 	start worker "$tmp/bin/worker"
 started=0

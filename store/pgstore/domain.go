@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,6 +35,16 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 		return nil, translate(err)
 	}
 	return &u, nil
+}
+
+// TenantResetLinkBase implements store.Domain.
+func (s *Store) TenantResetLinkBase(ctx context.Context, tenantID string) (string, error) {
+	var base string
+	err := s.pool.QueryRow(ctx, sqlTenantResetLinkBase, tenantID).Scan(&base)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return base, translate(err)
 }
 
 // RefundRecord implements store.Domain.
@@ -80,4 +91,20 @@ func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.Rese
 	}
 	_, err = t.Exec(ctx, sqlResetTokenInsert, p.TenantID, p.UserID, p.OperationID, p.TokenHash, p.MessageID, p.ExpiresAt)
 	return translate(err)
+}
+
+// ResetTokenRedeem implements store.ResetTokens.
+func (s *Store) ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*store.ResetTokenRedemption, error) {
+	return engine.Redeem(func() (*store.ResetTokenRedemption, error) {
+		var r store.ResetTokenRedemption
+		err := s.pool.QueryRow(ctx, sqlResetTokenRedeem, tokenHash).Scan(&r.TenantID, &r.UserID, &r.OperationID, &r.UsedAt)
+		if err != nil {
+			return nil, translate(err)
+		}
+		r.UsedAt = r.UsedAt.UTC()
+		return &r, nil
+	}, func() (used, expired bool, err error) {
+		err = s.pool.QueryRow(ctx, sqlResetTokenState, tokenHash).Scan(&used, &expired)
+		return used, expired, translate(err)
+	})
 }

@@ -304,6 +304,13 @@ INSERT INTO users (tenant_id, user_id, email)
 VALUES ($1, $2, $3)
 ON CONFLICT (tenant_id, user_id) DO NOTHING`
 
+// A tenant's settings are inserted if it has none; NULL reset_link_base
+// leaves the deployment's.
+const sqlSeedTenant = `
+INSERT INTO tenant_settings (tenant_id, reset_link_base)
+VALUES ($1, $2)
+ON CONFLICT (tenant_id) DO NOTHING`
+
 // A fixed token value is inserted by hash if absent.
 const sqlSeedTokenFixed = `
 INSERT INTO api_tokens (id, tenant_id, user_id, scopes, token_hash, expires_at)
@@ -317,6 +324,8 @@ const sqlCustomerGet = `SELECT tenant_id, customer_id, currency FROM customers W
 const sqlSeatGet = `SELECT seat_id FROM seats WHERE tenant_id = $1 AND seat_id = $2`
 
 const sqlUserGet = `SELECT tenant_id, user_id, email FROM users WHERE tenant_id = $1 AND user_id = $2`
+
+const sqlTenantResetLinkBase = `SELECT coalesce(reset_link_base, '') FROM tenant_settings WHERE tenant_id = $1`
 
 // The refund row and the order's refunded amount move together; a second
 // record of the same Stripe refund changes nothing.
@@ -357,3 +366,15 @@ const sqlResetTokenInsert = `
 INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (token_hash) DO NOTHING`
+
+// sqlResetTokenRedeem consumes an unused, unexpired token: the one
+// conditional write that lets a token be redeemed once.
+const sqlResetTokenRedeem = `
+UPDATE password_reset_tokens SET used_at = now()
+WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()
+RETURNING tenant_id, user_id, operation_id::text, used_at`
+
+// sqlResetTokenState says why sqlResetTokenRedeem matched no row: used,
+// expired (no row: no such token).
+const sqlResetTokenState = `
+SELECT used_at IS NOT NULL, expires_at <= now() FROM password_reset_tokens WHERE token_hash = $1`

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/internal/engine"
@@ -33,6 +34,16 @@ func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.Us
 		return nil, translate(err)
 	}
 	return &u, nil
+}
+
+// TenantResetLinkBase implements store.Domain.
+func (s *Store) TenantResetLinkBase(ctx context.Context, tenantID string) (string, error) {
+	var base string
+	err := s.db.QueryRowContext(ctx, sqlTenantResetLinkBase, tenantID).Scan(&base)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return base, translate(err)
 }
 
 // RefundRecord implements store.Domain.
@@ -94,4 +105,19 @@ func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.Rese
 	_, err = t.ExecContext(ctx, sqlResetTokenInsert, p.TenantID, p.UserID, p.OperationID, p.TokenHash, p.MessageID,
 		FormatTime(p.ExpiresAt))
 	return translate(err)
+}
+
+// ResetTokenRedeem implements store.ResetTokens.
+func (s *Store) ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*store.ResetTokenRedemption, error) {
+	return engine.Redeem(func() (*store.ResetTokenRedemption, error) {
+		var r store.ResetTokenRedemption
+		err := s.db.QueryRowContext(ctx, sqlResetTokenRedeem, tokenHash).Scan(&r.TenantID, &r.UserID, &r.OperationID, times{}.Time(&r.UsedAt))
+		if err != nil {
+			return nil, translate(err)
+		}
+		return &r, nil
+	}, func() (used, expired bool, err error) {
+		err = s.db.QueryRowContext(ctx, sqlResetTokenState, tokenHash).Scan(&used, &expired)
+		return used, expired, translate(err)
+	})
 }

@@ -81,7 +81,7 @@ func (s *Store) Seed(ctx context.Context, f *store.SeedFile) (*store.SeedResult,
 }
 
 var seedStatements = engine.SeedStatements{
-	Order: sqlSeedOrder, Customer: sqlSeedCustomer, Seat: sqlSeedSeat, User: sqlSeedUser,
+	Order: sqlSeedOrder, Customer: sqlSeedCustomer, Seat: sqlSeedSeat, User: sqlSeedUser, Tenant: sqlSeedTenant,
 	Token: sqlTokenInsert, TokenFixed: sqlSeedTokenFixed,
 }
 

@@ -1,5 +1,6 @@
 // Package storetest is the conformance suite that every engine's store
-// (store.Tokens, store.Orders, store.Seeder and store.Domain) must pass.
+// (store.Tokens, store.Orders, store.Seeder, store.Domain and
+// store.ResetTokens) must pass.
 // store/pgstore and store/sqlitestore call Exercise from their tests; what
 // only one engine has (its time format, its constraint errors, how it fails
 // when unreachable) stays in that engine's tests.
@@ -7,8 +8,10 @@ package storetest
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +28,7 @@ type Store interface {
 	store.Tokens
 	store.Seeder
 	store.Domain
+	store.ResetTokens
 }
 
 // Bundle is what an engine's test gives the suite: a fresh, migrated store
@@ -362,6 +366,33 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.Zero(t, b.Count(ctx, "orders"))
 	},
 
+	"SeedTenants": func(ctx context.Context, t *testing.T, b *Bundle) {
+		const file = `{"tenants": [{"tenant": "acme", "reset_link_base": "https://acme.example.com/reset?lang=en"}, {"tenant": "beta"}]}`
+		res, err := b.Store.Seed(ctx, parseSeed(t, file))
+		require.NoError(t, err)
+		require.Equal(t, store.SeedCount{Created: 2}, res.Tenants)
+		base := func(tenant string) string {
+			t.Helper()
+			got, err := b.Store.TenantResetLinkBase(ctx, tenant)
+			require.NoError(t, err)
+			return got
+		}
+		require.Equal(t, "https://acme.example.com/reset?lang=en", base("acme"))
+		require.Empty(t, base("beta"), "a row without a base: the deployment's")
+		require.Empty(t, base("gamma"), "no row: the deployment's")
+
+		// Again, with another base: the rows exist and are left as they are.
+		changed := parseSeed(t, file)
+		changed.Tenants[0].ResetLinkBase = "https://other.example.com/reset"
+		changed.Tenants[1].ResetLinkBase = "https://beta.example.com/reset"
+		res, err = b.Store.Seed(ctx, changed)
+		require.NoError(t, err)
+		require.Equal(t, store.SeedCount{Existing: 2}, res.Tenants)
+		require.Equal(t, "https://acme.example.com/reset?lang=en", base("acme"))
+		require.Empty(t, base("beta"))
+		require.Equal(t, 2, b.Count(ctx, "tenant_settings"))
+	},
+
 	"SeedEmpty": func(ctx context.Context, t *testing.T, b *Bundle) {
 		res, err := b.Store.Seed(ctx, &store.SeedFile{})
 		require.NoError(t, err)
@@ -495,6 +526,55 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.Equal(t, 1, b.Count(ctx, "password_reset_tokens"))
 	},
 
+	"ResetTokenRedeemOnce": func(ctx context.Context, t *testing.T, b *Bundle) {
+		hash := insertResetToken(ctx, t, b, 1, time.Hour)
+		r, err := b.Store.ResetTokenRedeem(ctx, hash)
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), r.UsedAt, time.Minute)
+		require.Equal(t, time.UTC, r.UsedAt.Location())
+		r.UsedAt = time.Time{}
+		require.Equal(t, &store.ResetTokenRedemption{TenantID: "acme", UserID: "usr_1", OperationID: OperationID(1)}, r)
+
+		for range 2 {
+			_, err = b.Store.ResetTokenRedeem(ctx, hash)
+			require.ErrorIs(t, err, domain.ErrAlreadyUsed)
+		}
+		_, err = b.Store.ResetTokenRedeem(ctx, resetTokenHash(2))
+		require.ErrorIs(t, err, domain.ErrNotFound)
+	},
+
+	"ResetTokenRedeemExpired": func(ctx context.Context, t *testing.T, b *Bundle) {
+		hash := insertResetToken(ctx, t, b, 1, -time.Hour)
+		for range 2 { // an expired token stays expired, and unused
+			_, err := b.Store.ResetTokenRedeem(ctx, hash)
+			require.ErrorIs(t, err, domain.ErrExpired)
+		}
+	},
+
+	"ResetTokenRedeemConcurrently": func(ctx context.Context, t *testing.T, b *Bundle) {
+		hash := insertResetToken(ctx, t, b, 1, time.Hour)
+		const n = 8
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				_, err := b.Store.ResetTokenRedeem(ctx, hash)
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		redeemed := 0
+		for err := range errs {
+			if err == nil {
+				redeemed++
+				continue
+			}
+			require.ErrorIs(t, err, domain.ErrAlreadyUsed)
+		}
+		require.Equal(t, 1, redeemed, "one of %d concurrent redeems consumes the token", n)
+	},
+
 	"DomainWritesNeedTheEnginesTx": func(ctx context.Context, t *testing.T, b *Bundle) {
 		tx := otherTx{}
 		// The error names the transaction's type.
@@ -506,4 +586,25 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.ErrorContains(t, err, want)
 		require.ErrorContains(t, b.Store.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{}), want)
 	},
+}
+
+// resetTokenHash is the hash of test reset token n.
+func resetTokenHash(n int) []byte {
+	h := sha256.Sum256(fmt.Appendf(nil, "reset-token-%d", n))
+	return h[:]
+}
+
+// insertResetToken seeds the domain rows and stores reset token n of
+// acme's usr_1 (operation OperationID(n)), expiring expiresIn from now; it
+// returns its hash.
+func insertResetToken(ctx context.Context, t *testing.T, b *Bundle, n int, expiresIn time.Duration) []byte {
+	t.Helper()
+	SeedDomain(ctx, t, b.Store)
+	hash := resetTokenHash(n)
+	require.NoError(t, InTx(ctx, t, b, func(tx gate.Tx) error {
+		return b.Store.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1",
+			OperationID: OperationID(n), TokenHash: hash, MessageID: fmt.Sprintf("<idg_%s_0@idemgate>", OperationID(n)),
+			ExpiresAt: time.Now().Add(expiresIn)})
+	}))
+	return hash
 }

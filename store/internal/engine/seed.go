@@ -30,7 +30,7 @@ type SeedTx interface {
 // unless it exists (by primary key; a fixed token by hash), with the
 // parameters in the seed entry's field order.
 type SeedStatements struct {
-	Order, Customer, Seat, User string
+	Order, Customer, Seat, User, Tenant string
 	// Token inserts a minted token, TokenFixed a fixed value unless a
 	// token has its hash; both take SeedTx.TokenArgs.
 	Token, TokenFixed string
@@ -86,8 +86,8 @@ func seed(ctx context.Context, f *store.SeedFile, tx SeedTx, stmts *SeedStatemen
 	return res, nil
 }
 
-// seedRows are the inserts of f's orders, customers, seats and users, in
-// file order, each counted in res.
+// seedRows are the inserts of f's orders, customers, seats, users and
+// tenants, in file order, each counted in res.
 func seedRows(f *store.SeedFile, res *store.SeedResult, stmts *SeedStatements) []seedRow {
 	var rows []seedRow
 	add := func(entry string, count *store.SeedCount, query string, args ...any) {
@@ -108,6 +108,13 @@ func seedRows(f *store.SeedFile, res *store.SeedResult, stmts *SeedStatements) [
 	}
 	for i, u := range f.Users {
 		add(fmt.Sprintf("users[%d]", i), &res.Users, stmts.User, u.Tenant, u.UserID, u.Email)
+	}
+	for i, tn := range f.Tenants {
+		var base any // NULL: the deployment's
+		if tn.ResetLinkBase != "" {
+			base = tn.ResetLinkBase
+		}
+		add(fmt.Sprintf("tenants[%d]", i), &res.Tenants, stmts.Tenant, tn.Tenant, base)
 	}
 	return rows
 }
