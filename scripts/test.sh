@@ -217,7 +217,8 @@ unformatted=$(find . -type f -name '*.go' \
 	xargs -0 -r gofmt -l)
 if [[ -n "$unformatted" ]]; then
 	log "gofmt -l lists files that need formatting (run gofmt -w on them):"
-	sed 's/^/  /' <<<"$unformatted" >&2
+	mapfile -t unformatted_files <<<"$unformatted"
+	printf '  %s\n' "${unformatted_files[@]}" >&2
 	exit 1
 fi
 
@@ -256,6 +257,14 @@ if env -u IDEMGATE_SECRET "${compose_cmd[@]}" config -q >/dev/null 2>&1; then
 	log "docker-compose.yml starts without IDEMGATE_SECRET: it must require one"
 	exit 1
 fi
+# The build context must not carry the history or the dev state (.tmp/ holds
+# the quickstart's secret and databases).
+for ignored in .git .tmp '**/node_modules' '*.db'; do
+	if ! grep -qxF -- "$ignored" .dockerignore; then
+		log ".dockerignore does not list $ignored: docker build would send it to the daemon"
+		exit 1
+	fi
+done
 
 # ---------------------------------------------------------------------------
 # (d) go vet
