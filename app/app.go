@@ -71,9 +71,12 @@ func OpenPostgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Poo
 // the api's defaults.
 type APIOptions struct {
 	// RateLimit is the sustained mutation calls per second allowed per
-	// tenant and tool. Default api.DefaultRateLimit; negative disables it.
+	// tenant and tool; negative disables the limit. Default (0): the
+	// configuration's IDEMGATE_RATE_LIMIT (config.Config.RateLimit), where
+	// 0 means off.
 	RateLimit float64
-	// RateBurst is the burst above RateLimit. Default api.DefaultRateBurst.
+	// RateBurst is how many calls per tenant and tool may come at once
+	// before RateLimit paces them. Default (0): IDEMGATE_RATE_BURST.
 	RateBurst int
 	// Tools are the tools to serve. Default: the built-in tools.
 	Tools *tool.Registry
@@ -163,14 +166,15 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
 ) (*api.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rateLimit, rateBurst := apiRateLimit(cfg, opts)
 	srv, err := api.New(&api.Config{
 		Gate:       g,
 		Auth:       tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now),
 		Tools:      tools,
 		Jobs:       jobControl,
 		Wait:       cfg.Wait,
-		RateLimit:  opts.RateLimit,
-		RateBurst:  opts.RateBurst,
+		RateLimit:  rateLimit,
+		RateBurst:  rateBurst,
 		Resets:     data,
 		Registerer: reg,
 		Logger:     logger,
@@ -192,6 +196,22 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 	}
 	srv.Router().Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return srv, nil
+}
+
+// apiRateLimit is the limit for api.Config: the options' when set, else
+// the configuration's, whose 0 (off) is api.Config's negative.
+func apiRateLimit(cfg *config.Config, opts *APIOptions) (limit float64, burst int) {
+	limit, burst = opts.RateLimit, opts.RateBurst
+	if limit == 0 {
+		limit = cfg.RateLimit
+		if limit == 0 {
+			limit = -1
+		}
+	}
+	if burst == 0 {
+		burst = cfg.RateBurst
+	}
+	return limit, burst
 }
 
 // Run runs the api's background work (the LISTEN connection, River UI's

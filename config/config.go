@@ -95,6 +95,17 @@ type Config struct {
 	OpsUser     string `name:"ops-user" env:"IDEMGATE_OPS_USER" envonly:"" help:"HTTP Basic user for /ops (River UI, re-drive); unset with IDEMGATE_OPS_PASSWORD: Basic off"`
 	OpsPassword string `name:"ops-password" env:"IDEMGATE_OPS_PASSWORD" envonly:"" secret:"" help:"HTTP Basic password for /ops, at least 12 characters (openssl rand -hex 16)"`
 
+	// RateLimit is the sustained rate of mutation calls per second that the
+	// api allows each tenant for each tool (a token bucket per tenant and
+	// tool); 0 turns the limit off. Calls over it are refused with
+	// rate_limited (REST 429 with Retry-After) before anything is claimed.
+	RateLimit float64 `name:"rate-limit" env:"IDEMGATE_RATE_LIMIT" default:"50" placeholder:"PER_SECOND" help:"sustained mutation calls per second per tenant and tool (fractions allowed); 0 turns the limit off"`
+
+	// RateBurst is the bucket's size: how many calls a tenant may make to
+	// one tool at once before RateLimit paces them. At least 1 while the
+	// limit is on; ignored when RateLimit is 0.
+	RateBurst int `name:"rate-burst" env:"IDEMGATE_RATE_BURST" default:"200" placeholder:"CALLS" help:"calls per tenant and tool allowed at once before the sustained rate applies; at least 1 unless the limit is off"`
+
 	// LogLevel is the minimum level logged: debug, info, warn or error
 	// (case-insensitive).
 	LogLevel slog.Level `name:"log-level" env:"IDEMGATE_LOG_LEVEL" default:"info" placeholder:"LEVEL" help:"minimum log level: debug, info, warn or error"`
@@ -117,6 +128,8 @@ const (
 	EnvLogLevel        = "IDEMGATE_LOG_LEVEL"
 	EnvWorkerAddr      = "IDEMGATE_WORKER_ADDR"
 	EnvOperatorTenant  = "IDEMGATE_OPERATOR_TENANT"
+	EnvRateLimit       = "IDEMGATE_RATE_LIMIT"
+	EnvRateBurst       = "IDEMGATE_RATE_BURST"
 )
 
 // Defaults as constants, for packages that need one without a Config. The
@@ -132,6 +145,8 @@ const (
 	DefaultOperatorTenant  = "ops"
 	DefaultWorkerAddr      = "127.0.0.1:9091"
 	DefaultLogLevel        = slog.LevelInfo
+	DefaultRateLimit       = 50
+	DefaultRateBurst       = 200
 	// DefaultSQLitePath is the SQLite file used when DATABASE_URL is empty,
 	// relative to the current directory.
 	DefaultSQLitePath = "idemgate.db"
@@ -146,6 +161,10 @@ const (
 	// MinSecretLen is the minimum length of IDEMGATE_SECRET in bytes. The
 	// value is used as given (hex or raw): only its length is checked.
 	MinSecretLen = 32
+	// MaxRateLimit and MaxRateBurst bound the rate limit's settings: far
+	// above what one api serves, low enough to catch a slipped digit.
+	MaxRateLimit = 1_000_000
+	MaxRateBurst = 1_000_000
 )
 
 // Database drivers returned by Config.Driver.

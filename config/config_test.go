@@ -42,6 +42,8 @@ func TestLoadDefaults(t *testing.T) {
 		Secret:          "",
 		WorkerAddr:      "127.0.0.1:9091",
 		OperatorTenant:  "ops",
+		RateLimit:       50,
+		RateBurst:       200,
 		LogLevel:        slog.LevelInfo,
 	}, cfg)
 	require.Equal(t, DriverSQLite, cfg.Driver())
@@ -68,6 +70,8 @@ func TestDefaultConstants(t *testing.T) {
 		Wait:            DefaultWait,
 		WorkerAddr:      DefaultWorkerAddr,
 		OperatorTenant:  DefaultOperatorTenant,
+		RateLimit:       DefaultRateLimit,
+		RateBurst:       DefaultRateBurst,
 		LogLevel:        DefaultLogLevel,
 	}, Defaults())
 }
@@ -90,6 +94,8 @@ var fullEnv = map[string]string{
 	EnvOperatorTenant:       "operators",
 	"IDEMGATE_OPS_USER":     "oncall",
 	"IDEMGATE_OPS_PASSWORD": "s3cret-operator-password",
+	EnvRateLimit:            "2.5",
+	EnvRateBurst:            "10",
 }
 
 var precedenceTests = []struct {
@@ -118,6 +124,8 @@ var precedenceTests = []struct {
 				OperatorTenant:  "operators",
 				OpsUser:         "oncall",
 				OpsPassword:     "s3cret-operator-password",
+				RateLimit:       2.5,
+				RateBurst:       10,
 				LogLevel:        slog.LevelDebug,
 			}, cfg)
 			require.Equal(t, DriverPostgres, cfg.Driver())
@@ -140,6 +148,8 @@ var precedenceTests = []struct {
 			"--wait", "250ms",
 			"--worker-addr", "127.0.0.1:0",
 			"--operator-tenant", "root",
+			"--rate-limit", "0",
+			"--rate-burst", "0",
 			"--log-level", "error",
 		},
 		check: func(t *testing.T, cfg *Config) {
@@ -159,6 +169,8 @@ var precedenceTests = []struct {
 				OperatorTenant:  "root",
 				OpsUser:         "oncall",
 				OpsPassword:     "s3cret-operator-password",
+				RateLimit:       0,
+				RateBurst:       0,
 				LogLevel:        slog.LevelError,
 			}, cfg)
 			require.Equal(t, DriverSQLite, cfg.Driver())
@@ -201,10 +213,12 @@ var precedenceTests = []struct {
 	},
 	{
 		name: "FlagWhitespaceTrimmed",
-		args: []string{"--api-addr= 127.0.0.1:1 ", "--wait", " 3s"},
+		args: []string{"--api-addr= 127.0.0.1:1 ", "--wait", " 3s", "--rate-limit= 0.5 ", "--rate-burst", " 3"},
 		check: func(t *testing.T, cfg *Config) {
 			require.Equal(t, "127.0.0.1:1", cfg.APIAddr)
 			require.Equal(t, 3*time.Second, cfg.Wait)
+			require.Equal(t, 0.5, cfg.RateLimit)
+			require.Equal(t, 3, cfg.RateBurst)
 		},
 	},
 	{
@@ -242,6 +256,23 @@ var precedenceTests = []struct {
 		check: func(t *testing.T, cfg *Config) {
 			require.Equal(t, 24*time.Hour, cfg.InflightTimeout)
 			require.Equal(t, time.Hour, cfg.ReaperInterval)
+		},
+	},
+	{
+		// 0 turns the limit off; the burst is then ignored, even 0.
+		name: "RateLimitOff",
+		env:  map[string]string{EnvRateLimit: "0", EnvRateBurst: "0"},
+		check: func(t *testing.T, cfg *Config) {
+			require.Zero(t, cfg.RateLimit)
+			require.Zero(t, cfg.RateBurst)
+		},
+	},
+	{
+		name: "RateLimitBoundsInclusive",
+		env:  map[string]string{EnvRateLimit: "1000000", EnvRateBurst: "1"},
+		check: func(t *testing.T, cfg *Config) {
+			require.Equal(t, float64(MaxRateLimit), cfg.RateLimit)
+			require.Equal(t, 1, cfg.RateBurst)
 		},
 	},
 	{
@@ -332,6 +363,15 @@ var loadErrorTests = []struct {
 	{"SecretLowEntropy", nil, map[string]string{EnvSecret: strings.Repeat("ab", 40)}, EnvSecret, []string{"guessable", "80 bits"}},
 	{"LogLevelUnknown", nil, map[string]string{EnvLogLevel: "verbose"}, EnvLogLevel, []string{`"verbose"`}},
 	{"LogLevelNumeric", []string{"--log-level", "INFO+2"}, nil, EnvLogLevel, []string{"--log-level"}},
+	{"RateLimitUnparseable", nil, map[string]string{EnvRateLimit: "fast"}, EnvRateLimit, []string{`"fast" is not a number`}},
+	{"RateLimitNaN", nil, map[string]string{EnvRateLimit: "NaN"}, EnvRateLimit, []string{`"NaN" is not a number`}},
+	{"RateLimitInf", []string{"--rate-limit", "+Inf"}, nil, EnvRateLimit, []string{"--rate-limit", "not a number"}},
+	{"RateLimitNegative", nil, map[string]string{EnvRateLimit: "-1"}, EnvRateLimit, []string{"-1 is negative", "0 to turn the limit off"}},
+	{"RateLimitTooHigh", nil, map[string]string{EnvRateLimit: "1e7"}, EnvRateLimit, []string{"above 1000000"}},
+	{"RateBurstUnparseable", nil, map[string]string{EnvRateBurst: "1.5"}, EnvRateBurst, []string{`"1.5" is not a whole number`}},
+	{"RateBurstNegative", []string{"--rate-burst=-1"}, nil, EnvRateBurst, []string{"--rate-burst", "-1 is negative"}},
+	{"RateBurstTooHigh", nil, map[string]string{EnvRateBurst: "1000001"}, EnvRateBurst, []string{"above 1000000"}},
+	{"RateBurstZeroWhileLimited", nil, map[string]string{EnvRateBurst: "0"}, EnvRateBurst, []string{"refuse every call", EnvRateLimit + "=0"}},
 	{"SecretAsFlag", []string{"--secret", testSecret}, nil, EnvSecret, []string{"has no flag", "environment"}},
 	{"OpsPasswordAsFlag", []string{"--ops-password=s3cret-operator"}, nil, "IDEMGATE_OPS_PASSWORD", []string{"has no flag"}},
 }
@@ -483,7 +523,8 @@ func TestLogValue(t *testing.T) {
 			env:  nil,
 			want: []string{"stripe_api_key=unset", "secret=unset", "ops_password=unset", "driver=sqlite",
 				"reset_link_base_used=http://127.0.0.1:8080/reset-password",
-				"api_addr=127.0.0.1:8080", "worker_addr=127.0.0.1:9091", "reaper_interval=30s", "log_level=INFO"},
+				"api_addr=127.0.0.1:8080", "worker_addr=127.0.0.1:9091", "reaper_interval=30s", "log_level=INFO",
+				"rate_limit=50", "rate_burst=200"},
 		},
 	}
 	for _, tt := range tests {
@@ -535,7 +576,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 16)
+	require.Len(t, all, 18)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -554,7 +595,8 @@ func TestSettings(t *testing.T) {
 		require.Empty(t, s.Flag, "%s must stay off command lines", env)
 	}
 	for _, env := range []string{EnvDatabaseURL, EnvAPIAddr, EnvStripeAPIKey, EnvStripeAPIBase, EnvSMTPAddr,
-		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant} {
+		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant,
+		EnvRateLimit, EnvRateBurst} {
 		require.True(t, envs[env], "Env constant %s names no setting", env)
 	}
 
@@ -584,7 +626,7 @@ func TestHelp(t *testing.T) {
 			require.NotContains(t, out, "--"+strings.ToLower(strings.TrimPrefix(s.Env, "IDEMGATE_")))
 		}
 	}
-	for _, d := range []string{"default 127.0.0.1:8080", "default 2m", "default 30s", "default info"} {
+	for _, d := range []string{"default 127.0.0.1:8080", "default 2m", "default 30s", "default info", "default 50", "default 200"} {
 		require.Contains(t, out, d)
 	}
 	require.Contains(t, out, "Environment only")

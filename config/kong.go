@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +35,8 @@ func load(args []string, getenv func(string) string, stdout io.Writer) (*Config,
 		kong.TypeMapper(reflect.TypeFor[string](), textMapper(func(s string) (string, error) { return s, nil })),
 		kong.TypeMapper(reflect.TypeFor[time.Duration](), textMapper(parseDuration)),
 		kong.TypeMapper(reflect.TypeFor[slog.Level](), textMapper(parseLevel)),
+		kong.TypeMapper(reflect.TypeFor[float64](), textMapper(parseFloat)),
+		kong.TypeMapper(reflect.TypeFor[int](), textMapper(parseInt)),
 		kong.PostBuild(takeEnvLookup),
 		kong.Resolvers(envResolver(getenv, &envErrs)),
 		kong.WithBeforeApply(func(ctx *kong.Context) error { return beforeValidate(ctx, envErrs) }),
@@ -167,6 +171,22 @@ func parseDuration(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration (examples: 500ms, 2s, 1m)", v)
 	}
 	return d, nil
+}
+
+func parseFloat(v string) (float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number (examples: 50, 0.5, 0)", v)
+	}
+	return f, nil
+}
+
+func parseInt(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a whole number (examples: 200, 1)", v)
+	}
+	return n, nil
 }
 
 func parseLevel(v string) (slog.Level, error) {

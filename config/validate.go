@@ -62,12 +62,43 @@ func (c *Config) Validate() error {
 	if c.Secret != "" {
 		add(validateSecret(c.Secret))
 	}
+	add(validateRateLimit(c.RateLimit))
+	add(validateRateBurst(c.RateLimit, c.RateBurst))
 	switch c.LogLevel {
 	case slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError:
 	default:
 		add(settingErr(EnvLogLevel, "%q is not a level (want debug, info, warn or error)", c.LogLevel.String()))
 	}
 	return errors.Join(errs...)
+}
+
+// validateRateLimit refuses a negative, non-finite or absurd rate: 0 is
+// how the limit is turned off.
+func validateRateLimit(limit float64) *SettingError {
+	switch {
+	case math.IsNaN(limit) || math.IsInf(limit, 0):
+		return settingErr(EnvRateLimit, "%v is not a number of calls per second; use 0 to turn the limit off", limit)
+	case limit < 0:
+		return settingErr(EnvRateLimit, "%v is negative; use 0 to turn the limit off", limit)
+	case limit > MaxRateLimit:
+		return settingErr(EnvRateLimit, "%v is above %d calls per second; use 0 to turn the limit off", limit, MaxRateLimit)
+	}
+	return nil
+}
+
+// validateRateBurst refuses a burst that would refuse every call (0 while
+// the limit is on) or is out of range.
+func validateRateBurst(limit float64, burst int) *SettingError {
+	switch {
+	case burst < 0:
+		return settingErr(EnvRateBurst, "%d is negative; want 1 to %d", burst, MaxRateBurst)
+	case burst > MaxRateBurst:
+		return settingErr(EnvRateBurst, "%d is above %d", burst, MaxRateBurst)
+	case burst == 0 && limit > 0:
+		return settingErr(EnvRateBurst, "0 would refuse every call while %s is %v: want 1 to %d, or %s=0 to turn the limit off",
+			EnvRateLimit, limit, MaxRateBurst, EnvRateLimit)
+	}
+	return nil
 }
 
 // operatorTenantPattern is a tenant id's shape.

@@ -1,20 +1,34 @@
-# scripts/services.sh: the fake downstreams the tests talk to (stripe-mock for
-# Stripe's API, Mailpit for SMTP). Source it; it defines functions only:
+# shellcheck shell=bash
+# scripts/services.sh: the fake downstreams the tests and scripts/dev.sh talk
+# to (stripe-mock for Stripe's API, Mailpit for SMTP). Source it; it defines
+# functions only:
 #
 #   source scripts/services.sh
-#   services_start   # installs pinned binaries into <repo>/.tmp/bin, starts
-#                    # both on free loopback ports, waits until they accept
-#                    # connections, and exports
+#   services_install # installs the pinned binaries into <repo>/.tmp/bin
+#                    # (nothing to do when they are current)
+#   services_start   # installs them, starts both on free loopback ports,
+#                    # waits until they accept connections, and exports
 #                    #   STRIPE_MOCK_URL=http://127.0.0.1:P
 #                    #   MAILPIT_SMTP_ADDR=127.0.0.1:P1
-#                    #   MAILPIT_API_URL=http://127.0.0.1:P2
+#                    #   MAILPIT_API_URL=http://127.0.0.1:P2 (API and web UI)
 #   services_stop    # stops what services_start started, removes its temp dir;
 #                    # safe to call at any time, also twice or without a start
+#   services_free_port [EXCLUDE...]
+#                    # prints a loopback port nothing listens on (yet)
 #
 # A variable that is already set when services_start runs is kept: the service
 # at that address is used instead of starting one (it must accept connections;
 # for Mailpit both variables must be set). The binaries are installed anyway,
 # because internal/mailpit.Start may start private Mailpit instances.
+#
+# Mailpit options, read by services_start (scripts/dev.sh sets them):
+#   SERVICES_MAILPIT_SMTP=HOST:PORT and SERVICES_MAILPIT_UI=HOST:PORT
+#       fixed addresses instead of free ports (both or neither); a port that
+#       is taken fails the start, with no retry elsewhere
+#   SERVICES_MAILPIT_DB=FILE
+#       Mailpit's database (the mailbox), kept by services_stop and found
+#       again by the next start; it keeps Mailpit's default of 500 messages.
+#       Unset: a database in the temp dir, unlimited, removed on stop.
 #
 # The binaries are built with `go install module@version`, which reports no
 # useful --version ("master", "dev"), so the installed version is read from
@@ -126,7 +140,7 @@ _svc_start_stripe_mock() {
 	"$bin" -http-addr 127.0.0.1:0 -https-addr 127.0.0.1:0 >"$logf" 2>&1 &
 	pid=$!
 	_svc_pids+=("$pid")
-	until addr=$(sed -n 's/^Listening for HTTP at address: \(127\.0\.0\.1:[0-9][0-9]*\)$/\1/p' "$logf") && [[ -n $addr ]]; do
+	until addr=$(sed -n 's/^Listening for HTTP at address: \(127\.0\.0\.1:[0-9][0-9]*\)$/\1/p' "$logf" 2>/dev/null) && [[ -n $addr ]]; do
 		if ! _svc_alive "$pid" || ((SECONDS >= deadline)); then
 			_svc_log "stripe-mock did not report its HTTP address; its log ($logf):"
 			sed 's/^/  /' "$logf" >&2
@@ -142,39 +156,59 @@ _svc_start_stripe_mock() {
 
 # _svc_start_mailpit: starts Mailpit on free loopback ports (it logs the
 # configured address, not the bound one, so port 0 cannot be used); retries
-# with other ports if it loses a race for them.
+# with other ports if it loses a race for them. With SERVICES_MAILPIT_SMTP
+# and SERVICES_MAILPIT_UI it starts once, on those addresses.
 _svc_start_mailpit() {
-	local bin logf pid smtp_port http_port try
+	local bin logf pid smtp http db try tries=3 fixed=0
+	local -a limit=(--max 0) # no message limit (the default keeps 500)
 	bin="$(_svc_root)/.tmp/bin/mailpit"
-	for try in 1 2 3; do
-		smtp_port=$(_svc_free_port) || return 1
-		http_port=$(_svc_free_port "$smtp_port") || return 1
+	if [[ -n ${SERVICES_MAILPIT_SMTP:-} || -n ${SERVICES_MAILPIT_UI:-} ]]; then
+		if [[ -z ${SERVICES_MAILPIT_SMTP:-} || -z ${SERVICES_MAILPIT_UI:-} ]]; then
+			_svc_log "set both SERVICES_MAILPIT_SMTP and SERVICES_MAILPIT_UI, or neither"
+			return 1
+		fi
+		fixed=1 tries=1
+	fi
+	if [[ -n ${SERVICES_MAILPIT_DB:-} ]]; then
+		limit=()
+	fi
+	for ((try = 1; try <= tries; try++)); do
+		if ((fixed)); then
+			smtp=$SERVICES_MAILPIT_SMTP http=$SERVICES_MAILPIT_UI
+			if _svc_port_open "${smtp%:*}" "${smtp##*:}" || _svc_port_open "${http%:*}" "${http##*:}"; then
+				_svc_log "cannot start Mailpit on SMTP $smtp and UI $http: a port is taken"
+				return 1
+			fi
+		else
+			smtp=$(_svc_free_port) || return 1
+			http=$(_svc_free_port "$smtp") || return 1
+			smtp=127.0.0.1:$smtp http=127.0.0.1:$http
+		fi
 		logf="$_svc_tmp/mailpit-$try.log"
-		# Any or no SMTP auth, no TLS, no reverse DNS, no message limit (the
-		# default keeps 500), database in the temp dir.
-		"$bin" --smtp "127.0.0.1:$smtp_port" --listen "127.0.0.1:$http_port" \
-			--database "$_svc_tmp/mailpit-$try.db" --max 0 \
+		db=${SERVICES_MAILPIT_DB:-$_svc_tmp/mailpit-$try.db}
+		# Any or no SMTP auth, no TLS, no reverse DNS.
+		"$bin" --smtp "$smtp" --listen "$http" --database "$db" "${limit[@]}" \
 			--smtp-auth-accept-any --smtp-auth-allow-insecure --smtp-disable-rdns \
 			--disable-version-check >"$logf" 2>&1 &
 		pid=$!
 		_svc_pids+=("$pid")
-		if _svc_wait_port mailpit "$pid" "$logf" 127.0.0.1 "$smtp_port" 2>/dev/null &&
-			_svc_wait_port mailpit "$pid" "$logf" 127.0.0.1 "$http_port" 2>/dev/null; then
-			export MAILPIT_SMTP_ADDR="127.0.0.1:$smtp_port"
-			export MAILPIT_API_URL="http://127.0.0.1:$http_port"
+		if _svc_wait_port mailpit "$pid" "$logf" "${smtp%:*}" "${smtp##*:}" 2>/dev/null &&
+			_svc_wait_port mailpit "$pid" "$logf" "${http%:*}" "${http##*:}" 2>/dev/null; then
+			export MAILPIT_SMTP_ADDR=$smtp
+			export MAILPIT_API_URL=http://$http
 			_svc_vars+=(MAILPIT_SMTP_ADDR MAILPIT_API_URL)
-			_svc_log "mailpit $_SVC_MAILPIT_VERSION: SMTP $MAILPIT_SMTP_ADDR, API $MAILPIT_API_URL (pid $pid)"
+			_svc_log "mailpit $_SVC_MAILPIT_VERSION: SMTP $MAILPIT_SMTP_ADDR, API $MAILPIT_API_URL, database $db (pid $pid)"
 			return 0
 		fi
 		if _svc_alive "$pid"; then
 			# Running but not listening within the bound: no point retrying.
-			_svc_log "mailpit does not accept connections on 127.0.0.1:$smtp_port and :$http_port after ${_SVC_WAIT_SECONDS}s; its log ($logf):"
+			_svc_log "mailpit does not accept connections on $smtp and $http after ${_SVC_WAIT_SECONDS}s; its log ($logf):"
 			sed 's/^/  /' "$logf" >&2
 			return 1
 		fi
 		_svc_kill "$pid"
-		if ((try == 3)); then
-			_svc_log "mailpit exited at start three times; its last log ($logf):"
+		if ((try == tries)); then
+			_svc_log "mailpit exited at start ($try time(s)); its last log ($logf):"
 			sed 's/^/  /' "$logf" >&2
 			return 1
 		fi
@@ -200,17 +234,23 @@ _svc_check_url() {
 	fi
 }
 
-services_start() {
-	if [[ -n $_svc_tmp ]]; then
-		_svc_log "services_start: already started (call services_stop first)"
-		return 1
-	fi
+services_install() {
 	if ! command -v go >/dev/null; then
 		_svc_log "go is not on PATH: cannot install stripe-mock and mailpit"
 		return 1
 	fi
 	_svc_install stripe-mock "$_SVC_STRIPE_MOCK_MODULE" "$_SVC_STRIPE_MOCK_VERSION" || return 1
 	_svc_install mailpit "$_SVC_MAILPIT_MODULE" "$_SVC_MAILPIT_VERSION" || return 1
+}
+
+services_free_port() { _svc_free_port "$@"; }
+
+services_start() {
+	if [[ -n $_svc_tmp ]]; then
+		_svc_log "services_start: already started (call services_stop first)"
+		return 1
+	fi
+	services_install || return 1
 
 	_svc_tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-services.XXXXXX") || {
 		_svc_tmp=""

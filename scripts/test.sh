@@ -217,7 +217,8 @@ unformatted=$(find . -type f -name '*.go' \
 	xargs -0 -r gofmt -l)
 if [[ -n "$unformatted" ]]; then
 	log "gofmt -l lists files that need formatting (run gofmt -w on them):"
-	sed 's/^/  /' <<<"$unformatted" >&2
+	mapfile -t unformatted_files <<<"$unformatted"
+	printf '  %s\n' "${unformatted_files[@]}" >&2
 	exit 1
 fi
 
@@ -256,6 +257,14 @@ if env -u IDEMGATE_SECRET "${compose_cmd[@]}" config -q >/dev/null 2>&1; then
 	log "docker-compose.yml starts without IDEMGATE_SECRET: it must require one"
 	exit 1
 fi
+# The build context must not carry the history or the dev state (.tmp/ holds
+# the quickstart's secret and databases).
+for ignored in .git .tmp '**/node_modules' '*.db'; do
+	if ! grep -qxF -- "$ignored" .dockerignore; then
+		log ".dockerignore does not list $ignored: docker build would send it to the daemon"
+		exit 1
+	fi
+done
 
 # ---------------------------------------------------------------------------
 # (d) go vet
@@ -343,20 +352,34 @@ if ((${chaos_run:-0})); then
 fi
 
 # ---------------------------------------------------------------------------
-# (h) The quickstart, as a new user runs it: scripts/dev.sh on a fresh
-# SQLite file and a free port, its curl line twice (the second a replay).
-# Same gating as e2e.
+# (h) The quickstart, as a new user runs it: DEV_SMOKE=1 scripts/dev.sh on a
+# fresh state directory and free ports (api, Mailpit's SMTP and web UI), then
+# the same with --postgres on a fresh database of the Postgres chosen above
+# (named like internal/pgtest's, so that the sweep (b) drops it if a killed
+# run leaves it behind). Each makes a refund with its printed curl line,
+# replays it, runs its printed idemctl line and checks Mailpit (and River UI
+# on Postgres). Same gating as e2e.
 # ---------------------------------------------------------------------------
+# dev_smoke [ARGS]: DEV_SMOKE=1 scripts/dev.sh ARGS in a fresh DEV_DIR.
+dev_smoke() {
+	local dir api smtp ui
+	dir=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-dev.XXXXXX")
+	api=$(services_free_port)
+	smtp=$(services_free_port "$api")
+	ui=$(services_free_port "$api" "$smtp")
+	DEV_SMOKE=1 DEV_DIR="$dir" IDEMGATE_API_ADDR="127.0.0.1:$api" \
+		DEV_MAILPIT_SMTP_ADDR="127.0.0.1:$smtp" DEV_MAILPIT_UI_ADDR="127.0.0.1:$ui" bash scripts/dev.sh "$@"
+	rm -rf "$dir"
+}
 if ((e2e_run)); then
 	step="quickstart"
 	log "quickstart: DEV_SMOKE=1 scripts/dev.sh"
-	smoke_dir=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-dev.XXXXXX")
-	smoke_port=""
-	for p in $(seq 18080 18180); do
-		port_open 127.0.0.1 "$p" || { smoke_port=$p; break; }
-	done
-	DEV_SMOKE=1 DEV_DIR="$smoke_dir" IDEMGATE_API_ADDR="127.0.0.1:${smoke_port:?no free port}" bash scripts/dev.sh
-	rm -rf "$smoke_dir"
+	dev_smoke
+	step="quickstart on Postgres"
+	smoke_db="idemgate_t_$(date +%s)_$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
+	log "quickstart on Postgres: DEV_SMOKE=1 scripts/dev.sh --postgres (database $smoke_db)"
+	DEV_POSTGRES_URL=$TEST_DATABASE_URL DEV_DATABASE=$smoke_db dev_smoke --postgres
+	psql "$TEST_DATABASE_URL" -XAtq -c "DROP DATABASE IF EXISTS \"$smoke_db\"" >/dev/null
 fi
 
 # ---------------------------------------------------------------------------
