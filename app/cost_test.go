@@ -40,15 +40,28 @@ type txCost struct {
 
 var ourTables = []string{"idempotency_claims", "audit_events", "idempotency_tombstones", "ledger_entries", "seats", "api_tokens"}
 
-// maintenance are the reaper's and the pruner's statements, which run on
-// River's schedule, not per call: left out so that the counts are exact.
-var maintenance = []string{"lease_expires_at <=", "from river_job j", "with doomed", "delete from idempotency_tombstones"}
+// maintenance are the reaper's and the pruner's statements (on their
+// own, outside transactions), which run on River's schedule, not per call;
+// riverOccasional are River's insert notification and version check, which
+// it sends at most once per queue per interval and once per process. Both
+// are left out so that the counts are exact.
+var (
+	maintenance     = []string{"lease_expires_at <=", "from river_job j", "with doomed", "delete from idempotency_tombstones"}
+	riverOccasional = []string{"name: pgnotifymany", "name: pggetproductandversion"}
+)
+
+func containsAny(sql string, subs []string) bool {
+	for _, m := range subs {
+		if strings.Contains(sql, m) {
+			return true
+		}
+	}
+	return false
+}
 
 func touchesOurs(sql string) bool {
-	for _, m := range maintenance {
-		if strings.Contains(sql, m) {
-			return false
-		}
+	if containsAny(sql, maintenance) {
+		return false
 	}
 	for _, t := range ourTables {
 		if strings.Contains(sql, t) {
@@ -74,6 +87,7 @@ func (c *costTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data p
 				c.commits++
 			}
 		}
+	case containsAny(sql, riverOccasional):
 	case tx != nil:
 		tx.statements++
 		tx.ours = tx.ours || touchesOurs(sql)
