@@ -58,7 +58,7 @@ func (b *opBundle) claim(t *testing.T, tenant, key string, status domain.Status,
 	require.NoError(t, err)
 	tx, err := s.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, b.ops.Control.JobCancelTx(ctx, tx, c.JobID))
+	require.NoError(t, b.ops.Jobs.JobCancelTx(ctx, tx, c.JobID))
 	require.NoError(t, tx.Commit(ctx))
 	return failed
 }
