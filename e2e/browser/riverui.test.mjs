@@ -4,10 +4,10 @@
 // re-drives the failed operation through the gate, and it ends succeeded
 // with exactly one refund at the test Stripe.
 //
-// Run by e2e/browser/run.sh, which starts the api, the worker and the test
-// Stripe and sets IDEMGATE_URL, TESTSTRIPE_URL, IDEMGATE_TOKEN_ACME,
-// IDEMGATE_OPS_USER, IDEMGATE_OPS_PASSWORD, IDEMCTL and DATABASE_URL (and
-// CHROMIUM_PATH).
+// Run by e2e/browser/run.sh once per engine: it starts the api, the worker
+// (on SQLite, inside the api) and the test Stripe and sets IDEMGATE_ENGINE,
+// IDEMGATE_URL, TESTSTRIPE_URL, IDEMGATE_TOKEN_ACME, IDEMGATE_OPS_USER,
+// IDEMGATE_OPS_PASSWORD, IDEMCTL and DATABASE_URL (and CHROMIUM_PATH).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -28,6 +28,7 @@ const token = env('IDEMGATE_TOKEN_ACME');
 const opsUser = env('IDEMGATE_OPS_USER');
 const opsPassword = env('IDEMGATE_OPS_PASSWORD');
 const idemctl = env('IDEMCTL');
+const engine = env('IDEMGATE_ENGINE');
 const executablePath = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 
 const riverUI = `${base}/ops/riverui`;
@@ -105,7 +106,7 @@ async function dump(page, err) {
   throw err;
 }
 
-test('retrying a failed refund in River UI re-drives it through the gate: one refund', { timeout: 180_000 }, async (t) => {
+test(`retrying a failed refund in River UI re-drives it through the gate: one refund (${engine})`, { timeout: 180_000 }, async (t) => {
   // A charge whose refunds are declined, and a refund of it.
   await control('POST', '/_charges', {
     id: chargeID,
