@@ -99,9 +99,7 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 }
 
 // buildAPI builds the api half: the api's handler with the operator routes
-// mounted on it. River UI runs on the working client, so that its job
-// cancellations and queue pauses reach this process's producers at once
-// (SQLite has no notifier).
+// mounted on it, River UI on the process's River client.
 func (e *Embedded) buildAPI(cfg *config.Config, control *jobs.Control[*sql.Tx], data apiData, tools *tool.Registry,
 	apiOpts *APIOptions, reg *prometheus.Registry,
 ) error {

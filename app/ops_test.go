@@ -191,15 +191,63 @@ func runAPIAndWorker(t *testing.T, cfg *config.Config, d *enginetest.DB) string 
 // its job.
 func (b *opsWorker) failDeclinedRefund(t *testing.T, key string) *domain.Operation {
 	t.Helper()
-	res, isErr := callTool(t, b.session, "refund_order", map[string]any{"order_id": "ord_declined", "amount_cents": 1000, "idempotency_key": key})
-	require.True(t, isErr)
-	require.Equal(t, domain.CodeCardDeclined, res.Error.Code)
-	require.Equal(t, domain.StatusFailed, res.Operation.Status)
+	callPatiently(t, b.session, "refund_order", map[string]any{"order_id": "ord_declined", "amount_cents": 1000, "idempotency_key": key})
+	op := awaitPatiently(t, b.session, key, domain.StatusFailed)
+	require.NotNil(t, op.Error)
+	require.Equal(t, domain.CodeCardDeclined, op.Error.Code)
 	require.Eventually(t, func() bool {
-		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'cancelled'`, res.Operation.JobID) == 1
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'cancelled'`, op.JobID) == 1
 	}, 60*time.Second, 50*time.Millisecond)
 	require.Empty(t, b.stripe.Refunds())
-	return res.Operation
+	return op
+}
+
+// callPatiently calls a tool and, while the api answers unavailable (HTTP
+// 503, or the code unavailable), calls again with the same arguments, as
+// clients are told to: on a loaded machine the embedded process's one SQLite
+// connection can stay busy past the api's bounds. It returns the tool's
+// text answer.
+func callPatiently(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+		var last string
+		if err != nil {
+			require.ErrorContains(t, err, http.StatusText(http.StatusServiceUnavailable))
+			last = err.Error()
+		} else {
+			last = res.Content[0].(*mcp.TextContent).Text
+			var body struct {
+				Error *struct {
+					Code domain.Code `json:"code"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(last), &body), last)
+			if !res.IsError || body.Error == nil || body.Error.Code != domain.CodeUnavailable {
+				return last
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "%s still unavailable after 60s: %s", name, last)
+		time.Sleep(100 * time.Millisecond) // the retry's pace, not an assertion
+	}
+}
+
+// awaitPatiently polls get_operation (callPatiently) until the refund with
+// key reaches status.
+func awaitPatiently(t *testing.T, s *mcp.ClientSession, key string, status domain.Status) *domain.Operation {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var op domain.Operation
+		text := callPatiently(t, s, "get_operation", map[string]any{"tool": "refund_order", "idempotency_key": key})
+		require.NoError(t, json.Unmarshal([]byte(text), &op), text)
+		if op.Status == status {
+			return &op
+		}
+		require.True(t, time.Now().Before(deadline), "refund_order/%s never reached %s: %s", key, status, text)
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // auditTrail is the decisions of the operation's audit rows, oldest first,
@@ -255,7 +303,7 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 		nextKey := "idg_" + opID + "_1"
 		require.Equal(t, nextKey, line.DownstreamKey)
 
-		op := awaitStatus(t, b.session, "refund_order", key, domain.StatusSucceeded)
+		op := awaitPatiently(t, b.session, key, domain.StatusSucceeded)
 		require.Equal(t, opID, op.OperationID)
 		require.Equal(t, map[string]int{nextKey: 1}, b.stripe.RefundsByKey(), "one refund, with the new downstream key")
 		require.Len(t, b.stripe.Refunds(), 1)
@@ -296,7 +344,7 @@ func TestOpsRiverUIRetryRedrivesThroughTheGate(t *testing.T) {
 			fmt.Sprintf(`{"ids":["%d"]}`, failed.JobID), nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 
-		op := awaitStatus(t, b.session, "refund_order", key, domain.StatusSucceeded)
+		op := awaitPatiently(t, b.session, key, domain.StatusSucceeded)
 		require.Equal(t, failed.OperationID, op.OperationID)
 		require.Equal(t, failed.JobID, op.JobID, "River UI retried the operation's own job")
 		require.Equal(t, map[string]int{"idg_" + op.OperationID + "_1": 1}, b.stripe.RefundsByKey())
@@ -334,7 +382,7 @@ func opsDo(t *testing.T, method, url string, auth opsAuth, body string, header m
 	if auth != nil {
 		auth(req)
 	}
-	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	client := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
