@@ -86,6 +86,20 @@ async function json(res) {
   }
 }
 
+// fetchPatiently sends a request to the api again while it answers 503
+// (unavailable: retry with the same idempotency key), for up to 60s: on a
+// loaded machine the embedded SQLite process's one connection can stay busy
+// past the api's bounds.
+async function fetchPatiently(url, init) {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const res = await fetch(url, init);
+    if (res.status !== 503 || Date.now() > deadline) return res;
+    await res.arrayBuffer();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
 async function control(method, path, body) {
   const res = await fetch(`${stripe}${path}`, { method, body: body === undefined ? undefined : JSON.stringify(body) });
   assert.equal(res.status, 200, `${method} ${path}`);
@@ -93,7 +107,7 @@ async function control(method, path, body) {
 }
 
 async function operation() {
-  const res = await fetch(`${base}/v1/operations/refund_order/${key}`, { headers: { authorization: `Bearer ${token}` } });
+  const res = await fetchPatiently(`${base}/v1/operations/refund_order/${key}`, { headers: { authorization: `Bearer ${token}` } });
   assert.equal(res.status, 200, `GET operation ${key}`);
   return json(res);
 }
@@ -114,7 +128,7 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
     currency: 'usd',
     fail: { status: 402, type: 'card_error', code: 'card_declined' },
   });
-  const res = await fetch(`${base}/v1/tools/refund_order`, {
+  const res = await fetchPatiently(`${base}/v1/tools/refund_order`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'idempotency-key': key, 'content-type': 'application/json' },
     body: JSON.stringify({ order_id: 'ord_declined', amount_cents: 1200 }),
@@ -215,7 +229,7 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
     assert.equal(stats.refunded_amount[chargeID], 1200);
 
     // A retry by the client replays the outcome; nothing new happens.
-    const replay = await fetch(`${base}/v1/tools/refund_order`, {
+    const replay = await fetchPatiently(`${base}/v1/tools/refund_order`, {
       method: 'POST',
       headers: { authorization: `Bearer ${token}`, 'idempotency-key': key, 'content-type': 'application/json' },
       body: JSON.stringify({ order_id: 'ord_declined', amount_cents: 1200 }),
@@ -239,7 +253,7 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
     assert.equal(detail.audit.find((e) => e.decision === 'redriven').user_id, 'riverui');
 
     // Re-driving the succeeded operation is refused.
-    const redrive = await fetch(`${base}/ops/redrive`, {
+    const redrive = await fetchPatiently(`${base}/ops/redrive`, {
       method: 'POST',
       headers: {
         authorization: `Basic ${Buffer.from(`${opsUser}:${opsPassword}`).toString('base64')}`,
