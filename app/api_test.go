@@ -171,8 +171,13 @@ func countRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 // complete plays the worker's part: lease the claim and store a result.
 func complete(t *testing.T, b *testBundle, op *domain.Operation) {
 	t.Helper()
+	completeIn(t, b.api.Gate.Store(), op)
+}
+
+// completeIn is complete on the gate's store s.
+func completeIn(t *testing.T, s gate.Store, op *domain.Operation) {
+	t.Helper()
 	ctx := context.Background()
-	s := b.api.Gate.Store()
 	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: op.Tool, IdempotencyKey: op.IdempotencyKey})
 	require.NoError(t, err)
 	c, err = s.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})

@@ -136,7 +136,12 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	opsServer, err := newOpsServer(cfg, pool, g, riverClient, srv, promReg, logger)
+	// River UI gets an insert-only client of its own on the api's pool.
+	uiClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("river (River UI): %w", err)
+	}
+	opsServer, err := newOpsServer(cfg, g, uiClient, jobControl, srv, promReg, logger)
 	if err != nil {
 		return nil, err
 	}

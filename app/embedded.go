@@ -18,7 +18,9 @@ import (
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/migrations"
+	"github.com/idemgate/idemgate/ops"
 	"github.com/idemgate/idemgate/store/sqlitestore"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // EmbeddedDBTimeout bounds the gate's statements on SQLite, where callers
@@ -27,15 +29,17 @@ const EmbeddedDBTimeout = 5 * time.Second
 
 // Embedded is the single-process deployment on SQLite: the api and the
 // worker in one process (one writer per file), with one River client that
-// both inserts the claims' jobs and works them. SQLite has no LISTEN, so
-// waiting callers poll their claim every 50ms.
+// inserts the claims' jobs, works them and serves River UI. SQLite has no
+// LISTEN, so waiting callers poll their claim every 50ms.
 type Embedded struct {
 	DB      *sql.DB
 	Gate    *gate.Gate
 	Server  *api.Server
 	Handler http.Handler
 	Client  *river.Client[*sql.Tx]
-	logger  *slog.Logger
+	// Ops is the operator routes under /ops (River UI, re-drive).
+	Ops    *ops.Server
+	logger *slog.Logger
 }
 
 // NewEmbedded assembles the api and the worker on the SQLite database db
@@ -86,13 +90,11 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	}
 	enqueuer.Client, control.Client = client, client
 
-	srv, err := newAPIServer(cfg, g, control, data, tools, func(ctx context.Context) (bool, error) {
-		return migrations.SQLiteStatus(ctx, db)
-	}, apiOpts, reg, logger)
-	if err != nil {
+	e := &Embedded{DB: db, Gate: g, Client: client, logger: logger}
+	if err := e.buildAPI(cfg, control, data, tools, apiOpts, reg); err != nil {
 		return nil, err
 	}
-	return &Embedded{DB: db, Gate: g, Server: srv, Handler: srv, Client: client, logger: logger}, nil
+	return e, nil
 }
 
 // embeddedOptions copies the options (nil: defaults) with one
@@ -115,8 +117,32 @@ func embeddedOptions(apiOpts *APIOptions, workerOpts *WorkerOptions) (*APIOption
 	return &a, &w
 }
 
-// Run starts the worker half and blocks until ctx ends, then stops fetching
-// and lets running jobs finish within stopTimeout.
+// buildAPI builds the api half: the api's handler with the operator routes
+// mounted on it, River UI on the process's River client.
+func (e *Embedded) buildAPI(cfg *config.Config, control *jobs.Control[*sql.Tx], data apiData, tools *tool.Registry,
+	apiOpts *APIOptions, reg *prometheus.Registry,
+) error {
+	srv, err := newAPIServer(cfg, e.Gate, control, data, tools, func(ctx context.Context) (bool, error) {
+		return migrations.SQLiteStatus(ctx, e.DB)
+	}, apiOpts, reg, e.logger)
+	if err != nil {
+		return err
+	}
+	opsServer, err := newOpsServer(cfg, e.Gate, e.Client, control, srv, reg, e.logger)
+	if err != nil {
+		return err
+	}
+	opsServer.Mount(srv.Router())
+	e.Server, e.Handler, e.Ops = srv, srv, opsServer
+	return nil
+}
+
+// Run starts the worker half and River UI's background services, and
+// blocks until ctx ends, then stops fetching and lets running jobs finish
+// within stopTimeout.
 func (e *Embedded) Run(ctx context.Context, stopTimeout time.Duration) error {
+	if err := e.Ops.Start(ctx); err != nil {
+		e.logger.Error("River UI's background services did not start; it counts on demand", "error", err)
+	}
 	return runRiver(ctx, e.Client, stopTimeout)
 }

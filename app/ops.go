@@ -1,15 +1,17 @@
 package app
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 
 	"github.com/idemgate/idemgate/api"
 	"github.com/idemgate/idemgate/config"
@@ -17,70 +19,98 @@ import (
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/ops"
 	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/store/sqlitestore"
 )
 
-// Ops is what operators' tools need: the gate on Postgres with an
+// Ops is what operators' tools need, on either engine: the gate with an
 // insert-only River client (no queues, no workers), River's job control in
 // the gate's transactions, and the re-driver built on them. idemctl uses it.
 type Ops struct {
-	Gate     *gate.Gate
-	River    *river.Client[pgx.Tx]
-	Control  *jobs.Control[pgx.Tx]
+	Gate *gate.Gate
+	// Jobs cancels and retries River jobs in the gate's transactions.
+	Jobs     ops.Jobs
 	Redriver *ops.Redriver
+}
+
+// OpsSQLiteDBTimeout bounds each of the operators' transactions on SQLite.
+// It is longer than sqlitestore.BusyTimeout: a command waits for the write
+// lock a running api holds, and fails with domain.ErrUnavailable when the
+// lock stays busy past BusyTimeout.
+const OpsSQLiteDBTimeout = sqlitestore.BusyTimeout + 5*time.Second
+
+// opsStore is what the operators' gate runs on.
+type opsStore interface {
+	gate.Store
+	toolData
 }
 
 // NewOps assembles the operators' parts on Postgres. The pool is the
 // caller's.
 func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, error) {
 	if cfg.Driver() != config.DriverPostgres {
-		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build")
+		return nil, errors.New("DATABASE_URL: NewOps needs Postgres; use NewOpsSQLite on SQLite")
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
-	st := pgstore.New(pool)
+	return newOps(cfg, pgstore.New(pool), client, pgstore.Unavailable, 0, logger)
+}
+
+// NewOpsSQLite assembles the operators' parts on the SQLite database db
+// (from sqlitestore.Open), which a running api may share: its transactions
+// wait for the write lock (OpsSQLiteDBTimeout). The database is the
+// caller's.
+func NewOpsSQLite(cfg *config.Config, db *sql.DB, logger *slog.Logger) (*Ops, error) {
+	if cfg.Driver() != config.DriverSQLite {
+		return nil, errors.New("DATABASE_URL: NewOpsSQLite needs SQLite (unset DATABASE_URL or sqlite:PATH)")
+	}
+	client, err := river.NewClient(riversqlite.New(db), &river.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("river: %w", err)
+	}
+	return newOps(cfg, sqlitestore.New(db), client, sqlitestore.Unavailable, OpsSQLiteDBTimeout, logger)
+}
+
+// newOps builds the gate on st with client inserting and controlling its
+// jobs; dbTimeout 0 is gate.DefaultDBTimeout.
+func newOps[TTx any](cfg *config.Config, st opsStore, client *river.Client[TTx], unavailable func(error) bool,
+	dbTimeout time.Duration, logger *slog.Logger,
+) (*Ops, error) {
 	tools, err := BuiltinDeclarations(cfg, st)
 	if err != nil {
 		return nil, err
 	}
 	g, err := gate.New(&gate.Config{
-		Store:    st,
-		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client, Unavailable: pgstore.Unavailable},
-		Policies: tools.Policies(),
-		Logger:   logger,
+		Store:     st,
+		Enqueuer:  &jobs.Enqueuer[TTx]{Client: client, Unavailable: unavailable},
+		Policies:  tools.Policies(),
+		DBTimeout: dbTimeout,
+		Logger:    logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	control := &jobs.Control[pgx.Tx]{Client: client}
-	return &Ops{
-		Gate:     g,
-		River:    client,
-		Control:  control,
-		Redriver: &ops.Redriver{Gate: g, Jobs: control},
-	}, nil
+	control := &jobs.Control[TTx]{Client: client}
+	return &Ops{Gate: g, Jobs: control, Redriver: &ops.Redriver{Gate: g, Jobs: control}}, nil
 }
 
-// newOpsServer builds the api's operator routes: River UI with a River
-// client of its own (insert-only, on the api's pool) and the re-drive route
-// on the api's gate, behind the api's bearer authentication (scope
-// ops:admin) or the Basic credentials of IDEMGATE_OPS_USER and
-// IDEMGATE_OPS_PASSWORD (cfg.OpsUser, cfg.OpsPassword).
-func newOpsServer(cfg *config.Config, pool *pgxpool.Pool, g *gate.Gate, insertOnly *river.Client[pgx.Tx], srv *api.Server,
-	reg prometheus.Registerer, logger *slog.Logger) (*ops.Server, error) {
+// newOpsServer builds the api's operator routes: River UI on uiClient and
+// the re-drive route on the api's gate and job control, behind the api's
+// bearer authentication (scope ops:admin) or the Basic credentials of
+// IDEMGATE_OPS_USER and IDEMGATE_OPS_PASSWORD (cfg.OpsUser,
+// cfg.OpsPassword).
+func newOpsServer[TTx any](cfg *config.Config, g *gate.Gate, uiClient *river.Client[TTx], control *jobs.Control[TTx],
+	srv *api.Server, reg prometheus.Registerer, logger *slog.Logger,
+) (*ops.Server, error) {
 	basic, err := ops.BasicIfSet(cfg.OpsUser, cfg.OpsPassword)
 	if err != nil {
 		return nil, err
 	}
-	uiClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("river (River UI): %w", err)
-	}
 	s, err := ops.NewServer(&ops.Config{
 		Auth:           &ops.Auth{Bearer: srv.Authenticate, Basic: basic, Throttle: ops.NewThrottle(reg), Logger: logger},
 		OperatorTenant: cfg.OperatorTenant,
-		Redriver:       &ops.Redriver{Gate: g, Jobs: &jobs.Control[pgx.Tx]{Client: insertOnly}},
+		Redriver:       &ops.Redriver{Gate: g, Jobs: control},
 		Logger:         logger,
 	}, uiClient)
 	if err != nil {

@@ -317,14 +317,15 @@ fi
 
 # ---------------------------------------------------------------------------
 # (f2) River UI in a real browser: e2e/browser/run.sh installs Debian's
-# Chromium when it is missing, starts the api, a worker and the test Stripe on
-# a fresh database, and retries a failed refund's job in River UI with
+# Chromium when it is missing, builds once, and on each engine starts the
+# api, the worker (on SQLite, inside the api) and the test Stripe on a fresh
+# database and retries a failed refund's job in River UI with
 # playwright-core. Same gating as (f): E2E=auto/1/0.
 # ---------------------------------------------------------------------------
 if ((e2e_run)); then
 	step="e2e browser"
-	log "River UI browser test: e2e/browser/run.sh"
-	bash e2e/browser/run.sh
+	log "River UI browser test on Postgres and SQLite: e2e/browser/run.sh postgres sqlite"
+	bash e2e/browser/run.sh postgres sqlite
 fi
 
 # ---------------------------------------------------------------------------

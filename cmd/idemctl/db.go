@@ -3,25 +3,32 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	idemgateapp "github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/pgstore"
 	"github.com/idemgate/idemgate/store/sqlitestore"
 )
 
-// database is an open Postgres pool or SQLite file, for the commands that
-// work on both engines (migrate, seed, token).
+// database is an open Postgres pool or SQLite file. Every command works on
+// both engines.
 type database struct {
 	pool *pgxpool.Pool
 	db   *sql.DB
 }
 
-// data is what those commands use.
+// data is what the commands read and write besides River.
 type data interface {
+	gate.Store
 	store.Tokens
 	store.Seeder
 }
@@ -43,6 +50,19 @@ func (a *app) openDatabase(ctx context.Context) (*database, error) {
 	return &database{db: db}, nil
 }
 
+// openExistingDatabase is openDatabase for the commands that read and
+// change operations (op, prune): a SQLite file that does not exist is an
+// error, not created.
+func (a *app) openExistingDatabase(ctx context.Context) (*database, error) {
+	if a.cfg.Driver() == config.DriverSQLite {
+		path := a.cfg.SQLitePath()
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: no SQLite database at %s (run the api, or idemctl migrate, first)", config.EnvDatabaseURL, path)
+		}
+	}
+	return a.openDatabase(ctx)
+}
+
 func (d *database) Close() {
 	if d.pool != nil {
 		d.pool.Close()
@@ -57,6 +77,15 @@ func (d *database) data() data {
 		return pgstore.New(d.pool)
 	}
 	return sqlitestore.New(d.db)
+}
+
+// ops assembles the gate with an insert-only River client, as the api
+// does, for op redrive and prune.
+func (d *database) ops(a *app) (*idemgateapp.Ops, error) {
+	if d.pool != nil {
+		return idemgateapp.NewOps(a.cfg, d.pool, a.logger)
+	}
+	return idemgateapp.NewOpsSQLite(a.cfg, d.db, a.logger)
 }
 
 func (d *database) migrate(ctx context.Context, a *app) (*migrations.Result, error) {

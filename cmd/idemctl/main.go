@@ -171,14 +171,10 @@ type usageError struct{ err error }
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
-// openPostgres returns a pool on DATABASE_URL that has answered a ping.
-// The caller closes it.
+// openPostgres returns a pool on DATABASE_URL, a postgres:// URL, that has
+// answered a ping. The caller closes it.
 func (a *app) openPostgres(ctx context.Context) (*pgxpool.Pool, error) {
 	raw := a.cfg.DatabaseURL
-	if a.cfg.Driver() != config.DriverPostgres {
-		return nil, &usageError{fmt.Errorf("%s is unset or names SQLite: this command needs Postgres "+
-			"(on SQLite, idemctl has migrate, seed and token; set %s or --database-url to a postgres:// URL)", config.EnvDatabaseURL, config.EnvDatabaseURL)}
-	}
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		return nil, &usageError{fmt.Errorf("invalid %s: %w", config.EnvDatabaseURL, err)}

@@ -8,14 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	idemgateapp "github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/ops"
-	"github.com/idemgate/idemgate/store/pgstore"
 )
 
 // exitRefused is the exit code of a re-drive the gate refused (the
@@ -48,19 +46,19 @@ func newOpCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// openOps opens the database and assembles the gate with an insert-only
-// River client, as the api does. The caller closes the pool.
-func (a *app) openOps(cmd *cobra.Command) (*pgxpool.Pool, *idemgateapp.Ops, error) {
-	pool, err := a.openPostgres(cmd.Context())
+// openOps opens the database and assembles the operators' parts on it. The
+// caller closes the database.
+func (a *app) openOps(cmd *cobra.Command) (*database, *idemgateapp.Ops, error) {
+	d, err := a.openExistingDatabase(cmd.Context())
 	if err != nil {
 		return nil, nil, err
 	}
-	o, err := idemgateapp.NewOps(a.cfg, pool, a.logger)
+	o, err := d.ops(a)
 	if err != nil {
-		pool.Close()
+		d.Close()
 		return nil, nil, err
 	}
-	return pool, o, nil
+	return d, o, nil
 }
 
 // newOpGetCmd builds `idemctl op get`: one operation with its audit trail.
@@ -82,12 +80,12 @@ func newOpGetCmd(a *app) *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			pool, err := a.openPostgres(ctx)
+			db, err := a.openExistingDatabase(ctx)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			d, err := ops.GetOperation(ctx, pgstore.New(pool), tenant, tool, key)
+			defer db.Close()
+			d, err := ops.GetOperation(ctx, db.data(), tenant, tool, key)
 			if errors.Is(err, domain.ErrNotFound) {
 				return fmt.Errorf("op get: no operation %s/%s in tenant %q", tool, key, tenant)
 			}
@@ -135,16 +133,16 @@ func newOpListCmd(a *app) *cobra.Command {
 				return &usageError{fmt.Errorf("--limit: must be within 1 and %d, got %d", maxListLimit, limit)}
 			}
 			ctx := cmd.Context()
-			pool, err := a.openPostgres(ctx)
+			db, err := a.openExistingDatabase(ctx)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer db.Close()
 			p := &gate.ClaimListParams{TenantID: tenant, Tool: tool, Status: st, Limit: limit}
 			if !sinceAt.IsZero() {
 				p.Since = &sinceAt
 			}
-			claims, err := pgstore.New(pool).ClaimList(ctx, p)
+			claims, err := db.data().ClaimList(ctx, p)
 			if err != nil {
 				return fmt.Errorf("op list: %w", err)
 			}
@@ -228,11 +226,11 @@ func newOpRedriveCmd(a *app) *cobra.Command {
 				}
 			}
 
-			pool, o, err := a.openOps(cmd)
+			db, o, err := a.openOps(cmd)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer db.Close()
 			ctx := cmd.Context()
 			enc := json.NewEncoder(a.stdout)
 

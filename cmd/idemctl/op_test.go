@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	idemgateapp "github.com/idemgate/idemgate/app"
@@ -14,23 +16,33 @@ import (
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatetest"
-	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/internal/enginetest"
+	"github.com/idemgate/idemgate/internal/sqlitetest"
 )
 
+// opBundle is a fresh database on one engine and the operators' parts on
+// it (on SQLite, a connection of its own: idemctl opens another, as a
+// second process would).
 type opBundle struct {
 	dbURL string
-	pool  *pgxpool.Pool
+	db    *enginetest.DB
 	ops   *idemgateapp.Ops
 }
 
-func setupOp(t *testing.T) *opBundle {
+func setupOp(t *testing.T, engine string) *opBundle {
 	t.Helper()
-	dbURL, pool := pgtest.NewDB(t)
+	d := enginetest.New(t, engine, nil)
 	cfg := config.Defaults()
-	cfg.DatabaseURL = dbURL
-	o, err := idemgateapp.NewOps(cfg, pool, nil)
+	cfg.DatabaseURL = d.URL
+	var o *idemgateapp.Ops
+	var err error
+	if d.Pool != nil {
+		o, err = idemgateapp.NewOps(cfg, d.Pool, nil)
+	} else {
+		o, err = idemgateapp.NewOpsSQLite(cfg, d.SQL, nil)
+	}
 	require.NoError(t, err)
-	return &opBundle{dbURL: dbURL, pool: pool, ops: o}
+	return &opBundle{dbURL: d.URL, db: d, ops: o}
 }
 
 // claim makes a claim through the gate (with its River job) and brings it
@@ -58,39 +70,47 @@ func (b *opBundle) claim(t *testing.T, tenant, key string, status domain.Status,
 	require.NoError(t, err)
 	tx, err := s.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, b.ops.Control.JobCancelTx(ctx, tx, c.JobID))
+	require.NoError(t, b.ops.Jobs.JobCancelTx(ctx, tx, c.JobID))
 	require.NoError(t, tx.Commit(ctx))
 	return failed
 }
 
 // claimRow is a claim's whole row, for before/after comparisons.
-func claimRow(t *testing.T, pool *pgxpool.Pool, id int64) string {
+func (b *opBundle) claimRow(t *testing.T, id int64) string {
 	t.Helper()
-	var row string
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT row_to_json(c)::text FROM idempotency_claims c WHERE id = $1`, id).Scan(&row))
-	return row
+	rows := b.db.Rows(t, `SELECT * FROM idempotency_claims WHERE id = $1`, id)
+	require.Len(t, rows, 1)
+	return rows[0]
 }
 
-func jobState(t *testing.T, pool *pgxpool.Pool, id int64) string {
+// jobState is the River job's state, or "" when River no longer has it.
+func (b *opBundle) jobState(t *testing.T, id int64) string {
 	t.Helper()
-	var state string
-	err := pool.QueryRow(context.Background(), `SELECT state::text FROM river_job WHERE id = $1`, id).Scan(&state)
-	if err != nil {
-		return ""
-	}
-	return state
+	return strings.Join(b.db.Rows(t, `SELECT CAST(state AS TEXT) FROM river_job WHERE id = $1`, id), "")
+}
+
+// setClaimTime sets a claim's time column to at.
+func (b *opBundle) setClaimTime(t *testing.T, column string, id int64, at time.Time) {
+	t.Helper()
+	b.db.Exec(t, `UPDATE idempotency_claims SET `+column+` = $1 WHERE id = $2`, b.db.Time(at), id)
 }
 
 func TestOpGetAndList(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	b := setupOp(t)
-	failed := b.claim(t, "acme", "op-failed-00001", domain.StatusFailed, domain.CodeCardDeclined)
-	succeeded := b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
-	b.claim(t, "acme", "op-queued-00001", domain.StatusQueued, "")
-	b.claim(t, "globex", "op-failed-00001", domain.StatusFailed, domain.CodeOutcomeUnknown)
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		b := setupOp(t, engine)
+		failed := b.claim(t, "acme", "op-failed-00001", domain.StatusFailed, domain.CodeCardDeclined)
+		succeeded := b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
+		b.claim(t, "acme", "op-queued-00001", domain.StatusQueued, "")
+		b.claim(t, "globex", "op-failed-00001", domain.StatusFailed, domain.CodeOutcomeUnknown)
+		requireOpGet(t, b, failed)
+		requireOpList(t, b, failed, succeeded)
+	})
+}
 
+// requireOpGet checks op get of the failed claim, and of an unknown key.
+func requireOpGet(t *testing.T, b *opBundle, failed *gate.Claim) {
+	ctx := t.Context()
 	res := idemctl(ctx, t, b.dbURL, "op", "get", "--tenant", "acme", "--tool", "refund_order", "--key", "op-failed-00001")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	var op map[string]any
@@ -117,9 +137,13 @@ func TestOpGetAndList(t *testing.T) {
 	require.Equal(t, exitFailure, res.code)
 	require.Contains(t, res.stderr, `no operation refund_order/no-such-key-001 in tenant "acme"`)
 	require.Empty(t, res.stdout)
+}
 
-	// list: the tenant's operations, newest first, filtered.
-	res = idemctl(ctx, t, b.dbURL, "op", "list", "--tenant", "acme")
+// requireOpList checks op list: the tenant's operations, newest first,
+// filtered.
+func requireOpList(t *testing.T, b *opBundle, failed, succeeded *gate.Claim) {
+	ctx := t.Context()
+	res := idemctl(ctx, t, b.dbURL, "op", "list", "--tenant", "acme")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	lines := jsonLines(t, res.stdout)
 	require.Len(t, lines, 3)
@@ -152,48 +176,56 @@ func TestOpGetAndList(t *testing.T) {
 
 func TestOpRedriveOne(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	b := setupOp(t)
-	declined := b.claim(t, "acme", "op-declined-0001", domain.StatusFailed, domain.CodeCardDeclined)
-	succeeded := b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
-	queued := b.claim(t, "acme", "op-queued-00001", domain.StatusQueued, "")
-	require.Equal(t, "cancelled", jobState(t, b.pool, declined.JobID))
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		ctx := t.Context()
+		b := setupOp(t, engine)
+		declined := b.claim(t, "acme", "op-declined-0001", domain.StatusFailed, domain.CodeCardDeclined)
+		succeeded := b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
+		queued := b.claim(t, "acme", "op-queued-00001", domain.StatusQueued, "")
+		require.Equal(t, "cancelled", b.jobState(t, declined.JobID))
 
-	// --dry-run: says what it would do and changes nothing.
-	before := claimRow(t, b.pool, declined.ID)
-	res := idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001",
-		"--reason", "card fixed", "--operator", "alice", "--dry-run")
-	require.Equal(t, exitOK, res.code, res.stderr)
-	lines := jsonLines(t, res.stdout)
-	require.Len(t, lines, 1)
-	require.Equal(t, map[string]any{
-		"operation_id": declined.OperationID, "tool": "refund_order", "key": "op-declined-0001", "action": "would_redrive",
-		"status": "failed", "next_generation": true, "fresh_job": true, "reason": "card fixed",
-	}, lines[0], "its job was cancelled: a fresh one would run it")
-	require.Equal(t, before, claimRow(t, b.pool, declined.ID))
-	require.Equal(t, "cancelled", jobState(t, b.pool, declined.JobID))
-
-	// Refused: succeeded (exit 3, with the refused line), and queued.
-	for _, c := range []*gate.Claim{succeeded, queued} {
-		before := claimRow(t, b.pool, c.ID)
-		res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", c.IdempotencyKey, "--reason", "try")
-		require.Equal(t, exitRefused, res.code, res.stderr)
-		lines = jsonLines(t, res.stdout)
+		// --dry-run: says what it would do and changes nothing.
+		before := b.claimRow(t, declined.ID)
+		res := idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001",
+			"--reason", "card fixed", "--operator", "alice", "--dry-run")
+		require.Equal(t, exitOK, res.code, res.stderr)
+		lines := jsonLines(t, res.stdout)
 		require.Len(t, lines, 1)
-		require.Equal(t, "refused", lines[0]["action"])
-		require.Equal(t, string(c.Status), lines[0]["status"])
-		require.Equal(t, before, claimRow(t, b.pool, c.ID))
-	}
-	res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", succeeded.IdempotencyKey, "--reason", "try")
-	require.Contains(t, res.stderr, "the operation succeeded; re-driving it is refused")
+		require.Equal(t, map[string]any{
+			"operation_id": declined.OperationID, "tool": "refund_order", "key": "op-declined-0001", "action": "would_redrive",
+			"status": "failed", "next_generation": true, "fresh_job": true, "reason": "card fixed",
+		}, lines[0], "its job was cancelled: a fresh one would run it")
+		require.Equal(t, before, b.claimRow(t, declined.ID))
+		require.Equal(t, "cancelled", b.jobState(t, declined.JobID))
 
-	// The re-drive: next generation (card declined: nothing happened), a
-	// fresh job (the old one's cancellation was requested), a redriven audit
-	// row naming the operator.
-	res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001",
+		// Refused: succeeded (exit 3, with the refused line), and queued.
+		for _, c := range []*gate.Claim{succeeded, queued} {
+			before := b.claimRow(t, c.ID)
+			res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", c.IdempotencyKey, "--reason", "try")
+			require.Equal(t, exitRefused, res.code, res.stderr)
+			lines = jsonLines(t, res.stdout)
+			require.Len(t, lines, 1)
+			require.Equal(t, "refused", lines[0]["action"])
+			require.Equal(t, string(c.Status), lines[0]["status"])
+			require.Equal(t, before, b.claimRow(t, c.ID))
+		}
+		res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", succeeded.IdempotencyKey, "--reason", "try")
+		require.Contains(t, res.stderr, "the operation succeeded; re-driving it is refused")
+
+		requireRedriveDeclined(t, b, declined)
+	})
+}
+
+// requireRedriveDeclined re-drives the declined claim: next generation (card
+// declined: nothing happened), a fresh job (the old one's cancellation was
+// requested), a redriven audit row naming the operator; then a second
+// re-drive is refused.
+func requireRedriveDeclined(t *testing.T, b *opBundle, declined *gate.Claim) {
+	ctx := t.Context()
+	res := idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001",
 		"--reason", "card fixed", "--operator", "alice")
 	require.Equal(t, exitOK, res.code, res.stderr)
-	lines = jsonLines(t, res.stdout)
+	lines := jsonLines(t, res.stdout)
 	require.Len(t, lines, 1)
 	fresh, ok := lines[0]["job_id"].(float64)
 	require.True(t, ok, "the line names the fresh job")
@@ -203,16 +235,15 @@ func TestOpRedriveOne(t *testing.T) {
 		"status": "queued", "next_generation": true, "fresh_job": true, "job_id": fresh,
 		"downstream_key": "idg_" + declined.OperationID + "_1", "reason": "card fixed",
 	}, lines[0])
-	require.Equal(t, "available", jobState(t, b.pool, int64(fresh)))
-	require.Equal(t, "cancelled", jobState(t, b.pool, declined.JobID))
+	require.Equal(t, "available", b.jobState(t, int64(fresh)))
+	require.Equal(t, "cancelled", b.jobState(t, declined.JobID))
 
 	res = idemctl(ctx, t, b.dbURL, "op", "get", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	var op struct {
-		Status        string `json:"status"`
-		Generation    int    `json:"generation"`
-		DownstreamKey string `json:"downstream_key"`
-		Audit         []struct {
+		Status     string `json:"status"`
+		Generation int    `json:"generation"`
+		Audit      []struct {
 			Decision string `json:"decision"`
 			UserID   string `json:"user_id"`
 			Reason   string `json:"reason"`
@@ -236,64 +267,77 @@ func TestOpRedriveOne(t *testing.T) {
 	require.Contains(t, res.stderr, "no operation refund_order/no-such-key-001")
 }
 
+// redriveSet is the claims of TestOpRedriveSet.
+type redriveSet struct {
+	unknown, declined, cleaned, succeeded, old, other *gate.Claim
+}
+
 func TestOpRedriveSet(t *testing.T) {
 	t.Parallel()
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		ctx := t.Context()
+		b := setupOp(t, engine)
+		s := &redriveSet{
+			unknown:  b.claim(t, "acme", "op-unknown-00001", domain.StatusFailed, domain.CodeOutcomeUnknown),
+			declined: b.claim(t, "acme", "op-declined-0001", domain.StatusFailed, domain.CodeCardDeclined),
+			cleaned:  b.claim(t, "acme", "op-cleaned-00001", domain.StatusFailed, domain.CodeRetriesExhausted),
+		}
+		// River cleaned this one's job: the re-drive inserts a fresh one.
+		b.db.Exec(t, `DELETE FROM river_job WHERE id = $1`, s.cleaned.JobID)
+		s.succeeded = b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
+		s.old = b.claim(t, "acme", "op-old-failed-01", domain.StatusFailed, domain.CodeOutcomeUnknown)
+		b.setClaimTime(t, "updated_at", s.old.ID, time.Now().Add(-3*time.Hour))
+		s.other = b.claim(t, "globex", "op-unknown-00001", domain.StatusFailed, domain.CodeOutcomeUnknown)
+
+		untouched := map[int64]string{}
+		for _, c := range []*gate.Claim{s.unknown, s.declined, s.cleaned, s.succeeded, s.old, s.other} {
+			untouched[c.ID] = b.claimRow(t, c.ID)
+		}
+		args := []string{"op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--status", "failed", "--since", "1h",
+			"--reason", "stripe outage over", "--operator", "bob"}
+
+		res := idemctl(ctx, t, b.dbURL, append(args, "--dry-run")...)
+		require.Equal(t, exitOK, res.code, res.stderr)
+		lines := jsonLines(t, res.stdout)
+		require.Len(t, lines, 3)
+		byKey := map[string]map[string]any{}
+		for _, l := range lines {
+			require.Equal(t, "would_redrive", l["action"])
+			byKey[l["key"].(string)] = l
+		}
+		require.Equal(t, false, byKey["op-unknown-00001"]["next_generation"], "an unknown outcome keeps the downstream key")
+		require.Equal(t, true, byKey["op-declined-0001"]["next_generation"])
+		require.Equal(t, true, byKey["op-cleaned-00001"]["fresh_job"])
+		require.Equal(t, true, byKey["op-unknown-00001"]["fresh_job"], "its job's cancellation was requested")
+		for id, row := range untouched {
+			require.Equal(t, row, b.claimRow(t, id), "a dry run changes nothing")
+		}
+		requireRedriveSet(t, b, s, args, untouched)
+	})
+}
+
+// requireRedriveSet re-drives the set for real: the tenant's failed
+// refunds of the last hour, and nothing else.
+func requireRedriveSet(t *testing.T, b *opBundle, s *redriveSet, args []string, untouched map[int64]string) {
 	ctx := t.Context()
-	b := setupOp(t)
-	unknown := b.claim(t, "acme", "op-unknown-00001", domain.StatusFailed, domain.CodeOutcomeUnknown)
-	declined := b.claim(t, "acme", "op-declined-0001", domain.StatusFailed, domain.CodeCardDeclined)
-	cleaned := b.claim(t, "acme", "op-cleaned-00001", domain.StatusFailed, domain.CodeRetriesExhausted)
-	// River cleaned this one's job: the re-drive inserts a fresh one.
-	_, err := b.pool.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, cleaned.JobID)
-	require.NoError(t, err)
-	succeeded := b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
-	old := b.claim(t, "acme", "op-old-failed-01", domain.StatusFailed, domain.CodeOutcomeUnknown)
-	_, err = b.pool.Exec(ctx, `UPDATE idempotency_claims SET updated_at = now() - interval '3 hours' WHERE id = $1`, old.ID)
-	require.NoError(t, err)
-	other := b.claim(t, "globex", "op-unknown-00001", domain.StatusFailed, domain.CodeOutcomeUnknown)
-
-	untouched := map[int64]string{}
-	for _, c := range []*gate.Claim{unknown, declined, cleaned, succeeded, old, other} {
-		untouched[c.ID] = claimRow(t, b.pool, c.ID)
-	}
-	args := []string{"op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--status", "failed", "--since", "1h",
-		"--reason", "stripe outage over", "--operator", "bob"}
-
-	res := idemctl(ctx, t, b.dbURL, append(args, "--dry-run")...)
+	res := idemctl(ctx, t, b.dbURL, args...)
 	require.Equal(t, exitOK, res.code, res.stderr)
 	lines := jsonLines(t, res.stdout)
 	require.Len(t, lines, 3)
 	byKey := map[string]map[string]any{}
 	for _, l := range lines {
-		require.Equal(t, "would_redrive", l["action"])
-		byKey[l["key"].(string)] = l
-	}
-	require.Equal(t, false, byKey["op-unknown-00001"]["next_generation"], "an unknown outcome keeps the downstream key")
-	require.Equal(t, true, byKey["op-declined-0001"]["next_generation"])
-	require.Equal(t, true, byKey["op-cleaned-00001"]["fresh_job"])
-	require.Equal(t, true, byKey["op-unknown-00001"]["fresh_job"], "its job's cancellation was requested")
-	for id, row := range untouched {
-		require.Equal(t, row, claimRow(t, b.pool, id), "a dry run changes nothing")
-	}
-
-	res = idemctl(ctx, t, b.dbURL, args...)
-	require.Equal(t, exitOK, res.code, res.stderr)
-	lines = jsonLines(t, res.stdout)
-	require.Len(t, lines, 3)
-	byKey = map[string]map[string]any{}
-	for _, l := range lines {
 		require.Equal(t, "redriven", l["action"])
 		require.Equal(t, "queued", l["status"])
 		byKey[l["key"].(string)] = l
 	}
-	require.Equal(t, "idg_"+unknown.OperationID+"_0", byKey["op-unknown-00001"]["downstream_key"])
-	require.Equal(t, "idg_"+declined.OperationID+"_1", byKey["op-declined-0001"]["downstream_key"])
+	require.Equal(t, "idg_"+s.unknown.OperationID+"_0", byKey["op-unknown-00001"]["downstream_key"])
+	require.Equal(t, "idg_"+s.declined.OperationID+"_1", byKey["op-declined-0001"]["downstream_key"])
 	fresh := int64(byKey["op-cleaned-00001"]["job_id"].(float64))
-	require.NotEqual(t, cleaned.JobID, fresh)
-	require.Equal(t, "available", jobState(t, b.pool, fresh))
-	require.Equal(t, "available", jobState(t, b.pool, int64(byKey["op-unknown-00001"]["job_id"].(float64))))
-	for _, c := range []*gate.Claim{succeeded, old, other} {
-		require.Equal(t, untouched[c.ID], claimRow(t, b.pool, c.ID), "%s/%s is outside the set", c.TenantID, c.IdempotencyKey)
+	require.NotEqual(t, s.cleaned.JobID, fresh)
+	require.Equal(t, "available", b.jobState(t, fresh))
+	require.Equal(t, "available", b.jobState(t, int64(byKey["op-unknown-00001"]["job_id"].(float64))))
+	for _, c := range []*gate.Claim{s.succeeded, s.old, s.other} {
+		require.Equal(t, untouched[c.ID], b.claimRow(t, c.ID), "%s/%s is outside the set", c.TenantID, c.IdempotencyKey)
 	}
 
 	// Nothing failed is left in the window.
@@ -304,92 +348,121 @@ func TestOpRedriveSet(t *testing.T) {
 
 func TestOpUsage(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	b := setupOp(t)
-	redrive := []string{"op", "redrive", "--tenant", "acme", "--tool", "refund_order"}
-	for _, tt := range []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
-		{"GetNoTenant", []string{"op", "get", "--tool", "refund_order", "--key", "k"}, "--tenant is required"},
-		{"GetNoKey", []string{"op", "get", "--tenant", "acme", "--tool", "refund_order"}, "--key is required"},
-		{"GetBadTenant", []string{"op", "get", "--tenant", "a b", "--tool", "refund_order", "--key", "k"}, "--tenant:"},
-		{"ListNoTenant", []string{"op", "list"}, "--tenant is required"},
-		{"ListBadStatus", []string{"op", "list", "--tenant", "acme", "--status", "done"}, `--status: "done" is not`},
-		{"ListBadSince", []string{"op", "list", "--tenant", "acme", "--since", "yesterday"}, "--since:"},
-		{"ListNegativeSince", []string{"op", "list", "--tenant", "acme", "--since", "-1h"}, "--since: -1h must be positive"},
-		{"ListBadLimit", []string{"op", "list", "--tenant", "acme", "--limit", "0"}, "--limit:"},
-		{"RedriveNoReason", append(redrive, "--key", "k"), "--reason is required"},
-		{"RedriveNoTool", []string{"op", "redrive", "--tenant", "acme", "--key", "k", "--reason", "r"}, "--tool is required"},
-		{"RedriveNeither", append(redrive, "--reason", "r"), "give --key K"},
-		{"RedriveBoth", append(redrive, "--key", "k", "--status", "failed", "--since", "1h", "--reason", "r"), "not both"},
-		{"RedriveSucceededSet", append(redrive, "--status", "succeeded", "--since", "1h", "--reason", "r"), "only failed operations"},
-		{"RedriveSetNoSince", append(redrive, "--status", "failed", "--reason", "r"), "--since is required"},
-		{"RedriveLimitWithKey", append(redrive, "--key", "k", "--limit", "5", "--reason", "r"), "--limit applies to a set"},
-		{"RedriveBadOperator", append(redrive, "--key", "k", "--reason", "r", "--operator", "a b"), "--operator:"},
-		{"RedriveMultilineReason", append(redrive, "--key", "k", "--reason", "a\nb"), "--reason: reason must be printable"},
-		{"PruneBadBatches", []string{"prune", "--max-batches", "0"}, "--max-batches: must be positive"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			res := idemctl(ctx, t, b.dbURL, tt.args...)
-			require.Equal(t, exitUsage, res.code, res.stderr)
-			require.Contains(t, res.stderr, tt.wantErr)
-			require.Empty(t, res.stdout)
-		})
-	}
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		ctx := t.Context()
+		b := setupOp(t, engine)
+		redrive := []string{"op", "redrive", "--tenant", "acme", "--tool", "refund_order"}
+		for _, tt := range []struct {
+			name    string
+			args    []string
+			wantErr string
+		}{
+			{"GetNoTenant", []string{"op", "get", "--tool", "refund_order", "--key", "k"}, "--tenant is required"},
+			{"GetNoKey", []string{"op", "get", "--tenant", "acme", "--tool", "refund_order"}, "--key is required"},
+			{"GetBadTenant", []string{"op", "get", "--tenant", "a b", "--tool", "refund_order", "--key", "k"}, "--tenant:"},
+			{"ListNoTenant", []string{"op", "list"}, "--tenant is required"},
+			{"ListBadStatus", []string{"op", "list", "--tenant", "acme", "--status", "done"}, `--status: "done" is not`},
+			{"ListBadSince", []string{"op", "list", "--tenant", "acme", "--since", "yesterday"}, "--since:"},
+			{"ListNegativeSince", []string{"op", "list", "--tenant", "acme", "--since", "-1h"}, "--since: -1h must be positive"},
+			{"ListBadLimit", []string{"op", "list", "--tenant", "acme", "--limit", "0"}, "--limit:"},
+			{"RedriveNoReason", append(redrive, "--key", "k"), "--reason is required"},
+			{"RedriveNoTool", []string{"op", "redrive", "--tenant", "acme", "--key", "k", "--reason", "r"}, "--tool is required"},
+			{"RedriveNeither", append(redrive, "--reason", "r"), "give --key K"},
+			{"RedriveBoth", append(redrive, "--key", "k", "--status", "failed", "--since", "1h", "--reason", "r"), "not both"},
+			{"RedriveSucceededSet", append(redrive, "--status", "succeeded", "--since", "1h", "--reason", "r"), "only failed operations"},
+			{"RedriveSetNoSince", append(redrive, "--status", "failed", "--reason", "r"), "--since is required"},
+			{"RedriveLimitWithKey", append(redrive, "--key", "k", "--limit", "5", "--reason", "r"), "--limit applies to a set"},
+			{"RedriveBadOperator", append(redrive, "--key", "k", "--reason", "r", "--operator", "a b"), "--operator:"},
+			{"RedriveMultilineReason", append(redrive, "--key", "k", "--reason", "a\nb"), "--reason: reason must be printable"},
+			{"PruneBadBatches", []string{"prune", "--max-batches", "0"}, "--max-batches: must be positive"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				res := idemctl(ctx, t, b.dbURL, tt.args...)
+				require.Equal(t, exitUsage, res.code, res.stderr)
+				require.Contains(t, res.stderr, tt.wantErr)
+				require.Empty(t, res.stdout)
+			})
+		}
+	})
 }
 
 func TestPrune(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	b := setupOp(t)
-	var expired []*gate.Claim
-	for _, key := range []string{"prune-succeeded-1", "prune-succeeded-2"} {
-		expired = append(expired, b.claim(t, "acme", key, domain.StatusSucceeded, ""))
-	}
-	expired = append(expired, b.claim(t, "acme", "prune-failed-0001", domain.StatusFailed, domain.CodeCardDeclined))
-	live := b.claim(t, "acme", "prune-live-00001", domain.StatusSucceeded, "")
-	queued := b.claim(t, "acme", "prune-queued-001", domain.StatusQueued, "")
-	running := b.claim(t, "acme", "prune-running-01", domain.StatusRunning, "")
-	for _, c := range expired {
-		_, err := b.pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 minute' WHERE id = $1`, c.ID)
-		require.NoError(t, err)
-	}
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		ctx := t.Context()
+		b := setupOp(t, engine)
+		var expired []*gate.Claim
+		for _, key := range []string{"prune-succeeded-1", "prune-succeeded-2"} {
+			expired = append(expired, b.claim(t, "acme", key, domain.StatusSucceeded, ""))
+		}
+		expired = append(expired, b.claim(t, "acme", "prune-failed-0001", domain.StatusFailed, domain.CodeCardDeclined))
+		var left []string
+		for _, c := range []*gate.Claim{
+			b.claim(t, "acme", "prune-live-00001", domain.StatusSucceeded, ""),
+			b.claim(t, "acme", "prune-queued-001", domain.StatusQueued, ""),
+			b.claim(t, "acme", "prune-running-01", domain.StatusRunning, ""),
+		} {
+			left = append(left, strconv.FormatInt(c.ID, 10))
+		}
+		for _, c := range expired {
+			b.setClaimTime(t, "expires_at", c.ID, time.Now().Add(-time.Minute))
+		}
 
-	res := idemctl(ctx, t, b.dbURL, "prune")
-	require.Equal(t, exitOK, res.code, res.stderr)
-	require.JSONEq(t, `{"deleted": 3}`, res.stdout)
-	var left []int64
-	rows, err := b.pool.Query(ctx, `SELECT id FROM idempotency_claims ORDER BY id`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		left = append(left, id)
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []int64{live.ID, queued.ID, running.ID}, left)
-	var audit int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE idempotency_key LIKE 'prune-%'`).Scan(&audit))
-	require.Equal(t, 6, audit, "the audit trail is kept")
+		res := idemctl(ctx, t, b.dbURL, "prune")
+		require.Equal(t, exitOK, res.code, res.stderr)
+		require.JSONEq(t, `{"deleted": 3}`, res.stdout)
+		require.Equal(t, left, b.db.Rows(t, `SELECT id FROM idempotency_claims ORDER BY id`))
+		require.Equal(t, 6, b.db.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key LIKE 'prune-%'`),
+			"the audit trail is kept")
 
-	res = idemctl(ctx, t, b.dbURL, "prune")
-	require.Equal(t, exitOK, res.code, res.stderr)
-	require.JSONEq(t, `{"deleted": 0}`, res.stdout)
+		res = idemctl(ctx, t, b.dbURL, "prune")
+		require.Equal(t, exitOK, res.code, res.stderr)
+		require.JSONEq(t, `{"deleted": 0}`, res.stdout)
+	})
 }
 
-func TestOpCommandsRefuseSQLite(t *testing.T) {
+// On SQLite, idemctl runs beside the api as a second process: op get reads
+// while the api holds the write lock (WAL), and prune waits for the lock.
+func TestOpCommandsWaitForTheSQLiteWriteLock(t *testing.T) {
 	t.Parallel()
+	ctx := t.Context()
+	b := setupOp(t, config.DriverSQLite)
+	c := b.claim(t, "acme", "lock-succeeded-01", domain.StatusSucceeded, "")
+	b.setClaimTime(t, "expires_at", c.ID, time.Now().Add(-time.Minute))
+
+	// Another process's transaction: BEGIN IMMEDIATE takes the write lock.
+	holder, err := sqlitetest.Open(t, b.db.Path).BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	res := idemctl(ctx, t, b.dbURL, "op", "get", "--tenant", "acme", "--tool", "refund_order", "--key", "lock-succeeded-01")
+	require.Equal(t, exitOK, res.code, res.stderr)
+
+	done := make(chan cliResult, 1)
+	go func() { done <- idemctl(ctx, t, b.dbURL, "prune") }()
+	select {
+	case res := <-done:
+		t.Fatalf("prune ended while another process held the write lock: %+v", res)
+	case <-time.After(300 * time.Millisecond): // time for prune to reach the lock; it may take longer
+	}
+	require.NoError(t, holder.Rollback())
+	res = <-done
+	require.Equal(t, exitOK, res.code, res.stderr)
+	require.JSONEq(t, `{"deleted": 1}`, res.stdout)
+}
+
+func TestOpCommandsRefuseAMissingSQLiteFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "missing.db")
 	for _, args := range [][]string{
 		{"op", "get", "--tenant", "acme", "--tool", "refund_order", "--key", "k"},
 		{"op", "list", "--tenant", "acme"},
 		{"op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "k", "--reason", "r"},
 		{"prune"},
 	} {
-		res := idemctl(t.Context(), t, "sqlite:idemgate.db", args...)
-		require.Equal(t, exitUsage, res.code)
-		require.Contains(t, res.stderr, "this command needs Postgres")
+		res := idemctl(t.Context(), t, "sqlite:"+path, args...)
+		require.Equal(t, exitFailure, res.code, res.stderr)
+		require.Contains(t, res.stderr, "no SQLite database at "+path)
+		require.NoFileExists(t, path, "not created")
 	}
 }

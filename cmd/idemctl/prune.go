@@ -25,11 +25,11 @@ func newPruneCmd(a *app) *cobra.Command {
 			if maxBatches < 1 {
 				return &usageError{fmt.Errorf("--max-batches: must be positive, got %d", maxBatches)}
 			}
-			pool, o, err := a.openOps(cmd)
+			db, o, err := a.openOps(cmd)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer db.Close()
 			n, err := o.Gate.Prune(cmd.Context(), maxBatches)
 			if err != nil {
 				return fmt.Errorf("prune: deleted %d before: %w", n, err)

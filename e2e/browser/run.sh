@@ -1,30 +1,38 @@
 #!/usr/bin/env bash
-# e2e/browser/run.sh: idemgate in a real browser. A headless Chromium (Debian's
-# package), driven by playwright-core, retries the cancelled job of a failed
-# refund in River UI, and the worker re-drives the operation through the gate;
-# and it opens a password-reset link from Mailpit and redeems it on the api's
-# page. Runs from any directory.
+# e2e/browser/run.sh: idemgate in a real browser, on each engine. A headless
+# Chromium (Debian's package), driven by playwright-core, retries the
+# cancelled job of a failed refund in River UI, and the worker re-drives the
+# operation through the gate; and it opens a password-reset link from
+# Mailpit and redeems it on the api's page. Runs from any directory.
 #
-#   e2e/browser/run.sh                                extra arguments go to `node --test`
+#   e2e/browser/run.sh [ENGINE...] [NODE_ARGS...]
+#
+# ENGINE is postgres or sqlite; with none given, both, in that order (what
+# scripts/test.sh runs). The remaining arguments go to `node --test`.
 #
 # What it does:
 #   1. installs Chromium with apt-get when /usr/bin/chromium is missing (as
 #      root, or through sudo);
-#   2. creates a fresh database idemgate_browser_<random> on the server of
-#      TEST_DATABASE_URL (an admin URL; default the local Postgres) and drops
-#      it on exit;
-#   3. builds cmd/api, cmd/worker, cmd/idemctl and the test Stripe
-#      (internal/stripetest/cmd/teststripe) into a temporary directory;
+#   2. builds cmd/api, cmd/worker, cmd/idemctl and the test Stripe
+#      (internal/stripetest/cmd/teststripe) into a temporary directory, and
+#      runs `npm ci` in e2e/browser when node_modules is missing or stale:
+#      once, for every engine;
+#   then for each engine:
+#   3. makes a fresh database: on postgres idemgate_browser_<random> on the
+#      server of TEST_DATABASE_URL (an admin URL; default the local
+#      Postgres), dropped afterwards; on sqlite a file in the temporary
+#      directory (DATABASE_URL=sqlite:PATH);
 #   4. runs `idemctl migrate` and `idemctl seed --file e2e/browser/seed.json`;
-#   5. starts the test Stripe, the api (with fresh IDEMGATE_OPS_USER and
-#      IDEMGATE_OPS_PASSWORD) and the worker on free loopback ports, the
-#      worker mailing to the Mailpit of MAILPIT_SMTP_ADDR and MAILPIT_API_URL
-#      (scripts/test.sh starts one; without them, scripts/services.sh's);
-#   6. runs `npm ci` in e2e/browser when node_modules is missing or stale,
-#      then `node --test e2e/browser/*.test.mjs` with IDEMGATE_URL,
-#      TESTSTRIPE_URL, IDEMGATE_TOKEN_ACME, IDEMGATE_OPS_USER,
+#   5. starts a fresh test Stripe and the api (with fresh IDEMGATE_OPS_USER
+#      and IDEMGATE_OPS_PASSWORD) on free loopback ports, and on postgres
+#      the worker; on sqlite the api runs the worker in process, as the
+#      quickstart does; the worker mails to the Mailpit of MAILPIT_SMTP_ADDR
+#      and MAILPIT_API_URL (scripts/test.sh starts one; without them,
+#      scripts/services.sh's), its links pointing to the api's page;
+#   6. runs `node --test e2e/browser/*.test.mjs` with IDEMGATE_ENGINE,
+#      IDEMGATE_URL, TESTSTRIPE_URL, IDEMGATE_TOKEN_ACME, IDEMGATE_OPS_USER,
 #      IDEMGATE_OPS_PASSWORD, IDEMCTL, DATABASE_URL and MAILPIT_API_URL;
-#   7. stops everything, printing the logs when anything failed.
+#   7. stops what it started, printing the logs when anything failed.
 #
 # Needs: go, node 20+ and npm, psql, curl; apt-get for Chromium.
 set -euo pipefail
@@ -39,6 +47,13 @@ die() { log "$*"; exit 1; }
 # shellcheck source=e2e/lib.sh
 source "$root/e2e/lib.sh"
 e2e_require_tools
+
+engines=()
+while (($# > 0)) && [[ $1 == postgres || $1 == sqlite ]]; do
+	engines+=("$1")
+	shift
+done
+((${#engines[@]} > 0)) || engines=(postgres sqlite)
 
 # ---------------------------------------------------------------------------
 # 1. Chromium, from Debian
@@ -72,6 +87,19 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-browser.XXXXXX")
 db=""
 pids=()
 names=()
+
+# stop_all stops every process start started, and forgets them.
+stop_all() {
+	local i
+	for i in "${!pids[@]}"; do
+		kill "${pids[$i]}" 2>/dev/null
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" 2>/dev/null
+	done
+	pids=()
+	names=()
+}
 
 cleanup() {
 	local rc=$?
@@ -143,30 +171,34 @@ log_field() {
 	' "$tmp/$1.log" "$2" "$3"
 }
 
-# ---------------------------------------------------------------------------
-# 2. a fresh database
-# ---------------------------------------------------------------------------
-e2e_create_database idemgate_browser
+
+# wait_log NAME MSG FIELD WHAT: waits up to 60s for NAME to log MSG with
+# FIELD, and prints the field; dies when NAME exits first.
+wait_log() {
+	local value=""
+	for _ in $(seq 1 600); do
+		alive "$1" || die "the $1 exited during start"
+		value=$(log_field "$1" "$2" "$3")
+		[[ -n "$value" ]] && break
+		sleep 0.1
+	done
+	[[ -n "$value" ]] || die "$4 within 60s"
+	printf '%s' "$value"
+}
 
 # ---------------------------------------------------------------------------
-# 3. build
+# 2. build, and the browser test's packages: once for every engine
 # ---------------------------------------------------------------------------
 log "building cmd/api, cmd/worker, cmd/idemctl and teststripe"
 go build -o "$tmp/bin/" ./cmd/api ./cmd/worker ./cmd/idemctl ./internal/stripetest/cmd/teststripe
-
-# ---------------------------------------------------------------------------
-# 4. migrate and seed
-# ---------------------------------------------------------------------------
-export DATABASE_URL=$database_url
-idemctl() {
-	if ! "$tmp/bin/idemctl" "$@" >"$tmp/idemctl.out" 2>&1; then
-		sed 's/^/  idemctl| /' "$tmp/idemctl.out" >&2
-		die "idemctl $1 failed"
-	fi
-}
-idemctl migrate
-idemctl seed --file "$browser_dir/seed.json"
 export IDEMCTL="$tmp/bin/idemctl" # the test reads the audit trail with it
+
+installed="$browser_dir/node_modules/.package-lock.json"
+if [[ ! -f "$installed" || "$browser_dir/package-lock.json" -nt "$installed" || "$browser_dir/package.json" -nt "$installed" ]]; then
+	log "npm ci in e2e/browser"
+	(cd "$browser_dir" && npm ci --no-audit --no-fund >&2)
+fi
+
 IDEMGATE_TOKEN_ACME=$(node -e '
 	const t = JSON.parse(require("node:fs").readFileSync(process.argv[1], "utf8")).tokens
 		.find((t) => t.tenant === "acme" && t.user === "support-bot");
@@ -174,82 +206,100 @@ IDEMGATE_TOKEN_ACME=$(node -e '
 ' "$browser_dir/seed.json")
 export IDEMGATE_TOKEN_ACME
 
-# ---------------------------------------------------------------------------
-# 5. the test Stripe, the api and the worker
-# ---------------------------------------------------------------------------
-start teststripe "$tmp/bin/teststripe" -addr 127.0.0.1:0
-TESTSTRIPE_URL=""
-for _ in $(seq 1 600); do
-	alive teststripe || die "the test Stripe exited during start"
-	TESTSTRIPE_URL=$(head -n 1 "$tmp/teststripe.out" 2>/dev/null || true)
-	[[ $TESTSTRIPE_URL == http://* ]] && break
-	TESTSTRIPE_URL=""
-	sleep 0.1
-done
-[[ -n "$TESTSTRIPE_URL" ]] || die "the test Stripe did not print its URL within 60s"
-export TESTSTRIPE_URL
-log "test Stripe at $TESTSTRIPE_URL"
-
 # Fresh operator credentials for this run; never printed.
 IDEMGATE_OPS_USER=ops-browser
 IDEMGATE_OPS_PASSWORD=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 export IDEMGATE_OPS_USER IDEMGATE_OPS_PASSWORD
 secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 
-IDEMGATE_API_ADDR=127.0.0.1:0 IDEMGATE_WAIT=200ms \
-	start api "$tmp/bin/api"
-addr=""
-for _ in $(seq 1 600); do
-	alive api || die "the api exited during start"
-	addr=$(log_field api "api listening" addr)
-	[[ -n "$addr" ]] && break
-	sleep 0.1
-done
-[[ -n "$addr" ]] || die "the api did not log its address within 60s"
-export IDEMGATE_URL="http://$addr"
-ready=0
-for _ in $(seq 1 600); do
-	alive api || die "the api exited during start"
-	if curl -fsS -o /dev/null --max-time 2 "$IDEMGATE_URL/readyz" 2>/dev/null; then
-		ready=1
-		break
+idemctl() {
+	if ! "$IDEMCTL" "$@" >"$tmp/idemctl.out" 2>&1; then
+		sed 's/^/  idemctl| /' "$tmp/idemctl.out" >&2
+		die "idemctl $1 failed"
 	fi
-	sleep 0.1
-done
-((ready)) || die "$IDEMGATE_URL/readyz did not answer 200 within 60s"
-log "api ready at $IDEMGATE_URL"
+}
 
-STRIPE_API_KEY=sk_test_browser STRIPE_API_BASE=$TESTSTRIPE_URL IDEMGATE_SECRET=$secret \
-	SMTP_ADDR=$MAILPIT_SMTP_ADDR IDEMGATE_RESET_LINK_BASE=$IDEMGATE_URL/reset-password \
-	IDEMGATE_API_ADDR=$addr IDEMGATE_WORKER_ADDR=127.0.0.1:0 IDEMGATE_REAPER_INTERVAL=1s \
-	start worker "$tmp/bin/worker"
-started=0
-for _ in $(seq 1 600); do
-	alive worker || die "the worker exited during start"
-	if [[ -n $(log_field worker "River client started" client_id) ]]; then
-		started=1
-		break
+# 3. and 4. a fresh database of engine $1, migrated and seeded: exports
+# DATABASE_URL.
+make_database() {
+	if [[ $1 == postgres ]]; then
+		e2e_create_database idemgate_browser
+		DATABASE_URL=$database_url
+	else
+		mkdir -p "$tmp/sqlite"
+		DATABASE_URL="sqlite:$tmp/sqlite/idemgate.db"
+		log "database $DATABASE_URL"
 	fi
-	sleep 0.1
-done
-((started)) || die "the worker's River client did not start within 60s"
-log "worker started"
+	export DATABASE_URL
+	idemctl migrate
+	idemctl seed --file "$browser_dir/seed.json"
+}
+
+# 5. the test Stripe, the api and (on postgres) the worker of engine $1:
+# exports TESTSTRIPE_URL and IDEMGATE_URL.
+start_services() {
+	local engine=$1 addr ready=0
+	start "$engine-teststripe" "$tmp/bin/teststripe" -addr 127.0.0.1:0
+	TESTSTRIPE_URL=""
+	for _ in $(seq 1 600); do
+		alive "$engine-teststripe" || die "the test Stripe exited during start"
+		TESTSTRIPE_URL=$(head -n 1 "$tmp/$engine-teststripe.out" 2>/dev/null || true)
+		[[ $TESTSTRIPE_URL == http://* ]] && break
+		TESTSTRIPE_URL=""
+		sleep 0.1
+	done
+	[[ -n "$TESTSTRIPE_URL" ]] || die "the test Stripe did not print its URL within 60s"
+	export TESTSTRIPE_URL
+	log "test Stripe at $TESTSTRIPE_URL"
+
+	# The worker's settings: the api's own worker reads them on sqlite. The
+	# api's port is chosen first, so that the reset links can name it.
+	local port
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	local worker_env=(STRIPE_API_KEY=sk_test_browser "STRIPE_API_BASE=$TESTSTRIPE_URL" "IDEMGATE_SECRET=$secret"
+		IDEMGATE_REAPER_INTERVAL=1s "SMTP_ADDR=$MAILPIT_SMTP_ADDR" "IDEMGATE_RESET_LINK_BASE=http://127.0.0.1:$port/reset-password")
+	start "$engine-api" env "${worker_env[@]}" "IDEMGATE_API_ADDR=127.0.0.1:$port" IDEMGATE_WAIT=200ms "$tmp/bin/api"
+	addr=$(wait_log "$engine-api" "api listening" addr "the api did not log its address")
+	export IDEMGATE_URL="http://$addr"
+	for _ in $(seq 1 600); do
+		alive "$engine-api" || die "the api exited during start"
+		if curl -fsS -o /dev/null --max-time 2 "$IDEMGATE_URL/readyz" 2>/dev/null; then
+			ready=1
+			break
+		fi
+		sleep 0.1
+	done
+	((ready)) || die "$IDEMGATE_URL/readyz did not answer 200 within 60s"
+	log "api ready at $IDEMGATE_URL"
+
+	local worker=$engine-api
+	if [[ $engine == postgres ]]; then
+		worker=$engine-worker
+		start "$worker" env "${worker_env[@]}" "IDEMGATE_API_ADDR=$addr" IDEMGATE_WORKER_ADDR=127.0.0.1:0 "$tmp/bin/worker"
+	fi
+	wait_log "$worker" "River client started" client_id "the $worker's River client did not start" >/dev/null
+	log "worker started ($worker)"
+}
 
 # ---------------------------------------------------------------------------
-# 6. the browser test
+# For each engine: 3. to 7.
 # ---------------------------------------------------------------------------
-installed="$browser_dir/node_modules/.package-lock.json"
-if [[ ! -f "$installed" || "$browser_dir/package-lock.json" -nt "$installed" || "$browser_dir/package.json" -nt "$installed" ]]; then
-	log "npm ci in e2e/browser"
-	(cd "$browser_dir" && npm ci --no-audit --no-fund >&2)
-fi
+for engine in "${engines[@]}"; do
+	log "engine $engine"
+	make_database "$engine"
+	start_services "$engine"
 
-log "node --test"
-node --test --test-reporter=spec "$@" "$browser_dir"/*.test.mjs
+	log "node --test ($engine)"
+	IDEMGATE_ENGINE=$engine node --test --test-reporter=spec "$@" "$browser_dir"/*.test.mjs
 
-# Credentials are never logged.
-for name in api worker; do
-	if grep -qF -- "$IDEMGATE_OPS_PASSWORD" "$tmp/$name.log" "$tmp/$name.out"; then
-		die "the $name logged the operator password"
-	fi
+	# Credentials are never logged.
+	for name in "${names[@]}"; do
+		if grep -qF -- "$IDEMGATE_OPS_PASSWORD" "$tmp/$name.log" "$tmp/$name.out"; then
+			die "the $name logged the operator password"
+		fi
+	done
+	stop_all
+	e2e_drop_database
+	db=""
+	log "engine $engine: OK"
 done
