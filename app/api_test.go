@@ -180,7 +180,7 @@ func completeIn(t *testing.T, s gate.Store, op *domain.Operation) {
 	ctx := context.Background()
 	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: op.Tool, IdempotencyKey: op.IdempotencyKey})
 	require.NoError(t, err)
-	c, err = s.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+	c, err = s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	_, err = s.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"refund_id":"re_test_1","status":"succeeded"}`)})
 	require.NoError(t, err)

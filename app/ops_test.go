@@ -514,7 +514,7 @@ func failClaim(t *testing.T, s gate.Store, key string, code domain.Code) *gate.C
 	ctx := context.Background()
 	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: key})
 	require.NoError(t, err)
-	c, err = s.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+	c, err = s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	c, err = s.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: domain.ErrorInfo{Code: code, Message: string(code)}})
 	require.NoError(t, err)

@@ -266,7 +266,7 @@ func TestMCPTaskCancel(t *testing.T) {
 	st := b.api.Gate.Store()
 	c, err := st.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: "acme", OperationID: running.TaskID})
 	require.NoError(t, err)
-	_, err = st.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+	_, err = st.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	refused := rpc(t, b.url, tokenAcme, "tasks/cancel", map[string]any{"taskId": running.TaskID})
 	require.NotNil(t, refused.Error)
@@ -346,7 +346,7 @@ func TestGetOperationSaysWhenTheNextAttemptRuns(t *testing.T) {
 	st := b.api.Gate.Store()
 	c, err := st.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "next-attempt-0001"})
 	require.NoError(t, err)
-	leased, err := st.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+	leased, err := st.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 
 	// Running: the lease end, no next attempt.

@@ -397,57 +397,54 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 
+	// The job first, then the claim pointing at it with its audit row, in
+	// one statement: a claim never exists without its job, and a claim
+	// that loses the race rolls its job back with it.
 	operationID := uuid.NewString()
+	jobID, err := g.enqueuer.JobInsert(ctx, tx, &Claim{OperationID: operationID, TenantID: params.Actor.TenantID,
+		Tool: in.Tool, IdempotencyKey: in.Key})
+	if err != nil {
+		return nil, nil, fmt.Errorf("gate: insert job: %w", err)
+	}
+	ev := callAudit(ctx, params, auditArgs, start, domain.DecisionAccepted, "")
+	ev.OperationID, ev.JobID = operationID, jobID
 	claim, err := tx.ClaimInsert(ctx, &ClaimInsertParams{
 		OperationID: operationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 		UserID: params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
-		TTL: policy.TTL, Retention: policy.retention(),
+		TTL: policy.TTL, Retention: policy.retention(), JobID: jobID, Audit: ev,
 	})
-	reason := ""
+	event := EventInsert
 	switch {
 	case err == nil:
 	case errors.Is(err, domain.ErrAlreadyExists):
 		var res *ClaimResult
 		var existing *Claim
-		claim, res, existing, err = g.takeOverOrAnswer(ctx, tx, params, policy, operationID)
+		claim, res, existing, err = g.takeOverOrAnswer(ctx, tx, params, policy, operationID, jobID)
 		if claim == nil {
 			return res, existing, err
 		}
-		reason = "took over expired operation " + existing.OperationID
+		ev.Reason = "took over expired operation " + existing.OperationID
+		if err := tx.AuditInsert(ctx, ev); err != nil {
+			return nil, nil, err
+		}
+		event = EventTakeOver
 	default:
-		return nil, nil, err
-	}
-
-	jobID, err := g.enqueuer.JobInsert(ctx, tx, claim)
-	if err != nil {
-		return nil, nil, fmt.Errorf("gate: insert job: %w", err)
-	}
-	claim, err = tx.ClaimSetJob(ctx, &ClaimSetJobParams{ID: claim.ID, JobID: jobID})
-	if err != nil {
-		return nil, nil, err
-	}
-	ev := callAudit(ctx, params, auditArgs, start, domain.DecisionAccepted, reason)
-	ev.OperationID, ev.JobID = claim.OperationID, jobID
-	if err := tx.AuditInsert(ctx, ev); err != nil {
 		return nil, nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, err
 	}
-	if reason != "" {
-		g.observe(EventTakeOver)
-	} else {
-		g.observe(EventInsert)
-	}
+	g.observe(event)
 	return &ClaimResult{Outcome: domain.OutcomeAccepted, Claim: claim}, nil, nil
 }
 
 // takeOverOrAnswer handles an insert that found the key taken, in tx: it
-// takes an expired claim of another intent over (EventTakeOver) and returns
+// takes an expired claim of another intent over (EventTakeOver), pointing
+// it at jobID, and returns
 // it with the claim it replaced; otherwise claim is nil and it returns an
 // expired result (this very intent ran before), the live claim to answer
 // from, or neither (loop).
-func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams, policy *Policy, operationID string) (claim *Claim, res *ClaimResult, existing *Claim, err error) {
+func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams, policy *Policy, operationID string, jobID int64) (claim *Claim, res *ClaimResult, existing *Claim, err error) {
 	in := params.Intent
 	existing, err = tx.ClaimGetByKey(ctx, &ClaimGetByKeyParams{TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key})
 	if errors.Is(err, domain.ErrNotFound) {
@@ -472,7 +469,7 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 	}
 	claim, err = tx.ClaimTakeOver(ctx, &ClaimTakeOverParams{
 		ID: existing.ID, OperationID: operationID, UserID: params.Actor.UserID,
-		Args: in.Canonical, ArgsHash: in.ArgsHash, TTL: policy.TTL, Retention: policy.retention(),
+		Args: in.Canonical, ArgsHash: in.ArgsHash, TTL: policy.TTL, Retention: policy.retention(), JobID: jobID,
 	})
 	if errors.Is(err, domain.ErrStateChanged) || errors.Is(err, domain.ErrNotFound) {
 		return nil, nil, nil, nil // another intent took it over first: loop

@@ -24,6 +24,9 @@ const (
 	EventLease Event = "lease"
 	// EventComplete: the lease holder stores the result.
 	EventComplete Event = "complete"
+	// EventApply: a worker that ran an in-transaction effect under the
+	// claim's row lock takes the lease and stores the result in one write.
+	EventApply Event = "apply"
 	// EventFail: the lease holder stores a definitive failure.
 	EventFail Event = "fail"
 	// EventRelease: the lease holder hands a transient failure back to
@@ -80,6 +83,7 @@ var Transitions = []Transition{
 	{EventTakeOver, terminal, domain.StatusQueued, domain.DecisionAccepted, "ClaimTakeOver", "past expires_at; new operation id, generation 0"},
 	{EventLease, inFlight, domain.StatusRunning, domain.DecisionStarted, "ClaimLease", "the claim's own job; running only with an expired lease"},
 	{EventComplete, running, domain.StatusSucceeded, domain.DecisionSucceeded, "ClaimComplete", "epoch held"},
+	{EventApply, inFlight, domain.StatusSucceeded, domain.DecisionSucceeded, "ClaimComplete", "Locked: locked by ClaimLock in the same transaction, epoch held; running only with an expired lease"},
 	{EventFail, running, domain.StatusFailed, domain.DecisionFailed, "ClaimFail", "epoch held"},
 	{EventRelease, running, domain.StatusQueued, "", "ClaimRelease", "epoch held; the job is retried by River"},
 	{EventReclaim, running, domain.StatusQueued, domain.DecisionReclaimed, "ClaimReclaim", "epoch held and the lease expired; a fresh job"},

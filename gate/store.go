@@ -123,7 +123,8 @@ type Tx interface {
 // domain.ErrStateChanged, domain.ErrLeaseLost or domain.ErrLeaseUnavailable,
 // and an unreachable database is domain.ErrUnavailable.
 type Executor interface {
-	// ClaimInsert inserts a queued claim unless one exists for its identity,
+	// ClaimInsert inserts a queued claim pointing at JobID, with Audit (when
+	// set) in the same statement, unless a claim exists for its identity,
 	// or a live tombstone of the same identity and ArgsHash does (the intent
 	// ran before and its replay window ended): then it returns
 	// domain.ErrAlreadyExists and writes nothing.
@@ -136,19 +137,28 @@ type Executor interface {
 	// ClaimGetByID returns a claim by its row id.
 	ClaimGetByID(ctx context.Context, params *ClaimGetByIDParams) (*Claim, error)
 	// ClaimTakeOver gives an expired terminal claim to a new intent in one
-	// conditional statement: new operation id, generation 0, queued, no job.
+	// conditional statement: new operation id, generation 0, queued, JobID.
 	// It returns domain.ErrStateChanged if the claim is not terminal and
 	// expired (any more).
 	ClaimTakeOver(ctx context.Context, params *ClaimTakeOverParams) (*Claim, error)
-	// ClaimSetJob points the claim at the job allowed to execute it.
-	ClaimSetJob(ctx context.Context, params *ClaimSetJobParams) (*Claim, error)
 	// ClaimLease takes the in-flight lease for the claim's job: queued, or
 	// running with an expired lease, becomes running with epoch+1 and
-	// attempts+1. Otherwise it returns the claim as it is together with
-	// domain.ErrLeaseUnavailable.
+	// attempts+1, and Audit (when set) is written with it, atomically: in
+	// one statement, or in a transaction of its own when called outside
+	// one. Otherwise it returns the claim as it is together with
+	// domain.ErrLeaseUnavailable (domain.ErrNotFound: there is none).
 	ClaimLease(ctx context.Context, params *ClaimLeaseParams) (*Claim, error)
+	// ClaimLock is ClaimLease without the write, for a transaction that
+	// runs the effect and completes in it: it locks the claim until the
+	// transaction ends (on engines with row locks; SQLite's transaction
+	// holds the write lock already) when the lease is to be had, and
+	// answers like ClaimLease otherwise. Complete it with Locked set.
+	ClaimLock(ctx context.Context, params *ClaimLeaseParams) (*Claim, error)
 	// ClaimComplete stores the result of a running claim held at Epoch and
-	// makes it succeeded, or returns domain.ErrLeaseLost.
+	// makes it succeeded, or returns domain.ErrLeaseLost. With Locked, the
+	// claim is one ClaimLock locked in this transaction: queued, or running
+	// with an expired lease, still at Epoch, it succeeds taking epoch+1 and
+	// attempts+1 as a lease would. Audit, when set, is written with it.
 	ClaimComplete(ctx context.Context, params *ClaimCompleteParams) (*Claim, error)
 	// ClaimFail stores the error of a running claim held at Epoch and makes
 	// it failed, or returns domain.ErrLeaseLost.
@@ -222,6 +232,10 @@ type ClaimInsertParams struct {
 	TTL            time.Duration
 	// Retention is how long a tombstone keeps the intent after the TTL.
 	Retention time.Duration
+	// JobID is the job inserted for the claim in the same transaction.
+	JobID int64
+	// Audit is the accepted row, written only if the claim is.
+	Audit *AuditInsertParams
 }
 
 // ClaimGetByKeyParams are the parameters of Executor.ClaimGetByKey.
@@ -238,6 +252,8 @@ type ClaimGetByKeyParams struct {
 type ClaimGetByOperationParams struct {
 	TenantID    string
 	OperationID string
+	// Now overrides the database clock for Expired and LeaseLive; tests only.
+	Now *time.Time
 }
 
 // ClaimGetByIDParams are the parameters of Executor.ClaimGetByID.
@@ -256,25 +272,28 @@ type ClaimTakeOverParams struct {
 	ArgsHash    string
 	TTL         time.Duration
 	Retention   time.Duration
+	// JobID is the job inserted for the new intent in the same transaction.
+	JobID int64
 	// Now overrides the database clock; tests only.
 	Now *time.Time
 }
 
-// ClaimSetJobParams are the parameters of Executor.ClaimSetJob.
-type ClaimSetJobParams struct {
-	ID    int64
-	JobID int64
-}
-
-// ClaimLeaseParams are the parameters of Executor.ClaimLease.
+// ClaimLeaseParams are the parameters of Executor.ClaimLease and
+// Executor.ClaimLock. A worker knows its claim by the operation its job
+// carries.
 type ClaimLeaseParams struct {
-	ID int64
+	TenantID    string
+	OperationID string
 	// JobID must be the claim's job: any other job may not lease it.
 	JobID int64
 	// Lease is how long the lease lasts from the database's now().
 	Lease time.Duration
 	// Now overrides the database clock; tests only.
 	Now *time.Time
+	// Audit is the started row, written only with the lease; its reason
+	// is the store's "attempt N, epoch M" of the leased claim. ClaimLock
+	// ignores it.
+	Audit *AuditInsertParams
 }
 
 // ClaimCompleteParams are the parameters of Executor.ClaimComplete.
@@ -282,8 +301,12 @@ type ClaimCompleteParams struct {
 	ID     int64
 	Epoch  int64
 	Result json.RawMessage
+	// Locked completes a claim ClaimLock locked in this transaction.
+	Locked bool
 	// Now overrides the database clock; tests only.
 	Now *time.Time
+	// Audit is the succeeded row, written only with the completion.
+	Audit *AuditInsertParams
 }
 
 // ClaimFailParams are the parameters of Executor.ClaimFail.

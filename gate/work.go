@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/idemgate/idemgate/domain"
@@ -36,8 +35,10 @@ type JobHooks struct {
 	Cancel func(ctx context.Context, tx Tx) error
 }
 
-// LeaseParams are the parameters of Gate.LeaseTx and Gate.Enter.
+// LeaseParams are the parameters of Gate.LockTx and Gate.Enter.
 type LeaseParams struct {
+	// Claim names the claim: its tenant and operation (what the job
+	// carries) are enough.
 	Claim *Claim
 	// JobID is the worker's job: only the claim's own job may lease it.
 	JobID int64
@@ -45,61 +46,99 @@ type LeaseParams struct {
 	Lease time.Duration
 }
 
-// LeaseTx begins a transaction and takes the lease in it (EventLease),
-// returning both; the caller commits. When the lease is not to be had it
-// rolls back and answers ErrNoRun or ErrLeaseHeld, with the claim as read.
-// A failed claim whose very job an operator retried (River UI) is re-driven
-// first (EventRedrive, by "riverui"), then leased.
-func (g *Gate) LeaseTx(ctx context.Context, p *LeaseParams) (Tx, *Claim, error) {
+// leaseParams are the store's parameters for p, with audit (nil: none).
+func (p *LeaseParams) store(audit *AuditInsertParams) *ClaimLeaseParams {
+	return &ClaimLeaseParams{TenantID: p.Claim.TenantID, OperationID: p.Claim.OperationID, JobID: p.JobID, Lease: p.Lease, Audit: audit}
+}
+
+// LockTx begins a transaction and locks the claim in it for its job, when
+// the lease is to be had, returning both; the caller runs an
+// in-transaction effect and completes with CompleteParams.Locked, which
+// takes the lease and the result in one write (EventApply). When the
+// lease is not to be had it rolls back and answers ErrNoRun or
+// ErrLeaseHeld, with the claim as read (domain.ErrNotFound: there is
+// none). A failed claim whose very job an operator retried (River UI) is
+// re-driven first (EventRedrive, by "riverui").
+func (g *Gate) LockTx(ctx context.Context, p *LeaseParams) (Tx, *Claim, error) {
 	claim := p.Claim
 	for range 2 {
 		tx, err := g.store.Begin(ctx)
 		if err != nil {
 			return nil, claim, err
 		}
-		leased, err := tx.ClaimLease(ctx, &ClaimLeaseParams{ID: claim.ID, JobID: p.JobID, Lease: p.Lease})
+		locked, err := tx.ClaimLock(ctx, p.store(nil))
 		if err == nil {
-			return tx, leased, nil
+			return tx, locked, nil
 		}
 		_ = tx.Rollback(ctx)
-		if !errors.Is(err, domain.ErrLeaseUnavailable) {
-			return nil, claim, err
-		}
-		switch {
-		case leased.JobID != p.JobID:
-			return nil, leased, ErrNoRun // another job's claim now
-		case leased.Status == domain.StatusSucceeded:
-			return nil, leased, ErrNoRun
-		case leased.Status == domain.StatusFailed:
-			if err := g.redriveOwnJob(ctx, leased); err != nil {
-				return nil, leased, err
-			}
-		case leased.LeaseLive:
-			return nil, leased, ErrLeaseHeld
-		default:
-			return nil, leased, ErrNoRun
+		if err = g.notLeased(ctx, p, locked, err); err != nil {
+			return nil, orClaim(locked, claim), err
 		}
 	}
 	return nil, claim, ErrNoRun
 }
 
-// Enter takes the lease in its own committed transaction, with a started
-// audit row: an external effect never starts without a committed lease.
+// Enter takes the lease (EventLease) with its started audit row, committed
+// before it returns: an external effect never starts without a committed
+// lease. It answers like LockTx when the lease is not to be had.
 func (g *Gate) Enter(ctx context.Context, p *LeaseParams) (*Claim, error) {
-	tx, leased, err := g.LeaseTx(ctx, p)
-	if err != nil {
-		return leased, err
+	claim := p.Claim
+	for range 2 {
+		leased, err := g.store.ClaimLease(ctx, p.store(leaseAudit(ctx, claim, p.JobID)))
+		if err == nil {
+			g.observe(EventLease)
+			return leased, nil
+		}
+		if err = g.notLeased(ctx, p, leased, err); err != nil {
+			return orClaim(leased, claim), err
+		}
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	reason := fmt.Sprintf("attempt %d, epoch %d", leased.Attempts, leased.Epoch)
-	if err := tx.AuditInsert(ctx, transitionAudit(ctx, leased, EventLease, reason, nil)); err != nil {
-		return p.Claim, err
+	return claim, ErrNoRun
+}
+
+// notLeased tells why a lease (or lock) failed with err, the claim as read
+// being c: nil when a re-drive of the job's own claim makes it worth one
+// more try, else ErrNoRun, ErrLeaseHeld or the error.
+func (g *Gate) notLeased(ctx context.Context, p *LeaseParams, c *Claim, err error) error {
+	if !errors.Is(err, domain.ErrLeaseUnavailable) {
+		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return p.Claim, err
+	switch {
+	case c.JobID != p.JobID:
+		return ErrNoRun // another job's claim now
+	case c.Status == domain.StatusSucceeded:
+		return ErrNoRun
+	case c.Status == domain.StatusFailed:
+		return g.redriveOwnJob(ctx, c)
+	case c.LeaseLive:
+		return ErrLeaseHeld
 	}
-	g.observe(EventLease)
-	return leased, nil
+	return ErrNoRun
+}
+
+// orClaim is c, or else fallback when c is nil.
+func orClaim(c, fallback *Claim) *Claim {
+	if c != nil {
+		return c
+	}
+	return fallback
+}
+
+// leaseAudit is the started row of a lease of c by job; the store names
+// the attempt and the epoch.
+func leaseAudit(ctx context.Context, c *Claim, jobID int64) *AuditInsertParams {
+	return &AuditInsertParams{
+		TenantID:       c.TenantID,
+		UserID:         WorkerUser,
+		Tool:           c.Tool,
+		IdempotencyKey: c.IdempotencyKey,
+		OperationID:    c.OperationID,
+		JobID:          jobID,
+		Decision:       TransitionOf(EventLease).Decision,
+		ArgsHash:       c.ArgsHash,
+		Result:         json.RawMessage(`{"status":"running"}`),
+		TraceID:        telemetry.TraceID(ctx),
+	}
 }
 
 // redriveOwnJob re-drives a failed claim whose own job an operator retried
@@ -132,9 +171,12 @@ func (g *Gate) redriveOwnJob(ctx context.Context, c *Claim) error {
 // CompleteParams are the parameters of Gate.Complete.
 type CompleteParams struct {
 	// Tx is the transaction an in-transaction effect already ran in
-	// (LeaseTx's); nil begins a new one.
-	Tx    Tx
-	Claim *Claim
+	// (LockTx's); nil begins a new one.
+	Tx Tx
+	// Locked says Claim was locked by LockTx in Tx, not leased: the
+	// completion takes the lease with it (EventApply).
+	Locked bool
+	Claim  *Claim
 	// Result is the redacted result the claim keeps.
 	Result json.RawMessage
 	// Record writes the effect's domain rows after the fenced update, in
@@ -143,10 +185,10 @@ type CompleteParams struct {
 	Job    JobHooks
 }
 
-// Complete stores the result (EventComplete) in one transaction: the
-// fenced claim update first (lease lost: roll back, write nothing, and
-// answer domain.ErrLeaseLost), then the domain rows, the audit row and the
-// job's completion. A worker whose epoch still holds commits even if River
+// Complete stores the result (EventComplete, or EventApply when Locked) in
+// one transaction: the fenced claim update with its audit row first (lease
+// lost: roll back, write nothing, and answer domain.ErrLeaseLost), then
+// the domain rows and the job's completion. A worker whose epoch still holds commits even if River
 // moved the job row meanwhile.
 func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) {
 	tx := p.Tx
@@ -157,7 +199,12 @@ func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) 
 		}
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	done, err := tx.ClaimComplete(ctx, &ClaimCompleteParams{ID: p.Claim.ID, Epoch: p.Claim.Epoch, Result: p.Result})
+	event := EventComplete
+	if p.Locked {
+		event = EventApply
+	}
+	done, err := tx.ClaimComplete(ctx, &ClaimCompleteParams{ID: p.Claim.ID, Epoch: p.Claim.Epoch, Result: p.Result,
+		Locked: p.Locked, Audit: transitionAudit(ctx, p.Claim, event, "", p.Result)})
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +213,6 @@ func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) 
 			return nil, err
 		}
 	}
-	if err := tx.AuditInsert(ctx, transitionAudit(ctx, done, EventComplete, "", p.Result)); err != nil {
-		return nil, err
-	}
 	if err := p.Job.Complete(ctx, tx); err != nil {
 		g.logger.WarnContext(ctx, "river did not complete the job row; committing the claim anyway",
 			"claim_id", done.ID, "job_id", done.JobID, "error", err)
@@ -176,7 +220,7 @@ func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) 
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
-	g.observe(EventComplete)
+	g.observe(event)
 	return done, nil
 }
 

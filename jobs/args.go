@@ -22,11 +22,13 @@ const MaxAttempts = 10
 // Queue is the queue claim jobs go to.
 const Queue = river.QueueDefault
 
-// ClaimRef is what every claim job carries: enough to find the claim and to
-// read in River UI whose job it is. The arguments themselves stay in the
-// claim (one decoded value, hashed and executed).
+// ClaimRef is what every claim job carries: enough to find the claim (by
+// tenant and operation) and to read in River UI whose job it is. The
+// arguments themselves stay in the claim (one decoded value, hashed and
+// executed). A call's job is inserted before its claim, so it carries no
+// claim id; jobs the reaper or an operator insert for a claim do.
 type ClaimRef struct {
-	ClaimID        int64  `json:"claim_id"`
+	ClaimID        int64  `json:"claim_id,omitempty"`
 	OperationID    string `json:"operation_id"`
 	TenantID       string `json:"tenant_id"`
 	Tool           string `json:"tool"`

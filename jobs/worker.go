@@ -95,32 +95,24 @@ func (r *Runner) run(ctx context.Context, job jobInfo, hooks gate.JobHooks) erro
 
 // runOnce is run, also naming its result for the metrics.
 func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) (string, error) {
-	log := r.logger.With("job_id", job.id, "claim_id", job.ref.ClaimID, "tenant", job.ref.TenantID, "tool", job.ref.Tool, "key", job.ref.IdempotencyKey)
+	log := r.logger.With("job_id", job.id, "operation_id", job.ref.OperationID, "tenant", job.ref.TenantID, "tool", job.ref.Tool, "key", job.ref.IdempotencyKey)
 	spec, ok := r.tools.Get(job.ref.Tool)
 	if !ok || !spec.Mutating {
 		return "failed", river.JobCancel(fmt.Errorf("jobs: no mutating tool %q is registered", job.ref.Tool))
 	}
 	lease := r.Lease(job.ref.Tool)
 
-	// 1. check
-	claim, err := r.store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: job.ref.ClaimID})
-	if errors.Is(err, domain.ErrNotFound) {
-		log.InfoContext(ctx, "claim is gone (pruned or taken over); job ends without effect")
-		return "no_effect", nil
-	}
-	if err != nil {
-		return "retry", err
-	}
-	if claim.JobID != int64(job.id) {
-		log.InfoContext(ctx, "job is not the claim's job; ends without effect", "claim_job_id", claim.JobID)
-		return "no_effect", nil
-	}
+	// The job carries its claim's tenant and operation: the lease (or,
+	// in a transaction, the lock) is the check, and the claim is read only
+	// when it matches no row, to tell why.
+	params := &gate.LeaseParams{Claim: &gate.Claim{OperationID: job.ref.OperationID, TenantID: job.ref.TenantID,
+		Tool: job.ref.Tool, IdempotencyKey: job.ref.IdempotencyKey}, JobID: int64(job.id), Lease: lease}
 	if spec.InTx {
-		return r.runInTx(ctx, claim, spec, job, lease, hooks, log)
+		return r.runInTx(ctx, params, spec, job, hooks, log)
 	}
 
 	// 2. enter
-	claim, err = r.gate.Enter(ctx, &gate.LeaseParams{Claim: claim, JobID: int64(job.id), Lease: lease})
+	claim, err := r.gate.Enter(ctx, params)
 	if err != nil {
 		return notLeased(ctx, claim, err, lease, log)
 	}
@@ -155,8 +147,12 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) 
 // retry (an error).
 func notLeased(ctx context.Context, claim *gate.Claim, err error, lease time.Duration, log *slog.Logger) (string, error) {
 	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		log.InfoContext(ctx, "claim is gone (pruned or taken over); job ends without effect")
+		return "no_effect", nil
 	case errors.Is(err, gate.ErrNoRun):
-		log.InfoContext(ctx, "claim needs no run", "status", claim.Status)
+		// Succeeded, or another job's claim now.
+		log.InfoContext(ctx, "claim needs no run by this job", "status", claim.Status, "claim_job_id", claim.JobID)
 		return "no_effect", nil
 	case errors.Is(err, gate.ErrLeaseHeld):
 		return "snoozed", river.JobSnooze(lease / 4)
@@ -196,35 +192,35 @@ func classify(err error) (domain.ErrorInfo, bool) {
 	return info, te.Definitive()
 }
 
-// runInTx runs an in-transaction effect: one transaction takes the lease,
-// runs the effect, stores the result with the fenced update, writes the
-// audit row and completes the job. Nothing is committed before, so nothing
-// can happen twice: a worker killed mid-way leaves the claim as it was.
-// A failed effect rolls back, and a second transaction records the
-// failure (definitive) or the attempt (transient).
-func (r *Runner) runInTx(ctx context.Context, claim *gate.Claim, spec *tool.Spec, job jobInfo, lease time.Duration, hooks gate.JobHooks, log *slog.Logger) (string, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectDeadline(lease))
+// runInTx runs an in-transaction effect: one transaction locks the claim,
+// runs the effect, takes the lease and stores the result in one fenced
+// write with its audit row, and completes the job. Nothing is committed
+// before, so nothing can happen twice: a worker killed mid-way leaves the
+// claim as it was. A failed effect rolls back, and a second transaction
+// records the failure (definitive) or the attempt (transient).
+func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *tool.Spec, job jobInfo, hooks gate.JobHooks, log *slog.Logger) (string, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectDeadline(params.Lease))
 	defer cancel()
-	params := &gate.LeaseParams{Claim: claim, JobID: int64(job.id), Lease: lease}
-	tx, leased, err := r.gate.LeaseTx(ctx, params)
+	tx, locked, err := r.gate.LockTx(ctx, params)
 	if err != nil {
-		return notLeased(ctx, leased, err, lease, log)
+		return notLeased(ctx, locked, err, params.Lease, log)
 	}
-	log = log.With("epoch", leased.Epoch, "attempt", leased.Attempts)
+	log = log.With("epoch", locked.Epoch, "attempt", locked.Attempts+1)
 	ttx, err := tool.WrapTx(tx)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return "retry", err
 	}
-	result, err := spec.Effect.Apply(ctx, ttx, leased)
+	result, err := spec.Effect.Apply(ctx, ttx, locked)
 	if err == nil {
 		r.metrics.call(spec.Provider, "ok")
-		return "succeeded", r.complete(ctx, leased, spec, tx, result, hooks, log)
+		return "succeeded", r.complete(ctx, locked, spec, tx, result, hooks, log)
 	}
 	_ = tx.Rollback(ctx)
 	info, failed := r.verdict(err, job, spec.Provider)
-	// The attempt rolled back: take the lease again, committed, to record
-	// it (attempts, last_error) or the failure.
+	// The attempt rolled back: take the lease, committed, to record it
+	// (attempts, last_error) or the failure.
+	params.Claim = locked
 	entered, enterErr := r.gate.Enter(ctx, params)
 	if enterErr != nil {
 		log.InfoContext(ctx, "claim changed before the attempt's outcome was stored; the new holder decides", "error", enterErr)
@@ -260,7 +256,7 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spe
 		}
 		return err
 	}
-	p := &gate.CompleteParams{Tx: tx, Claim: claim, Result: stored, Job: hooks}
+	p := &gate.CompleteParams{Tx: tx, Locked: spec.InTx, Claim: claim, Result: stored, Job: hooks}
 	if !spec.InTx {
 		p.Record = func(ctx context.Context, tx gate.Tx, done *gate.Claim) error {
 			ttx, err := tool.WrapTx(tx)

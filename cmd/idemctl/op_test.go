@@ -56,7 +56,7 @@ func (b *opBundle) claim(t *testing.T, tenant, key string, status domain.Status,
 		return c
 	}
 	s := b.ops.Gate.Store()
-	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	switch status {
 	case domain.StatusRunning:

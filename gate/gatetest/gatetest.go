@@ -134,7 +134,7 @@ func ptr[T any](v T) *T { return &v }
 // (d may be negative, for a lease that has already expired).
 func lease(ctx context.Context, t *testing.T, s gate.Store, c *gate.Claim, jobID int64, d time.Duration) *gate.Claim {
 	t.Helper()
-	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: jobID, Lease: time.Minute, Now: ptr(time.Now().Add(d - time.Minute))})
+	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: jobID, Lease: time.Minute, Now: ptr(time.Now().Add(d - time.Minute))})
 	require.NoError(t, err)
 	return leased
 }
@@ -346,11 +346,11 @@ var tests = map[string]func(t *testing.T, s *suite){
 		c := res.Claim
 
 		// Another job may not lease the claim.
-		got, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID + 1000, Lease: time.Minute})
+		got, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID + 1000, Lease: time.Minute})
 		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
 		require.Equal(t, domain.StatusQueued, got.Status)
 
-		leased, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		leased, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 		require.NoError(t, err)
 		require.Equal(t, domain.StatusRunning, leased.Status)
 		require.Equal(t, c.Epoch+1, leased.Epoch)
@@ -359,13 +359,13 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NotNil(t, leased.FirstCalledAt)
 
 		// A live lease is not taken twice.
-		got, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		got, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
 		require.True(t, got.LeaseLive)
 		require.Equal(t, leased.Epoch, got.Epoch)
 
 		// Once it expired (by the clock given), it is.
-		again, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute, Now: ptr(time.Now().Add(2 * time.Minute))})
+		again, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute, Now: ptr(time.Now().Add(2 * time.Minute))})
 		require.NoError(t, err)
 		require.Equal(t, leased.Epoch+1, again.Epoch)
 		require.Equal(t, 2, again.Attempts)
@@ -374,11 +374,11 @@ var tests = map[string]func(t *testing.T, s *suite){
 		// A succeeded claim cannot be leased.
 		_, err = s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: again.Epoch, Result: json.RawMessage(`{}`)})
 		require.NoError(t, err)
-		got, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		got, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
 		require.Equal(t, domain.StatusSucceeded, got.Status)
 
-		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID + 100000, JobID: c.JobID, Lease: time.Minute})
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: "00000000-0000-4000-8000-00000000ffff", JobID: c.JobID, Lease: time.Minute})
 		require.ErrorIs(t, err, domain.ErrNotFound)
 	},
 
@@ -414,7 +414,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, newJob, reclaimed.JobID)
 
 		// The old job may not lease again; the new one may.
-		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
 		fresh := lease(ctx, t, s.Store, reclaimed, newJob, time.Minute)
 		require.Equal(t, old.Epoch+1, fresh.Epoch)
@@ -594,7 +594,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionReclaimed}, decisions(audit(ctx, t, s.Store, "acme", "refund_order", "reap-me-00001")))
 
 		// The old job cannot lease any more; the new one can.
-		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
 		lease(ctx, t, s.Store, got, got.JobID, time.Minute)
 
@@ -813,7 +813,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		second := Claim(ctx, t, s.gate, &ClaimOpts{Key: "list-key-0002"}).Claim
 		seat := Claim(ctx, t, s.gate, &ClaimOpts{Key: "list-key-0003", Tool: "reset_seat", Args: map[string]any{"seat_id": "seat_1"}}).Claim
 		globex := Claim(ctx, t, s.gate, &ClaimOpts{Key: "list-key-0004", Tenant: "globex"}).Claim
-		leased, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: first.ID, JobID: first.JobID, Lease: time.Minute})
+		leased, err := s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: first.TenantID, OperationID: first.OperationID, JobID: first.JobID, Lease: time.Minute})
 		require.NoError(t, err)
 		_, err = s.Store.ClaimFail(ctx, &gate.ClaimFailParams{ID: first.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: domain.CodeCardDeclined}})
 		require.NoError(t, err)
@@ -892,7 +892,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionFailed}, decisions(events))
 		require.Equal(t, "support-bot", events[1].UserID)
 		require.Contains(t, events[1].Reason, "cancelled")
-		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 		require.ErrorIs(t, err, domain.ErrLeaseUnavailable, "a cancelled claim is never leased")
 
 		_, err = s.gate.Cancel(ctx, params, s.Control)
@@ -936,7 +936,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NotEqual(t, stuck.JobID, got.JobID)
 		require.Equal(t, stuck.DownstreamKey, got.DownstreamKey)
 		// The stuck job is marked for cancellation; the fresh one can lease.
-		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: stuck.ID, JobID: stuck.JobID, Lease: time.Minute})
+		_, err = s.Store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: stuck.TenantID, OperationID: stuck.OperationID, JobID: stuck.JobID, Lease: time.Minute})
 		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
 		lease(ctx, t, s.Store, got, got.JobID, time.Minute)
 		same, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: fresh.ID})

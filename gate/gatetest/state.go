@@ -83,6 +83,21 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, gate.TransitionOf(gate.EventTakeOver).To, got.Status)
 		seen[gate.EventTakeOver] = true // its audit row is the call's (Claim)
 
+		// apply: locked, run and completed in one transaction.
+		c = newClaim("state-apply-001")
+		n = nAudit(c)
+		tx, locked, err := s.gate.LockTx(ctx, &gate.LeaseParams{Claim: &gate.Claim{TenantID: c.TenantID, OperationID: c.OperationID},
+			JobID: c.JobID, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, domain.StatusQueued, locked.Status, "a lock writes nothing")
+		done, err := s.gate.Complete(ctx, &gate.CompleteParams{Tx: tx, Locked: true, Claim: locked,
+			Result: json.RawMessage(`{"ok":true}`), Job: hooks})
+		require.NoError(t, err)
+		require.Equal(t, locked.Epoch+1, done.Epoch, "the lease's epoch")
+		require.Equal(t, 1, done.Attempts)
+		require.NotNil(t, done.FirstCalledAt)
+		check(gate.EventApply, c, n)
+
 		// fail, redrive.
 		c = newClaim("state-fail-0001")
 		leased = enter(c)
@@ -131,7 +146,7 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 
 		// abandon (its job ended).
 		c = newClaim("state-abandon-01")
-		tx, err := s.Store.Begin(ctx)
+		tx, err = s.Store.Begin(ctx)
 		require.NoError(t, err)
 		require.NoError(t, s.Control.JobCancelTx(ctx, tx, c.JobID))
 		require.NoError(t, tx.Commit(ctx))

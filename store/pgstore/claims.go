@@ -28,9 +28,19 @@ func (e executor) claimWrite(ctx context.Context, failed error, sql string, args
 // Claim is an alias so that the queries read naturally.
 type Claim = gate.Claim
 
+// audited picks the statement with the audit row when there is one, and
+// appends its parameters.
+func audited(audit *gate.AuditInsertParams, plain, withAudit string, args ...any) (string, []any) {
+	if audit == nil {
+		return plain, args
+	}
+	return withAudit, append(args, engine.AuditArgs(audit, nullJSON)...)
+}
+
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
-		[]byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second))
+	sql, args := audited(p.Audit, sqlClaimInsert, sqlClaimInsertAudited, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey,
+		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID)
+	return e.claimWrite(ctx, domain.ErrAlreadyExists, sql, args...)
 }
 
 func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
@@ -43,22 +53,34 @@ func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) 
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
 	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
-		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second))
-}
-
-func (e executor) ClaimSetJob(ctx context.Context, p *gate.ClaimSetJobParams) (*Claim, error) {
-	return e.claimRow(ctx, sqlClaimSetJob, p.ID, p.JobID)
+		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID)
 }
 
 func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
-	c, err := e.claimRow(ctx, sqlClaimLease, p.ID, p.JobID, p.Lease.Seconds(), p.Now)
-	return engine.Leased(c, err, func() (*Claim, error) {
-		return e.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: p.ID, Now: p.Now})
-	})
+	sql, args := audited(p.Audit, sqlClaimLease, sqlClaimLeaseAudited, p.OperationID, p.JobID, p.Lease.Seconds(), p.Now)
+	c, err := e.claimRow(ctx, sql, args...)
+	return engine.Leased(c, err, e.leaseRead(ctx, p))
+}
+
+func (e executor) ClaimLock(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimLock, p.OperationID, p.JobID, p.Now)
+	return engine.Leased(c, err, e.leaseRead(ctx, p))
+}
+
+// leaseRead reads the claim a lease or lock did not match, to tell why.
+func (e executor) leaseRead(ctx context.Context, p *gate.ClaimLeaseParams) func() (*Claim, error) {
+	return func() (*Claim, error) {
+		return e.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: p.TenantID, OperationID: p.OperationID, Now: p.Now})
+	}
 }
 
 func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimComplete, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
+	plain, withAudit := sqlClaimComplete, sqlClaimCompleteAudited
+	if p.Locked {
+		plain, withAudit = sqlClaimCompleteLocked, sqlClaimCompleteLockedAudited
+	}
+	sql, args := audited(p.Audit, plain, withAudit, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sql, args...)
 }
 
 func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
@@ -114,7 +136,7 @@ func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Cl
 }
 
 func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
-	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID)
+	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID, p.Now)
 }
 
 func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {

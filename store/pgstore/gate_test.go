@@ -19,7 +19,8 @@ import (
 )
 
 type claimJobArgs struct {
-	ClaimID int64 `json:"claim_id"`
+	TenantID    string `json:"tenant_id"`
+	OperationID string `json:"operation_id"`
 }
 
 func (claimJobArgs) Kind() string { return "gatetest_claim" }
@@ -30,7 +31,7 @@ type riverEnqueuer struct {
 }
 
 func (e riverEnqueuer) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
-	res, err := e.client.InsertTx(ctx, tx.Raw().(pgx.Tx), claimJobArgs{ClaimID: c.ID}, nil)
+	res, err := e.client.InsertTx(ctx, tx.Raw().(pgx.Tx), claimJobArgs{TenantID: c.TenantID, OperationID: c.OperationID}, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -115,7 +116,7 @@ func TestListenerWakesOnTerminalTransitionOnly(t *testing.T) {
 	defer unsubscribe()
 
 	// Taking the lease is not a terminal transition: no wake-up.
-	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	select {
 	case <-ch:

@@ -1,6 +1,9 @@
 package pgstore
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // All of the Postgres engine's SQL: the gate's statements (claims,
 // tombstones, audit, River job reads), then tokens, orders and seeding,
@@ -29,8 +32,9 @@ const claimComputed = `,
 // this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds)
-SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text, 'queued', $8::integer, $9::integer
+	ttl_seconds, retention_seconds, job_id)
+SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text, 'queued', $8::integer, $9::integer,
+	nullif($10::bigint, 0)
 WHERE NOT EXISTS (
 	SELECT 1 FROM idempotency_tombstones t
 	WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7 AND t.retain_until > now()
@@ -44,7 +48,7 @@ FROM idempotency_claims
 WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3`
 
 var sqlClaimGetByOperation = `
-SELECT ` + claimColumns + computed("NULL") + `
+SELECT ` + claimColumns + computed("$3") + `
 FROM idempotency_claims
 WHERE operation_id = $2::uuid AND tenant_id = $1`
 
@@ -58,15 +62,10 @@ WHERE id = $1`
 var sqlClaimTakeOver = `
 UPDATE idempotency_claims SET
 	operation_id = $2, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
-	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = NULL, generation = 0,
+	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = nullif($9::bigint, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = now(), updated_at = now(), expires_at = NULL
 WHERE id = $1 AND status IN ('succeeded', 'failed') AND expires_at <= coalesce($7::timestamptz, now())
-RETURNING ` + claimColumns + `, false, false`
-
-const sqlClaimSetJob = `
-UPDATE idempotency_claims SET job_id = $2, updated_at = now()
-WHERE id = $1
 RETURNING ` + claimColumns + `, false, false`
 
 var sqlClaimLease = `
@@ -75,7 +74,27 @@ UPDATE idempotency_claims SET
 	lease_expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => $3::double precision),
 	first_called_at = coalesce(first_called_at, coalesce($4::timestamptz, now())),
 	updated_at = now()
-WHERE id = $1 AND job_id = $2
+WHERE operation_id = $1::uuid AND job_id = $2
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($4::timestamptz, now())))
+RETURNING ` + claimColumns + computed("$4")
+
+// sqlClaimLock is the lease's condition, locking instead of writing.
+var sqlClaimLock = `
+SELECT ` + claimColumns + computed("$3") + `
+FROM idempotency_claims
+WHERE operation_id = $1::uuid AND job_id = $2
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($3::timestamptz, now())))
+FOR UPDATE`
+
+// sqlClaimCompleteLocked completes a claim sqlClaimLock locked: the lease
+// and the completion in one write.
+var sqlClaimCompleteLocked = `
+UPDATE idempotency_claims SET
+	status = 'succeeded', epoch = epoch + 1, attempts = attempts + 1,
+	first_called_at = coalesce(first_called_at, coalesce($4::timestamptz, now())),
+	result = $3, error = NULL, lease_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND epoch = $2
 	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($4::timestamptz, now())))
 RETURNING ` + claimColumns + computed("$4")
 
@@ -160,10 +179,46 @@ WHERE (tenant_id, tool, idempotency_key) IN (
 	LIMIT $1
 )`
 
+const auditColumns = `tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
+	decision, reason, args_hash, args, result, duration_ms, client_request_id, trace_id`
+
 const sqlAuditInsert = `
-INSERT INTO audit_events (tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
-	decision, reason, args_hash, args, result, duration_ms, client_request_id, trace_id)
+INSERT INTO audit_events (` + auditColumns + `)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+
+// auditTypes are the types of the audit row's parameters, in
+// engine.AuditArgs's order; the reason is the tenth.
+var auditTypes = []string{"text", "text", "text", "text", "text", "text", "uuid", "bigint",
+	"text", "text", "text", "jsonb", "jsonb", "double precision", "text", "text"}
+
+// withAudit wraps claimSQL, a write of n parameters returning one claim,
+// so that the same statement appends an audit row when it writes: its 16
+// parameters ($n+1 on, engine.AuditArgs's order) follow claimSQL's.
+// fromClaim replaces parameters by SQL expressions over the written claim
+// c, by index in that order.
+func withAudit(claimSQL string, n int, fromClaim map[int]string) string {
+	values := make([]string, len(auditTypes))
+	for i, typ := range auditTypes {
+		values[i] = fmt.Sprintf("$%d::%s", n+1+i, typ)
+		if expr, ok := fromClaim[i]; ok {
+			// The parameter is still sent; coalesce keeps its type known.
+			values[i] = fmt.Sprintf("coalesce(%s, %s)", expr, values[i])
+		}
+	}
+	return "WITH c AS (" + claimSQL + "),\na AS (INSERT INTO audit_events (" + auditColumns + ")\n\tSELECT " +
+		strings.Join(values, ", ") + " FROM c)\nSELECT * FROM c"
+}
+
+// The writes that take their audit row along.
+var (
+	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 10, nil)
+	// The lease's row names the attempt and the epoch (engine.LeaseReason)
+	// and the claim's fingerprint, which the job does not carry.
+	sqlClaimLeaseAudited = withAudit(sqlClaimLease, 4, map[int]string{
+		9: "'attempt ' || c.attempts || ', epoch ' || c.epoch", 10: "c.args_hash"})
+	sqlClaimCompleteAudited       = withAudit(sqlClaimComplete, 4, nil)
+	sqlClaimCompleteLockedAudited = withAudit(sqlClaimCompleteLocked, 4, nil)
+)
 
 const sqlAuditListByKey = `
 SELECT id, created_at, tenant_id, user_id, token_id, request_id, client_request_id, tool, idempotency_key,

@@ -29,9 +29,48 @@ func (e executor) claimWrite(ctx context.Context, failed error, query string, ar
 	return engine.Conditional(c, err, failed)
 }
 
+// audited runs write and then, when it wrote and audit is set, appends the
+// audit row (fill, when set, completes it from the written claim), both in
+// one transaction: the executor's, or one of its own on the pool.
+func (e executor) audited(ctx context.Context, audit *gate.AuditInsertParams, fill func(*gate.AuditInsertParams, *Claim),
+	write func(executor) (*Claim, error)) (*Claim, error) {
+	if audit == nil {
+		return write(e)
+	}
+	in := e
+	var tx *Tx
+	if e.tx == nil {
+		var err error
+		if tx, err = e.store.begin(ctx); err != nil {
+			return nil, err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		in = tx.executor
+	}
+	c, err := write(in)
+	if err != nil {
+		return c, err
+	}
+	row := *audit
+	if fill != nil {
+		fill(&row, c)
+	}
+	if err := in.AuditInsert(ctx, &row); err != nil {
+		return nil, err
+	}
+	if tx != nil {
+		if err := tx.Commit(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
-		string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second))
+	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
+		return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
+			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID)
+	})
 }
 
 func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
@@ -44,22 +83,36 @@ func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) 
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
 	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
-		int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second))
-}
-
-func (e executor) ClaimSetJob(ctx context.Context, p *gate.ClaimSetJobParams) (*Claim, error) {
-	return e.claimRow(ctx, sqlClaimSetJob, p.ID, p.JobID)
+		int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID)
 }
 
 func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
-	c, err := e.claimRow(ctx, sqlClaimLease, p.ID, p.JobID, seconds(p.Lease), nullTime(p.Now))
-	return engine.Leased(c, err, func() (*Claim, error) {
-		return e.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: p.ID, Now: p.Now})
+	return e.audited(ctx, p.Audit, engine.FillLeaseAudit, func(e executor) (*Claim, error) {
+		c, err := e.claimRow(ctx, sqlClaimLease, p.OperationID, p.JobID, seconds(p.Lease), nullTime(p.Now))
+		return engine.Leased(c, err, e.leaseRead(ctx, p))
 	})
 }
 
+func (e executor) ClaimLock(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimLock, p.OperationID, p.JobID, nullTime(p.Now))
+	return engine.Leased(c, err, e.leaseRead(ctx, p))
+}
+
+// leaseRead reads the claim a lease or lock did not match, to tell why.
+func (e executor) leaseRead(ctx context.Context, p *gate.ClaimLeaseParams) func() (*Claim, error) {
+	return func() (*Claim, error) {
+		return e.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: p.TenantID, OperationID: p.OperationID, Now: p.Now})
+	}
+}
+
 func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimComplete, p.ID, p.Epoch, nullJSON(p.Result), nullTime(p.Now))
+	query := sqlClaimComplete
+	if p.Locked {
+		query = sqlClaimCompleteLocked
+	}
+	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
+		return e.claimWrite(ctx, domain.ErrLeaseLost, query, p.ID, p.Epoch, nullJSON(p.Result), nullTime(p.Now))
+	})
 }
 
 func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
@@ -115,7 +168,7 @@ func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Cl
 }
 
 func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
-	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID)
+	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID, nullTime(p.Now))
 }
 
 func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {

@@ -25,7 +25,8 @@ import (
 )
 
 type claimJobArgs struct {
-	ClaimID int64 `json:"claim_id"`
+	TenantID    string `json:"tenant_id"`
+	OperationID string `json:"operation_id"`
 }
 
 func (claimJobArgs) Kind() string { return "gatetest_claim" }
@@ -36,7 +37,7 @@ type riverEnqueuer struct {
 }
 
 func (e riverEnqueuer) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
-	res, err := e.client.InsertTx(ctx, tx.Raw().(*sql.Tx), claimJobArgs{ClaimID: c.ID}, nil)
+	res, err := e.client.InsertTx(ctx, tx.Raw().(*sql.Tx), claimJobArgs{TenantID: c.TenantID, OperationID: c.OperationID}, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -95,16 +96,14 @@ func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	c, err := tx.ClaimInsert(ctx, &gate.ClaimInsertParams{
 		OperationID: "0b4c3c1e-5f0a-4c43-9a38-3f3b6f0e8a11", TenantID: "acme", Tool: "refund_order",
-		IdempotencyKey: "times-key-1", Args: json.RawMessage(`{}`), ArgsHash: "h", TTL: time.Hour,
+		IdempotencyKey: "times-key-1", Args: json.RawMessage(`{}`), ArgsHash: "h", TTL: time.Hour, JobID: 7,
 	})
-	require.NoError(t, err)
-	_, err = tx.ClaimSetJob(ctx, &gate.ClaimSetJobParams{ID: c.ID, JobID: 7})
 	require.NoError(t, err)
 	// A Now override with nanoseconds and a zone is stored in UTC, to the
 	// millisecond, in the same shape as the database's own clock.
 	zone := time.FixedZone("UTC+5", 5*3600)
 	now := time.Date(2030, 1, 2, 8, 4, 5, 123456789, zone)
-	leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: 7, Lease: 90 * time.Second, Now: &now})
+	leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: 7, Lease: 90 * time.Second, Now: &now})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 
@@ -296,7 +295,7 @@ func (w *claimWorker) Work(ctx context.Context, job *river.Job[claimJobArgs]) er
 	if err != nil {
 		return err
 	}
-	leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: job.Args.ClaimID, JobID: job.ID, Lease: time.Minute})
+	leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: job.Args.TenantID, OperationID: job.Args.OperationID, JobID: job.ID, Lease: time.Minute})
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return err

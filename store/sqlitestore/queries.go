@@ -43,8 +43,8 @@ const notComputed = `, 0, 0`
 // this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9
+	ttl_seconds, retention_seconds, job_id)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, nullif(?10, 0)
 WHERE NOT EXISTS (
 	SELECT 1 FROM idempotency_tombstones t
 	WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7 AND t.retain_until > ` + sqlNow + `
@@ -67,15 +67,10 @@ WHERE id = ?1`
 var sqlClaimTakeOver = `
 UPDATE idempotency_claims SET
 	operation_id = ?2, user_id = ?3, args = ?4, args_hash = ?5, ttl_seconds = ?6, retention_seconds = ?8,
-	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = NULL, generation = 0,
+	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = nullif(?9, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = ` + sqlNow + `, updated_at = ` + sqlNow + `, expires_at = NULL
 WHERE id = ?1 AND status IN ('succeeded', 'failed') AND expires_at <= ` + at("?7") + `
-RETURNING ` + claimColumns + notComputed
-
-const sqlClaimSetJob = `
-UPDATE idempotency_claims SET job_id = ?2, updated_at = ` + sqlNow + `
-WHERE id = ?1
 RETURNING ` + claimColumns + notComputed
 
 // ?3 is the lease as a strftime modifier ('+120.000 seconds').
@@ -85,7 +80,27 @@ UPDATE idempotency_claims SET
 	lease_expires_at = ` + plus(at("?4"), "?3") + `,
 	first_called_at = coalesce(first_called_at, ` + at("?4") + `),
 	updated_at = ` + sqlNow + `
-WHERE id = ?1 AND job_id = ?2
+WHERE operation_id = ?1 AND job_id = ?2
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= ` + at("?4") + `))
+RETURNING ` + claimColumns + computed("?4")
+
+// sqlClaimLock is the lease's condition without the write: the IMMEDIATE
+// transaction it runs in holds the write lock already.
+var sqlClaimLock = `
+SELECT ` + claimColumns + computed("?3") + `
+FROM idempotency_claims
+WHERE operation_id = ?1 AND job_id = ?2
+	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= ` + at("?3") + `))`
+
+// sqlClaimCompleteLocked completes a claim sqlClaimLock found: the lease
+// and the completion in one write.
+var sqlClaimCompleteLocked = `
+UPDATE idempotency_claims SET
+	status = 'succeeded', epoch = epoch + 1, attempts = attempts + 1,
+	first_called_at = coalesce(first_called_at, ` + at("?4") + `),
+	result = ?3, error = NULL, lease_expires_at = NULL, updated_at = ` + sqlNow + `,
+	expires_at = ` + plus(at("?4"), "'+' || ttl_seconds || ' seconds'") + `
+WHERE id = ?1 AND epoch = ?2
 	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= ` + at("?4") + `))
 RETURNING ` + claimColumns + computed("?4")
 
@@ -180,7 +195,7 @@ ORDER BY updated_at DESC, id DESC
 LIMIT ?5`
 
 var sqlClaimGetByOperation = `
-SELECT ` + claimColumns + computed("NULL") + `
+SELECT ` + claimColumns + computed("?3") + `
 FROM idempotency_claims
 WHERE operation_id = ?2 AND tenant_id = ?1`
 
@@ -269,8 +284,8 @@ ORDER BY id`
 
 // allQueries are the gate's statements, which the store keeps prepared.
 var allQueries = []string{
-	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimSetJob, sqlClaimLease,
-	sqlClaimComplete, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
+	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimLease, sqlClaimLock,
+	sqlClaimComplete, sqlClaimCompleteLocked, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
 	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimArchiveTombstones, sqlClaimArchiveDelete,
 	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlAuditInsert,
 	sqlAuditListByKey,

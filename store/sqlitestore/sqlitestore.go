@@ -62,7 +62,9 @@ func New(db *sql.DB) *Store {
 		panic("sqlitestore.New: db is nil")
 	}
 	stmts := &stmtCache{db: db, m: map[string]*sql.Stmt{}, inFlight: map[string]bool{}}
-	return &Store{executor: executor{q: db, stmts: stmts}, db: db}
+	s := &Store{db: db}
+	s.executor = executor{q: db, stmts: stmts, store: s}
+	return s
 }
 
 // DB returns the store's database.
@@ -90,7 +92,7 @@ func (s *Store) begin(ctx context.Context) (*Tx, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
-	return &Tx{executor: executor{q: tx, tx: tx, stmts: s.stmts}, tx: tx}, nil
+	return &Tx{executor: executor{q: tx, tx: tx, stmts: s.stmts, store: s}, tx: tx}, nil
 }
 
 // Tx is a SQLite gate.Tx.
@@ -121,6 +123,8 @@ type executor struct {
 	// tx is the transaction q is, or nil on the pool.
 	tx    *sql.Tx
 	stmts *stmtCache
+	// store begins the transactions of writes that need one on the pool.
+	store *Store
 }
 
 // stmt returns query prepared, or nil to run it unprepared. On the pool it

@@ -78,3 +78,12 @@ func RawTx[T any](tx store.Tx) (T, error) {
 	}
 	return t, nil
 }
+
+// FillLeaseAudit completes a lease's started audit row from the leased
+// claim: the reason names the attempt and the epoch, and the fingerprint
+// is the claim's (the job does not carry it). The Postgres engine writes
+// the same in SQL.
+func FillLeaseAudit(row *gate.AuditInsertParams, c *gate.Claim) {
+	row.Reason = fmt.Sprintf("attempt %d, epoch %d", c.Attempts, c.Epoch)
+	row.ArgsHash = c.ArgsHash
+}
