@@ -29,8 +29,10 @@ type costTracer struct {
 	// open holds, per connection, the statements of the transaction in
 	// progress and whether it touched our tables.
 	open map[*pgx.Conn]*txCost
-	// roundTrips and commits are the totals counted so far.
-	roundTrips, commits int
+	// roundTrips and commits are the totals counted so far; claimVersions
+	// counts the statements that write a claim row (each insert or update
+	// writes one version of it).
+	roundTrips, commits, claimVersions int
 }
 
 type txCost struct {
@@ -75,6 +77,10 @@ func (c *costTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data p
 	sql := strings.TrimSpace(strings.ToLower(data.SQL))
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The reaper writes no claim of a healthy operation.
+	if containsAny(sql, []string{"insert into idempotency_claims", "update idempotency_claims"}) {
+		c.claimVersions++
+	}
 	tx := c.open[conn]
 	switch {
 	case strings.HasPrefix(sql, "begin"):
@@ -110,6 +116,15 @@ func (c *costTracer) take() (roundTrips, commits int) {
 	roundTrips, commits = c.roundTrips, c.commits
 	c.roundTrips, c.commits = 0, 0
 	return roundTrips, commits
+}
+
+// takeVersions returns the claim versions written since the last call.
+func (c *costTracer) takeVersions() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.claimVersions
+	c.claimVersions = 0
+	return n
 }
 
 func tracedPool(t *testing.T, dbURL string, tracer *costTracer) *pgxpool.Pool {
@@ -155,16 +170,19 @@ func TestCostPerCall(t *testing.T) {
 	require.Equal(t, http.StatusOK, doHTTP(t, http.MethodGet, url+"/v1/operations", tokenAcme, nil, false).status)
 	require.Equal(t, http.StatusAccepted, credit("cost-warmup-0001"))
 	tracer.take()
+	tracer.takeVersions()
 
 	const n = 5
 	for i := range n {
 		require.Equal(t, http.StatusAccepted, credit(fmt.Sprintf("cost-accept-%04d", i)))
 	}
 	acceptTrips, acceptCommits := tracer.take()
+	acceptVersions := tracer.takeVersions()
 	for i := range n {
 		require.Equal(t, http.StatusConflict, credit(fmt.Sprintf("cost-accept-%04d", i)), "in flight: the handle")
 	}
 	inFlightTrips, inFlightCommits := tracer.take()
+	inFlightVersions := tracer.takeVersions()
 
 	// The worker's built-in tools need their settings; apply_credit calls
 	// none of them.
@@ -181,11 +199,13 @@ func TestCostPerCall(t *testing.T) {
 	stop()
 	require.NoError(t, <-done)
 	workTrips, workCommits := tracer.take()
+	workVersions := tracer.takeVersions()
 
 	for i := range n {
 		require.Equal(t, http.StatusOK, credit(fmt.Sprintf("cost-accept-%04d", i)), "replayed")
 	}
 	replayTrips, replayCommits := tracer.take()
+	replayVersions := tracer.takeVersions()
 
 	t.Logf("totals: accept %d/%d, in flight %d/%d, replay %d/%d, worker %d/%d", acceptTrips, acceptCommits, inFlightTrips, inFlightCommits, replayTrips, replayCommits, workTrips, workCommits)
 	t.Logf("per accept: %d round trips, %d commits; per in-flight retry: %d, %d; per replay: %d, %d; worker per operation: %d, %d",
@@ -210,4 +230,11 @@ func TestCostPerCall(t *testing.T) {
 		require.LessOrEqual(t, c.trips, c.limit, "%s: round trips grew", c.what)
 		require.LessOrEqual(t, c.commits, c.lim2, "%s: commits grew", c.what)
 	}
+	// Claim versions: the insert per accept, nothing per retry, one write
+	// per in-transaction operation (lease and result together).
+	t.Logf("claim versions: accept %d, in flight %d, replay %d, worker %d", acceptVersions, inFlightVersions, replayVersions, workVersions)
+	require.Equal(t, n, acceptVersions, "one claim version per accept")
+	require.Zero(t, inFlightVersions, "in-flight retries write no claim")
+	require.Zero(t, replayVersions, "replays write no claim")
+	require.Equal(t, n+1, workVersions, "one claim version per in-transaction operation")
 }
