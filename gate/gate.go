@@ -91,6 +91,10 @@ type Gate struct {
 	// onTransition is Config.OnTransition.
 	onTransition func(Event)
 	tracer       telemetry.Tracer
+	// flights folds identical concurrent calls; audits batches the audit
+	// rows of calls answered from an existing claim.
+	flights flights
+	audits  *auditBatcher
 }
 
 // New returns a Gate, or an error naming the first invalid field of cfg.
@@ -118,6 +122,7 @@ func New(cfg *Config) (*Gate, error) {
 	if g.logger == nil {
 		g.logger = slog.Default()
 	}
+	g.audits = &auditBatcher{store: g.store, timeout: g.timeout}
 	for i := range cfg.Policies {
 		p := cfg.Policies[i]
 		if err := p.Validate(); err != nil {
@@ -236,7 +241,8 @@ func (g *Gate) Claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	return res, nil
 }
 
-// claim is Claim without the span.
+// claim is Claim without the span: the database stage (shared by
+// identical concurrent calls, see flight.go), then the answer.
 func (g *Gate) claim(ctx context.Context, params *ClaimParams) (*ClaimResult, error) {
 	start := time.Now()
 	in := params.Intent
@@ -248,6 +254,39 @@ func (g *Gate) claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	if err != nil {
 		return nil, fmt.Errorf("gate: marshal audit args: %w", err)
 	}
+	key := flightKey{tenant: params.Actor.TenantID, tool: in.Tool, key: in.Key, argsHash: in.ArgsHash}
+	f, leader := g.flights.join(key)
+	var st *stage
+	if leader {
+		st, err = g.stage(ctx, params, policy, auditArgs, start)
+		g.flights.land(key, f, st, err)
+	} else {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, errors.Join(domain.ErrUnavailable, ctx.Err())
+		}
+		if st, err = f.st, f.err; err == nil {
+			st = st.forFollower()
+		} else {
+			st, err = g.stage(ctx, params, policy, auditArgs, start)
+		}
+	}
+	switch {
+	case err != nil:
+		return nil, err
+	case st.accepted != nil:
+		return g.accepted(ctx, params, st.accepted)
+	case st.expired != nil:
+		return g.refuseExpired(ctx, params, start, st.expired, auditArgs)
+	}
+	return g.answerExisting(ctx, params, policy, st.existing, auditArgs, start)
+}
+
+// stage reads the claim of the call's key and, when there is none (or it
+// expired), runs the claiming transaction.
+func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, auditArgs json.RawMessage, start time.Time) (*stage, error) {
+	in := params.Intent
 	// Retries are the common case: read the claim first, outside any
 	// transaction (one round trip, no write). Only a missing or expired
 	// claim goes on to the claiming transaction, where the unique index
@@ -259,9 +298,9 @@ func (g *Gate) claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	cancelRead()
 	switch {
 	case err == nil && !existing.Expired:
-		return g.answerExisting(ctx, params, policy, existing, auditArgs, start)
+		return &stage{existing: existing}, nil
 	case err == nil && existing.ArgsHash == in.ArgsHash:
-		return g.refuseExpired(ctx, params, start, existing, auditArgs)
+		return &stage{expired: existing}, nil
 	case err == nil, errors.Is(err, domain.ErrNotFound):
 	default:
 		return nil, err
@@ -272,11 +311,11 @@ func (g *Gate) claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 		case err != nil:
 			return nil, err
 		case res != nil && res.Outcome == domain.OutcomeExpired:
-			return g.refuseExpired(ctx, params, start, res.Claim, auditArgs)
+			return &stage{expired: res.Claim}, nil
 		case res != nil:
-			return g.accepted(ctx, params, res)
+			return &stage{accepted: res}, nil
 		case current != nil:
-			return g.answerExisting(ctx, params, policy, current, auditArgs, start)
+			return &stage{existing: current}, nil
 		}
 	}
 	return nil, fmt.Errorf("gate: claim of %s/%s did not settle after %d attempts", in.Tool, in.Key, maxClaimLoops)
@@ -327,7 +366,7 @@ func (g *Gate) answerExisting(ctx context.Context, params *ClaimParams, policy *
 	defer cancel()
 	ev := callAudit(ctx, params, auditArgs, start, domain.Decision(res.Outcome), reason)
 	ev.OperationID, ev.JobID, ev.Result = res.Claim.OperationID, res.Claim.JobID, resultSummary(res.Claim)
-	if err := g.store.AuditInsert(auditCtx, ev); err != nil {
+	if err := g.audits.write(auditCtx, ev); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -377,7 +416,7 @@ func (g *Gate) refuseExpired(ctx context.Context, params *ClaimParams, start tim
 	ev := callAudit(ctx, params, auditArgs, start, domain.DecisionDenied,
 		string(domain.CodeKeyExpired)+": same arguments as operation "+prior.OperationID)
 	ev.OperationID = prior.OperationID
-	if err := g.store.AuditInsert(auditCtx, ev); err != nil {
+	if err := g.audits.write(auditCtx, ev); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -216,6 +216,9 @@ type Executor interface {
 	TombstoneDeleteExpired(ctx context.Context, params *TombstoneDeleteExpiredParams) (int, error)
 	// AuditInsert appends one audit row.
 	AuditInsert(ctx context.Context, params *AuditInsertParams) error
+	// AuditInsertMany appends rows, all or none, in one statement where
+	// the engine can.
+	AuditInsertMany(ctx context.Context, rows []*AuditInsertParams) error
 	// AuditListByKey lists the audit rows of (tenant, tool, key), oldest first.
 	AuditListByKey(ctx context.Context, params *AuditListByKeyParams) ([]*AuditEvent, error)
 }

@@ -175,6 +175,11 @@ var tests = map[string]func(t *testing.T, s *suite){
 
 	"ConcurrentSameKeyOneAccepted": func(t *testing.T, s *suite) {
 		ctx := context.Background()
+		// Two gates, as two api processes: each folds its own identical
+		// calls, and the unique index decides between them.
+		other, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Policies: Policies()})
+		require.NoError(t, err)
+		gates := []*gate.Gate{s.gate, other}
 		const n = 64
 		var (
 			wg      sync.WaitGroup
@@ -187,7 +192,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 			go func() {
 				defer wg.Done()
 				<-start
-				results[i], errs[i] = claim(ctx, s.gate, &ClaimOpts{Key: "storm-key-0001"})
+				results[i], errs[i] = claim(ctx, gates[i%2], &ClaimOpts{Key: "storm-key-0001"})
 			}()
 		}
 		close(start)
@@ -209,6 +214,42 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, 1, s.ClaimCount(ctx))
 		require.Equal(t, 1, s.JobCount(ctx))
 		require.Len(t, audit(ctx, t, s.Store, "acme", "refund_order", "storm-key-0001"), n)
+	},
+
+	"AuditInsertManyWritesEveryRow": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		c := Claim(ctx, t, s.gate, &ClaimOpts{Key: "audit-many-0001"}).Claim
+		full := &gate.AuditInsertParams{TenantID: "acme", UserID: "u1", TokenID: "tok_1", RequestID: "req_1",
+			ClientRequestID: "client-1", Tool: "refund_order", IdempotencyKey: "audit-many-0001", OperationID: c.OperationID,
+			JobID: c.JobID, Decision: domain.DecisionReplayed, Reason: "r", ArgsHash: "h1", Args: json.RawMessage(`{"a":1}`),
+			Result: json.RawMessage(`{"status":"queued"}`), Duration: 1500 * time.Microsecond,
+			TraceID: "0af7651916cd43dd8448eb211c80319c"}
+		bare := &gate.AuditInsertParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "audit-many-0001",
+			Decision: domain.DecisionDenied, Reason: "nothing else"}
+		require.NoError(t, s.Store.AuditInsertMany(ctx, []*gate.AuditInsertParams{full, bare, full}))
+		events := audit(ctx, t, s.Store, "acme", "refund_order", "audit-many-0001")
+		require.Len(t, events, 4, "the call's accepted row and the three")
+		for i, want := range []*gate.AuditInsertParams{full, bare, full} {
+			got := events[i+1]
+			require.Equal(t, want.UserID, got.UserID)
+			require.Equal(t, want.TokenID, got.TokenID)
+			require.Equal(t, want.RequestID, got.RequestID)
+			require.Equal(t, want.ClientRequestID, got.ClientRequestID)
+			require.Equal(t, want.OperationID, got.OperationID)
+			require.Equal(t, want.JobID, got.JobID)
+			require.Equal(t, want.Decision, got.Decision)
+			require.Equal(t, want.Reason, got.Reason)
+			require.Equal(t, want.ArgsHash, got.ArgsHash)
+			require.Equal(t, want.TraceID, got.TraceID)
+			require.InDelta(t, float64(want.Duration), float64(got.Duration), float64(time.Microsecond))
+			if want.Args == nil {
+				require.Empty(t, got.Args)
+				require.Empty(t, got.Result)
+			} else {
+				require.JSONEq(t, string(want.Args), string(got.Args))
+				require.JSONEq(t, string(want.Result), string(got.Result))
+			}
+		}
 	},
 
 	"ConflictNamesDifferingFields": func(t *testing.T, s *suite) {

@@ -197,6 +197,42 @@ func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) er
 	return translate(err)
 }
 
+func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertParams) error {
+	if len(rows) == 1 {
+		return e.AuditInsert(ctx, rows[0])
+	}
+	var (
+		text    [11][]string // every column but the nullable and numeric ones
+		opIDs   = make([]*string, len(rows))
+		jobIDs  = make([]*int64, len(rows))
+		docs    [2][]*string // args, result
+		ms      = make([]float64, len(rows))
+		traceID = make([]*string, len(rows))
+	)
+	some := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	for i, r := range rows {
+		for j, v := range []string{r.TenantID, r.UserID, r.TokenID, r.RequestID, r.Tool, r.IdempotencyKey,
+			string(r.Decision), r.Reason, r.ArgsHash, r.ClientRequestID} {
+			text[j] = append(text[j], v)
+		}
+		opIDs[i], traceID[i] = some(r.OperationID), some(r.TraceID)
+		if r.JobID != 0 {
+			jobIDs[i] = &r.JobID
+		}
+		docs[0] = append(docs[0], some(string(r.Args)))
+		docs[1] = append(docs[1], some(string(r.Result)))
+		ms[i] = float64(r.Duration) / float64(time.Millisecond)
+	}
+	_, err := e.q.Exec(ctx, sqlAuditInsertMany, text[0], text[1], text[2], text[3], text[4], text[5], opIDs, jobIDs,
+		text[6], text[7], text[8], docs[0], docs[1], ms, text[9], traceID)
+	return translate(err)
+}
+
 func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
 	return list(ctx, e.q, scanAuditEvent, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
 }

@@ -186,6 +186,14 @@ const sqlAuditInsert = `
 INSERT INTO audit_events (` + auditColumns + `)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 
+// sqlAuditInsertMany appends many rows in one statement: one array per
+// column, in engine.AuditArgs's order.
+const sqlAuditInsertMany = `
+INSERT INTO audit_events (` + auditColumns + `)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[]::uuid[],
+	$8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[]::jsonb[], $13::text[]::jsonb[],
+	$14::double precision[], $15::text[], $16::text[])`
+
 // auditTypes are the types of the audit row's parameters, in
 // engine.AuditArgs's order; the reason is the tenth.
 var auditTypes = []string{"text", "text", "text", "text", "text", "text", "uuid", "bigint",

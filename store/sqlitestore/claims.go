@@ -234,6 +234,26 @@ func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) er
 	return translate(err)
 }
 
+func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertParams) error {
+	if len(rows) == 1 || e.tx != nil {
+		for _, r := range rows {
+			if err := e.AuditInsert(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tx, err := e.store.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := tx.AuditInsertMany(ctx, rows); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
 	rows, err := e.query(ctx, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
 	return list(rows, err, scanAuditEvent)
