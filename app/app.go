@@ -47,9 +47,8 @@ type API struct {
 	Server  *api.Server
 	Handler http.Handler
 	// Ops is the operator routes under /ops (River UI, re-drive).
-	Ops      *ops.Server
-	listener *pgstore.Listener
-	logger   *slog.Logger
+	Ops    *ops.Server
+	logger *slog.Logger
 }
 
 // OpenPostgres opens a pool on url with timeouts that make an unreachable
@@ -115,12 +114,10 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 			return nil, err
 		}
 	}
-	listener := pgstore.NewListener(pool, logger)
 	g, err := gate.New(&gate.Config{
 		Store:    data,
 		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgstore.Unavailable},
 		Policies: tools.Policies(),
-		Waiter:   listener,
 		Logger:   logger,
 
 		TracerProvider: opts.TracerProvider,
@@ -146,7 +143,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		return nil, err
 	}
 	opsServer.Mount(srv.Router())
-	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
+	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, logger: logger}, nil
 }
 
 // tracedLogger is logger with trace_id and span_id on the lines logged
@@ -219,11 +216,11 @@ func apiRateLimit(cfg *config.Config, opts *APIOptions) (limit float64, burst in
 	return limit, burst
 }
 
-// Run runs the api's background work (the LISTEN connection, River UI's
-// cached counts) until ctx ends.
+// Run runs the api's background work (River UI's cached counts) until ctx
+// ends.
 func (a *API) Run(ctx context.Context) {
 	if err := a.Ops.Start(ctx); err != nil {
 		a.logger.Error("River UI's background services did not start; it counts on demand", "error", err)
 	}
-	a.listener.Run(ctx)
+	<-ctx.Done()
 }

@@ -23,7 +23,7 @@ type flightStore struct {
 
 	mu      sync.Mutex
 	nReads  int
-	batches [][]*AuditInsertParams
+	batches [][]*AuditInsertParams // every AuditInsertMany call
 	rows    []*AuditInsertParams
 	// writing, when set, blocks audit writes until it is closed; started
 	// receives when a write begins.
@@ -142,7 +142,6 @@ func TestIdenticalCallsShareOneRead(t *testing.T) {
 	}
 	require.Equal(t, 1, s.nReads, "one read for all identical calls")
 	require.Len(t, s.rows, n, "an audit row per call")
-	require.Less(t, len(s.batches), n, "rows written while another write ran went together")
 }
 
 func TestFollowersRunOnTheirOwnWhenTheLeaderFails(t *testing.T) {

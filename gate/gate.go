@@ -28,10 +28,6 @@ import (
 // before polling again.
 const DefaultRetryAfter = time.Second
 
-// pollInterval is how often a Gate without a Waiter re-reads a claim while
-// waiting for its outcome.
-const pollInterval = 50 * time.Millisecond
-
 // maxClaimLoops bounds the claim loop when a claim vanishes (pruned) or a
 // take-over races between the insert and the read.
 const maxClaimLoops = 8
@@ -42,12 +38,13 @@ type Enqueuer interface {
 	JobInsert(ctx context.Context, tx Tx, claim *Claim) (int64, error)
 }
 
-// Waiter tells waiting callers that a claim may have reached a terminal
-// status. pgstore.Listener implements it with one LISTEN connection per process.
+// Waiter tells waiting callers that a claim has reached a terminal status.
+// The gate's own (Config.Waiter nil) polls the database for all the
+// process's waiting calls at once.
 type Waiter interface {
-	// Subscribe registers interest in claimID. The channel receives when the
-	// claim turns terminal, and also after a reconnect (when notifications
-	// may have been missed), so the caller must re-read the claim. cancel
+	// Subscribe registers interest in claimID. The channel receives when
+	// the claim is terminal, also when it already was at subscription;
+	// it may receive spuriously, so the caller re-reads the claim. cancel
 	// releases the subscription.
 	Subscribe(claimID int64) (ch <-chan struct{}, cancel func())
 }
@@ -60,9 +57,12 @@ type Config struct {
 	Enqueuer Enqueuer
 	// Policies are the mutating tools. Each tool must appear once.
 	Policies []Policy
-	// Waiter wakes callers waiting for an outcome. Nil means poll the store
-	// every 50ms (SQLite, which has no LISTEN).
+	// Waiter wakes callers waiting for an outcome. Nil is the gate's own:
+	// while calls wait, one query per PollInterval for all of them.
 	Waiter Waiter
+	// PollInterval is how often the gate's own Waiter polls while calls
+	// wait. Default DefaultPollInterval.
+	PollInterval time.Duration
 	// DBTimeout bounds each claiming transaction and audit write, so that a
 	// call against an unreachable database fails with domain.ErrUnavailable
 	// instead of hanging. Default DefaultDBTimeout.
@@ -123,6 +123,13 @@ func New(cfg *Config) (*Gate, error) {
 		g.logger = slog.Default()
 	}
 	g.audits = &auditBatcher{store: g.store, timeout: g.timeout}
+	if g.waiter == nil {
+		interval := cfg.PollInterval
+		if interval <= 0 {
+			interval = DefaultPollInterval
+		}
+		g.waiter = &poller{store: g.store, interval: interval, timeout: g.timeout, logger: g.logger}
+	}
 	for i := range cfg.Policies {
 		p := cfg.Policies[i]
 		if err := p.Validate(); err != nil {
@@ -539,35 +546,28 @@ func (g *Gate) conflict(existing *Claim, in *Intent, policy *Policy) *domain.Err
 	}
 }
 
-// Await waits up to d for claim to turn terminal (woken by the Waiter, or
-// polling) and returns it as last read: terminal, or still in flight when d
+// Await waits up to d for claim to turn terminal (woken by the Waiter)
+// and returns it as last read: terminal, or still in flight when d
 // ended or ctx was cancelled.
 func (g *Gate) Await(ctx context.Context, claim *Claim, d time.Duration) (*Claim, error) {
 	return g.await(ctx, claim, d)
 }
 
-// await waits up to d for claim to turn terminal and returns it as last read.
+// await waits up to d for claim to turn terminal and returns it as last
+// read. The caller has just read or written claim; it is read again only
+// when the Waiter says it is terminal.
 func (g *Gate) await(ctx context.Context, claim *Claim, d time.Duration) (*Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-
-	var (
-		notify <-chan struct{}
-		tick   <-chan time.Time
-	)
-	if g.waiter != nil {
-		ch, unsubscribe := g.waiter.Subscribe(claim.ID)
-		defer unsubscribe()
-		notify = ch
-	} else {
-		ticker := time.NewTicker(pollInterval)
-		defer ticker.Stop()
-		tick = ticker.C
-	}
+	notify, unsubscribe := g.waiter.Subscribe(claim.ID)
+	defer unsubscribe()
 	for {
+		select {
+		case <-ctx.Done():
+			return claim, nil
+		case <-notify:
+		}
 		readCtx, cancelRead := context.WithTimeout(ctx, g.timeout)
-		// Read after subscribing, so that a transition between the first
-		// read and the subscription is not missed.
 		c, err := g.store.ClaimGetByID(readCtx, &ClaimGetByIDParams{ID: claim.ID})
 		cancelRead()
 		if ctx.Err() != nil {
@@ -581,15 +581,8 @@ func (g *Gate) await(ctx context.Context, claim *Claim, d time.Duration) (*Claim
 		if err != nil {
 			return nil, err
 		}
-		claim = c
-		if claim.Status.Terminal() {
+		if claim = c; claim.Status.Terminal() {
 			return claim, nil
-		}
-		select {
-		case <-ctx.Done():
-			return claim, nil
-		case <-notify:
-		case <-tick:
 		}
 	}
 }

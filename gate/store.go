@@ -201,6 +201,8 @@ type Executor interface {
 	// ends (on engines with row locks), so that no worker fetches the job
 	// meanwhile. A job River no longer has is domain.ErrNotFound.
 	JobGet(ctx context.Context, params *JobGetParams) (*Job, error)
+	// ClaimListTerminal returns which of the claims IDs are terminal.
+	ClaimListTerminal(ctx context.Context, params *ClaimListTerminalParams) ([]int64, error)
 	// ClaimListLeaseExpired lists running claims whose lease expired.
 	ClaimListLeaseExpired(ctx context.Context, params *ClaimListLeaseExpiredParams) ([]*Claim, error)
 	// ClaimArchiveExpired replaces up to Limit terminal claims past their
@@ -430,6 +432,11 @@ type Job struct {
 	// database's now(); nil when the job will not run again by itself
 	// (running, or finalized).
 	NextRunAt *time.Time
+}
+
+// ClaimListTerminalParams are the parameters of Executor.ClaimListTerminal.
+type ClaimListTerminalParams struct {
+	IDs []int64
 }
 
 // ClaimListLeaseExpiredParams are the parameters of Executor.ClaimListLeaseExpired.

@@ -87,7 +87,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.replayKeys, "replay-keys", 0, "terminal claims the replay figures retry (default 2000; quick 200)")
 	fs.IntVar(&o.storms, "storms", 0, "measured retry storms (default 3; quick 1)")
 	fs.IntVar(&o.stormSize, "storm-size", 1000, "identical calls per storm")
-	fs.StringVar(&only, "only", "", "run only these scenarios, comma-separated: commit,bare,inproc,mcp,experiments,replay,storm,growth")
+	fs.StringVar(&only, "only", "", "run only these scenarios, comma-separated: commit,bare,inproc,mcp,replay,storm,growth")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "Markdown file whose generated section is replaced")
 	fs.StringVar(&o.plot, "plot", "docs/benchmarks.svg", "plot of throughput against concurrency (.svg or .png)")
 	fs.BoolVar(&o.write, "write", true, "write -out and -plot (false: print only)")
@@ -141,7 +141,7 @@ func parseFlags(args []string) (*options, error) {
 		o.only = map[string]bool{}
 		for _, s := range strings.Split(only, ",") {
 			s = strings.TrimSpace(s)
-			if !slices.Contains([]string{"commit", "bare", "inproc", "mcp", "experiments", "replay", "storm", "growth"}, s) {
+			if !slices.Contains([]string{"commit", "bare", "inproc", "mcp", "replay", "storm", "growth"}, s) {
 				return nil, fmt.Errorf("-only: unknown scenario %q", s)
 			}
 			o.only[s] = true
@@ -229,12 +229,6 @@ func run() error {
 			{"bare", func() error { return r.e2eLevel(ctx, r.bareSpec(), c) }},
 			{"inproc", func() error { return r.e2eLevel(ctx, r.idemSpec(), c) }},
 			{"mcp", func() error { return r.e2eLevel(ctx, r.mcpSpec(), c) }},
-			{"experiments", func() error {
-				if c != 32 {
-					return nil
-				}
-				return r.e2eLevel(ctx, r.noNotifySpec(), c)
-			}},
 		}
 		for _, s := range steps {
 			if !o.runs(s.name) {

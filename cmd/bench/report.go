@@ -49,12 +49,9 @@ var baseline = map[string]string{
 	sMCPAccept:  sBareInsert,
 	sIdemE2E:    sBareE2E,
 	sMCPE2E:     sBareE2E,
-
-	sXNoNotifyAccept: sBareInsert,
-	sXNoNotifyE2E:    sBareE2E,
 }
 
-var tableOrder = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E, sReplay, sReplayMCP, sXNoNotifyAccept, sXNoNotifyE2E}
+var tableOrder = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E, sReplay, sReplayMCP}
 
 func ratio(a, b *row) string {
 	if a == nil || b == nil || b.Rate == 0 {

@@ -41,8 +41,6 @@ const (
 	sReplayMCP  = "replay_mcp"  // over MCP: retries of terminal claims
 
 	// Experiments: not the product, a measurement of what one part costs.
-	sXNoNotifyAccept = "x_nonotify_accept" // idemgate in process with the NOTIFY trigger disabled
-	sXNoNotifyE2E    = "x_nonotify_e2e"
 )
 
 var seriesLabel = map[string]string{
@@ -55,9 +53,6 @@ var seriesLabel = map[string]string{
 	sMCPE2E:     "idemgate MCP/HTTP: end to end",
 	sReplay:     "idemgate in-process: replay",
 	sReplayMCP:  "idemgate MCP/HTTP: replay",
-
-	sXNoNotifyAccept: "experiment, NOTIFY trigger off: accept",
-	sXNoNotifyE2E:    "experiment, NOTIFY trigger off: end to end",
 }
 
 // row is one measured figure.
@@ -480,27 +475,6 @@ func (r *runner) idemSpec() e2eSpec {
 				return nil
 			}
 			return op, s.stop, nil
-		}}
-}
-
-// noNotifySpec is idemSpec on a database whose claims table does not
-// NOTIFY on terminal transitions: an experiment that prices the NOTIFY
-// (whose commit-time lock serializes every notifying commit in the
-// cluster). No caller waits in these figures, so nothing misses a wake-up.
-func (r *runner) noNotifySpec() e2eSpec {
-	inner := r.idemSpec()
-	return e2eSpec{accept: sXNoNotifyAccept, e2e: sXNoNotifyE2E,
-		start: func(ctx context.Context, db *benchDB, c int) (func(context.Context, int, int) error, func(), error) {
-			pool, err := db.openPool(ctx, 1)
-			if err != nil {
-				return nil, nil, err
-			}
-			_, err = pool.Exec(ctx, `ALTER TABLE idempotency_claims DISABLE TRIGGER idempotency_claims_notify_terminal`)
-			pool.Close()
-			if err != nil {
-				return nil, nil, err
-			}
-			return inner.start(ctx, db, c)
 		}}
 }
 

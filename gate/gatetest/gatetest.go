@@ -594,6 +594,23 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
 	},
 
+	"ListTerminalNamesTerminalClaimsOnly": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		done := Claim(ctx, t, s.gate, &ClaimOpts{Key: "terminal-key-01"}).Claim
+		leased := lease(ctx, t, s.Store, done, done.JobID, time.Minute)
+		_, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		queued := Claim(ctx, t, s.gate, &ClaimOpts{Key: "terminal-key-02"}).Claim
+		running := Claim(ctx, t, s.gate, &ClaimOpts{Key: "terminal-key-03"}).Claim
+		lease(ctx, t, s.Store, running, running.JobID, time.Minute)
+		ids, err := s.Store.ClaimListTerminal(ctx, &gate.ClaimListTerminalParams{IDs: []int64{queued.ID, done.ID, running.ID, 1 << 40}})
+		require.NoError(t, err)
+		require.Equal(t, []int64{done.ID}, ids)
+		ids, err = s.Store.ClaimListTerminal(ctx, &gate.ClaimListTerminalParams{})
+		require.NoError(t, err)
+		require.Empty(t, ids)
+	},
+
 	"WaitReturnsOutcomeWhenItArrives": func(t *testing.T, s *suite) {
 		ctx := context.Background()
 		first := Claim(ctx, t, s.gate, &ClaimOpts{Key: "wait-key-0001"})

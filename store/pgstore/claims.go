@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/store/internal/engine"
@@ -160,6 +162,15 @@ func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, 
 		return nil, translate(err)
 	}
 	return &j, nil
+}
+
+func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTerminalParams) ([]int64, error) {
+	rows, err := e.q.Query(ctx, sqlClaimListTerminal, p.IDs)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return ids, translate(err)
 }
 
 func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {

@@ -2,7 +2,6 @@ package pgstore_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -48,87 +47,34 @@ func count(t *testing.T, db interface {
 	}
 }
 
-// TestGateConformance runs the suite every gate.Store passes, waiting on the
-// Listener and polling.
+// TestGateConformance runs the suite every gate.Store passes.
 func TestGateConformance(t *testing.T) {
 	t.Parallel()
-	for name, withListener := range map[string]bool{"Listen": true, "Poll": false} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			gatetest.Exercise(t, func(t *testing.T) *gatetest.Bundle {
-				_, pool := pgtest.NewDB(t)
-				client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
-				require.NoError(t, err)
-				b := &gatetest.Bundle{
-					Store:    pgstore.New(pool),
-					Enqueuer: riverEnqueuer{client: client},
-					Control:  &jobs.Control[pgx.Tx]{Client: client},
-					JobState: func(ctx context.Context, id int64) string {
-						var state string
-						_ = pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", id).Scan(&state)
-						return state
-					},
-					MarkJobRunning: func(ctx context.Context, id int64, since time.Duration) {
-						_, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1,
+	gatetest.Exercise(t, func(t *testing.T) *gatetest.Bundle {
+		_, pool := pgtest.NewDB(t)
+		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
+		require.NoError(t, err)
+		b := &gatetest.Bundle{
+			Store:    pgstore.New(pool),
+			Enqueuer: riverEnqueuer{client: client},
+			Control:  &jobs.Control[pgx.Tx]{Client: client},
+			JobState: func(ctx context.Context, id int64) string {
+				var state string
+				_ = pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", id).Scan(&state)
+				return state
+			},
+			MarkJobRunning: func(ctx context.Context, id int64, since time.Duration) {
+				_, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1,
 							attempted_at = now() - make_interval(secs => $2) WHERE id = $1`, id, since.Seconds())
-						require.NoError(t, err)
-					},
-					SetClaimUpdatedAt: func(ctx context.Context, id int64, at time.Time) {
-						_, err := pool.Exec(ctx, "UPDATE idempotency_claims SET updated_at = $2 WHERE id = $1", id, at)
-						require.NoError(t, err)
-					},
-					JobCount:   count(t, pool, "SELECT count(*) FROM river_job"),
-					ClaimCount: count(t, pool, "SELECT count(*) FROM idempotency_claims"),
-				}
-				if withListener {
-					l := pgstore.NewListener(pool, nil)
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan struct{})
-					go func() { defer close(done); l.Run(ctx) }()
-					t.Cleanup(func() { cancel(); <-done })
-					b.Waiter = l
-				}
-				return b
-			})
-		})
-	}
-}
-
-func TestListenerWakesOnTerminalTransitionOnly(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, pool := pgtest.NewDB(t)
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	require.NoError(t, err)
-	s := pgstore.New(pool)
-	g, err := gate.New(&gate.Config{Store: s, Enqueuer: riverEnqueuer{client: client}, Policies: gatetest.Policies()})
-	require.NoError(t, err)
-
-	l := pgstore.NewListener(pool, nil)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, l.Connected, 60*time.Second, 10*time.Millisecond)
-
-	c := gatetest.Claim(ctx, t, g, nil).Claim
-	ch, unsubscribe := l.Subscribe(c.ID)
-	defer unsubscribe()
-
-	// Taking the lease is not a terminal transition: no wake-up.
-	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
-	require.NoError(t, err)
-	select {
-	case <-ch:
-		t.Fatal("woken by a non-terminal transition")
-	case <-time.After(300 * time.Millisecond):
-	}
-
-	_, err = s.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`)})
-	require.NoError(t, err)
-	select {
-	case <-ch:
-	case <-time.After(5 * time.Second):
-		t.Fatal("not woken by the terminal transition")
-	}
+				require.NoError(t, err)
+			},
+			SetClaimUpdatedAt: func(ctx context.Context, id int64, at time.Time) {
+				_, err := pool.Exec(ctx, "UPDATE idempotency_claims SET updated_at = $2 WHERE id = $1", id, at)
+				require.NoError(t, err)
+			},
+			JobCount:   count(t, pool, "SELECT count(*) FROM river_job"),
+			ClaimCount: count(t, pool, "SELECT count(*) FROM idempotency_claims"),
+		}
+		return b
+	})
 }

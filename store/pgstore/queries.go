@@ -135,6 +135,9 @@ UPDATE idempotency_claims SET
 WHERE id = $1 AND status = 'failed'
 RETURNING ` + claimColumns + `, false, false`
 
+const sqlClaimListTerminal = `
+SELECT id FROM idempotency_claims WHERE id = ANY($1::bigint[]) AND status IN ('succeeded', 'failed')`
+
 var sqlClaimListLeaseExpired = `
 SELECT ` + claimColumns + computed("$2") + `
 FROM idempotency_claims

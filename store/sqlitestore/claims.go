@@ -193,6 +193,18 @@ func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, 
 	return &j, nil
 }
 
+func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTerminalParams) ([]int64, error) {
+	ids, err := json.Marshal(p.IDs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := e.query(ctx, sqlClaimListTerminal, string(ids))
+	return list(rows, err, func(row engine.Row) (int64, error) {
+		var id int64
+		return id, row.Scan(&id)
+	})
+}
+
 func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, nullTime(p.Now))
 }

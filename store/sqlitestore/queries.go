@@ -222,6 +222,10 @@ SELECT id, state,
 FROM river_job
 WHERE id = ?1`
 
+const sqlClaimListTerminal = `
+SELECT id FROM idempotency_claims
+WHERE id IN (SELECT value FROM json_each(?1)) AND status IN ('succeeded', 'failed')`
+
 var sqlClaimListLeaseExpired = `
 SELECT ` + claimColumns + computed("?2") + `
 FROM idempotency_claims
@@ -286,7 +290,7 @@ ORDER BY id`
 var allQueries = []string{
 	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimLease, sqlClaimLock,
 	sqlClaimComplete, sqlClaimCompleteLocked, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
-	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimArchiveTombstones, sqlClaimArchiveDelete,
+	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimListTerminal, sqlClaimArchiveTombstones, sqlClaimArchiveDelete,
 	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlAuditInsert,
 	sqlAuditListByKey,
 }
