@@ -78,13 +78,14 @@ WHERE operation_id = $1::uuid AND job_id = $2
 	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($4::timestamptz, now())))
 RETURNING ` + claimColumns + computed("$4")
 
-// sqlClaimLock is the lease's condition, locking instead of writing.
+// sqlClaimLock is the lease's condition, locking instead of writing. The
+// completion changes no key column, so the weaker NO KEY lock suffices.
 var sqlClaimLock = `
 SELECT ` + claimColumns + computed("$3") + `
 FROM idempotency_claims
 WHERE operation_id = $1::uuid AND job_id = $2
 	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($3::timestamptz, now())))
-FOR UPDATE`
+FOR NO KEY UPDATE`
 
 // sqlClaimCompleteLocked completes a claim sqlClaimLock locked: the lease
 // and the completion in one write.
