@@ -55,9 +55,50 @@ type API struct {
 // OpenPostgres opens a pool on url with timeouts that make an unreachable
 // database an error within seconds, not a hang.
 func OpenPostgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return openPostgres(ctx, url, "", maxConns)
+}
+
+// OpenPostgresConfig is OpenPostgres on cfg's DATABASE_URL, in the query
+// execution mode cfg.PostgresExecMode gives (under a transaction pooler,
+// one without named prepared statements).
+func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32) (*pgxpool.Pool, error) {
+	return openPostgres(ctx, cfg.DatabaseURL, cfg.PostgresExecMode(), maxConns)
+}
+
+// ExecMode returns pgx's query execution mode named as in a URL's
+// default_query_exec_mode (config.Config.PostgresExecMode).
+func ExecMode(name string) (pgx.QueryExecMode, error) {
+	switch name {
+	case "cache_statement":
+		return pgx.QueryExecModeCacheStatement, nil
+	case "cache_describe":
+		return pgx.QueryExecModeCacheDescribe, nil
+	case "describe_exec":
+		return pgx.QueryExecModeDescribeExec, nil
+	case "exec":
+		return pgx.QueryExecModeExec, nil
+	case "simple_protocol":
+		return pgx.QueryExecModeSimpleProtocol, nil
+	}
+	return 0, fmt.Errorf("%s: unknown default_query_exec_mode %q", config.EnvDatabaseURL, name)
+}
+
+// ErrMigrateThroughPooler refuses migrations through a transaction pooler:
+// they hold a session-level advisory lock (migrations.PostgresLockKey),
+// which such a pooler may leave on a server connection for good.
+var ErrMigrateThroughPooler = errors.New(config.EnvDBPooler + "=transaction: migrations hold a session-level advisory lock, " +
+	"which a transaction pooler cannot keep; run them with " + config.EnvDatabaseURL + " pointing at Postgres itself and " +
+	config.EnvDBPooler + " unset")
+
+func openPostgres(ctx context.Context, url, execMode string, maxConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if execMode != "" {
+		if pc.ConnConfig.DefaultQueryExecMode, err = ExecMode(execMode); err != nil {
+			return nil, err
+		}
 	}
 	pc.ConnConfig.ConnectTimeout = 2 * time.Second
 	if maxConns > 0 {
@@ -115,7 +156,10 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 			return nil, err
 		}
 	}
-	listener := pgstore.NewListener(pool, logger)
+	listener, err := apiListener(cfg, pool, logger)
+	if err != nil {
+		return nil, err
+	}
 	g, err := gate.New(&gate.Config{
 		Store:    data,
 		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgstore.Unavailable},
@@ -147,6 +191,26 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	}
 	opsServer.Mount(srv.Router())
 	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, listener: listener, logger: logger}, nil
+}
+
+// apiListener is the api's waiter: LISTEN on IDEMGATE_LISTEN_URL when set,
+// else on the pool's configuration, except under a transaction pooler,
+// where a LISTEN would be lost with its transaction: waiting calls poll.
+func apiListener(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*pgstore.Listener, error) {
+	switch {
+	case cfg.ListenURL != "":
+		cc, err := pgx.ParseConfig(cfg.ListenURL)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", config.EnvListenURL, err)
+		}
+		cc.ConnectTimeout = 2 * time.Second
+		return pgstore.NewListenerConfig(cc, logger), nil
+	case cfg.Pooled():
+		logger.Info("waiting calls poll their claims: DATABASE_URL goes through a transaction pooler and IDEMGATE_LISTEN_URL is unset",
+			"every", pgstore.PollInterval)
+		return pgstore.NewListenerConfig(nil, logger), nil
+	}
+	return pgstore.NewListener(pool, logger), nil
 }
 
 // tracedLogger is logger with trace_id and span_id on the lines logged

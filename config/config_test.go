@@ -44,6 +44,7 @@ func TestLoadDefaults(t *testing.T) {
 		OperatorTenant:  "ops",
 		RateLimit:       50,
 		RateBurst:       200,
+		DBPooler:        "none",
 		LogLevel:        slog.LevelInfo,
 	}, cfg)
 	require.Equal(t, DriverSQLite, cfg.Driver())
@@ -72,6 +73,7 @@ func TestDefaultConstants(t *testing.T) {
 		OperatorTenant:  DefaultOperatorTenant,
 		RateLimit:       DefaultRateLimit,
 		RateBurst:       DefaultRateBurst,
+		DBPooler:        DefaultDBPooler,
 		LogLevel:        DefaultLogLevel,
 	}, Defaults())
 }
@@ -96,6 +98,8 @@ var fullEnv = map[string]string{
 	"IDEMGATE_OPS_PASSWORD": "s3cret-operator-password",
 	EnvRateLimit:            "2.5",
 	EnvRateBurst:            "10",
+	EnvDBPooler:             "transaction",
+	EnvListenURL:            "postgres://u:pw@db-direct:5432/idemgate",
 }
 
 var precedenceTests = []struct {
@@ -126,6 +130,8 @@ var precedenceTests = []struct {
 				OpsPassword:     "s3cret-operator-password",
 				RateLimit:       2.5,
 				RateBurst:       10,
+				DBPooler:        "transaction",
+				ListenURL:       "postgres://u:pw@db-direct:5432/idemgate",
 				LogLevel:        slog.LevelDebug,
 			}, cfg)
 			require.Equal(t, DriverPostgres, cfg.Driver())
@@ -150,6 +156,8 @@ var precedenceTests = []struct {
 			"--operator-tenant", "root",
 			"--rate-limit", "0",
 			"--rate-burst", "0",
+			"--db-pooler", "none",
+			"--listen-url", "postgres://db-direct/x",
 			"--log-level", "error",
 		},
 		check: func(t *testing.T, cfg *Config) {
@@ -171,6 +179,8 @@ var precedenceTests = []struct {
 				OpsPassword:     "s3cret-operator-password",
 				RateLimit:       0,
 				RateBurst:       0,
+				DBPooler:        "none",
+				ListenURL:       "postgres://db-direct/x",
 				LogLevel:        slog.LevelError,
 			}, cfg)
 			require.Equal(t, DriverSQLite, cfg.Driver())
@@ -372,6 +382,16 @@ var loadErrorTests = []struct {
 	{"RateBurstNegative", []string{"--rate-burst=-1"}, nil, EnvRateBurst, []string{"--rate-burst", "-1 is negative"}},
 	{"RateBurstTooHigh", nil, map[string]string{EnvRateBurst: "1000001"}, EnvRateBurst, []string{"above 1000000"}},
 	{"RateBurstZeroWhileLimited", nil, map[string]string{EnvRateBurst: "0"}, EnvRateBurst, []string{"refuse every call", EnvRateLimit + "=0"}},
+	{"DBPoolerUnknown", nil, map[string]string{EnvDBPooler: "session"}, EnvDBPooler, []string{`"session"`, "none or transaction"}},
+	{"DBPoolerOnSQLite", []string{"--db-pooler", "transaction"}, nil, EnvDBPooler, []string{"postgres://"}},
+	{"DBPoolerCachedStatements", nil, map[string]string{EnvDBPooler: "transaction",
+		EnvDatabaseURL: "postgres://pgbouncer:6432/idemgate?default_query_exec_mode=cache_statement"}, EnvDatabaseURL, []string{"cache_statement", "named statements"}},
+	{"DBPoolerSimpleProtocol", nil, map[string]string{EnvDBPooler: "transaction",
+		EnvDatabaseURL: "postgres://pgbouncer:6432/idemgate?default_query_exec_mode=simple_protocol"}, EnvDatabaseURL, []string{"simple_protocol"}},
+	{"DBPoolerUnknownExecMode", nil, map[string]string{EnvDBPooler: "transaction",
+		EnvDatabaseURL: "postgres://pgbouncer:6432/idemgate?default_query_exec_mode=fast"}, EnvDatabaseURL, []string{`"fast"`}},
+	{"ListenURLNotPostgres", nil, map[string]string{EnvListenURL: "mysql://db/x"}, EnvListenURL, []string{`"mysql://db/x"`}},
+	{"ListenURLNoHost", []string{"--listen-url", "postgres:///x"}, nil, EnvListenURL, []string{"--listen-url", "no host"}},
 	{"SecretAsFlag", []string{"--secret", testSecret}, nil, EnvSecret, []string{"has no flag", "environment"}},
 	{"OpsPasswordAsFlag", []string{"--ops-password=s3cret-operator"}, nil, "IDEMGATE_OPS_PASSWORD", []string{"has no flag"}},
 }
@@ -576,7 +596,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 18)
+	require.Len(t, all, 20)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -596,7 +616,7 @@ func TestSettings(t *testing.T) {
 	}
 	for _, env := range []string{EnvDatabaseURL, EnvAPIAddr, EnvStripeAPIKey, EnvStripeAPIBase, EnvSMTPAddr,
 		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant,
-		EnvRateLimit, EnvRateBurst} {
+		EnvRateLimit, EnvRateBurst, EnvDBPooler, EnvListenURL} {
 		require.True(t, envs[env], "Env constant %s names no setting", env)
 	}
 
@@ -663,6 +683,45 @@ func TestReadmeTable(t *testing.T) {
 			require.Contains(t, cols[2], "`"+s.Default+"`", s.Env)
 		}
 	}
+}
+
+// TestPostgresExecMode: a transaction pooler gets an execution mode
+// without named prepared statements unless DATABASE_URL names one; without
+// a pooler pgx keeps its default.
+func TestPostgresExecMode(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name, url, pooler, want string
+	}{
+		{"Direct", "postgres://db/x", "", ""},
+		{"DirectNamed", "postgres://db/x?default_query_exec_mode=exec", "", "exec"},
+		{"Pooled", "postgres://pgbouncer:6432/x?sslmode=disable", "transaction", DefaultPooledExecMode},
+		{"PooledNamed", "postgres://pgbouncer:6432/x?default_query_exec_mode=describe_exec", "transaction", "describe_exec"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := Load(nil, env(map[string]string{EnvDatabaseURL: tt.url, EnvDBPooler: tt.pooler}))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, cfg.PostgresExecMode())
+			require.Equal(t, tt.pooler == PoolerTransaction, cfg.Pooled())
+		})
+	}
+}
+
+// TestListenURLPasswordNotEchoed: the LISTEN URL is logged and reported
+// with its password masked, as DATABASE_URL is.
+func TestListenURLPasswordNotEchoed(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := Load(nil, env(map[string]string{EnvListenURL: "postgres://u:listenpw@db/x"}))
+	require.NoError(t, err)
+	require.NotContains(t, cfg.String(), "listenpw")
+	require.Contains(t, cfg.String(), "postgres://u:xxxxx@db/x")
+	_, err = Load(nil, env(map[string]string{EnvListenURL: "postgres://u:listenpw@/x"}))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "listenpw")
 }
 
 func TestFmtDuration(t *testing.T) {

@@ -62,6 +62,10 @@ func (c *Config) Validate() error {
 	if c.Secret != "" {
 		add(validateSecret(c.Secret))
 	}
+	add(validatePooler(c))
+	if c.ListenURL != "" {
+		add(validatePostgresURL(EnvListenURL, c.ListenURL))
+	}
 	add(validateRateLimit(c.RateLimit))
 	add(validateRateBurst(c.RateLimit, c.RateBurst))
 	switch c.LogLevel {
@@ -70,6 +74,50 @@ func (c *Config) Validate() error {
 		add(settingErr(EnvLogLevel, "%q is not a level (want debug, info, warn or error)", c.LogLevel.String()))
 	}
 	return errors.Join(errs...)
+}
+
+// validatePooler checks IDEMGATE_DB_POOLER and what a transaction pooler
+// asks of DATABASE_URL: Postgres, and a pgx execution mode that keeps no
+// named prepared statements (a transaction pooler hands each transaction
+// another server connection, where such a statement does not exist).
+func validatePooler(c *Config) *SettingError {
+	switch c.DBPooler {
+	case PoolerNone:
+		return nil
+	case PoolerTransaction:
+	default:
+		return settingErr(EnvDBPooler, "%q is not a pooler mode (want %s or %s)", c.DBPooler, PoolerNone, PoolerTransaction)
+	}
+	if !isPostgresURL(c.DatabaseURL) {
+		return settingErr(EnvDBPooler, "%s needs a postgres:// %s (SQLite has no pooler)", PoolerTransaction, EnvDatabaseURL)
+	}
+	switch m := urlExecMode(c.DatabaseURL); m {
+	case "", "cache_describe", "describe_exec", "exec":
+	case "cache_statement":
+		return settingErr(EnvDatabaseURL, "default_query_exec_mode=cache_statement prepares named statements, which a transaction pooler "+
+			"(%s=%s) loses between transactions: drop the parameter (idemgate then uses %s) or use describe_exec or exec",
+			EnvDBPooler, PoolerTransaction, DefaultPooledExecMode)
+	case "simple_protocol":
+		return settingErr(EnvDatabaseURL, "default_query_exec_mode=simple_protocol sends River's jsonb arguments as bytea; "+
+			"with %s=%s drop the parameter (idemgate then uses %s) or use describe_exec or exec",
+			EnvDBPooler, PoolerTransaction, DefaultPooledExecMode)
+	default:
+		return settingErr(EnvDatabaseURL, "default_query_exec_mode=%q is not a pgx execution mode (want cache_describe, describe_exec or exec)", m)
+	}
+	return nil
+}
+
+// urlExecMode returns the default_query_exec_mode parameter of a postgres://
+// URL, or "".
+func urlExecMode(s string) string {
+	if !isPostgresURL(s) {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("default_query_exec_mode")
 }
 
 // validateRateLimit refuses a negative, non-finite or absurd rate: 0 is
@@ -209,6 +257,23 @@ func validateDatabaseURL(s string) *SettingError {
 	}
 	if u.Host == "" || u.Hostname() == "" {
 		return settingErr(EnvDatabaseURL, "%q has no host: want postgres://user:password@host:5432/db", shown)
+	}
+	return nil
+}
+
+// validatePostgresURL checks a setting that must be a postgres:// URL with
+// a host, without echoing its password.
+func validatePostgresURL(env, s string) *SettingError {
+	shown := redactDatabaseURL(s)
+	if !isPostgresURL(s) {
+		return settingErr(env, "%q is not a postgres:// URL", shown)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return settingErr(env, "%q is not a valid URL (percent-encode special characters in the user and password)", shown)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return settingErr(env, "%q has no host: want postgres://user:password@host:5432/db", shown)
 	}
 	return nil
 }

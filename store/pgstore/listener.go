@@ -32,18 +32,28 @@ type Listener struct {
 
 var _ gate.Waiter = (*Listener)(nil)
 
-// disconnectedPoll is how often waiters are woken while there is no
-// LISTEN connection.
-const disconnectedPoll = 250 * time.Millisecond
+// PollInterval is how often waiters are woken while there is no LISTEN
+// connection, and always by a polling Listener.
+const PollInterval = 250 * time.Millisecond
 
 // NewListener returns a Listener that connects with pool's configuration
 // (its own connection, outside the pool). Call Run to start it.
 func NewListener(pool *pgxpool.Pool, logger *slog.Logger) *Listener {
+	return NewListenerConfig(pool.Config().ConnConfig.Copy(), logger)
+}
+
+// NewListenerConfig returns a Listener whose LISTEN connection is made
+// with connConfig: a connection that keeps its session, never one through
+// a transaction pooler (PgBouncer's pool_mode=transaction loses a LISTEN
+// with the transaction that ran it, silently). A nil connConfig makes a
+// polling Listener: it never connects and wakes every waiter each
+// PollInterval to re-read its claim. Call Run to start it.
+func NewListenerConfig(connConfig *pgx.ConnConfig, logger *slog.Logger) *Listener {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	return &Listener{
-		connConfig: pool.Config().ConnConfig.Copy(),
+		connConfig: connConfig,
 		logger:     logger,
 		subs:       make(map[int64]map[chan struct{}]struct{}),
 	}
@@ -78,10 +88,14 @@ func (l *Listener) Connected() bool {
 }
 
 // Run keeps the LISTEN connection up until ctx ends, reconnecting with a
-// capped backoff.
+// capped backoff; a polling Listener wakes its waiters until ctx ends.
 func (l *Listener) Run(ctx context.Context) {
 	stopPoll := make(chan struct{})
 	defer close(stopPoll)
+	if l.connConfig == nil {
+		l.pollWhileDisconnected(ctx, stopPoll)
+		return
+	}
 	go l.pollWhileDisconnected(ctx, stopPoll)
 
 	backoff := 100 * time.Millisecond
@@ -144,7 +158,7 @@ func (l *Listener) setConnected(v bool) {
 }
 
 func (l *Listener) pollWhileDisconnected(ctx context.Context, stop <-chan struct{}) {
-	t := time.NewTicker(disconnectedPoll)
+	t := time.NewTicker(PollInterval)
 	defer t.Stop()
 	for {
 		select {
