@@ -8,6 +8,12 @@
 //	    workers, runs the load while killing workers and api replicas with
 //	    SIGKILL and restarting Postgres once, waits for the drain, counts the
 //	    effects and prints a Markdown table; exits 1 on any violation
+//	chaosdriver scale -api-bin BIN -worker-bin BIN -database-url URL ...
+//	    measures a closed-loop apply_credit load against deployments of
+//	    N api replicas and M workers, one after the other, with CPU per
+//	    operation of every process, and the commit rate of the same
+//	    Postgres beside them (scripts/scale.sh); -write-seed FILE writes
+//	    the seed file it needs
 //
 // The api replicas and the workers inherit the driver's environment
 // (DATABASE_URL, STRIPE_API_BASE, SMTP_ADDR, IDEMGATE_*), which the script
@@ -38,7 +44,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: chaosdriver plan|run [flags]")
+		fmt.Fprintln(os.Stderr, "usage: chaosdriver plan|run|scale [flags]")
 		os.Exit(2)
 	}
 	var code int
@@ -47,8 +53,10 @@ func main() {
 		code = planCmd(os.Args[2:])
 	case "run":
 		code = runCmd(os.Args[2:])
+	case "scale":
+		code = scaleCmd(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "chaosdriver: unknown command %q (want plan or run)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "chaosdriver: unknown command %q (want plan, run or scale)\n", os.Args[1])
 		code = 2
 	}
 	os.Exit(code)
