@@ -113,8 +113,9 @@ type Config struct {
 	// PoolerTransaction nothing relies on a session: River polls for jobs
 	// instead of LISTENing (river.Config.PollOnly), the api's waiter LISTENs
 	// on ListenURL or polls, and pgx keeps no named prepared statements
-	// (DATABASE_URL's default_query_exec_mode, DefaultPooledExecMode when it
-	// names none).
+	// (DefaultPooledExecMode) unless DATABASE_URL's default_query_exec_mode
+	// names a mode (cache_statement only for a pooler that keeps prepared
+	// statements, such as PgBouncer 1.21+ with max_prepared_statements).
 	DBPooler string `name:"db-pooler" env:"IDEMGATE_DB_POOLER" default:"none" placeholder:"MODE" help:"what DATABASE_URL connects through: none (Postgres, or a session pooler) or transaction (PgBouncer pool_mode=transaction: River polls, no prepared statements, LISTEN only on IDEMGATE_LISTEN_URL)"`
 
 	// ListenURL is a postgres:// URL that reaches Postgres without a

@@ -384,8 +384,6 @@ var loadErrorTests = []struct {
 	{"RateBurstZeroWhileLimited", nil, map[string]string{EnvRateBurst: "0"}, EnvRateBurst, []string{"refuse every call", EnvRateLimit + "=0"}},
 	{"DBPoolerUnknown", nil, map[string]string{EnvDBPooler: "session"}, EnvDBPooler, []string{`"session"`, "none or transaction"}},
 	{"DBPoolerOnSQLite", []string{"--db-pooler", "transaction"}, nil, EnvDBPooler, []string{"postgres://"}},
-	{"DBPoolerCachedStatements", nil, map[string]string{EnvDBPooler: "transaction",
-		EnvDatabaseURL: "postgres://pgbouncer:6432/idemgate?default_query_exec_mode=cache_statement"}, EnvDatabaseURL, []string{"cache_statement", "named statements"}},
 	{"DBPoolerSimpleProtocol", nil, map[string]string{EnvDBPooler: "transaction",
 		EnvDatabaseURL: "postgres://pgbouncer:6432/idemgate?default_query_exec_mode=simple_protocol"}, EnvDatabaseURL, []string{"simple_protocol"}},
 	{"DBPoolerUnknownExecMode", nil, map[string]string{EnvDBPooler: "transaction",
@@ -698,6 +696,8 @@ func TestPostgresExecMode(t *testing.T) {
 		{"DirectNamed", "postgres://db/x?default_query_exec_mode=exec", "", "exec"},
 		{"Pooled", "postgres://pgbouncer:6432/x?sslmode=disable", "transaction", DefaultPooledExecMode},
 		{"PooledNamed", "postgres://pgbouncer:6432/x?default_query_exec_mode=describe_exec", "transaction", "describe_exec"},
+		// A pooler that keeps prepared statements (PgBouncer 1.21+).
+		{"PooledCachedStatements", "postgres://pgbouncer:6432/x?default_query_exec_mode=cache_statement", "transaction", "cache_statement"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -77,9 +77,10 @@ func (c *Config) Validate() error {
 }
 
 // validatePooler checks IDEMGATE_DB_POOLER and what a transaction pooler
-// asks of DATABASE_URL: Postgres, and a pgx execution mode that keeps no
-// named prepared statements (a transaction pooler hands each transaction
-// another server connection, where such a statement does not exist).
+// asks of DATABASE_URL: Postgres, and a pgx execution mode River works
+// with. PostgresExecMode picks one without named prepared statements when
+// the URL names none (a transaction pooler hands each transaction another
+// server connection, where such a statement may not exist).
 func validatePooler(c *Config) *SettingError {
 	switch c.DBPooler {
 	case PoolerNone:
@@ -92,11 +93,10 @@ func validatePooler(c *Config) *SettingError {
 		return settingErr(EnvDBPooler, "%s needs a postgres:// %s (SQLite has no pooler)", PoolerTransaction, EnvDatabaseURL)
 	}
 	switch m := urlExecMode(c.DatabaseURL); m {
-	case "", "cache_describe", "describe_exec", "exec":
-	case "cache_statement":
-		return settingErr(EnvDatabaseURL, "default_query_exec_mode=cache_statement prepares named statements, which a transaction pooler "+
-			"(%s=%s) loses between transactions: drop the parameter (idemgate then uses %s) or use describe_exec or exec",
-			EnvDBPooler, PoolerTransaction, DefaultPooledExecMode)
+	// cache_statement, named explicitly, is for a pooler that keeps
+	// prepared statements across transactions (PgBouncer 1.21 and later
+	// with max_prepared_statements set).
+	case "", "cache_describe", "describe_exec", "exec", "cache_statement":
 	case "simple_protocol":
 		return settingErr(EnvDatabaseURL, "default_query_exec_mode=simple_protocol sends River's jsonb arguments as bytea; "+
 			"with %s=%s drop the parameter (idemgate then uses %s) or use describe_exec or exec",

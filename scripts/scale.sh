@@ -6,7 +6,8 @@
 #   scripts/scale.sh             1 and 2 api replicas × 1, 2 and 4 workers,
 #                                12s windows (about 3 minutes); prints Markdown
 #   scripts/scale.sh --write     the same, and rewrites the generated part of
-#                                docs/scaling.md
+#                                docs/scaling.md (with --pgbouncer: its
+#                                PgBouncer part)
 #   scripts/scale.sh --quick     1×1 and 2×2, 4s windows; for iteration
 #   scripts/scale.sh --pgbouncer the deployments connect through PgBouncer
 #                                (pool_mode=transaction; installed when missing)
@@ -43,11 +44,20 @@ for a in "$@"; do
 done
 
 tmp=""
+driver_pid=""
 source scripts/pgcluster.sh
 source scripts/pgbouncer.sh
 cleanup() {
-	local rc=$?
+	local rc=$? i
 	set +e
+	if [[ -n $driver_pid ]]; then # it stops the processes it started
+		kill "$driver_pid" 2>/dev/null
+		for ((i = 0; i < 300; i++)); do
+			kill -0 "$driver_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$driver_pid" 2>/dev/null
+	fi
 	pgbouncer_stop
 	pgcluster_stop immediate
 	if [[ -n $tmp ]]; then
@@ -84,12 +94,15 @@ export DATABASE_URL=$direct_url
 "$bin/chaosdriver" scale -write-seed "$tmp/seed.json"
 "$bin/idemctl" seed --file "$tmp/seed.json" >"$tmp/logs/seed.log" 2>&1 || { cat "$tmp/logs/seed.log" >&2; exit 1; }
 
-label="Postgres directly"
+label="Postgres directly" pooler=()
 if ((pgbouncer)); then
 	mkdir -p "$tmp/pgbouncer"
 	pgbouncer_start "$tmp/pgbouncer" "$pg_port" 40 || exit 1
-	export DATABASE_URL=$pgb_url IDEMGATE_DB_POOLER=transaction
-	label="PgBouncer 1.18 (pool_mode=transaction, 40 server connections; IDEMGATE_DB_POOLER=transaction, waiting calls poll)"
+	# As the README advises: everything through PgBouncer but the api's one
+	# LISTEN connection.
+	export DATABASE_URL=$pgb_url IDEMGATE_DB_POOLER=transaction IDEMGATE_LISTEN_URL=$direct_url
+	label="PgBouncer 1.18 (pool_mode=transaction, 40 server connections; IDEMGATE_DB_POOLER=transaction, pgx cache_describe, River poll-only; the api's LISTEN on IDEMGATE_LISTEN_URL, directly)"
+	pooler=(-pooler-pid "$(cat "$tmp/pgbouncer/pgbouncer.pid")")
 fi
 
 # What the api replicas and the workers read. apply_credit touches neither
@@ -100,14 +113,18 @@ export IDEMGATE_RATE_LIMIT=0 IDEMGATE_WAIT=2s IDEMGATE_WORKER_ADDR=127.0.0.1:0 I
 
 out=$tmp/table.md
 "$bin/chaosdriver" scale -api-bin "$bin/api" -worker-bin "$bin/worker" -log-dir "$tmp/logs" \
-	-database-url "$direct_url" -label "$label" -command "$cmdline" -out "$out" "${args[@]}"
+	-database-url "$direct_url" -label "$label" -command "$cmdline" -out "$out" "${pooler[@]}" "${args[@]}" &
+driver_pid=$!
+wait "$driver_pid" # interruptible: a signal runs cleanup, which stops the driver first
+driver_pid=""
 
 if ((write)); then
-	doc=docs/scaling.md
-	grep -q '<!-- scale:begin' "$doc" && grep -q '<!-- scale:end' "$doc" || { log "$doc has no scale:begin/scale:end markers"; exit 1; }
-	awk -v table="$out" '
-		/<!-- scale:begin/ { print; while ((getline line < table) > 0) print line; skip = 1; next }
-		/<!-- scale:end/ { skip = 0 }
+	doc=docs/scaling.md marker=scale
+	((pgbouncer)) && marker=scale-pgbouncer
+	grep -q "<!-- $marker:begin" "$doc" && grep -q "<!-- $marker:end" "$doc" || { log "$doc has no $marker:begin/$marker:end markers"; exit 1; }
+	awk -v table="$out" -v begin="<!-- $marker:begin" -v end="<!-- $marker:end" '
+		index($0, begin) == 1 { print; while ((getline line < table) > 0) print line; skip = 1; next }
+		index($0, end) == 1 { skip = 0 }
 		!skip { print }
 	' "$doc" >"$tmp/scaling.md"
 	cp "$tmp/scaling.md" "$doc"

@@ -51,7 +51,15 @@ func scaleSeed() *store.SeedFile {
 
 type shape struct{ apis, workers int }
 
-func (s shape) String() string { return fmt.Sprintf("%d api × %d workers", s.apis, s.workers) }
+func (s shape) String() string {
+	plural := func(n int, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %ss", n, one)
+	}
+	return plural(s.apis, "api replica") + " × " + plural(s.workers, "worker")
+}
 
 // scaleRow is one measured figure.
 type scaleRow struct {
@@ -63,6 +71,7 @@ type scaleRow struct {
 	APICPU    time.Duration
 	WorkerCPU time.Duration
 	PGCPU     time.Duration
+	PoolerCPU time.Duration
 	ClientCPU time.Duration
 	Commits   int64
 	Busy      float64 // machine, fraction of all cores
@@ -93,6 +102,7 @@ func scaleCmd(args []string) int {
 		out         = fs.String("out", "", "also write the Markdown to this file")
 		label       = fs.String("label", "", "what the deployments connect through, for the table")
 		command     = fs.String("command", "scripts/scale.sh", "the command line to name in the table")
+		poolerPid   = fs.Int("pooler-pid", 0, "pid of the connection pooler the deployments go through, whose CPU counts with theirs")
 	)
 	_ = fs.Parse(args)
 	if *writeSeed != "" {
@@ -147,12 +157,12 @@ func scaleCmd(args []string) int {
 		if ctx.Err() != nil {
 			return 130
 		}
-		r, err := measureShape(ctx, pool, postmaster, sh, *apiBin, *workerBin, *logDir, *concurrency, *warmup, *window)
+		r, err := measureShape(ctx, pool, postmaster, *poolerPid, sh, *apiBin, *workerBin, *logDir, *concurrency, *warmup, *window)
 		if err != nil {
 			logf("%s: %v", sh, err)
 			return 1
 		}
-		logf("%s: %.0f ops/s, CPU ms/op api %s + workers %s + Postgres %s, %.1f commits/op", sh, r.rate(),
+		logf("%s: %.0f ops/s, CPU ms/op api %s + workers %s + Postgres %s, %.1f transactions/op", sh, r.rate(),
 			r.perOp(r.APICPU), r.perOp(r.WorkerCPU), r.perOp(r.PGCPU), float64(r.Commits)/float64(max(r.Ops, 1)))
 		rows = append(rows, r)
 	}
@@ -169,7 +179,11 @@ func scaleCmd(args []string) int {
 	fmt.Fprintf(&b, "- Postgres %s, a throwaway cluster with fsync and synchronous_commit on; the deployments connect through %s\n", pgVersion, through)
 	fmt.Fprintf(&b, "- Load: %d agents in a closed loop, each calling `apply_credit` with a new key over the REST twin (spread over the replicas) and waiting for the outcome (IDEMGATE_WAIT=2s, then polling); %s warm-up, then a %s window per deployment; every deployment starts fresh processes and drains before the next\n\n",
 		*concurrency, *warmup, *window)
-	fmt.Fprintln(&b, "| deployment | ops/s | × 1 api × 1 worker | p50 · p99 | CPU ms/op: api + workers + Postgres (+ agents) | commits/op | machine busy |")
+	cpuHead := "api + workers + Postgres"
+	if *poolerPid > 0 {
+		cpuHead += " + PgBouncer"
+	}
+	fmt.Fprintf(&b, "| deployment | ops/s | × 1 api replica × 1 worker | p50 · p99 | CPU ms/op: %s (+ agents) | Postgres transactions/op | machine busy |\n", cpuHead)
 	fmt.Fprintln(&b, "|---|---:|---:|---|---|---:|---:|")
 	fmt.Fprintf(&b, "| commit probe: one-row INSERT transactions on %d connections | %.0f commits/s | – | %s · %s | Postgres %s (+ probe %s) per commit | 1 | %.0f%% |\n",
 		*probeConns, probe.rate(), fmtMS(probe.P50), fmtMS(probe.P99), probe.perOp(probe.PGCPU), probe.perOp(probe.ClientCPU), 100*probe.Busy)
@@ -184,9 +198,13 @@ func scaleCmd(args []string) int {
 		if base > 0 {
 			ratio = fmt.Sprintf("%.2f", r.rate()/base)
 		}
-		total := r.APICPU + r.WorkerCPU + r.PGCPU
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s · %s | %s + %s + %s = **%s** (+ %s) | %.1f | %.0f%% |\n",
-			r.Shape, r.rate(), ratio, fmtMS(r.P50), fmtMS(r.P99), r.perOp(r.APICPU), r.perOp(r.WorkerCPU), r.perOp(r.PGCPU),
+		total := r.APICPU + r.WorkerCPU + r.PGCPU + r.PoolerCPU
+		parts := r.perOp(r.APICPU) + " + " + r.perOp(r.WorkerCPU) + " + " + r.perOp(r.PGCPU)
+		if *poolerPid > 0 {
+			parts += " + " + r.perOp(r.PoolerCPU)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s · %s | %s = **%s** (+ %s) | %.1f | %.0f%% |\n",
+			r.Shape, r.rate(), ratio, fmtMS(r.P50), fmtMS(r.P99), parts,
 			r.perOp(total), r.perOp(r.ClientCPU), float64(r.Commits)/float64(max(r.Ops, 1)), 100*r.Busy)
 	}
 	fmt.Println()
@@ -212,7 +230,7 @@ func fmtMS(d time.Duration) string {
 
 // measureShape starts sh's processes, runs the load through warm-up and
 // the window, drains and stops them.
-func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster int, sh shape, apiBin, workerBin, logDir string,
+func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster, poolerPid int, sh shape, apiBin, workerBin, logDir string,
 	concurrency int, warmup, window time.Duration) (scaleRow, error) {
 	row := scaleRow{What: sh.String(), Shape: sh}
 	addrs := make([]string, sh.apis)
@@ -281,7 +299,11 @@ func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster int, sh sh
 	}
 	sleepCtx(ctx, warmup)
 	pids := func() map[string][]int {
-		return map[string][]int{"api": apis.Pids(), "worker": workers.Pids(), "pg": pgPids(postmaster)}
+		g := map[string][]int{"api": apis.Pids(), "worker": workers.Pids(), "pg": pgPids(postmaster)}
+		if poolerPid > 0 {
+			g["pooler"] = []int{poolerPid}
+		}
+		return g
 	}
 	before := snapCPU(ctx, pool, pids())
 	measuring.Store(true)
@@ -301,6 +323,7 @@ func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster int, sh sh
 	row.APICPU = after.group["api"] - before.group["api"]
 	row.WorkerCPU = after.group["worker"] - before.group["worker"]
 	row.PGCPU = after.group["pg"] - before.group["pg"]
+	row.PoolerCPU = after.group["pooler"] - before.group["pooler"]
 	row.ClientCPU = after.self - before.self
 	row.Commits = after.commits - before.commits
 	row.Busy = machineBusy(before.machine, after.machine)
