@@ -466,6 +466,9 @@ func Check(ctx context.Context, src Sources, info *RunInfo, results []*Result) (
 			heldReplayed++
 		}
 	}
+	if info.APIKillEvery > 0 && info.APIs > 1 && len(info.HeldAnswers) == 0 {
+		violate(nil, "no api replica was killed between a claim's commit and its answer: the run did not test that window")
+	}
 	afterLoss := map[string]int{}
 	lostAnswers := 0
 	for _, r := range results {
