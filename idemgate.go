@@ -122,7 +122,7 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 		s.db = db
 		data = sqlitestore.New(db)
 	default:
-		pool, err := app.OpenPostgres(ctx, cfg.DatabaseURL, int32(app.DefaultMaxConns+app.DefaultMaxWorkers+10))
+		pool, err := app.OpenPostgresConfig(ctx, cfg, int32(app.DefaultMaxConns+app.DefaultMaxWorkers+10))
 		if err != nil {
 			return nil, err
 		}
@@ -168,6 +168,9 @@ func (s *Service) Migrate(ctx context.Context) error {
 			return err
 		}
 		return nil
+	}
+	if s.cfg.Pooled() {
+		return app.ErrMigrateThroughPooler
 	}
 	if _, err := migrations.MigratePostgres(ctx, s.pool, s.logger); err != nil {
 		return err

@@ -54,9 +54,50 @@ type API struct {
 // OpenPostgres opens a pool on url with timeouts that make an unreachable
 // database an error within seconds, not a hang.
 func OpenPostgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return openPostgres(ctx, url, "", maxConns)
+}
+
+// OpenPostgresConfig is OpenPostgres on cfg's DATABASE_URL, in the query
+// execution mode cfg.PostgresExecMode gives (under a transaction pooler,
+// one without named prepared statements).
+func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32) (*pgxpool.Pool, error) {
+	return openPostgres(ctx, cfg.DatabaseURL, cfg.PostgresExecMode(), maxConns)
+}
+
+// ExecMode returns pgx's query execution mode named as in a URL's
+// default_query_exec_mode (config.Config.PostgresExecMode).
+func ExecMode(name string) (pgx.QueryExecMode, error) {
+	switch name {
+	case "cache_statement":
+		return pgx.QueryExecModeCacheStatement, nil
+	case "cache_describe":
+		return pgx.QueryExecModeCacheDescribe, nil
+	case "describe_exec":
+		return pgx.QueryExecModeDescribeExec, nil
+	case "exec":
+		return pgx.QueryExecModeExec, nil
+	case "simple_protocol":
+		return pgx.QueryExecModeSimpleProtocol, nil
+	}
+	return 0, fmt.Errorf("%s: unknown default_query_exec_mode %q", config.EnvDatabaseURL, name)
+}
+
+// ErrMigrateThroughPooler refuses migrations through a transaction pooler:
+// they hold a session-level advisory lock (migrations.PostgresLockKey),
+// which such a pooler may leave on a server connection for good.
+var ErrMigrateThroughPooler = errors.New(config.EnvDBPooler + "=transaction: migrations hold a session-level advisory lock, " +
+	"which a transaction pooler cannot keep; run them with " + config.EnvDatabaseURL + " pointing at Postgres itself and " +
+	config.EnvDBPooler + " unset")
+
+func openPostgres(ctx context.Context, url, execMode string, maxConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if execMode != "" {
+		if pc.ConnConfig.DefaultQueryExecMode, err = ExecMode(execMode); err != nil {
+			return nil, err
+		}
 	}
 	pc.ConnConfig.ConnectTimeout = 2 * time.Second
 	if maxConns > 0 {

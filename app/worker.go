@@ -165,7 +165,11 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 		PeriodicJobs:      jobs.PeriodicJobs(cfg.ReaperInterval, jobs.DefaultPruneInterval),
 		FetchCooldown:     DefaultFetchCooldown,
 		FetchPollInterval: DefaultFetchPollInterval,
-		JobTimeout:        jobs.JobTimeout(cfg.InflightTimeout),
+		// A transaction pooler loses a LISTEN with its transaction: River
+		// then polls for jobs every FetchPollInterval and elects its leader
+		// by polling too.
+		PollOnly:   cfg.Pooled(),
+		JobTimeout: jobs.JobTimeout(cfg.InflightTimeout),
 		// The reaper brings killed workers' claims back within the lease plus
 		// one reaper interval; River's rescuer stays as a backstop after that.
 		RescueStuckJobsAfter: cfg.InflightTimeout + 2*cfg.ReaperInterval,

@@ -106,6 +106,18 @@ type Config struct {
 	// limit is on; ignored when RateLimit is 0.
 	RateBurst int `name:"rate-burst" env:"IDEMGATE_RATE_BURST" default:"200" placeholder:"CALLS" help:"calls per tenant and tool allowed at once before the sustained rate applies; at least 1 unless the limit is off"`
 
+	// DBPooler says what DATABASE_URL connects through: PoolerNone (the
+	// default: Postgres itself, or a pooler in session mode) or
+	// PoolerTransaction (PgBouncer with pool_mode=transaction, or any pooler
+	// that hands a server connection out per transaction). With
+	// PoolerTransaction nothing relies on a session: River polls for jobs
+	// instead of LISTENing (river.Config.PollOnly) and pgx keeps no named
+	// prepared statements
+	// (DefaultPooledExecMode) unless DATABASE_URL's default_query_exec_mode
+	// names a mode (cache_statement only for a pooler that keeps prepared
+	// statements, such as PgBouncer 1.21+ with max_prepared_statements).
+	DBPooler string `name:"db-pooler" env:"IDEMGATE_DB_POOLER" default:"none" placeholder:"MODE" help:"what DATABASE_URL connects through: none (Postgres, or a session pooler) or transaction (PgBouncer pool_mode=transaction: River polls, no prepared statements)"`
+
 	// LogLevel is the minimum level logged: debug, info, warn or error
 	// (case-insensitive).
 	LogLevel slog.Level `name:"log-level" env:"IDEMGATE_LOG_LEVEL" default:"info" placeholder:"LEVEL" help:"minimum log level: debug, info, warn or error"`
@@ -130,6 +142,7 @@ const (
 	EnvOperatorTenant  = "IDEMGATE_OPERATOR_TENANT"
 	EnvRateLimit       = "IDEMGATE_RATE_LIMIT"
 	EnvRateBurst       = "IDEMGATE_RATE_BURST"
+	EnvDBPooler        = "IDEMGATE_DB_POOLER"
 )
 
 // Defaults as constants, for packages that need one without a Config. The
@@ -147,6 +160,12 @@ const (
 	DefaultLogLevel        = slog.LevelInfo
 	DefaultRateLimit       = 50
 	DefaultRateBurst       = 200
+	DefaultDBPooler        = PoolerNone
+	// DefaultPooledExecMode is the pgx query execution mode used under
+	// PoolerTransaction when DATABASE_URL names none: statement
+	// descriptions are cached per connection, the statements themselves are
+	// unnamed, so any server connection can run them.
+	DefaultPooledExecMode = "cache_describe"
 	// DefaultSQLitePath is the SQLite file used when DATABASE_URL is empty,
 	// relative to the current directory.
 	DefaultSQLitePath = "idemgate.db"
@@ -165,6 +184,12 @@ const (
 	// above what one api serves, low enough to catch a slipped digit.
 	MaxRateLimit = 1_000_000
 	MaxRateBurst = 1_000_000
+)
+
+// Poolers of Config.DBPooler.
+const (
+	PoolerNone        = "none"
+	PoolerTransaction = "transaction"
 )
 
 // Database drivers returned by Config.Driver.
@@ -203,6 +228,25 @@ func (c *Config) Driver() string {
 		return DriverPostgres
 	}
 	return DriverSQLite
+}
+
+// Pooled reports whether DATABASE_URL goes through a transaction pooler
+// (DBPooler is PoolerTransaction), so that no session state may be relied
+// on.
+func (c *Config) Pooled() bool { return c.DBPooler == PoolerTransaction }
+
+// PostgresExecMode returns the pgx query execution mode for DATABASE_URL:
+// its default_query_exec_mode parameter, or under PoolerTransaction
+// DefaultPooledExecMode when it names none, or "" (pgx's default,
+// cache_statement).
+func (c *Config) PostgresExecMode() string {
+	if m := urlExecMode(c.DatabaseURL); m != "" {
+		return m
+	}
+	if c.Pooled() {
+		return DefaultPooledExecMode
+	}
+	return ""
 }
 
 // SQLitePath returns the SQLite file to open: DefaultSQLitePath for an

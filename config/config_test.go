@@ -44,6 +44,7 @@ func TestLoadDefaults(t *testing.T) {
 		OperatorTenant:  "ops",
 		RateLimit:       50,
 		RateBurst:       200,
+		DBPooler:        "none",
 		LogLevel:        slog.LevelInfo,
 	}, cfg)
 	require.Equal(t, DriverSQLite, cfg.Driver())
@@ -72,6 +73,7 @@ func TestDefaultConstants(t *testing.T) {
 		OperatorTenant:  DefaultOperatorTenant,
 		RateLimit:       DefaultRateLimit,
 		RateBurst:       DefaultRateBurst,
+		DBPooler:        DefaultDBPooler,
 		LogLevel:        DefaultLogLevel,
 	}, Defaults())
 }
@@ -96,6 +98,7 @@ var fullEnv = map[string]string{
 	"IDEMGATE_OPS_PASSWORD": "s3cret-operator-password",
 	EnvRateLimit:            "2.5",
 	EnvRateBurst:            "10",
+	EnvDBPooler:             "transaction",
 }
 
 var precedenceTests = []struct {
@@ -126,6 +129,7 @@ var precedenceTests = []struct {
 				OpsPassword:     "s3cret-operator-password",
 				RateLimit:       2.5,
 				RateBurst:       10,
+				DBPooler:        "transaction",
 				LogLevel:        slog.LevelDebug,
 			}, cfg)
 			require.Equal(t, DriverPostgres, cfg.Driver())
@@ -150,6 +154,7 @@ var precedenceTests = []struct {
 			"--operator-tenant", "root",
 			"--rate-limit", "0",
 			"--rate-burst", "0",
+			"--db-pooler", "none",
 			"--log-level", "error",
 		},
 		check: func(t *testing.T, cfg *Config) {
@@ -171,6 +176,7 @@ var precedenceTests = []struct {
 				OpsPassword:     "s3cret-operator-password",
 				RateLimit:       0,
 				RateBurst:       0,
+				DBPooler:        "none",
 				LogLevel:        slog.LevelError,
 			}, cfg)
 			require.Equal(t, DriverSQLite, cfg.Driver())
@@ -372,6 +378,12 @@ var loadErrorTests = []struct {
 	{"RateBurstNegative", []string{"--rate-burst=-1"}, nil, EnvRateBurst, []string{"--rate-burst", "-1 is negative"}},
 	{"RateBurstTooHigh", nil, map[string]string{EnvRateBurst: "1000001"}, EnvRateBurst, []string{"above 1000000"}},
 	{"RateBurstZeroWhileLimited", nil, map[string]string{EnvRateBurst: "0"}, EnvRateBurst, []string{"refuse every call", EnvRateLimit + "=0"}},
+	{"DBPoolerUnknown", nil, map[string]string{EnvDBPooler: "session"}, EnvDBPooler, []string{`"session"`, "none or transaction"}},
+	{"DBPoolerOnSQLite", []string{"--db-pooler", "transaction"}, nil, EnvDBPooler, []string{"postgres://"}},
+	{"DBPoolerSimpleProtocol", nil, map[string]string{EnvDBPooler: "transaction",
+		EnvDatabaseURL: "postgres://pgbouncer:6432/idemgate?default_query_exec_mode=simple_protocol"}, EnvDatabaseURL, []string{"simple_protocol"}},
+	{"DBPoolerUnknownExecMode", nil, map[string]string{EnvDBPooler: "transaction",
+		EnvDatabaseURL: "postgres://pgbouncer:6432/idemgate?default_query_exec_mode=fast"}, EnvDatabaseURL, []string{`"fast"`}},
 	{"SecretAsFlag", []string{"--secret", testSecret}, nil, EnvSecret, []string{"has no flag", "environment"}},
 	{"OpsPasswordAsFlag", []string{"--ops-password=s3cret-operator"}, nil, "IDEMGATE_OPS_PASSWORD", []string{"has no flag"}},
 }
@@ -576,7 +588,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 18)
+	require.Len(t, all, 19)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -596,7 +608,7 @@ func TestSettings(t *testing.T) {
 	}
 	for _, env := range []string{EnvDatabaseURL, EnvAPIAddr, EnvStripeAPIKey, EnvStripeAPIBase, EnvSMTPAddr,
 		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant,
-		EnvRateLimit, EnvRateBurst} {
+		EnvRateLimit, EnvRateBurst, EnvDBPooler} {
 		require.True(t, envs[env], "Env constant %s names no setting", env)
 	}
 
@@ -662,6 +674,33 @@ func TestReadmeTable(t *testing.T) {
 		if s.Default != "" {
 			require.Contains(t, cols[2], "`"+s.Default+"`", s.Env)
 		}
+	}
+}
+
+// TestPostgresExecMode: a transaction pooler gets an execution mode
+// without named prepared statements unless DATABASE_URL names one; without
+// a pooler pgx keeps its default.
+func TestPostgresExecMode(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name, url, pooler, want string
+	}{
+		{"Direct", "postgres://db/x", "", ""},
+		{"DirectNamed", "postgres://db/x?default_query_exec_mode=exec", "", "exec"},
+		{"Pooled", "postgres://pgbouncer:6432/x?sslmode=disable", "transaction", DefaultPooledExecMode},
+		{"PooledNamed", "postgres://pgbouncer:6432/x?default_query_exec_mode=describe_exec", "transaction", "describe_exec"},
+		// A pooler that keeps prepared statements (PgBouncer 1.21+).
+		{"PooledCachedStatements", "postgres://pgbouncer:6432/x?default_query_exec_mode=cache_statement", "transaction", "cache_statement"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := Load(nil, env(map[string]string{EnvDatabaseURL: tt.url, EnvDBPooler: tt.pooler}))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, cfg.PostgresExecMode())
+			require.Equal(t, tt.pooler == PoolerTransaction, cfg.Pooled())
+		})
 	}
 }
 

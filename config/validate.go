@@ -62,6 +62,7 @@ func (c *Config) Validate() error {
 	if c.Secret != "" {
 		add(validateSecret(c.Secret))
 	}
+	add(validatePooler(c))
 	add(validateRateLimit(c.RateLimit))
 	add(validateRateBurst(c.RateLimit, c.RateBurst))
 	switch c.LogLevel {
@@ -70,6 +71,50 @@ func (c *Config) Validate() error {
 		add(settingErr(EnvLogLevel, "%q is not a level (want debug, info, warn or error)", c.LogLevel.String()))
 	}
 	return errors.Join(errs...)
+}
+
+// validatePooler checks IDEMGATE_DB_POOLER and what a transaction pooler
+// asks of DATABASE_URL: Postgres, and a pgx execution mode River works
+// with. PostgresExecMode picks one without named prepared statements when
+// the URL names none (a transaction pooler hands each transaction another
+// server connection, where such a statement may not exist).
+func validatePooler(c *Config) *SettingError {
+	switch c.DBPooler {
+	case PoolerNone:
+		return nil
+	case PoolerTransaction:
+	default:
+		return settingErr(EnvDBPooler, "%q is not a pooler mode (want %s or %s)", c.DBPooler, PoolerNone, PoolerTransaction)
+	}
+	if !isPostgresURL(c.DatabaseURL) {
+		return settingErr(EnvDBPooler, "%s needs a postgres:// %s (SQLite has no pooler)", PoolerTransaction, EnvDatabaseURL)
+	}
+	switch m := urlExecMode(c.DatabaseURL); m {
+	// cache_statement, named explicitly, is for a pooler that keeps
+	// prepared statements across transactions (PgBouncer 1.21 and later
+	// with max_prepared_statements set).
+	case "", "cache_describe", "describe_exec", "exec", "cache_statement":
+	case "simple_protocol":
+		return settingErr(EnvDatabaseURL, "default_query_exec_mode=simple_protocol sends River's jsonb arguments as bytea; "+
+			"with %s=%s drop the parameter (idemgate then uses %s) or use describe_exec or exec",
+			EnvDBPooler, PoolerTransaction, DefaultPooledExecMode)
+	default:
+		return settingErr(EnvDatabaseURL, "default_query_exec_mode=%q is not a pgx execution mode (want cache_describe, describe_exec or exec)", m)
+	}
+	return nil
+}
+
+// urlExecMode returns the default_query_exec_mode parameter of a postgres://
+// URL, or "".
+func urlExecMode(s string) string {
+	if !isPostgresURL(s) {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("default_query_exec_mode")
 }
 
 // validateRateLimit refuses a negative, non-finite or absurd rate: 0 is

@@ -3,9 +3,17 @@
 # by counting effects where they land.
 #
 #   scripts/chaos.sh --short     about a minute of load, for CI (scripts/test.sh
-#                                step g): 150 operations, a kill every ~4s
-#   scripts/chaos.sh             the long run: --duration 10m, a kill every
-#                                ~2.5s (over 200 kills), 1500 operations
+#                                step g): 150 operations, a worker kill every
+#                                ~4s, an api replica kill every ~8s
+#   scripts/chaos.sh             the long run: --duration 10m, a worker kill
+#                                every ~2.5s (over 200 kills), an api kill
+#                                every ~5s, 1500 operations
+#   scripts/chaos.sh --short --pgbouncer
+#                                the same with the api replicas and the
+#                                workers connecting through PgBouncer in
+#                                transaction pooling mode (installed with
+#                                apt-get when missing, started on a free port
+#                                in front of the run's own Postgres)
 #
 # Flags (after the mode; each overrides its default):
 #   --duration D       load duration (Go syntax: 90s, 10m)
@@ -13,7 +21,15 @@
 #                      Stripe's faults (default 1; a run is repeatable up to
 #                      timing)
 #   --ops N            operations (default: 150 per minute of load)
+#   --apis N           api replicas (default 2), each behind a proxy of the
+#                      driver's; clients spread their calls over them
+#   --workers M        worker processes (default 3)
 #   --kill-every D     mean interval between worker kills (±25%)
+#   --api-kill-every D mean interval between api replica kills (±25%; 0: none)
+#   --pgbouncer        api and workers connect through PgBouncer
+#                      (pool_mode=transaction, IDEMGATE_DB_POOLER=transaction:
+#                      River polls, waiting calls poll, no prepared statements);
+#                      migrations, seeding and the counting connect directly
 #   --drain-timeout D  deadline for every operation to be terminal after the
 #                      load ended (default 120s)
 #   --lease D          IDEMGATE_INFLIGHT_TIMEOUT of the workers (default 3s)
@@ -24,16 +40,23 @@
 #      cmd/idemctl, the test Stripe and the driver (without -race), migrates,
 #      and seeds what the planned operations need (chaosdriver plan);
 #   2. starts the test Stripe (-drop-rate 0.10 -error-rate 0.05: refunds
-#      applied whose response is lost, 500s before anything is applied), a
-#      private Mailpit (the binary scripts/services.sh installs) and the api
-#      (IDEMGATE_WAIT=1s);
-#   3. runs internal/chaos/cmd/chaosdriver, which starts THREE workers
-#      (short lease, reaper every 1s), fires the operations of all four tools
-#      over the REST twin like agents do (same key on every retry, 2-3
-#      parallel duplicates for a third of them, polling on 202/409, retrying
-#      on 429, 5xx and network errors), kills a worker with SIGKILL every few
-#      seconds and starts a new one, restarts Postgres once (pg_ctl restart
-#      -m fast) mid-load, waits for every operation to be terminal, and then
+#      applied whose response is lost, 500s before anything is applied) and a
+#      private Mailpit (the binary scripts/services.sh installs);
+#   3. runs internal/chaos/cmd/chaosdriver, which starts the api replicas
+#      (IDEMGATE_WAIT=1s), each on a port of its own behind a reverse proxy
+#      of the driver's, and the workers (short lease, reaper every 1s), fires
+#      the operations of all four tools over the REST twin like agents
+#      behind a load balancer do (same key on every retry, 2-3 parallel
+#      duplicates for a third of them, polling on 202/409, retrying on 429,
+#      5xx and network errors, moving to the next replica when a connection
+#      fails), kills a worker with SIGKILL every few seconds and starts a
+#      new one, kills api replicas the same way (every other kill waits
+#      until a proxy holds an answer "accepted", so the claim is committed,
+#      kills the replica that gave it and only then cuts the client's
+#      connection: the client must get a replay or the in-flight handle from
+#      another replica, never a second "accepted"), restarts Postgres once
+#      (pg_ctl restart -m fast) mid-load, waits for every operation to be
+#      terminal, and then
 #      counts: refunds per operation at the test Stripe (by metadata
 #      idemgate_operation_id), ledger rows and seat changes per operation,
 #      mails per Message-ID at Mailpit, claims never terminal.
@@ -59,7 +82,7 @@ log() { printf 'chaos.sh: %s\n' "$*" >&2; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
 mode=long
-duration="" seed=1 ops=0 kill_every="" drain=120s lease=3s
+duration="" seed=1 ops=0 kill_every="" api_kill_every="" drain=120s lease=3s apis=2 workers=3 pgbouncer=0
 need() { [[ $# -ge 2 && -n $2 ]] || { log "$1 needs a value"; exit 2; }; }
 while (($#)); do
 	case $1 in
@@ -71,6 +94,13 @@ while (($#)); do
 	--seed=*) seed=${1#*=} ;;
 	--ops) need "$@"; ops=$2; shift ;;
 	--ops=*) ops=${1#*=} ;;
+	--apis) need "$@"; apis=$2; shift ;;
+	--apis=*) apis=${1#*=} ;;
+	--workers) need "$@"; workers=$2; shift ;;
+	--workers=*) workers=${1#*=} ;;
+	--api-kill-every) need "$@"; api_kill_every=$2; shift ;;
+	--api-kill-every=*) api_kill_every=${1#*=} ;;
+	--pgbouncer) pgbouncer=1 ;;
 	--kill-every) need "$@"; kill_every=$2; shift ;;
 	--kill-every=*) kill_every=${1#*=} ;;
 	--drain-timeout) need "$@"; drain=$2; shift ;;
@@ -83,17 +113,20 @@ while (($#)); do
 	shift
 done
 if [[ $mode == short ]]; then
-	: "${duration:=60s}" "${kill_every:=4s}"
+	: "${duration:=60s}" "${kill_every:=4s}" "${api_kill_every:=8s}"
 else
-	: "${duration:=10m}" "${kill_every:=2500ms}"
+	: "${duration:=10m}" "${kill_every:=2500ms}" "${api_kill_every:=5s}"
 fi
+[[ $apis =~ ^[1-9][0-9]*$ ]] || { log "--apis must be a positive integer, got '$apis'"; exit 2; }
+[[ $workers =~ ^[1-9][0-9]*$ ]] || { log "--workers must be a positive integer, got '$workers'"; exit 2; }
 [[ $seed =~ ^[1-9][0-9]*$ ]] || { log "--seed must be a positive integer, got '$seed'"; exit 2; }
 [[ $ops =~ ^[0-9]+$ ]] || { log "--ops must be a non-negative integer, got '$ops'"; exit 2; }
 
 tmp=""          # everything of this run: binaries, logs, the cluster
 source scripts/pgcluster.sh # pg_bin, pg_as, pg_data, pg_port, pg_url
-pids=()         # processes this script started (api, test Stripe, Mailpit)
-driver_pid=""   # chaosdriver, which owns the workers
+source scripts/pgbouncer.sh # pgbouncer_start, pgb_port (--pgbouncer)
+pids=()         # processes this script started (test Stripe, Mailpit)
+driver_pid=""   # chaosdriver, which owns the api replicas and the workers
 step=setup
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
@@ -119,7 +152,7 @@ cleanup() {
 	trap - INT TERM
 	if ((rc != 0)) && [[ -n $tmp ]]; then
 		log "FAILED at step '$step' (exit $rc); the tails of the logs:"
-		for f in "$tmp"/logs/*.log "$tmp"/pg/postgres.log; do
+		for f in "$tmp"/logs/*.log "$tmp"/pg/postgres.log "$tmp"/pgbouncer/pgbouncer.log; do
 			[[ -s $f ]] || continue
 			printf '\n----- %s (last 25 lines) -----\n' "${f#"$tmp"/}" >&2
 			tail -n 25 "$f" | cut -c1-400 >&2
@@ -136,17 +169,19 @@ cleanup() {
 		done
 		stop_pid "$driver_pid"
 	fi
-	if [[ -n $tmp && -f $tmp/workers.pids ]]; then
+	for f in workers api; do
+		[[ -n $tmp && -f $tmp/$f.pids ]] || continue
 		while read -r pid; do
 			[[ -n $pid ]] || continue
-			if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "^$tmp/bin/worker"; then
+			if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "^$tmp/bin/${f%s}"; then
 				kill -9 "$pid" 2>/dev/null
 			fi
-		done <"$tmp/workers.pids"
-	fi
+		done <"$tmp/$f.pids"
+	done
 	for pid in "${pids[@]}"; do
 		stop_pid "$pid"
 	done
+	pgbouncer_stop
 	pgcluster_stop immediate
 	if [[ -n $tmp ]]; then
 		if [[ ${CHAOS_KEEP:-0} == 1 ]]; then
@@ -182,6 +217,7 @@ bin=$tmp/bin
 step=postgres
 pgcluster_start "$tmp/pg" "-c max_connections=300" || exit 1
 export DATABASE_URL=$pg_url
+direct_url=$pg_url
 pg_restart_cmd=$(printf '%q ' "${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg_data" -l "$tmp/pg/postgres.log" -w -t 60 -m fast restart)
 log "Postgres $("$pg_bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pg_port ($pg_data)"
 
@@ -195,7 +231,17 @@ step=seed
 "$bin/idemctl" seed --file "$tmp/seed.json" >"$tmp/logs/seed.log" 2>&1 || { cat "$tmp/logs/seed.log" >&2; exit 1; }
 
 # ---------------------------------------------------------------------------
-# The test Stripe, Mailpit, the api
+# PgBouncer (--pgbouncer): the api replicas and the workers go through it
+# ---------------------------------------------------------------------------
+if ((pgbouncer)); then
+	step=pgbouncer
+	mkdir -p "$tmp/pgbouncer"
+	pgbouncer_start "$tmp/pgbouncer" "$pg_port" 40 || exit 1
+	export DATABASE_URL=$pgb_url IDEMGATE_DB_POOLER=transaction
+fi
+
+# ---------------------------------------------------------------------------
+# The test Stripe, Mailpit
 # ---------------------------------------------------------------------------
 step=teststripe
 "$bin/teststripe" -addr 127.0.0.1:0 -drop-rate 0.10 -error-rate 0.05 -seed "$seed" -auto-charge-amount 100000 \
@@ -249,33 +295,21 @@ export IDEMGATE_API_ADDR=127.0.0.1:0
 export IDEMGATE_WORKER_ADDR=127.0.0.1:0
 export IDEMGATE_LOG_LEVEL=info
 
-step=api
-# The log exists before the api does: the loop below reads it at once, and
-# on a busy machine the background redirection may not have run yet.
-: >"$tmp/logs/api.log"
-"$bin/api" >"$tmp/logs/api.log" 2>&1 &
-api_pid=$!
-pids+=("$api_pid")
-api_addr=""
-for ((i = 0; i < 600; i++)); do
-	api_addr=$(sed -n 's/.*"msg":"api listening","addr":"\([^"]*\)".*/\1/p' "$tmp/logs/api.log" | head -n 1)
-	[[ -n $api_addr ]] && break
-	alive "$api_pid" || break
-	sleep 0.1
-done
-[[ -n $api_addr ]] || { log "the api did not report its address"; exit 1; }
-log "test Stripe $stripe_url, Mailpit $mailpit_api (SMTP $smtp_addr), api http://$api_addr"
+log "test Stripe $stripe_url, Mailpit $mailpit_api (SMTP $smtp_addr)"
 
 # ---------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------
 step=chaos
-log "$mode mode: load $duration, seed $seed, a worker kill every ~$kill_every, lease $lease, drain deadline $drain"
+through="Postgres directly"
+((pgbouncer)) && through="PgBouncer 127.0.0.1:$pgb_port (pool_mode=transaction)"
+log "$mode mode: load $duration, seed $seed, $apis api replicas and $workers workers through $through, a worker kill every ~$kill_every, an api kill every ~$api_kill_every, lease $lease, drain deadline $drain"
 "$bin/chaosdriver" run \
 	-plan "$tmp/plan.json" -seed "$seed" \
-	-api "http://$api_addr" -api-pid "$api_pid" \
+	-api-bin "$bin/api" -apis "$apis" -api-kill-every "$api_kill_every" -api-pid-file "$tmp/api.pids" \
+	-count-database-url "$direct_url" \
 	-stripe "$stripe_url" -mailpit "$mailpit_api" -smtp-upstream "$smtp_addr" \
-	-worker-bin "$bin/worker" -workers 3 -log-dir "$tmp/logs" -pid-file "$tmp/workers.pids" \
+	-worker-bin "$bin/worker" -workers "$workers" -log-dir "$tmp/logs" -pid-file "$tmp/workers.pids" \
 	-kill-every "$kill_every" -pg-restart-cmd "$pg_restart_cmd" \
 	-drain-timeout "$drain" -report "$tmp/results.json" &
 driver_pid=$!

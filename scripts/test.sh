@@ -330,7 +330,9 @@ fi
 
 # ---------------------------------------------------------------------------
 # (g) Chaos: scripts/chaos.sh --short runs its own Postgres, test Stripe,
-# Mailpit, api and three workers killed with SIGKILL, and counts effects.
+# Mailpit, two api replicas and three workers killed with SIGKILL, and counts
+# effects; then the same through a PgBouncer in transaction pooling mode
+# (--pgbouncer: installed with apt-get when missing, started by the script).
 # Same rule as e2e: CHAOS=auto (default) runs it when the whole repo is tested
 # (no arguments, PKGS unset); CHAOS=1 always; CHAOS=0 never.
 # ---------------------------------------------------------------------------
@@ -350,6 +352,9 @@ if ((${chaos_run:-0})); then
 	step="chaos"
 	log "chaos: scripts/chaos.sh --short"
 	bash scripts/chaos.sh --short
+	step="chaos pgbouncer"
+	log "chaos through PgBouncer: scripts/chaos.sh --short --pgbouncer"
+	bash scripts/chaos.sh --short --pgbouncer
 fi
 
 # ---------------------------------------------------------------------------

@@ -90,6 +90,9 @@ func (d *database) ops(a *app) (*idemgateapp.Ops, error) {
 
 func (d *database) migrate(ctx context.Context, a *app) (*migrations.Result, error) {
 	if d.pool != nil {
+		if a.cfg.Pooled() {
+			return nil, idemgateapp.ErrMigrateThroughPooler
+		}
 		return migrations.MigratePostgres(ctx, d.pool, a.logger)
 	}
 	return migrations.MigrateSQLite(ctx, d.db, a.logger)

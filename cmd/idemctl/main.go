@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	idemgateapp "github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -178,6 +179,11 @@ func (a *app) openPostgres(ctx context.Context) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		return nil, &usageError{fmt.Errorf("invalid %s: %w", config.EnvDatabaseURL, err)}
+	}
+	if mode := a.cfg.PostgresExecMode(); mode != "" {
+		if cfg.ConnConfig.DefaultQueryExecMode, err = idemgateapp.ExecMode(mode); err != nil {
+			return nil, &usageError{err}
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -38,8 +38,29 @@ type RunInfo struct {
 	Drain         time.Duration
 	DrainDeadline time.Duration
 	DrainMissed   bool
-	APIDied       bool
 	Elapsed       time.Duration
+
+	// APIs is the number of api replicas; APIKillEvery the mean interval
+	// between their kills (0: none).
+	APIs           int
+	APIKillEvery   time.Duration
+	APIKills       int
+	APIKillsByKind map[string]int
+	APIStarts      int
+	// APIExits lists api replicas that exited by themselves: a failure.
+	APIExits []string
+	// HeldAnswers are the accepted answers a proxy held while the driver
+	// killed the replica that gave them.
+	HeldAnswers []HeldKill
+	// Proxy sums what the proxies did to the clients' requests.
+	Proxy ProxyStats
+}
+
+// HeldKill is an accepted answer that never reached its client: its
+// replica was killed after the claim committed.
+type HeldKill struct {
+	Tool, Key, OperationID string
+	Replica                int
 }
 
 // TargetedKill is a kill of the worker whose effect (downstream key Key)
@@ -420,8 +441,41 @@ func Check(ctx context.Context, src Sources, info *RunInfo, results []*Result) (
 	if info.PGRestartErr != "" {
 		violate(nil, "Postgres restart failed: %s", info.PGRestartErr)
 	}
-	if info.APIDied {
-		violate(nil, "the api process died during the run")
+	for _, e := range info.APIExits {
+		violate(nil, "an api replica died by itself: %s", e)
+	}
+	// Every answer a proxy held was "accepted" and never delivered: the
+	// client's retries of that key, on another replica, must replay it or
+	// report it in flight. Another "accepted" would be a second claim.
+	byKey := map[[2]string]*Result{}
+	for _, r := range results {
+		byKey[[2]string{r.Tool, r.Key}] = r
+	}
+	heldReplayed, heldAcceptedAgain := 0, 0
+	for _, h := range info.HeldAnswers {
+		r := byKey[[2]string{h.Tool, h.Key}]
+		switch {
+		case r == nil:
+			violate(nil, "a proxy held an accepted answer for %s key %s, which no planned operation has", h.Tool, h.Key)
+		case r.Accepted > 0:
+			heldAcceptedAgain++
+			violate(r, "its accepted answer was held and dropped with replica api-%d, yet a caller was told \"accepted\" %d time(s) again", h.Replica, r.Accepted)
+		case r.OperationID != "" && r.OperationID != h.OperationID:
+			violate(r, "its dropped answer named operation %s, the callers saw %s", h.OperationID, r.OperationID)
+		case r.AfterLoss["replayed"]+r.AfterLoss["in_flight"] > 0:
+			heldReplayed++
+		}
+	}
+	if info.APIKillEvery > 0 && info.APIs > 1 && len(info.HeldAnswers) == 0 {
+		violate(nil, "no api replica was killed between a claim's commit and its answer: the run did not test that window")
+	}
+	afterLoss := map[string]int{}
+	lostAnswers := 0
+	for _, r := range results {
+		lostAnswers += r.Lost
+		for k, v := range r.AfterLoss {
+			afterLoss[k] += v
+		}
 	}
 	if info.DrainMissed {
 		violate(nil, "drain deadline missed: operations were not all terminal %s after the load ended", info.DrainDeadline)
@@ -477,13 +531,20 @@ func Check(ctx context.Context, src Sources, info *RunInfo, results []*Result) (
 		failedText = fmt.Sprintf("%d (%s)", failed, fmtCounts(failedCodes))
 	}
 	rep.Rows = [][2]string{
-		{"seed · load · workers", fmt.Sprintf("%d · %s · %d", info.Seed, info.Duration, info.Workers)},
+		{"seed · load · api replicas · workers", fmt.Sprintf("%d · %s · %d · %d", info.Seed, info.Duration, info.APIs, info.Workers)},
 		{"operations (by tool)", fmt.Sprintf("%d (%s)", len(results), strings.Join(toolParts, ", "))},
 		{"operations succeeded / failed", fmt.Sprintf("%d (%s) / %s", totalOK, strings.Join(okParts, "+"), failedText)},
 		{"ops called by 2-3 parallel duplicate callers", fmt.Sprint(dupCallers)},
 		{"HTTP requests (answers)", fmt.Sprintf("%d (%s); replays seen %d", requests, fmtCounts(answers), replays)},
 		{"worker kills (SIGKILL)", fmt.Sprintf("%d: %d random, %d holding a refund applied at Stripe, %d holding a mail stored by Mailpit (every ~%s; %d worker starts, %d exited by themselves)",
 			info.Kills, info.KillsByKind["random"], info.KillsByKind["refund"], info.KillsByKind["mail"], info.KillEvery, info.WorkerStarts, len(info.WorkerExits))},
+		{"api replicas (each behind a proxy; clients move to the next one on a failed connection or a 5xx)", fmt.Sprint(info.APIs)},
+		{"api kills (SIGKILL)", fmt.Sprintf("%d: %d between the claim's commit and its answer (a proxy held the answer `accepted`), %d random (every ~%s; %d api starts)",
+			info.APIKills, info.APIKillsByKind["held"], info.APIKillsByKind["random"], info.APIKillEvery, info.APIStarts)},
+		{"answers lost by killed replicas", fmt.Sprintf("%d held after the commit and dropped, %d cut mid-request; %d requests refused while a replica was down (clients saw %d failed calls in all)",
+			info.Proxy.Held, info.Proxy.Cut, info.Proxy.Refused, lostAnswers)},
+		{"retries after a lost answer (next answer on another replica)", fmt.Sprintf("%s; of the %d keys whose answer was held and dropped: %d retried to a replay or the in-flight handle, %d told \"accepted\" again (must be 0)",
+			orNone(fmtCounts(afterLoss)), len(info.HeldAnswers), heldReplayed, heldAcceptedAgain)},
 		{"Postgres restarts", fmt.Sprintf("%d (pg_ctl restart -m fast took %s)", info.PGRestarts, info.PGOutage.Round(time.Millisecond))},
 		{"reclaims (audit `reclaimed`)", fmt.Sprintf("%d (max %d per operation; max attempts %d)", reclaims, reclaimMax, maxAttempts)},
 		{"recovery after a kill holding an applied refund", recoveryText("refund")},
@@ -664,6 +725,13 @@ func keys(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func fmtCounts(m map[string]int) string {

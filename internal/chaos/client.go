@@ -55,6 +55,15 @@ type Result struct {
 	Requests int            `json:"requests"`
 	Answers  map[string]int `json:"answers"`
 	Replays  int            `json:"replays"`
+	// Accepted counts answers "accepted" that reached a caller: more than
+	// one is an anomaly, and one for an answer a proxy held and dropped is
+	// a second claim.
+	Accepted int `json:"accepted"`
+	// Lost counts calls (POST) whose connection failed before an answer:
+	// a replica killed, or down; AfterLoss counts how the same caller's
+	// next call with the key was answered (its outcome, or its status).
+	Lost      int            `json:"lost,omitempty"`
+	AfterLoss map[string]int `json:"after_loss,omitempty"`
 	// OperationIDs and Terminal list what every caller saw; more than one
 	// value is an anomaly.
 	OperationIDs []string `json:"operation_ids"`
@@ -66,21 +75,34 @@ type Result struct {
 	callers   int
 }
 
-// Client is an agent-like REST client of the api.
+// Client is an agent-like REST client of the api, behind a load
+// balancer: each caller starts on a replica of its own and moves to the
+// next one when a connection fails or a replica answers 5xx.
 type Client struct {
-	BaseURL string
-	Token   string
-	HTTP    *http.Client
-	Seed    int64
+	// BaseURLs are the api replicas (one or more).
+	BaseURLs []string
+	Token    string
+	HTTP     *http.Client
+	Seed     int64
 }
 
-// NewClient returns a client with a per-request timeout.
-func NewClient(baseURL, token string, seed int64) *Client {
+// NewClient returns a client of the replicas baseURLs with a per-request
+// timeout.
+func NewClient(baseURLs []string, token string, seed int64) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
-	return &Client{BaseURL: baseURL, Token: token, Seed: seed,
+	return &Client{BaseURLs: baseURLs, Token: token, Seed: seed,
 		HTTP: &http.Client{Timeout: 10 * time.Second, Transport: tr}}
 }
+
+// replica is one caller's choice of api replica.
+type replica struct {
+	c *Client
+	i int
+}
+
+func (r *replica) base() string { return r.c.BaseURLs[r.i%len(r.c.BaseURLs)] }
+func (r *replica) next()        { r.i++ }
 
 // Run fires the plan's operations at an even pace over p.Duration, at most
 // concurrency at a time, each op's duplicates in parallel, and returns when
@@ -142,6 +164,9 @@ func (c *Client) runOp(ctx context.Context, r *Result) {
 	if len(r.Terminal) > 1 {
 		r.Anomalies = append(r.Anomalies, fmt.Sprintf("callers saw different terminal outcomes: %v", r.Terminal))
 	}
+	if r.Accepted > 1 {
+		r.Anomalies = append(r.Anomalies, fmt.Sprintf("%d answers \"accepted\" for one key", r.Accepted))
+	}
 }
 
 // caller is one agent calling the tool with the op's key until it learns
@@ -189,14 +214,38 @@ func (c *Client) caller(ctx context.Context, r *Result, dup int, mu *sync.Mutex)
 	anomaly := func(s string) { note(func() { r.Anomalies = append(r.Anomalies, s) }) }
 	strikes := 0 // unexpected answers; a caller gives up after a few
 	backoff := newBackoff(rng)
+	rep := &replica{c: c, i: rng.IntN(len(c.BaseURLs))}
+	lost := false // the last call's connection failed
 	// Stagger duplicates a little, as real retries would be.
 	sleep(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
 	for ctx.Err() == nil {
-		status, ans, retry, err := c.do(ctx, http.MethodPost, "/v1/tools/"+r.Tool, r.Key, body)
+		status, ans, retry, err := c.do(ctx, rep.base(), http.MethodPost, "/v1/tools/"+r.Tool, r.Key, body)
 		note(func() { r.Requests++; r.Answers[label(status, err)]++ })
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			note(func() { r.Lost++ })
+			lost = true
+			rep.next() // another replica, as a load balancer would pick
 			sleep(ctx, backoff.next())
 			continue
+		}
+		if ans != nil && ans.Outcome == "accepted" {
+			note(func() { r.Accepted++ })
+		}
+		if lost {
+			lost = false
+			what := strconv.Itoa(status)
+			if ans != nil && ans.Outcome != "" {
+				what = ans.Outcome
+			}
+			note(func() {
+				if r.AfterLoss == nil {
+					r.AfterLoss = map[string]int{}
+				}
+				r.AfterLoss[what]++
+			})
 		}
 		if ans != nil && ans.Replayed {
 			note(func() { r.Replays++ })
@@ -219,7 +268,7 @@ func (c *Client) caller(ctx context.Context, r *Result, dup int, mu *sync.Mutex)
 			if status == http.StatusOK {
 				anomaly("POST answered 200 with a non-terminal operation")
 			}
-			if op := c.poll(ctx, r, rng, retry, note, seen, anomaly); op != nil {
+			if op := c.poll(ctx, r, rep, rng, retry, note, seen, anomaly); op != nil {
 				done(op)
 				return
 			}
@@ -229,6 +278,7 @@ func (c *Client) caller(ctx context.Context, r *Result, dup int, mu *sync.Mutex)
 			sleep(ctx, clamp(retry, 100*time.Millisecond, 2*time.Second))
 			continue
 		case status >= 500:
+			rep.next()
 			sleep(ctx, max(clamp(retry, 0, 2*time.Second), backoff.next()))
 			continue
 		default:
@@ -250,7 +300,7 @@ func (c *Client) caller(ctx context.Context, r *Result, dup int, mu *sync.Mutex)
 // poll waits for the operation to become terminal, mostly with GET
 // /v1/operations and sometimes by leaving (nil) so that the caller posts
 // the same call again. It returns the terminal operation, or nil.
-func (c *Client) poll(ctx context.Context, r *Result, rng *rand.Rand, wait time.Duration,
+func (c *Client) poll(ctx context.Context, r *Result, rep *replica, rng *rand.Rand, wait time.Duration,
 	note func(func()), seen func(*operation), anomaly func(string)) *operation {
 	backoff := newBackoff(rng)
 	path := "/v1/operations/" + url.PathEscape(r.Tool) + "/" + url.PathEscape(r.Key)
@@ -259,11 +309,14 @@ func (c *Client) poll(ctx context.Context, r *Result, rng *rand.Rand, wait time.
 		if rng.IntN(100) < 25 {
 			return nil // re-post with the same key
 		}
-		status, body, err := c.raw(ctx, http.MethodGet, path, "", nil)
+		status, body, err := c.raw(ctx, rep.base(), http.MethodGet, path, "", nil)
 		note(func() { r.Requests++; r.Answers["GET "+label(status, err)]++ })
 		wait = 250 * time.Millisecond
 		switch {
-		case err != nil || status >= 500 || status == http.StatusTooManyRequests:
+		case err != nil || status >= 500:
+			rep.next()
+			wait = backoff.next()
+		case status == http.StatusTooManyRequests:
 			wait = backoff.next()
 		case status == http.StatusOK:
 			var op operation
@@ -284,8 +337,8 @@ func (c *Client) poll(ctx context.Context, r *Result, rng *rand.Rand, wait time.
 }
 
 // do sends a request and decodes an answer (nil when the body is not one).
-func (c *Client) do(ctx context.Context, method, path, key string, body []byte) (int, *answer, time.Duration, error) {
-	status, b, h, err := c.rawh(ctx, method, path, key, body)
+func (c *Client) do(ctx context.Context, base, method, path, key string, body []byte) (int, *answer, time.Duration, error) {
+	status, b, h, err := c.rawh(ctx, base, method, path, key, body)
 	if err != nil {
 		return 0, nil, 0, err
 	}
@@ -305,20 +358,24 @@ func (c *Client) do(ctx context.Context, method, path, key string, body []byte) 
 	return status, &a, retry, nil
 }
 
-func (c *Client) raw(ctx context.Context, method, path, key string, body []byte) (int, []byte, error) {
-	status, b, _, err := c.rawh(ctx, method, path, key, body)
+func (c *Client) raw(ctx context.Context, base, method, path, key string, body []byte) (int, []byte, error) {
+	status, b, _, err := c.rawh(ctx, base, method, path, key, body)
 	return status, b, err
 }
 
-func (c *Client) rawh(ctx context.Context, method, path, key string, body []byte) (int, []byte, http.Header, error) {
+func (c *Client) rawh(ctx context.Context, base, method, path, key string, body []byte) (int, []byte, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return 0, nil, nil, err
 	}
+	// net/http resends a request with an Idempotency-Key header on a new
+	// connection when a reused one closes before the answer: that would
+	// hide a lost answer, which the caller must see and retry itself.
+	req.GetBody = nil
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)

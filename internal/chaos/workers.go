@@ -19,13 +19,19 @@ import (
 	"time"
 )
 
-// Workers runs N cmd/worker processes, kills them with SIGKILL on demand
-// and restarts them; a worker that exits by itself is restarted too, and
-// counted.
+// Workers runs N processes of one binary (cmd/worker, or cmd/api for the
+// api replicas), kills them with SIGKILL on demand and restarts them; a
+// process that exits by itself is restarted too, and counted.
 type Workers struct {
-	Bin    string
-	Env    []string // appended to the driver's environment
-	LogDir string
+	Bin string
+	// Name prefixes the processes' names and logs (NAME-N.log); default
+	// "worker".
+	Name string
+	Env  []string // appended to the driver's environment
+	// SlotEnv, when set, adds slot i's own variables (an api replica's
+	// fixed address) after Env.
+	SlotEnv func(i int) []string
+	LogDir  string
 	// PidFile, when set, always holds the pids of the running workers, one
 	// a line, so that the script's cleanup can stop them if the driver dies.
 	PidFile string
@@ -66,8 +72,15 @@ func (w *Workers) Start(n int) error {
 	return nil
 }
 
+func (w *Workers) name() string {
+	if w.Name == "" {
+		return "worker"
+	}
+	return w.Name
+}
+
 func (w *Workers) startLocked(s *slot) error {
-	path := filepath.Join(w.LogDir, fmt.Sprintf("worker-%d.log", s.i))
+	path := filepath.Join(w.LogDir, fmt.Sprintf("%s-%d.log", w.name(), s.i))
 	logf, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -76,14 +89,17 @@ func (w *Workers) startLocked(s *slot) error {
 	if fi, err := logf.Stat(); err == nil {
 		s.logOffset = fi.Size()
 	}
-	fmt.Fprintf(logf, "=== chaosdriver: starting worker-%d at %s\n", s.i, time.Now().Format(time.RFC3339Nano))
+	fmt.Fprintf(logf, "=== chaosdriver: starting %s-%d at %s\n", w.name(), s.i, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(w.Bin)
 	cmd.Env = append(os.Environ(), w.Env...)
+	if w.SlotEnv != nil {
+		cmd.Env = append(cmd.Env, w.SlotEnv(s.i)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("starting worker-%d: %w", s.i, err)
+		return fmt.Errorf("starting %s-%d: %w", w.name(), s.i, err)
 	}
 	s.cmd, s.done, s.killing, s.exitErr = cmd, make(chan struct{}), false, nil
 	w.starts++
@@ -95,14 +111,14 @@ func (w *Workers) startLocked(s *slot) error {
 // watch reaps a worker and restarts it when it exited by itself.
 func (w *Workers) watch(s *slot, cmd *exec.Cmd, done chan struct{}, logf *os.File) {
 	err := cmd.Wait()
-	fmt.Fprintf(logf, "=== chaosdriver: worker-%d (pid %d) ended: %v\n", s.i, cmd.Process.Pid, err)
+	fmt.Fprintf(logf, "=== chaosdriver: %s-%d (pid %d) ended: %v\n", w.name(), s.i, cmd.Process.Pid, err)
 	logf.Close()
 	w.mu.Lock()
 	s.exitErr = err
 	unexpected := !s.killing && !w.stopping
 	close(done)
 	if unexpected {
-		msg := fmt.Sprintf("worker-%d (pid %d) exited by itself: %v", s.i, cmd.Process.Pid, err)
+		msg := fmt.Sprintf("%s-%d (pid %d) exited by itself: %v", w.name(), s.i, cmd.Process.Pid, err)
 		w.exits = append(w.exits, msg)
 		w.Logf("%s; restarting it in 1s", msg)
 	}
@@ -123,7 +139,21 @@ func (w *Workers) watch(s *slot, cmd *exec.Cmd, done chan struct{}, logf *os.Fil
 // and starts a new one in its slot after restartDelay. It returns the
 // worker's name and pid.
 func (w *Workers) KillRandom(rng *rand.Rand, restartDelay time.Duration) (string, error) {
-	return w.kill(func(alive []*slot) *slot { return alive[rng.IntN(len(alive))] }, restartDelay)
+	return w.kill(func(alive []*slot) *slot { return alive[rng.IntN(len(alive))] }, restartDelay, nil)
+}
+
+// KillSlot kills the process of slot i like KillRandom, and calls
+// afterDeath (when not nil) once it is dead and before its replacement
+// starts.
+func (w *Workers) KillSlot(i int, restartDelay time.Duration, afterDeath func()) (string, error) {
+	return w.kill(func(alive []*slot) *slot {
+		for _, s := range alive {
+			if s.i == i {
+				return s
+			}
+		}
+		return nil
+	}, restartDelay, afterDeath)
 }
 
 // KillClient kills the running worker whose River client id is clientID,
@@ -137,7 +167,7 @@ func (w *Workers) KillClient(clientID string, restartDelay time.Duration) (who s
 			}
 		}
 		return nil
-	}, restartDelay)
+	}, restartDelay, nil)
 	if errors.Is(err, errNoWorker) {
 		return "", false, nil
 	}
@@ -146,7 +176,7 @@ func (w *Workers) KillClient(clientID string, restartDelay time.Duration) (who s
 
 var errNoWorker = errors.New("no running worker to kill")
 
-func (w *Workers) kill(pick func(alive []*slot) *slot, restartDelay time.Duration) (string, error) {
+func (w *Workers) kill(pick func(alive []*slot) *slot, restartDelay time.Duration, afterDeath func()) (string, error) {
 	w.mu.Lock()
 	var alive []*slot
 	for _, s := range w.slots {
@@ -176,16 +206,20 @@ func (w *Workers) kill(pick func(alive []*slot) *slot, restartDelay time.Duratio
 		return "", err
 	}
 	<-done
+	if afterDeath != nil {
+		afterDeath()
+	}
 	w.mu.Lock()
 	w.kills++
 	w.mu.Unlock()
 	time.Sleep(restartDelay)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	who := fmt.Sprintf("%s-%d (pid %d)", w.name(), s.i, pid)
 	if w.stopping {
-		return fmt.Sprintf("worker-%d (pid %d)", s.i, pid), nil
+		return who, nil
 	}
-	return fmt.Sprintf("worker-%d (pid %d)", s.i, pid), w.startLocked(s)
+	return who, w.startLocked(s)
 }
 
 // Stop sends SIGTERM to every worker and SIGKILL to those still running
@@ -293,4 +327,22 @@ func (w *Workers) writePidsLocked() {
 		}
 	}
 	_ = os.WriteFile(w.PidFile, []byte(b.String()), 0o644)
+}
+
+// Pids returns the pids of the running processes.
+func (w *Workers) Pids() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var pids []int
+	for _, s := range w.slots {
+		if s.cmd == nil || s.cmd.Process == nil {
+			continue
+		}
+		select {
+		case <-s.done:
+		default:
+			pids = append(pids, s.cmd.Process.Pid)
+		}
+	}
+	return pids
 }

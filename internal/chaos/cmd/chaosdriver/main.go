@@ -2,14 +2,22 @@
 //
 //	chaosdriver plan -seed S -duration D [-ops N] -out DIR
 //	    writes DIR/seed.json (for idemctl seed) and DIR/plan.json
-//	chaosdriver run -plan DIR/plan.json -api URL -stripe URL -mailpit URL \
+//	chaosdriver run -plan DIR/plan.json -api-bin BIN -stripe URL -mailpit URL \
 //	    -worker-bin BIN -log-dir DIR -pg-restart-cmd CMD ...
-//	    starts the workers, runs the load while killing workers with SIGKILL
-//	    and restarting Postgres once, waits for the drain, counts the effects
-//	    and prints a Markdown table; exits 1 on any violation
+//	    starts the api replicas (each behind a proxy of its own) and the
+//	    workers, runs the load while killing workers and api replicas with
+//	    SIGKILL and restarting Postgres once, waits for the drain, counts the
+//	    effects and prints a Markdown table; exits 1 on any violation
+//	chaosdriver scale -api-bin BIN -worker-bin BIN -database-url URL ...
+//	    measures a closed-loop apply_credit load against deployments of
+//	    N api replicas and M workers, one after the other, with CPU per
+//	    operation of every process, and the commit rate of the same
+//	    Postgres beside them (scripts/scale.sh); -write-seed FILE writes
+//	    the seed file it needs
 //
-// The workers inherit the driver's environment (DATABASE_URL, STRIPE_API_BASE,
-// SMTP_ADDR, IDEMGATE_*), which the script sets.
+// The api replicas and the workers inherit the driver's environment
+// (DATABASE_URL, STRIPE_API_BASE, SMTP_ADDR, IDEMGATE_*), which the script
+// sets; each replica gets IDEMGATE_API_ADDR on a port of its own.
 package main
 
 import (
@@ -18,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,7 +34,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,7 +44,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: chaosdriver plan|run [flags]")
+		fmt.Fprintln(os.Stderr, "usage: chaosdriver plan|run|scale [flags]")
 		os.Exit(2)
 	}
 	var code int
@@ -45,8 +53,10 @@ func main() {
 		code = planCmd(os.Args[2:])
 	case "run":
 		code = runCmd(os.Args[2:])
+	case "scale":
+		code = scaleCmd(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "chaosdriver: unknown command %q (want plan or run)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "chaosdriver: unknown command %q (want plan, run or scale)\n", os.Args[1])
 		code = 2
 	}
 	os.Exit(code)
@@ -92,8 +102,11 @@ func runCmd(args []string) int {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var (
 		planPath     = fs.String("plan", "", "plan.json written by chaosdriver plan")
-		apiURL       = fs.String("api", "", "base URL of the api")
-		apiPid       = fs.Int("api-pid", 0, "pid of the api process, watched for an early death")
+		apiBin       = fs.String("api-bin", "", "cmd/api binary")
+		nAPIs        = fs.Int("apis", 2, "api replicas, each behind a proxy of the driver's")
+		apiKillEvery = fs.Duration("api-kill-every", 0, "mean interval between api replica kills (±25%); half of them hold an accepted answer and kill its replica before the client reads it; 0: none")
+		apiPidFile   = fs.String("api-pid-file", "", "file that lists the running api replicas' pids")
+		dbCountURL   = fs.String("count-database-url", "", "database to count rows in and find workers by (default: -database-url); a direct connection when the processes go through a pooler")
 		stripeURL    = fs.String("stripe", "", "base URL of the test Stripe (its /_stats is read)")
 		mailpitURL   = fs.String("mailpit", "", "base URL of Mailpit's API")
 		smtpUpstream = fs.String("smtp-upstream", "", "Mailpit's SMTP host:port: the workers send through a proxy to it that can hold a stored mail's answer (targeted kills); empty: the workers use SMTP_ADDR directly")
@@ -114,9 +127,12 @@ func runCmd(args []string) int {
 		slowAfter    = fs.Duration("slow-after", 10*time.Second, "list operations slower than this in the report's notes")
 	)
 	_ = fs.Parse(args)
-	if *planPath == "" || *apiURL == "" || *stripeURL == "" || *mailpitURL == "" || *workerBin == "" || *dbURL == "" {
-		fmt.Fprintln(os.Stderr, "chaosdriver run: -plan, -api, -stripe, -mailpit, -worker-bin and -database-url (or DATABASE_URL) are required")
+	if *planPath == "" || *apiBin == "" || *stripeURL == "" || *mailpitURL == "" || *workerBin == "" || *dbURL == "" || *nAPIs < 1 {
+		fmt.Fprintln(os.Stderr, "chaosdriver run: -plan, -api-bin, -stripe, -mailpit, -worker-bin and -database-url (or DATABASE_URL) are required; -apis at least 1")
 		return 2
+	}
+	if *dbCountURL == "" {
+		*dbCountURL = *dbURL
 	}
 	plan, err := chaos.ReadPlan(*planPath)
 	if err != nil {
@@ -132,7 +148,7 @@ func runCmd(args []string) int {
 	sigCtx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
 
-	pool, err := pgxpool.New(sigCtx, *dbURL)
+	pool, err := pgxpool.New(sigCtx, *dbCountURL)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaosdriver run: -database-url:", err)
 		return 2
@@ -150,32 +166,55 @@ func runCmd(args []string) int {
 		workers.Env = append(workers.Env, "SMTP_ADDR="+smtp.Addr())
 		logf("SMTP proxy %s -> Mailpit %s", smtp.Addr(), *smtpUpstream)
 	}
+	// The api replicas: each on a fixed port (a restarted replica takes it
+	// again) behind a proxy of the driver's, which the clients call.
+	apiAddrs := make([]string, *nAPIs)
+	for i := range apiAddrs {
+		if apiAddrs[i], err = freeAddr(); err != nil {
+			logf("a port for api-%d: %v", i, err)
+			return 1
+		}
+	}
+	apis := &chaos.Workers{Bin: *apiBin, Name: "api", LogDir: *logDir, PidFile: *apiPidFile, Logf: logf,
+		SlotEnv: func(i int) []string { return []string{"IDEMGATE_API_ADDR=" + apiAddrs[i]} }}
+	holder := chaos.NewHolder()
+	var proxies []*chaos.APIProxy
+	var apiURLs []string
+	for i, addr := range apiAddrs {
+		p, err := chaos.StartAPIProxy(i, addr, holder)
+		if err != nil {
+			logf("proxy of api-%d: %v", i, err)
+			return 1
+		}
+		defer p.Close()
+		proxies = append(proxies, p)
+		apiURLs = append(apiURLs, p.URL())
+	}
+	if err := apis.Start(*nAPIs); err != nil {
+		logf("%v", err)
+		apis.Stop(5 * time.Second)
+		return 1
+	}
+	defer apis.Stop(15 * time.Second)
+	if err := waitListening(sigCtx, apiAddrs, time.Minute); err != nil {
+		logf("api replicas: %v", err)
+		return 1
+	}
+	for i := range apiAddrs {
+		logf("api-%d on http://%s, called through its proxy %s", i, apiAddrs[i], apiURLs[i])
+	}
 	if err := workers.Start(*nWorkers); err != nil {
 		logf("%v", err)
 		workers.Stop(5 * time.Second)
 		return 1
 	}
 	defer workers.Stop(15 * time.Second)
-	info := &chaos.RunInfo{Seed: *seed, Duration: plan.Duration, KillEvery: *killEvery, Workers: *nWorkers, DrainDeadline: *drainTimeout, SlowAfter: *slowAfter}
+	info := &chaos.RunInfo{Seed: *seed, Duration: plan.Duration, KillEvery: *killEvery, Workers: *nWorkers, DrainDeadline: *drainTimeout, SlowAfter: *slowAfter,
+		APIs: *nAPIs, APIKillEvery: *apiKillEvery}
 
-	// Clients may run until the load ends plus the drain deadline; the api
-	// watcher ends them early if the api dies.
+	// Clients may run until the load ends plus the drain deadline.
 	clientCtx, cancelClients := context.WithTimeout(sigCtx, plan.Duration+*drainTimeout)
 	defer cancelClients()
-	var apiDied atomic.Bool
-	if *apiPid > 0 {
-		go func() {
-			for clientCtx.Err() == nil {
-				if !alive(*apiPid) {
-					apiDied.Store(true)
-					logf("the api (pid %d) died: stopping the clients", *apiPid)
-					cancelClients()
-					return
-				}
-				sleepCtx(clientCtx, 500*time.Millisecond)
-			}
-		}()
-	}
 
 	// Chaos: kills at random intervals and one Postgres restart, until the
 	// load ends.
@@ -248,6 +287,14 @@ func runCmd(args []string) int {
 			logf("kill #%d (%s): SIGKILL %s%s, replaced", kills, kind, who, what)
 		}
 	}()
+	if *apiKillEvery > 0 {
+		apiRng := rand.New(rand.NewPCG(uint64(*seed), 0x617069)) // "api"
+		chaosWG.Add(1)
+		go func() {
+			defer chaosWG.Done()
+			killAPIs(loadCtx, apiRng, apis, holder, *apiKillEvery, info)
+		}()
+	}
 	if *pgRestart != "" {
 		chaosWG.Add(1)
 		go func() {
@@ -269,7 +316,7 @@ func runCmd(args []string) int {
 		}()
 	}
 
-	client := chaos.NewClient(strings.TrimRight(*apiURL, "/"), chaos.Token, *seed)
+	client := chaos.NewClient(apiURLs, chaos.Token, *seed)
 	dispatched := make(chan struct{})
 	loadEnded := make(chan time.Time, 1)
 	go func() {
@@ -282,7 +329,12 @@ func runCmd(args []string) int {
 			logf("load over: %d operations dispatched; waiting for the drain (deadline %s)", len(plan.Ops), *drainTimeout)
 		}
 	}()
-	logf("load: %d operations over %s, %d workers, a kill every ~%s", len(plan.Ops), plan.Duration, *nWorkers, *killEvery)
+	apiKills := "no api kills"
+	if *apiKillEvery > 0 {
+		apiKills = fmt.Sprintf("an api kill every ~%s", *apiKillEvery)
+	}
+	logf("load: %d operations over %s, %d api replicas, %d workers, a worker kill every ~%s, %s",
+		len(plan.Ops), plan.Duration, *nAPIs, *nWorkers, *killEvery, apiKills)
 	results := client.Run(clientCtx, plan, *concurrency, dispatched)
 	allDone := time.Now()
 	loadEnd := <-loadEnded
@@ -295,7 +347,6 @@ func runCmd(args []string) int {
 		}
 	}
 	info.DrainMissed = pending > 0
-	info.APIDied = apiDied.Load()
 	if sigCtx.Err() != nil {
 		logf("interrupted")
 		return 130
@@ -308,6 +359,13 @@ func runCmd(args []string) int {
 	sleepCtx(sigCtx, *settle)
 	workers.Stop(15 * time.Second)
 	info.Kills, info.WorkerStarts, info.WorkerExits = workers.Stats()
+	info.APIKills, info.APIStarts, info.APIExits = apis.Stats()
+	for _, p := range proxies {
+		st := p.Stats()
+		info.Proxy.Refused += st.Refused
+		info.Proxy.Cut += st.Cut
+		info.Proxy.Held += st.Held
+	}
 	info.Elapsed = time.Since(began)
 
 	if *reportPath != "" {
@@ -317,7 +375,7 @@ func runCmd(args []string) int {
 	}
 	checkCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := chaos.Check(checkCtx, chaos.Sources{DatabaseURL: *dbURL, StripeURL: *stripeURL, MailpitURL: *mailpitURL}, info, results)
+	rep, err := chaos.Check(checkCtx, chaos.Sources{DatabaseURL: *dbCountURL, StripeURL: *stripeURL, MailpitURL: *mailpitURL}, info, results)
 	if err != nil {
 		logf("counting effects: %v", err)
 		return 1
@@ -329,6 +387,90 @@ func runCmd(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// killAPIs kills api replicas with SIGKILL until ctx ends, one every
+// ~every (±25%), and restarts them. Every other kill (the first included)
+// waits for a proxy to hold an accepted answer, kills the replica that
+// gave it and only then drops the client's connection: the claim is
+// committed and the client never heard of it. The others kill a replica at
+// random, cutting whatever it was answering.
+func killAPIs(ctx context.Context, rng *rand.Rand, apis *chaos.Workers, holder *chaos.Holder, every time.Duration, info *chaos.RunInfo) {
+	const restartDelay = 500 * time.Millisecond
+	info.APIKillsByKind = map[string]int{}
+	due := time.Now()
+	for k := 0; ; k++ {
+		d := time.Duration(float64(every) * (0.75 + 0.5*rng.Float64()))
+		if due = due.Add(d); due.Before(time.Now().Add(-d / 2)) {
+			due = time.Now()
+		}
+		kind := "held"
+		if k%2 == 1 {
+			kind = "random"
+		}
+		lead := time.Duration(0)
+		if kind == "held" {
+			lead = d / 2
+		}
+		if !sleepCtx(ctx, time.Until(due.Add(-lead))) {
+			return
+		}
+		var who string
+		var err error
+		if kind == "held" {
+			if h := holder.Hold(ctx, d); h != nil {
+				who, err = apis.KillSlot(h.Replica, restartDelay, h.Drop)
+				h.Drop()
+				if err == nil {
+					info.HeldAnswers = append(info.HeldAnswers, chaos.HeldKill{Tool: h.Tool, Key: h.Key, OperationID: h.OperationID, Replica: h.Replica})
+					info.APIKillsByKind[kind]++
+					logf("api kill (held): SIGKILL %s after it committed %s key %s (operation %s) and before its client read the answer; replaced",
+						who, h.Tool, h.Key, h.OperationID)
+					continue
+				}
+				logf("api kill (held): %v", err)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			kind = "random"
+		}
+		if who, err = apis.KillRandom(rng, restartDelay); err != nil {
+			logf("api kill: %v", err)
+			continue
+		}
+		info.APIKillsByKind[kind]++
+		logf("api kill (random): SIGKILL %s, replaced", who)
+	}
+}
+
+// freeAddr returns a free loopback host:port.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// waitListening waits until every addr accepts connections.
+func waitListening(ctx context.Context, addrs []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, a := range addrs {
+		for {
+			c, err := net.DialTimeout("tcp", a, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("%s does not accept connections after %s: %v", a, timeout, err)
+			}
+			sleepCtx(ctx, 100*time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // killHoldingRefund arms a hold at the test Stripe, waits for a refund to
