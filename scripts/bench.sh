@@ -24,6 +24,10 @@
 # removed on exit. The URL names an admin database; its user needs CREATEDB.
 # Each scenario runs on a fresh database copied from a migrated template
 # (idemgate_benchtpl_<fingerprint>), dropped when it ends.
+#
+# The refund figures (-only stripe) need the test Stripe: STRIPE_MOCK_URL if
+# set, else stripe-mock (and Mailpit) started with scripts/services.sh and
+# stopped on exit; not started when -only leaves them out.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,7 +44,7 @@ for a in "$@"; do
 	--quick) quick=1 ;;
 	--profile) profile=1 ;;
 	-h | --help)
-		sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) args+=("$a") ;;
@@ -49,9 +53,11 @@ done
 
 pg_tmp=""
 source scripts/pgcluster.sh
+source scripts/services.sh
 cleanup() {
 	local rc=$?
 	set +e
+	services_stop
 	if [[ -n "$pg_tmp" ]]; then
 		pgcluster_stop fast
 		rm -rf "$pg_tmp"
@@ -97,6 +103,21 @@ if command -v psql >/dev/null; then
 	for db in $leftovers; do
 		psql "$url" -XAtq -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 && log "dropped leftover $db"
 	done
+fi
+
+# The test Stripe for the refund figures, unless STRIPE_MOCK_URL names one
+# or -only leaves them out.
+wants_stripe=1
+for ((i = 0; i < ${#args[@]}; i++)); do
+	case ${args[i]} in
+	-only | --only) only=${args[i + 1]:-} ;;
+	-only=* | --only=*) only=${args[i]#*=} ;;
+	*) continue ;;
+	esac
+	if [[ ,$only, != *,stripe,* ]]; then wants_stripe=0; fi
+done
+if ((wants_stripe)) && [[ -z ${STRIPE_MOCK_URL:-} ]]; then
+	services_start || exit 1
 fi
 
 # Build first, so that compiling does not share the cores with a measurement.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,15 +130,25 @@ func TestParseFlagsDefaults(t *testing.T) {
 	require.Equal(t, []int{1, 8, 32, 64}, o.concs)
 	require.Equal(t, 1_000_000, o.claims)
 	require.Equal(t, 8*time.Second, o.window)
+	require.Equal(t, 5000, o.drainOps)
 
 	o, err = parseFlags([]string{"-quick", "-claims", "5000"})
 	require.NoError(t, err)
 	require.Equal(t, []int{8, 32}, o.concs)
 	require.Equal(t, 5000, o.claims)
 	require.Equal(t, 1500*time.Millisecond, o.window)
+	require.Equal(t, 1000, o.drainOps)
 
 	_, err = parseFlags([]string{"-only", "nope"})
 	require.Error(t, err)
+
+	o, err = parseFlags([]string{"-only", "drain,stripe", "-stripe-url", "http://127.0.0.1:12111"})
+	require.NoError(t, err)
+	require.True(t, o.runs("drain") && o.runs("stripe"))
+	require.False(t, o.runs("bare"))
+
+	_, err = parseFlags([]string{"-only", "stripe", "-stripe-url", ""})
+	require.ErrorContains(t, err, "STRIPE_MOCK_URL")
 }
 
 func TestWritePlotAndMarkdown(t *testing.T) {
@@ -145,10 +156,14 @@ func TestWritePlotAndMarkdown(t *testing.T) {
 	for i, c := range []int{1, 8, 32, 64} {
 		f := float64(i + 1)
 		for s, rate := range map[string]float64{sCommit: 1500 * f, sBareInsert: 400 * f, sBareE2E: 350 * f, sIdemAccept: 200 * f,
-			sIdemE2E: 150 * f, sMCPAccept: 120 * f, sMCPE2E: 110 * f, sReplay: 900 * f, sReplayMCP: 400 * f} {
+			sIdemE2E: 150 * f, sMCPAccept: 120 * f, sMCPE2E: 110 * f, sReplay: 900 * f, sReplayMCP: 400 * f,
+			sBareStripeInsert: 380 * f, sBareStripeE2E: 200 * f, sIdemStripeAccept: 190 * f, sIdemStripeE2E: 150 * f} {
 			r.rows = append(r.rows, row{Series: s, Conc: c, N: 100, Rate: rate, CPU: cpuUsage{Seconds: 1, HarnessCores: 0.5, PGCores: 1}})
 		}
 	}
+	r.rows = append(r.rows,
+		row{Series: sBareDrain, Conc: drainFillConc, N: 5000, Rate: 500, Took: 10 * time.Second, CPU: cpuUsage{Seconds: 10, HarnessCores: 0.25, PGCores: 0.75}},
+		row{Series: sIdemDrain, Conc: drainFillConc, N: 5000, Rate: 250, Took: 20 * time.Second, CPU: cpuUsage{Seconds: 20, HarnessCores: 0.25, PGCores: 0.75}})
 	dir := t.TempDir()
 	if out := os.Getenv("BENCH_PLOT_OUT"); out != "" {
 		dir = out
@@ -156,7 +171,26 @@ func TestWritePlotAndMarkdown(t *testing.T) {
 	for _, name := range []string{"plot.svg", "plot.png"} {
 		require.NoError(t, r.writePlot(filepath.Join(dir, name), []int{1, 8, 32, 64}, "test"))
 	}
-	md := r.markdown(&runInfo{Concs: []int{1, 8, 32, 64}, PlotFile: "plot.svg"})
+	md := r.markdown(&runInfo{Concs: []int{1, 8, 32, 64}, PlotFile: "plot.svg", DrainOps: 5000, Tuning: tuning{MaxWorkers: 20}})
 	require.Contains(t, md, "| 32 | idemgate in-process: end to end | 450 |")
 	require.Contains(t, md, "end to end, idemgate in-process ≥ 1.0 × bare River")
+	require.Contains(t, md, "| 32 | idemgate refund_order in-process: end to end | 450 | – | – | 0.75 |")
+	require.Contains(t, md, "| external-effect tool (refund_order at the test Stripe) end to end ≥ 0.7 × bare River making the same Stripe call | c=1 0.75, c=8 0.75, c=32 0.75, c=64 0.75 | met at c=32 |")
+	require.Contains(t, md, "| idemgate: drain (one worker process) | 5000 | 20000 ms | 250 | 0.50 | 1.00 + 3.00 |")
+	require.Contains(t, md, "| one worker process drains a backlog ≥ 1.0 × bare River's drain (MaxWorkers 20) | 0.50 (5000 operations: 250 vs 500 ops/s; CPU ms/op 1.00 + 3.00 vs 0.50 + 1.50) | **missed** |")
+
+	md = (&runner{}).markdown(&runInfo{Concs: []int{32}, StripeSkipped: true})
+	require.Contains(t, md, "not measured: no test Stripe")
+	require.NotContains(t, md, "### Drain")
+}
+
+func TestListenerPIDFindsThisProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/net/tcp"); err != nil {
+		t.Skip("no /proc/net/tcp")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	require.Equal(t, os.Getpid(), listenerPID("http://"+ln.Addr().String()))
+	require.Equal(t, 0, listenerPID("http://127.0.0.1"))
 }

@@ -37,6 +37,10 @@ const (
 	benchTenant = "bench"
 	benchToken  = "idg_bench_token_0001"
 	customers   = 100
+	// orders are the refund figures' orders, each charged orderCents: more
+	// than all the refunds a run makes against it (at most 10 000 cents each).
+	orders     = 100
+	orderCents = 1_000_000_000
 )
 
 // dbServer creates and drops benchmark databases on one Postgres server.
@@ -113,7 +117,7 @@ type benchDB struct {
 }
 
 // create makes a fresh database from the template and seeds the benchmark
-// tenant's token and customers.
+// tenant's token, customers and orders.
 func (s *dbServer) create(ctx context.Context) (*benchDB, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -155,10 +159,14 @@ func (db *benchDB) seed(ctx context.Context) error {
 	defer pool.Close()
 	f := &store.SeedFile{Tokens: []store.SeedToken{{
 		Tenant: benchTenant, User: "bench-agent", Token: benchToken,
-		Scopes: []string{"billing:credit", "operations:read"},
+		Scopes: []string{"billing:credit", "billing:refund", "operations:read"},
 	}}}
 	for i := range customers {
 		f.Customers = append(f.Customers, store.SeedCustomer{Tenant: benchTenant, CustomerID: customerID(i), Currency: "usd"})
+	}
+	for i := range orders {
+		f.Orders = append(f.Orders, store.SeedOrder{Tenant: benchTenant, OrderID: orderID(i), ChargeID: fmt.Sprintf("ch_bench_%03d", i),
+			AmountCents: orderCents, Currency: "usd"})
 	}
 	_, err = pgstore.New(pool).Seed(ctx, f)
 	return err
@@ -206,6 +214,8 @@ func (db *benchDB) openPool(ctx context.Context, maxConns int32) (*pgxpool.Pool,
 }
 
 func customerID(i int) string { return fmt.Sprintf("cus_%03d", i) }
+
+func orderID(i int) string { return fmt.Sprintf("ord_%03d", i) }
 
 // withDatabase returns base with its database name replaced by name.
 func withDatabase(base, name string) (string, error) {

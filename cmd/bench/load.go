@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -125,23 +126,37 @@ func percentile(lat []time.Duration, p float64) time.Duration {
 	return lat[rank]
 }
 
-// waitLedger waits until ledger_entries holds want rows and returns when it
-// saw them. It polls max(id) (an index probe, cheap beside the load) and
-// confirms with count(*) once the ids are all handed out.
+// Effect tables: where an operation's effect lands, one row each, with a
+// bigint identity id.
+const (
+	ledgerTable = "ledger_entries" // apply_credit and bare River's ledger job
+	refundTable = "refunds"        // refund_order and bare River's refund job
+)
+
+// waitLedger waits until ledger_entries holds want rows; see waitRows.
 func waitLedger(ctx context.Context, pool *pgxpool.Pool, want int, timeout time.Duration) (time.Time, int, error) {
+	return waitRows(ctx, pool, ledgerTable, want, timeout)
+}
+
+// waitRows waits until table (ledgerTable or refundTable) holds want rows
+// and returns when it saw them. It polls max(id) (an index probe, cheap
+// beside the load) and confirms with count(*) once the ids are all handed
+// out.
+func waitRows(ctx context.Context, pool *pgxpool.Pool, table string, want int, timeout time.Duration) (time.Time, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	ident := pgx.Identifier{table}.Sanitize()
 	last := 0
 	for {
 		var maxID int64
-		if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM ledger_entries`).Scan(&maxID); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM `+ident).Scan(&maxID); err != nil {
 			return time.Time{}, last, err
 		}
 		if maxID >= int64(want) {
 			var n int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries`).Scan(&n); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+ident).Scan(&n); err != nil {
 				return time.Time{}, last, err
 			}
 			last = n
@@ -152,7 +167,7 @@ func waitLedger(ctx context.Context, pool *pgxpool.Pool, want int, timeout time.
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return time.Time{}, last, fmt.Errorf("only %d of %d operations had their ledger row after %s", last, want, timeout)
+				return time.Time{}, last, fmt.Errorf("only %d of %d operations had their %s row after %s", last, want, table, timeout)
 			}
 			return time.Time{}, last, ctx.Err()
 		case <-tick.C:

@@ -11,7 +11,10 @@
 //  4. replays of existing keys;
 //  5. a storm of 1000 identical calls;
 //  6. accepts with an empty claims table and with a million claims, and the
-//     pruner's rate.
+//     pruner's rate;
+//  7. an external effect: refund_order against the test Stripe (stripe-mock)
+//     end to end, beside bare River whose worker makes the same Stripe call;
+//  8. a backlog drained by one worker process, idemgate's and bare River's.
 //
 // It prints Markdown, writes it into docs/benchmarks.md between markers and
 // draws throughput against concurrency. scripts/bench.sh runs it; see
@@ -71,7 +74,12 @@ type options struct {
 	maxWorkers  int
 	apiConns    int
 	workerConns int
+	drainOps    int
+	stripeURL   string
 }
+
+// scenarios are the names -only accepts.
+var scenarios = []string{"commit", "bare", "inproc", "mcp", "stripe", "drain", "replay", "storm", "growth"}
 
 func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -87,7 +95,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.replayKeys, "replay-keys", 0, "terminal claims the replay figures retry (default 2000; quick 200)")
 	fs.IntVar(&o.storms, "storms", 0, "measured retry storms (default 3; quick 1)")
 	fs.IntVar(&o.stormSize, "storm-size", 1000, "identical calls per storm")
-	fs.StringVar(&only, "only", "", "run only these scenarios, comma-separated: commit,bare,inproc,mcp,replay,storm,growth")
+	fs.StringVar(&only, "only", "", "run only these scenarios, comma-separated: "+strings.Join(scenarios, ","))
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "Markdown file whose generated section is replaced")
 	fs.StringVar(&o.plot, "plot", "docs/benchmarks.svg", "plot of throughput against concurrency (.svg or .png)")
 	fs.BoolVar(&o.write, "write", true, "write -out and -plot (false: print only)")
@@ -97,6 +105,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.maxWorkers, "max-workers", 20, "River MaxWorkers of the claim queue and of bare River's queue")
 	fs.IntVar(&o.apiConns, "api-conns", app.DefaultMaxConns, "pool of the inserting side (idemgate's api, bare River's inserter)")
 	fs.IntVar(&o.workerConns, "worker-conns", 24, "pool of the worker side (idemgate's worker, bare River's worker)")
+	fs.IntVar(&o.drainOps, "drain-ops", 0, "operations in the backlog one worker process drains (default 5000; quick 1000)")
+	fs.StringVar(&o.stripeURL, "stripe-url", os.Getenv("STRIPE_MOCK_URL"), "the test Stripe (stripe-mock) of the refund figures (default $STRIPE_MOCK_URL; scripts/bench.sh starts one); without it they are skipped")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -112,6 +122,7 @@ func parseFlags(args []string) (*options, error) {
 	def(&o.pruneRows, 100_000, 10_000)
 	def(&o.replayKeys, 2000, 200)
 	def(&o.storms, 3, 1)
+	def(&o.drainOps, 5000, 1000)
 	if o.window == 0 {
 		o.window = 8 * time.Second
 		if o.quick {
@@ -141,11 +152,14 @@ func parseFlags(args []string) (*options, error) {
 		o.only = map[string]bool{}
 		for _, s := range strings.Split(only, ",") {
 			s = strings.TrimSpace(s)
-			if !slices.Contains([]string{"commit", "bare", "inproc", "mcp", "replay", "storm", "growth"}, s) {
+			if !slices.Contains(scenarios, s) {
 				return nil, fmt.Errorf("-only: unknown scenario %q", s)
 			}
 			o.only[s] = true
 		}
+	}
+	if o.only["stripe"] && o.stripeURL == "" {
+		return nil, errors.New("-only stripe: no test Stripe: set -stripe-url or STRIPE_MOCK_URL (scripts/bench.sh starts stripe-mock)")
 	}
 	if o.adminURL == "" {
 		o.adminURL = firstNonEmpty(os.Getenv("BENCH_DATABASE_URL"), os.Getenv("TEST_DATABASE_URL"), defaultAdminURL)
@@ -205,6 +219,7 @@ func run() error {
 		Tuning:     tuning{MaxWorkers: o.maxWorkers, APIConns: int32(o.apiConns), WorkerConns: int32(o.workerConns)},
 		Window:     o.window,
 		Concs:      o.concs,
+		DrainOps:   o.drainOps,
 	}
 	if info.Postgres, err = postgresInfo(ctx, o.adminURL); err != nil {
 		return err
@@ -216,7 +231,11 @@ func run() error {
 	// The product logs every request at Info as JSON; so do we, into the
 	// void, so that formatting costs what it costs in production.
 	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r := &runner{srv: srv, tn: info.Tuning, logger: logger, d: o.window, profileDir: o.profileDir, progress: progress}
+	r := &runner{srv: srv, tn: info.Tuning, logger: logger, d: o.window, profileDir: o.profileDir, progress: progress, stripeURL: o.stripeURL}
+	if o.runs("stripe") && o.stripeURL == "" {
+		progress("no test Stripe (STRIPE_MOCK_URL unset): the refund figures are skipped")
+		info.StripeSkipped = true
+	}
 
 	// Levels are interleaved (every figure at c=1, then at c=8, …) so that
 	// the ratios at one concurrency are measured minutes apart at most.
@@ -229,14 +248,20 @@ func run() error {
 			{"bare", func() error { return r.e2eLevel(ctx, r.bareSpec(), c) }},
 			{"inproc", func() error { return r.e2eLevel(ctx, r.idemSpec(), c) }},
 			{"mcp", func() error { return r.e2eLevel(ctx, r.mcpSpec(), c) }},
+			{"stripe", func() error { return r.stripeLevel(ctx, c) }},
 		}
 		for _, s := range steps {
-			if !o.runs(s.name) {
+			if !o.runs(s.name) || (s.name == "stripe" && o.stripeURL == "") {
 				continue
 			}
 			if err := s.fn(); err != nil {
 				return fmt.Errorf("%s at c=%d: %w", s.name, c, err)
 			}
+		}
+	}
+	if o.runs("drain") {
+		if err := r.drain(ctx, o.drainOps); err != nil {
+			return fmt.Errorf("drain: %w", err)
 		}
 	}
 	if o.runs("replay") {

@@ -40,6 +40,10 @@ type runInfo struct {
 	Window     time.Duration
 	Concs      []int
 	PlotFile   string // relative to the Markdown file
+	// StripeSkipped: the refund figures were asked for but there was no
+	// test Stripe.
+	StripeSkipped bool
+	DrainOps      int
 }
 
 // baseline is the figure a series is compared with in the "× bare River"
@@ -49,9 +53,14 @@ var baseline = map[string]string{
 	sMCPAccept:  sBareInsert,
 	sIdemE2E:    sBareE2E,
 	sMCPE2E:     sBareE2E,
+
+	sIdemStripeAccept: sBareStripeInsert,
+	sIdemStripeE2E:    sBareStripeE2E,
+	sIdemDrain:        sBareDrain,
 }
 
-var tableOrder = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E, sReplay, sReplayMCP}
+var tableOrder = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E,
+	sBareStripeInsert, sBareStripeE2E, sIdemStripeAccept, sIdemStripeE2E, sReplay, sReplayMCP}
 
 func ratio(a, b *row) string {
 	if a == nil || b == nil || b.Rate == 0 {
@@ -78,11 +87,12 @@ func (r *runner) markdown(info *runInfo) string {
 
 	w("### Throughput, latency and CPU\n\n")
 	w("ops/s are operations per second: for an accept, calls answered `accepted` (or committed InsertTx transactions) over the window; ")
-	w("for end to end, operations accepted in the window over the time from the first accept to the last ledger row committed by a worker. ")
-	w("Latency is per call, as the client saw it. CPU is measured over the figure's window (for end to end: until the last ledger row): the harness process (clients, api and workers: getrusage) ")
+	w("for end to end, operations accepted in the window over the time from the first accept to the last effect row (ledger row, or refund row for the Stripe figures) committed by a worker. ")
+	w("Latency is per call, as the client saw it. CPU is measured over the figure's window (for end to end: until the last effect row): the harness process (clients, api and workers: getrusage) ")
 	w("and this database's Postgres backends with the WAL writer, checkpointer and background writer (/proc). CPU ms/op divides it by the operations (for an accept row, the workers' concurrent work is included); ")
 	w("cores averages it over the window, then comes the whole machine's busy share of its %d cores (/proc/stat, other users included) with system time and iowait. ", numCPU())
-	w("WAL/op is cluster-wide WAL over operations (other databases' writes included). Experiment rows change the database to price one part; they are not the product.\n\n")
+	w("WAL/op is cluster-wide WAL over operations (other databases' writes included). Experiment rows change the database to price one part; they are not the product. ")
+	w("The Stripe rows (window at most %s) refund one of %d seeded orders at the test Stripe (stripe-mock, no added latency): idemgate's `refund_order` (claimed in process, worked by `app.NewWorker`) beside a bare River worker that reads the order, makes the same stripe-go v76 refund call with an Idempotency-Key and the client settings of `domain/refunds`, and records the refund row in the transaction of `JobCompleteTx`; stripe-mock's own CPU is in neither column (the end-to-end note gives it per operation, when its process is found).\n\n", stripeWindow, orders)
 	w("| c | figure | ops/s | p50 | p99 | × bare River | × commit limit | CPU ms/op: harness + Postgres | cores: harness + Postgres · machine busy | WAL/op | notes |\n")
 	w("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|\n")
 	for _, c := range info.Concs {
@@ -105,10 +115,31 @@ func (r *runner) markdown(info *runInfo) string {
 	}
 	w("\n")
 
+	if r.find(sBareDrain, drainFillConc) != nil || r.find(sIdemDrain, drainFillConc) != nil {
+		w("### Drain\n\n")
+		w("A backlog of %d `apply_credit`-shaped operations is accepted at c=%d with no worker running (idemgate: through the gate in process; bare River: InsertTx of its ledger job), then one worker process is started ", info.DrainOps, drainFillConc)
+		w("(idemgate: `app.NewWorker`; bare River: its worker client; both with MaxWorkers %d and the tuning above) after a CHECKPOINT. ", info.Tuning.MaxWorkers)
+		w("The drain is timed from the worker's start to the last ledger row committed; ops/s is the backlog over that time, and CPU is measured over the same span.\n\n")
+		w("| figure | operations | drain time | ops/s | × bare River | CPU ms/op: harness + Postgres | cores: harness + Postgres · machine busy | WAL/op | notes |\n")
+		w("|---|---:|---:|---:|---:|---:|---|---:|---|\n")
+		for _, s := range []string{sBareDrain, sIdemDrain} {
+			rw := r.find(s, drainFillConc)
+			if rw == nil {
+				continue
+			}
+			vsBare := "–"
+			if base, ok := baseline[s]; ok {
+				vsBare = ratio(rw, r.find(base, drainFillConc))
+			}
+			w("| %s | %d | %s | %.0f | %s | %s | %s | %s | %s |\n", seriesLabel[s], rw.N, fmtDur(rw.Took), rw.Rate, vsBare, rw.cpuPerOp(), rw.CPU, rw.walPerOp(), mdEscape(rw.Note))
+		}
+		w("\n")
+	}
+
 	w("### Targets\n\n")
 	w("Ratios from this run; reported, not asserted.\n\n")
 	w("| target | measured | verdict |\n|---|---|---|\n")
-	for _, t := range r.targets(info.Concs) {
+	for _, t := range r.targets(info) {
 		w("| %s | %s | %s |\n", t.name, t.measured, t.verdict)
 	}
 	w("\n")
@@ -184,7 +215,8 @@ func verdict(ok bool) string {
 }
 
 // targets evaluates the issue's targets on this run's figures.
-func (r *runner) targets(concs []int) []target {
+func (r *runner) targets(info *runInfo) []target {
+	concs := info.Concs
 	var out []target
 	perC := func(num, den string) (string, float64, bool) {
 		var parts []string
@@ -211,6 +243,16 @@ func (r *runner) targets(concs []int) []target {
 	}
 	if s, v, ok := perC(sMCPAccept, sBareInsert); ok {
 		out = append(out, target{"accept over MCP ≥ 0.8 × bare River's InsertTx (c=32)", s, verdict(v >= 0.8) + " at c=32"})
+	}
+	if s, v, ok := perC(sIdemStripeE2E, sBareStripeE2E); ok {
+		out = append(out, target{"external-effect tool (refund_order at the test Stripe) end to end ≥ 0.7 × bare River making the same Stripe call", s, verdict(v >= 0.7) + " at c=32"})
+	} else if info.StripeSkipped {
+		out = append(out, target{"external-effect tool (refund_order at the test Stripe) end to end ≥ 0.7 × bare River making the same Stripe call", "not measured: no test Stripe (STRIPE_MOCK_URL unset)", "–"})
+	}
+	if a, b := r.find(sIdemDrain, drainFillConc), r.find(sBareDrain, drainFillConc); a != nil && b != nil && b.Rate > 0 {
+		v := a.Rate / b.Rate
+		out = append(out, target{fmt.Sprintf("one worker process drains a backlog ≥ 1.0 × bare River's drain (MaxWorkers %d)", info.Tuning.MaxWorkers),
+			fmt.Sprintf("%.2f (%d operations: %.0f vs %.0f ops/s; CPU ms/op %s vs %s)", v, a.N, a.Rate, b.Rate, a.cpuPerOp(), b.cpuPerOp()), verdict(v >= 1.0)})
 	}
 	if s, v, ok := perC(sReplay, sIdemAccept); ok {
 		out = append(out, target{"replays ≥ 3 × accepts, in process", s, verdict(v >= 3) + " at c=32"})
@@ -281,7 +323,7 @@ func writeMarkdown(path, section string) error {
 	return os.WriteFile(path, doc, 0o644)
 }
 
-var plotSeries = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E, sReplay, sReplayMCP}
+var plotSeries = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E, sBareStripeE2E, sIdemStripeE2E, sReplay, sReplayMCP}
 
 var plotColors = map[string]color.Color{
 	sCommit:     color.RGBA{0, 0, 0, 255},
@@ -293,6 +335,9 @@ var plotColors = map[string]color.Color{
 	sMCPE2E:     color.RGBA{255, 127, 14, 255},
 	sReplay:     color.RGBA{44, 160, 44, 255},
 	sReplayMCP:  color.RGBA{148, 103, 189, 255},
+
+	sBareStripeE2E: color.RGBA{23, 190, 207, 255},
+	sIdemStripeE2E: color.RGBA{140, 86, 75, 255},
 }
 
 // writePlot draws throughput against concurrency, log-log, one line per

@@ -40,6 +40,16 @@ const (
 	sReplay     = "replay"      // in process: retries of terminal claims
 	sReplayMCP  = "replay_mcp"  // over MCP: retries of terminal claims
 
+	// An external effect: a refund at the test Stripe (stripe-mock).
+	sBareStripeInsert = "bare_stripe_insert" // bare River: InsertTx of the refund job
+	sBareStripeE2E    = "bare_stripe_e2e"    // bare River: the worker refunds at Stripe
+	sIdemStripeAccept = "idem_stripe_accept" // idemgate in process: refund_order accepted
+	sIdemStripeE2E    = "idem_stripe_e2e"    // idemgate in process: refund_order worked
+
+	// A backlog drained by one worker process (its own table).
+	sBareDrain = "bare_drain"
+	sIdemDrain = "idem_drain"
+
 	// Experiments: not the product, a measurement of what one part costs.
 )
 
@@ -53,6 +63,14 @@ var seriesLabel = map[string]string{
 	sMCPE2E:     "idemgate MCP/HTTP: end to end",
 	sReplay:     "idemgate in-process: replay",
 	sReplayMCP:  "idemgate MCP/HTTP: replay",
+
+	sBareStripeInsert: "bare River + Stripe refund: InsertTx (accept)",
+	sBareStripeE2E:    "bare River + Stripe refund: end to end",
+	sIdemStripeAccept: "idemgate refund_order in-process: accept",
+	sIdemStripeE2E:    "idemgate refund_order in-process: end to end",
+
+	sBareDrain: "bare River: drain",
+	sIdemDrain: "idemgate: drain (one worker process)",
 }
 
 // row is one measured figure.
@@ -64,8 +82,10 @@ type row struct {
 	Rate   float64
 	P50    time.Duration
 	P99    time.Duration
-	CPU    cpuUsage
-	Note   string
+	// Took is a drain's time, from the worker's start to the last row.
+	Took time.Duration
+	CPU  cpuUsage
+	Note string
 }
 
 // cpuPerOp is CPU milliseconds per operation, harness + Postgres: what an
@@ -93,6 +113,11 @@ type runner struct {
 	d          time.Duration
 	profileDir string
 	progress   func(format string, args ...any)
+	// stripeURL is the test Stripe (stripe-mock) of the refund figures.
+	stripeURL  string
+	stripeOnce sync.Once
+	stripeErr  error
+	stripePID  int // its process, found by checkStripe; 0: not found
 
 	mu        sync.Mutex
 	rows      []row
@@ -193,6 +218,14 @@ func (r *runner) statements(name string) func() {
 
 func randomKey() string { return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()) }
 
+// refundArgs are refund_order's arguments for one of the seeded orders.
+func refundArgs(key string) (order string, amount int64, raw []byte) {
+	order = orderID(rand.IntN(orders))
+	amount = int64(1 + rand.IntN(10_000))
+	raw = fmt.Appendf(nil, `{"order_id":%q,"amount_cents":%d,"reason":"bench","idempotency_key":%q}`, order, amount, key)
+	return order, amount, raw
+}
+
 func creditArgs(key string) (customer string, amount int64, raw []byte) {
 	customer = customerID(rand.IntN(customers))
 	amount = int64(1 + rand.IntN(10_000))
@@ -204,12 +237,12 @@ var benchActor = domain.Actor{TenantID: benchTenant, UserID: "bench-agent", Toke
 
 // claimInProcess is what the api does for a mutation, minus HTTP and MCP:
 // decode once, fingerprint, claim.
-func claimInProcess(ctx context.Context, g *gate.Gate, raw []byte) (*gate.ClaimResult, error) {
+func claimInProcess(ctx context.Context, g *gate.Gate, tool string, raw []byte) (*gate.ClaimResult, error) {
 	args, err := gate.DecodeArgs(raw)
 	if err != nil {
 		return nil, err
 	}
-	intent, err := g.NewIntent("apply_credit", args)
+	intent, err := g.NewIntent(tool, args)
 	if err != nil {
 		return nil, err
 	}
@@ -362,9 +395,16 @@ func errNote(res *loadResult) string {
 // --- 2, 3: bare River and idemgate, accept and end to end ---
 
 // e2eSpec is one way of accepting operations that a worker then carries out
-// by writing one ledger row each.
+// by writing one row each into an effect table.
 type e2eSpec struct {
 	accept, e2e string
+	// effects is the table of the operations' effects: ledgerTable when
+	// empty, or refundTable.
+	effects string
+	// downstream, when its pid is not 0, is a fake downstream process (the
+	// test Stripe) whose CPU per operation the end-to-end note reports: it is
+	// in neither the harness's nor Postgres' column.
+	downstream process
 	// start brings the system up on db and returns the accept operation.
 	start func(ctx context.Context, db *benchDB, c int) (op func(ctx context.Context, w, i int) error, stop func(), err error)
 }
@@ -409,12 +449,14 @@ func (r *runner) runE2EWindow(ctx context.Context, db *benchDB, c int, spec e2eS
 		return nil, nil, nil, err
 	}
 	defer pool.Close()
+	effects := firstNonEmpty(spec.effects, ledgerTable)
 	var before int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries`).Scan(&before); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{effects}.Sanitize()).Scan(&before); err != nil {
 		return nil, nil, nil, err
 	}
 
 	stopProf := r.profile(fmt.Sprintf("%s-c%d", spec.e2e, c))
+	down0, _ := procTicks(spec.downstream.pid)
 	a := smp.snap(ctx)
 	res := closedLoop(ctx, c, window, op)
 	b := smp.snap(ctx)
@@ -424,8 +466,9 @@ func (r *runner) runE2EWindow(ctx context.Context, db *benchDB, c int, spec e2eS
 		stopProf()
 		return accept, nil, res, nil
 	}
-	done, got, werr := waitLedger(ctx, pool, before+res.N, max(60*time.Second, 10*window))
+	done, got, werr := waitRows(ctx, pool, effects, before+res.N, max(60*time.Second, 10*window))
 	cs := smp.snap(ctx)
+	down1, downOK := procTicks(spec.downstream.pid)
 	stopProf()
 
 	e2e = &row{Series: spec.e2e, Conc: c, N: res.N, CPU: usage(a, cs)}
@@ -437,13 +480,16 @@ func (r *runner) runE2EWindow(ctx context.Context, db *benchDB, c int, spec e2eS
 		e2e.Rate = float64(res.N) / done.Sub(res.Start).Seconds()
 		e2e.Note = fmt.Sprintf("drained %s after the window", fmtDur(done.Sub(res.Start.Add(res.Elapsed))))
 	}
+	if spec.downstream.pid != 0 && downOK && down1 >= down0 && e2e.N > 0 {
+		e2e.Note += fmt.Sprintf("; %s %.2f ms/op", spec.downstream.name, float64(down1-down0)/clockTicks*1000/float64(e2e.N))
+	}
 	return accept, e2e, res, nil
 }
 
 func (r *runner) bareSpec() e2eSpec {
 	return e2eSpec{accept: sBareInsert, e2e: sBareE2E,
 		start: func(ctx context.Context, db *benchDB, _ int) (func(context.Context, int, int) error, func(), error) {
-			s, err := startBare(ctx, db, r.tn, r.logger)
+			s, err := startBare(ctx, db, r.tn, r.logger, bareOptions{})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -465,7 +511,7 @@ func (r *runner) idemSpec() e2eSpec {
 			g := s.api.Gate
 			op := func(ctx context.Context, _, _ int) error {
 				_, _, raw := creditArgs(randomKey())
-				res, err := claimInProcess(ctx, g, raw)
+				res, err := claimInProcess(ctx, g, "apply_credit", raw)
 				if err != nil {
 					return err
 				}
@@ -552,7 +598,7 @@ func (r *runner) replay(ctx context.Context, concs []int, keys int) error {
 		_, _, raws[i] = creditArgs(randomKey())
 	}
 	if err := forEach(ctx, len(raws), 16, func(ctx context.Context, i int) error {
-		_, err := claimInProcess(ctx, s.api.Gate, raws[i])
+		_, err := claimInProcess(ctx, s.api.Gate, "apply_credit", raws[i])
 		return err
 	}); err != nil {
 		return fmt.Errorf("replay: prepare: %w", err)
@@ -619,7 +665,7 @@ func (r *runner) replay(ctx context.Context, concs []int, keys int) error {
 
 	for _, c := range concs {
 		err := measure(sReplay, c, func(ctx context.Context, _, _ int) error {
-			res, err := claimInProcess(ctx, s.api.Gate, raws[rand.IntN(len(raws))])
+			res, err := claimInProcess(ctx, s.api.Gate, "apply_credit", raws[rand.IntN(len(raws))])
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/refund"
 
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
@@ -39,14 +41,19 @@ func (t tuning) String() string {
 		t.MaxWorkers, app.DefaultFetchCooldown, app.DefaultFetchPollInterval, t.APIConns, t.WorkerConns)
 }
 
-// benchConfig is the configuration the api and the worker run with. The
-// Stripe and SMTP settings are placeholders: apply_credit calls neither.
-func benchConfig(dbURL string, wait time.Duration) *config.Config {
+// benchStripeKey is the test key both systems send to the test Stripe.
+const benchStripeKey = "sk_test_bench"
+
+// benchConfig is the configuration the api and the worker run with.
+// stripeBase is the test Stripe (stripe-mock) for refund_order; empty, it
+// is a placeholder nothing listens on: apply_credit calls no downstream.
+// The SMTP settings are placeholders.
+func benchConfig(dbURL string, wait time.Duration, stripeBase string) *config.Config {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = wait
-	cfg.StripeAPIKey = "sk_test_bench"
-	cfg.StripeAPIBase = "http://127.0.0.1:9"
+	cfg.StripeAPIKey = benchStripeKey
+	cfg.StripeAPIBase = firstNonEmpty(stripeBase, "http://127.0.0.1:9")
 	cfg.Secret = strings.Repeat("b", 32)
 	return cfg
 }
@@ -70,6 +77,8 @@ type stackOptions struct {
 	wait     time.Duration
 	http     bool
 	noWorker bool
+	// stripeBase is the test Stripe the worker's refund_order calls.
+	stripeBase string
 }
 
 func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger, o stackOptions) (*idemStack, error) {
@@ -78,7 +87,7 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	if s.apiPool, err = db.openPool(ctx, tn.APIConns); err != nil {
 		return nil, err
 	}
-	cfg := benchConfig(db.url, o.wait)
+	cfg := benchConfig(db.url, o.wait, o.stripeBase)
 	// The per-tenant rate limit (50 calls/s, burst 200, by default) is off:
 	// one tenant drives all the load here, and the limiter would be measured
 	// instead of the gate.
@@ -95,22 +104,12 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	go func() { defer s.wg.Done(); s.api.Run(runCtx) }()
 
 	if !o.noWorker {
-		if s.workerPool, err = db.openPool(ctx, tn.WorkerConns); err != nil {
-			s.stop()
-			return nil, err
-		}
-		s.worker, err = app.NewWorker(cfg, s.workerPool, logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers})
-		if err != nil {
+		if s.workerPool, s.worker, err = newIdemWorker(ctx, db, tn, logger, cfg); err != nil {
 			s.stop()
 			return nil, err
 		}
 		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.worker.Run(runCtx, 10*time.Second); err != nil {
-				logger.Error("bench: worker stopped", "error", err)
-			}
-		}()
+		go func() { defer s.wg.Done(); runIdemWorker(runCtx, s.worker, logger) }()
 	}
 	if o.http {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -125,6 +124,28 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	// Let the LISTEN connection and River's producers come up.
 	time.Sleep(300 * time.Millisecond)
 	return s, nil
+}
+
+// newIdemWorker assembles the worker process (app.NewWorker: the real
+// jobs.Runner workers, reaper and pruner) on a pool of its own, not started.
+func newIdemWorker(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger, cfg *config.Config) (*pgxpool.Pool, *app.Worker, error) {
+	pool, err := db.openPool(ctx, tn.WorkerConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, w, nil
+}
+
+// runIdemWorker runs w until ctx ends, as the worker process does.
+func runIdemWorker(ctx context.Context, w *app.Worker, logger *slog.Logger) {
+	if err := w.Run(ctx, 10*time.Second); err != nil {
+		logger.Error("bench: worker stopped", "error", err)
+	}
 }
 
 func (s *idemStack) stop() {
@@ -211,6 +232,100 @@ func (w *bareWorker) Work(ctx context.Context, job *river.Job[bareArgs]) error {
 	return tx.Commit(ctx)
 }
 
+// --- bare River with the same Stripe call ---
+
+// bareRefundArgs is bare River's refund job: refund_order's operation in
+// the job's args.
+type bareRefundArgs struct {
+	TenantID    string `json:"tenant_id"`
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Key         string `json:"key"`
+}
+
+func (bareRefundArgs) Kind() string { return "bench_bare_refund" }
+
+// newStripeRefunds is a stripe-go refund client with the settings
+// idemgate's refunds client uses (domain/refunds): a plain http.Client with
+// a 30s timeout, stripe-go's network retries, logging and telemetry off.
+func newStripeRefunds(base string) *refund.Client {
+	bc := &stripe.BackendConfig{
+		HTTPClient:        &http.Client{Timeout: 30 * time.Second},
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+		EnableTelemetry:   stripe.Bool(false),
+		URL:               stripe.String(base),
+	}
+	return &refund.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, bc), Key: benchStripeKey}
+}
+
+// bareRefundWorker does what refund_order does, without the gate: it reads
+// the order (its charge, what is still refundable), makes the refund at
+// Stripe with an Idempotency-Key and the same metadata, then records the
+// refund row (and the order's refunded amount, the statement RefundRecord
+// runs) and completes the job with JobCompleteTx in one transaction.
+type bareRefundWorker struct {
+	river.WorkerDefaults[bareRefundArgs]
+	pool    *pgxpool.Pool
+	refunds *refund.Client
+}
+
+const sqlBareOrder = `SELECT charge_id, amount_cents - refunded_cents, currency FROM orders WHERE tenant_id = $1 AND order_id = $2`
+
+const sqlBareRefundRecord = `
+WITH ins AS (
+	INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)
+	ON CONFLICT (stripe_refund_id) DO NOTHING
+	RETURNING tenant_id, order_id, amount_cents
+)
+UPDATE orders o SET refunded_cents = o.refunded_cents + ins.amount_cents
+FROM ins
+WHERE o.tenant_id = ins.tenant_id AND o.order_id = ins.order_id`
+
+func (w *bareRefundWorker) Work(ctx context.Context, job *river.Job[bareRefundArgs]) error {
+	a := job.Args
+	var (
+		charge, currency string
+		refundable       int64
+	)
+	if err := w.pool.QueryRow(ctx, sqlBareOrder, a.TenantID, a.OrderID).Scan(&charge, &refundable, &currency); err != nil {
+		return err
+	}
+	if a.AmountCents > refundable {
+		return river.JobCancel(fmt.Errorf("amount_cents %d exceeds the %d still refundable on order %s", a.AmountCents, refundable, a.OrderID))
+	}
+	opID := uuid.New()
+	re, err := w.refunds.New(&stripe.RefundParams{
+		Params: stripe.Params{Context: ctx, IdempotencyKey: stripe.String(a.Key)},
+		Metadata: map[string]string{
+			"idemgate_operation_id": opID.String(),
+			"idemgate_tenant":       a.TenantID,
+			"idemgate_order_id":     a.OrderID,
+		},
+		Charge: stripe.String(charge),
+		Amount: stripe.Int64(a.AmountCents),
+	})
+	if err != nil {
+		return err
+	}
+	if re.Currency != "" {
+		currency = string(re.Currency)
+	}
+	tx, err := w.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, sqlBareRefundRecord, a.TenantID, a.OrderID, opID, re.ID, re.Amount, currency, string(re.Status)); err != nil {
+		return err
+	}
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // bareStack is plain River tuned like idemgate's worker: an insert-only
 // client on the inserting pool (as the api has), and a worker client with
 // app's FetchCooldown, FetchPollInterval and MaxWorkers on a pool the size
@@ -221,7 +336,15 @@ type bareStack struct {
 	worker                 *river.Client[pgx.Tx]
 }
 
-func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger) (*bareStack, error) {
+type bareOptions struct {
+	// stripeBase, when set, makes the worker bareRefundWorker against this
+	// test Stripe; otherwise it is bareWorker (one ledger row).
+	stripeBase string
+	// deferStart leaves the worker client stopped: startWorker starts it.
+	deferStart bool
+}
+
+func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger, o bareOptions) (*bareStack, error) {
 	s := &bareStack{}
 	var err error
 	if s.insertPool, err = db.openPool(ctx, tn.APIConns); err != nil {
@@ -236,7 +359,11 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger)
 		return nil, err
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &bareWorker{pool: s.workerPool})
+	if o.stripeBase != "" {
+		river.AddWorker(workers, &bareRefundWorker{pool: s.workerPool, refunds: newStripeRefunds(o.stripeBase)})
+	} else {
+		river.AddWorker(workers, &bareWorker{pool: s.workerPool})
+	}
 	inflight := config.DefaultInflightTimeout
 	s.worker, err = river.NewClient(riverpgxv5.New(s.workerPool), &river.Config{
 		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: tn.MaxWorkers}},
@@ -251,7 +378,10 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger)
 		s.stop()
 		return nil, err
 	}
-	if err := s.worker.Start(context.WithoutCancel(ctx)); err != nil {
+	if o.deferStart {
+		return s, nil
+	}
+	if err := s.startWorker(ctx); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -259,8 +389,13 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger)
 	return s, nil
 }
 
+// startWorker starts the worker client.
+func (s *bareStack) startWorker(ctx context.Context) error {
+	return s.worker.Start(context.WithoutCancel(ctx))
+}
+
 // insert inserts one operation in its own transaction with InsertTx.
-func (s *bareStack) insert(ctx context.Context, args bareArgs) error {
+func (s *bareStack) insert(ctx context.Context, args river.JobArgs) error {
 	tx, err := s.insertPool.Begin(ctx)
 	if err != nil {
 		return err
