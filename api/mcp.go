@@ -103,9 +103,12 @@ func (s *Server) toolHandler(def *tool.Spec) mcp.ToolHandler {
 		if cerr != nil {
 			return toolError(cerr), nil
 		}
+		// The text and the structured content are the same JSON: marshal
+		// it once (the SDK writes a RawMessage as it is).
+		text := mustJSON(out)
 		return &mcp.CallToolResult{
-			Content:           []mcp.Content{&mcp.TextContent{Text: string(mustJSON(out))}},
-			StructuredContent: out,
+			Content:           []mcp.Content{&mcp.TextContent{Text: string(text)}},
+			StructuredContent: json.RawMessage(text),
 		}, nil
 	}
 }
