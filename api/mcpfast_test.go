@@ -300,6 +300,9 @@ func mcpEquivalenceCases() []struct {
 		add("Id"+id, false, legacy, call(id, "apply_credit", eqCredit, false))
 	}
 	// Protocol versions and headers.
+	// The TypeScript SDK's member order and headers.
+	add("TypeScriptClient", true, with(legacy, "Accept-Language", "*", "Sec-Fetch-Mode", "cors", "User-Agent", "node"),
+		`{"method":"tools/call","params":{"name":"apply_credit","arguments":`+eqCredit+`},"jsonrpc":"2.0","id":1}`)
 	sdk := func(name string, header map[string]string, body string) { add(name, false, header, body) }
 	sdk("VersionUnknownOld", with(legacy, "Mcp-Protocol-Version", "2020-01-01"), call("1", "apply_credit", eqCredit, false))
 	sdk("VersionUnknownNew", with(legacy, "Mcp-Protocol-Version", "2099-01-01"), call("1", "apply_credit", eqCredit, false))
