@@ -52,7 +52,7 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 	}
 	var fast *fastPath
 	if !s.sdkOnlyMCP {
-		fast = newFastPath(impl, fastTools, schemas)
+		fast = newFastPath(impl, fastTools, schemas, s.logger)
 	}
 	if err := s.addTaskMethods(server); err != nil {
 		return nil, err

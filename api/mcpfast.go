@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"strings"
 	"unicode/utf8"
 
@@ -57,12 +59,23 @@ const (
 	metaServerInfo         = mcp.MetaKeyServerInfo
 )
 
+// fastPathSDK is the go-sdk release whose answers the fast path copies
+// (and mcpfast_test.go compares against).
+const fastPathSDK = "v1.8."
+
 // newFastPath returns the fast path for these tools, or nil when it must
 // stay off: MCPGODEBUG switches the SDK's compatibility behaviours, which
-// the fast path does not copy. A tool whose input schema binds an argument
+// the fast path does not copy, and a binary built with another go-sdk
+// release than fastPathSDK runs everything through the SDK until the fast
+// path is checked against it. A tool whose input schema binds an argument
 // to an HTTP header (x-mcp-header) is left to the SDK, which checks it.
-func newFastPath(impl *mcp.Implementation, tools map[string]mcp.MethodHandler, schemas map[string]any) *fastPath {
+func newFastPath(impl *mcp.Implementation, tools map[string]mcp.MethodHandler, schemas map[string]any, logger *slog.Logger) *fastPath {
 	if os.Getenv("MCPGODEBUG") != "" {
+		logger.Info("MCP fast path off: MCPGODEBUG is set")
+		return nil
+	}
+	if v := sdkVersion(); !sdkVerified(v) {
+		logger.Warn("MCP fast path off: built with a go-sdk release it was not checked against", "go_sdk", v, "checked", fastPathSDK+"x")
 		return nil
 	}
 	f := &fastPath{impl: impl, tools: map[string]mcp.MethodHandler{}}
@@ -73,6 +86,29 @@ func newFastPath(impl *mcp.Implementation, tools map[string]mcp.MethodHandler, s
 		f.tools[name] = h
 	}
 	return f
+}
+
+// sdkVersion is the go-sdk version the binary was built with, or "" when
+// the build does not say (test binaries list no dependencies).
+func sdkVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "github.com/modelcontextprotocol/go-sdk" {
+			if d.Replace != nil {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return ""
+}
+
+// sdkVerified reports whether the fast path may run with go-sdk version v.
+func sdkVerified(v string) bool {
+	return v == "" || strings.HasPrefix(v, fastPathSDK)
 }
 
 // serve answers the request and returns true when it is a plain tools/call
