@@ -15,9 +15,10 @@ import (
 // many tool calls (and their audit rows) in one HTTP request, around any
 // per-request limit in front of the api; duplicate members ("arguments"
 // twice, last one wins in Go's decoder) would let a proxy or log see other
-// arguments than the ones executed. It reads a POST's body once and passes
-// it to next (nil for other methods); r.Body reads it again.
-func singleCall(next func(w http.ResponseWriter, r *http.Request, body []byte)) http.Handler {
+// arguments than the ones executed. It reads a POST's body once, offers
+// it to the fast path (which checks the same) and otherwise passes it to
+// next (nil for other methods); r.Body reads it again.
+func singleCall(m *metrics, fast *fastPath, next func(w http.ResponseWriter, r *http.Request, body []byte)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next(w, r, nil)
@@ -28,6 +29,11 @@ func singleCall(next func(w http.ResponseWriter, r *http.Request, body []byte)) 
 			writeRPCError(w, http.StatusRequestEntityTooLarge, "request body too large or unreadable")
 			return
 		}
+		if fast.serve(w, r, body) {
+			m.mcpFast.Inc()
+			return
+		}
+		m.mcpSDK.Inc()
 		if err := checkEnvelope(body); err != nil {
 			writeRPCError(w, http.StatusBadRequest, err.Error())
 			return

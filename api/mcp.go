@@ -19,16 +19,21 @@ const Version = "0.1.0"
 
 // mcpHandler builds the MCP server with every tool and serves it over
 // Streamable HTTP in stateless mode, so any api replica can answer any call,
-// behind singleCall and the task layer.
+// behind singleCall and the task layer; the fast path (mcpfast.go) answers
+// plain tool calls itself.
 func (s *Server) mcpHandler() (http.Handler, error) {
-	server := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}, &mcp.ServerOptions{
+	impl := &mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}
+	server := mcp.NewServer(impl, &mcp.ServerOptions{
 		Instructions: "Mutating tools take an idempotency_key: reuse it when you retry the same intent, " +
 			"never for a different one. An in_flight answer carries the operation handle: poll get_operation, " +
 			"or call the tool as an MCP task (the task id is the operation id; the same key is the same task).",
 		// The tool list never changes while the server runs.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}},
 	})
+	fastTools := map[string]mcp.MethodHandler{}
+	schemas := map[string]any{}
 	for _, spec := range s.allTools() {
+		handler := s.toolHandler(spec)
 		// The low-level AddTool does not validate arguments against the
 		// schema: our own validation runs, so every rejection carries our
 		// code and its audit row. The schemas are still published.
@@ -39,13 +44,21 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 			InputSchema:  spec.InputSchema,
 			OutputSchema: spec.OutputSchema,
 			Annotations:  annotations(spec),
-		}, s.toolHandler(spec))
+		}, handler)
+		fastTools[spec.Name] = s.recoverMCP(func(ctx context.Context, _ string, req mcp.Request) (mcp.Result, error) {
+			return handler(ctx, req.(*mcp.CallToolRequest))
+		})
+		schemas[spec.Name] = spec.InputSchema
+	}
+	var fast *fastPath
+	if !s.sdkOnlyMCP {
+		fast = newFastPath(impl, fastTools, schemas, s.logger)
 	}
 	if err := s.addTaskMethods(server); err != nil {
 		return nil, err
 	}
 	server.AddReceivingMiddleware(s.recoverMCP)
-	return singleCall(s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+	return singleCall(s.metrics, fast, s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
 		Logger:       s.logger,
@@ -90,9 +103,12 @@ func (s *Server) toolHandler(def *tool.Spec) mcp.ToolHandler {
 		if cerr != nil {
 			return toolError(cerr), nil
 		}
+		// The text and the structured content are the same JSON: marshal
+		// it once (the SDK writes a RawMessage as it is).
+		text := mustJSON(out)
 		return &mcp.CallToolResult{
-			Content:           []mcp.Content{&mcp.TextContent{Text: string(mustJSON(out))}},
-			StructuredContent: out,
+			Content:           []mcp.Content{&mcp.TextContent{Text: string(text)}},
+			StructuredContent: json.RawMessage(text),
 		}, nil
 	}
 }

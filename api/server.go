@@ -90,6 +90,12 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// SDKOnlyMCP sends every MCP request through the MCP SDK's handler.
+	// Default (false): a plain tools/call of a served tool is answered by
+	// the api itself, with what the SDK would answer but without a server
+	// session per request (api/mcpfast.go); everything else goes to the
+	// SDK either way.
+	SDKOnlyMCP bool
 }
 
 // Server serves MCP, REST and health routes.
@@ -112,6 +118,8 @@ type Server struct {
 	router    chi.Router
 	// tracerProvider is Config.TracerProvider.
 	tracerProvider trace.TracerProvider
+	// sdkOnlyMCP is Config.SDKOnlyMCP.
+	sdkOnlyMCP bool
 
 	// resets and redeemLimit serve password-reset redemption.
 	resets      store.ResetTokens
@@ -182,6 +190,7 @@ func newServer(cfg *Config) *Server {
 		logger:    cfg.Logger,
 
 		tracerProvider: cfg.TracerProvider,
+		sdkOnlyMCP:     cfg.SDKOnlyMCP,
 	}
 	if s.dbTimeout == 0 {
 		s.dbTimeout = gate.DefaultDBTimeout
@@ -429,6 +438,9 @@ type metrics struct {
 	outcomes   *prometheus.CounterVec
 	rateLimits *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	// mcpFast and mcpSDK count the POSTs to /mcp answered by the fast
+	// path and by the MCP SDK.
+	mcpFast, mcpSDK prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -447,7 +459,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}, []string{"tool", "result"}),
 	}
-	for _, c := range []prometheus.Collector{m.outcomes, m.rateLimits, m.latency} {
+	mcpRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idemgate_mcp_requests_total",
+		Help: "POST requests to /mcp by the path that answered them: fast (a plain tools/call, answered without an SDK session) or sdk.",
+	}, []string{"path"})
+	m.mcpFast, m.mcpSDK = mcpRequests.WithLabelValues("fast"), mcpRequests.WithLabelValues("sdk")
+	for _, c := range []prometheus.Collector{m.outcomes, m.rateLimits, m.latency, mcpRequests} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,691 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The MCP SDK's stateless handler builds a server session for every HTTP
+// request (its state, goroutines, channels) and decodes the body five or
+// six times with a decoder that allocates 32 kB per call: over 1 ms of CPU
+// and 300 kB of garbage per tools/call, three times the cost of the gate
+// behind it. fastPath answers the hot request itself: a plain tools/call
+// of a served tool, with the bytes, status and headers the SDK (v1.8)
+// would answer, by calling the same tool handler through the same
+// recoverMCP. Anything else goes to the SDK, unchanged: every other method,
+// notifications, task-augmented calls, a progress token or any other
+// _meta, an id or a member it does not recognise, unknown tools, headers
+// or protocol versions it does not accept below, malformed or duplicated
+// members. mcpfast_test.go sends the same requests both ways and compares
+// the answers.
+type fastPath struct {
+	impl *mcp.Implementation
+	// tools are the tool handlers by name, each behind recoverMCP, as the
+	// SDK runs them.
+	tools map[string]mcp.MethodHandler
+}
+
+// SDK protocol versions (go-sdk v1.8's supported list).
+const (
+	// mcpVersionStateless is the protocol version of SEP-2575, sessionless:
+	// each call carries the client's info and capabilities in its _meta and
+	// the answer carries the server's; the go-sdk client speaks it.
+	mcpVersionStateless = "2026-07-28"
+)
+
+// mcpVersionsLegacy are the versions before mcpVersionStateless that the
+// SDK serves (the TypeScript SDK speaks 2025-11-25); "" is a request
+// without the header, which the SDK takes for 2025-03-26.
+var mcpVersionsLegacy = [...]string{"", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// _meta keys of SEP-2575.
+const (
+	metaProtocolVersion    = mcp.MetaKeyProtocolVersion
+	metaClientInfo         = mcp.MetaKeyClientInfo
+	metaClientCapabilities = mcp.MetaKeyClientCapabilities
+	metaServerInfo         = mcp.MetaKeyServerInfo
+)
+
+// fastPathSDK is the go-sdk release whose answers the fast path copies
+// (and mcpfast_test.go compares against).
+const fastPathSDK = "v1.8."
+
+// newFastPath returns the fast path for these tools, or nil when it must
+// stay off: MCPGODEBUG switches the SDK's compatibility behaviours, which
+// the fast path does not copy, and a binary built with another go-sdk
+// release than fastPathSDK runs everything through the SDK until the fast
+// path is checked against it. A tool whose input schema binds an argument
+// to an HTTP header (x-mcp-header) is left to the SDK, which checks it.
+func newFastPath(impl *mcp.Implementation, tools map[string]mcp.MethodHandler, schemas map[string]any, logger *slog.Logger) *fastPath {
+	if os.Getenv("MCPGODEBUG") != "" {
+		logger.Info("MCP fast path off: MCPGODEBUG is set")
+		return nil
+	}
+	if v := sdkVersion(); !sdkVerified(v) {
+		logger.Warn("MCP fast path off: built with a go-sdk release it was not checked against", "go_sdk", v, "checked", fastPathSDK+"x")
+		return nil
+	}
+	f := &fastPath{impl: impl, tools: map[string]mcp.MethodHandler{}}
+	for name, h := range tools {
+		if b, err := json.Marshal(schemas[name]); err != nil || bytes.Contains(b, []byte("x-mcp-header")) {
+			continue
+		}
+		f.tools[name] = h
+	}
+	return f
+}
+
+// sdkVersion is the go-sdk version the binary was built with, or "" when
+// the build does not say (test binaries list no dependencies).
+func sdkVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "github.com/modelcontextprotocol/go-sdk" {
+			if d.Replace != nil {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return ""
+}
+
+// sdkVerified reports whether the fast path may run with go-sdk version v.
+func sdkVerified(v string) bool {
+	return v == "" || strings.HasPrefix(v, fastPathSDK)
+}
+
+// serve answers the request and returns true when it is a plain tools/call
+// of a served tool; otherwise it writes nothing and returns false. body is
+// the whole POST body.
+func (f *fastPath) serve(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if f == nil || !f.acceptsHeaders(r) || len(body) > mcp.DefaultMaxRequestBodyBytes {
+		return false
+	}
+	msg, ok := parseToolCall(body)
+	if !ok {
+		return false
+	}
+	h, ok := f.tools[msg.name]
+	if !ok {
+		return false // the SDK answers an unknown tool
+	}
+	stateless := false
+	switch v := r.Header.Get("Mcp-Protocol-Version"); {
+	case v == mcpVersionStateless:
+		// The SDK's checks of SEP-2575 calls: the _meta triple, and the
+		// standard headers naming the method and the tool.
+		if msg.meta == nil || !validStatelessMeta(msg.meta) ||
+			r.Header.Get("Mcp-Method") != "tools/call" || r.Header.Get("Mcp-Name") != msg.name {
+			return false
+		}
+		stateless = true
+	case isLegacyVersion(v):
+		if msg.meta != nil {
+			return false
+		}
+	default:
+		return false
+	}
+
+	req := &mcp.CallToolRequest{
+		Params: &mcp.CallToolParamsRaw{Name: msg.name, Arguments: json.RawMessage(msg.args)},
+		Extra:  &mcp.RequestExtra{Header: r.Header},
+	}
+	res, err := h(r.Context(), "tools/call", req)
+	out := make([]byte, 0, 1024)
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, msg.id...)
+	result, _ := res.(*mcp.CallToolResult)
+	if err == nil && result == nil {
+		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tool handler returned no result"}
+	}
+	if err == nil {
+		out = append(out, `,"result":`...)
+		out, err = appendResult(out, result, f.impl, stateless)
+	}
+	if err != nil {
+		out = append(out[:0], `{"jsonrpc":"2.0","id":`...)
+		out = append(out, msg.id...)
+		out = append(out, `,"error":`...)
+		werr, ok := err.(*jsonrpc.Error)
+		if !ok {
+			// The SDK's jsonrpc2 toWireError: the message of err, the
+			// code of the wire error it wraps, if any.
+			werr = &jsonrpc.Error{Message: err.Error()}
+			var wrapped *jsonrpc.Error
+			if errors.As(err, &wrapped) {
+				werr.Code = wrapped.Code
+			}
+		}
+		b, merr := marshalNoEscape(werr)
+		if merr != nil {
+			b = []byte(`{"code":-32603,"message":"internal error"}`)
+		}
+		out = append(out, b...)
+	}
+	out = append(out, '}')
+	w.Header().Set("Cache-Control", "no-cache, no-transform")
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+	return true
+}
+
+// appendResult appends the JSON of a tools/call result as the SDK writes
+// it: an empty content list rather than null, and on the stateless
+// protocol the server's info in _meta and resultType "complete", the last
+// member of CallToolResult's JSON.
+func appendResult(out []byte, res *mcp.CallToolResult, impl *mcp.Implementation, stateless bool) ([]byte, error) {
+	if res.Content == nil || stateless {
+		r := *res
+		res = &r
+		if res.Content == nil {
+			res.Content = []mcp.Content{}
+		}
+	}
+	if stateless {
+		if res.Meta == nil {
+			res.Meta = mcp.Meta{}
+		} else {
+			m := make(mcp.Meta, len(res.Meta)+1)
+			for k, v := range res.Meta {
+				m[k] = v
+			}
+			res.Meta = m
+		}
+		if _, ok := res.Meta[metaServerInfo]; !ok {
+			res.Meta[metaServerInfo] = impl
+		}
+	}
+	b, err := marshalNoEscape(res)
+	if err != nil {
+		return out, err
+	}
+	if stateless {
+		if len(b) < 2 || b[len(b)-1] != '}' || bytes.Contains(b, []byte(`"resultType"`)) {
+			return out, errors.New("api: unexpected tools/call result JSON")
+		}
+		out = append(out, b[:len(b)-1]...)
+		out = append(out, `,"resultType":"complete"}`...)
+	} else {
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// marshalNoEscape is JSON without HTML escaping, as the SDK's jsonrpc2
+// encodes messages.
+func marshalNoEscape(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func isLegacyVersion(v string) bool {
+	for _, l := range mcpVersionsLegacy {
+		if v == l {
+			return true
+		}
+	}
+	return false
+}
+
+// acceptsHeaders reports whether the SDK's stateless handler lets the
+// request through to its session: its DNS rebinding protection (a loopback
+// listener answers only loopback Host names), no Last-Event-ID, a JSON body
+// and an Accept naming both JSON and event streams.
+func (f *fastPath) acceptsHeaders(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil {
+		if isLoopback(local.String()) && !isLoopback(r.Host) {
+			return false
+		}
+	}
+	if len(r.Header.Values("Last-Event-ID")) > 0 {
+		return false
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return false
+		}
+	}
+	jsonOK, streamOK := streamableAccepts(r.Header.Values("Accept"))
+	return jsonOK && streamOK
+}
+
+// isLoopback is the SDK's util.IsLoopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	return ip.IsLoopback()
+}
+
+// streamableAccepts is the SDK's check of Accept headers.
+func streamableAccepts(values []string) (jsonOK, streamOK bool) {
+	for _, value := range values {
+		for _, raw := range strings.Split(value, ",") {
+			token := strings.TrimSpace(raw)
+			base, _, _ := strings.Cut(token, ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "application/json", "application/*":
+				jsonOK = true
+			case "text/event-stream", "text/*":
+				streamOK = true
+			case "*/*":
+				jsonOK = true
+				streamOK = true
+			}
+		}
+	}
+	return jsonOK, streamOK
+}
+
+// toolCall is what the fast path reads of a tools/call request.
+type toolCall struct {
+	// id is the raw JSON id: a string of printable ASCII without escapes,
+	// or an integer of at most 15 digits, which the SDK writes back as
+	// it came.
+	id   []byte
+	name string
+	// args is the raw JSON object of params.arguments.
+	args []byte
+	// meta is the raw JSON object of params._meta, or nil.
+	meta []byte
+}
+
+// maxArgsDepth bounds the nesting the fast path scans in arguments; deeper
+// ones go to the SDK, which has its own bound.
+const maxArgsDepth = 64
+
+// parseToolCall reads a tools/call request in one pass and reports whether
+// it is one the fast path answers: a JSON object with exactly the members
+// jsonrpc "2.0", id, method "tools/call" and params, whose params has a
+// name, an object of arguments and perhaps a _meta object, and nothing
+// else; no member name twice in any object outside the arguments (so
+// checkEnvelope has nothing to refuse) and no escapes in member names.
+func parseToolCall(body []byte) (toolCall, bool) {
+	var msg toolCall
+	if !utf8.Valid(body) || !json.Valid(body) {
+		return msg, false
+	}
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return msg, false
+	}
+	const (
+		seenJSONRPC = 1 << iota
+		seenID
+		seenMethod
+		seenParams
+	)
+	seen := 0
+	end, ok := eachMember(body, i, func(key, val []byte) bool {
+		bit := 0
+		switch string(key) {
+		case "jsonrpc":
+			bit = seenJSONRPC
+			if string(val) != `"2.0"` {
+				return false
+			}
+		case "id":
+			bit = seenID
+			if !plainID(val) {
+				return false
+			}
+			msg.id = val
+		case "method":
+			bit = seenMethod
+			if string(val) != `"tools/call"` {
+				return false
+			}
+		case "params":
+			bit = seenParams
+			if !parseParams(val, &msg) {
+				return false
+			}
+		default:
+			return false
+		}
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	})
+	if !ok || skipSpace(body, end) != len(body) || seen != seenJSONRPC|seenID|seenMethod|seenParams {
+		return msg, false
+	}
+	return msg, true
+}
+
+// parseParams reads the params object of a tools/call.
+func parseParams(val []byte, msg *toolCall) bool {
+	if val[0] != '{' {
+		return false
+	}
+	const (
+		seenName = 1 << iota
+		seenArgs
+		seenMeta
+	)
+	seen := 0
+	_, ok := eachMember(val, 0, func(key, v []byte) bool {
+		bit := 0
+		switch string(key) {
+		case "name":
+			bit = seenName
+			if v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
+				return false
+			}
+			msg.name = string(v[1 : len(v)-1])
+		case "arguments":
+			bit = seenArgs
+			if v[0] != '{' || depth(v) > maxArgsDepth {
+				return false
+			}
+			msg.args = v
+		case "_meta":
+			bit = seenMeta
+			if v[0] != '{' {
+				return false
+			}
+			msg.meta = v
+		default:
+			return false
+		}
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	})
+	return ok && seen&(seenName|seenArgs) == seenName|seenArgs
+}
+
+// plainID reports whether a JSON-RPC id is one the SDK writes back
+// byte for byte: a string of printable ASCII without escapes, or an
+// integer of at most 15 digits other than -0 (it decodes numbers into
+// float64 and writes them back as int64).
+func plainID(v []byte) bool {
+	switch {
+	case v[0] == '"':
+		for _, c := range v[1 : len(v)-1] {
+			if c < 0x20 || c > 0x7e || c == '\\' {
+				return false
+			}
+		}
+		return true
+	case string(v) == "-0":
+		return false
+	}
+	digits := v
+	if digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// validStatelessMeta reports whether a SEP-2575 _meta is one the SDK
+// certainly accepts: the protocol version, client capabilities among
+// roots (listChanged only), sampling, elicitation and experimental (empty
+// objects), and perhaps client info with string members only. Anything
+// else (a progress token, a log level, other keys or shapes) goes to the
+// SDK.
+func validStatelessMeta(meta []byte) bool {
+	const (
+		seenVersion = 1 << iota
+		seenInfo
+		seenCaps
+	)
+	seen := 0
+	_, ok := eachMember(meta, 0, func(key, v []byte) bool {
+		bit := 0
+		switch string(key) {
+		case metaProtocolVersion:
+			bit = seenVersion
+			if string(v) != `"`+mcpVersionStateless+`"` {
+				return false
+			}
+		case metaClientInfo:
+			bit = seenInfo
+			if !validClientInfo(v) {
+				return false
+			}
+		case metaClientCapabilities:
+			bit = seenCaps
+			if !validClientCapabilities(v) {
+				return false
+			}
+		default:
+			return false
+		}
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	})
+	return ok && seen&(seenVersion|seenCaps) == seenVersion|seenCaps
+}
+
+// validClientInfo: an object of mcp.Implementation's string members.
+func validClientInfo(v []byte) bool {
+	if v[0] != '{' {
+		return false
+	}
+	var seen [5]bool
+	_, ok := eachMember(v, 0, func(key, val []byte) bool {
+		i := -1
+		switch string(key) {
+		case "name":
+			i = 0
+		case "title":
+			i = 1
+		case "description":
+			i = 2
+		case "version":
+			i = 3
+		case "websiteUrl":
+			i = 4
+		default:
+			return false
+		}
+		if seen[i] || val[0] != '"' {
+			return false
+		}
+		seen[i] = true
+		return true
+	})
+	return ok
+}
+
+// validClientCapabilities: an object of roots ({} or {"listChanged":
+// bool}) and empty sampling, elicitation and experimental objects.
+func validClientCapabilities(v []byte) bool {
+	if v[0] != '{' {
+		return false
+	}
+	var seen [4]bool
+	_, ok := eachMember(v, 0, func(key, val []byte) bool {
+		i := -1
+		switch string(key) {
+		case "roots":
+			i = 0
+			if !validRoots(val) {
+				return false
+			}
+		case "sampling", "elicitation", "experimental":
+			switch string(key) {
+			case "sampling":
+				i = 1
+			case "elicitation":
+				i = 2
+			default:
+				i = 3
+			}
+			if !emptyObject(val) {
+				return false
+			}
+		default:
+			return false
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		return true
+	})
+	return ok
+}
+
+func validRoots(v []byte) bool {
+	if v[0] != '{' {
+		return false
+	}
+	seen := false
+	_, ok := eachMember(v, 0, func(key, val []byte) bool {
+		if string(key) != "listChanged" || seen || (string(val) != "true" && string(val) != "false") {
+			return false
+		}
+		seen = true
+		return true
+	})
+	return ok
+}
+
+func emptyObject(v []byte) bool {
+	return v[0] == '{' && skipSpace(v, 1) == len(v)-1
+}
+
+// The scanners below read JSON that json.Valid accepted.
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// eachMember calls fn with the name and the raw value of each member of
+// the object at b[i], in order, and returns the index after the object.
+// It stops with false when fn does, or at a member name with an escape.
+func eachMember(b []byte, i int, fn func(key, val []byte) bool) (int, bool) {
+	i = skipSpace(b, i+1)
+	if b[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		kEnd := stringEnd(b, i)
+		key := b[i+1 : kEnd-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return 0, false
+		}
+		i = skipSpace(b, kEnd)
+		i = skipSpace(b, i+1) // the colon
+		vEnd := valueEnd(b, i)
+		if !fn(key, b[i:vEnd]) {
+			return 0, false
+		}
+		i = skipSpace(b, vEnd)
+		if b[i] == '}' {
+			return i + 1, true
+		}
+		i = skipSpace(b, i+1) // the comma
+	}
+}
+
+// stringEnd returns the index after the string at b[i].
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; ; j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+}
+
+// valueEnd returns the index after the value at b[i].
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		d := 0
+		for j := i; ; j++ {
+			switch b[j] {
+			case '"':
+				j = stringEnd(b, j) - 1
+			case '{', '[':
+				d++
+			case '}', ']':
+				d--
+				if d == 0 {
+					return j + 1
+				}
+			}
+		}
+	}
+	j := i
+	for j < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[j])) {
+		j++
+	}
+	return j
+}
+
+// depth is the deepest nesting of objects and arrays in the value v.
+func depth(v []byte) int {
+	d, deepest := 0, 0
+	for j := 0; j < len(v); j++ {
+		switch v[j] {
+		case '"':
+			j = stringEnd(v, j) - 1
+		case '{', '[':
+			d++
+			deepest = max(deepest, d)
+		case '}', ']':
+			d--
+		}
+	}
+	return deepest
+}
