@@ -238,7 +238,7 @@ func (p *mcpPair) finish(t testing.TB, tool, key string, fail bool) {
 	ctx := context.Background()
 	c, err := p.store.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: tool, IdempotencyKey: key})
 	require.NoError(t, err)
-	c, err = p.store.ClaimLease(ctx, &gate.ClaimLeaseParams{ID: c.ID, JobID: c.JobID, Lease: time.Minute})
+	c, err = p.store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	if fail {
 		_, err = p.store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: domain.ErrorInfo{Code: "card_declined", Message: "the card <was> declined & \u2028 \"refused\""}})
