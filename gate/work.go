@@ -125,20 +125,11 @@ func orClaim(c, fallback *Claim) *Claim {
 }
 
 // leaseAudit is the started row of a lease of c by job; the store names
-// the attempt and the epoch.
+// the attempt and the epoch, and the fingerprint (the job does not carry it).
 func leaseAudit(ctx context.Context, c *Claim, jobID int64) *AuditInsertParams {
-	return &AuditInsertParams{
-		TenantID:       c.TenantID,
-		UserID:         WorkerUser,
-		Tool:           c.Tool,
-		IdempotencyKey: c.IdempotencyKey,
-		OperationID:    c.OperationID,
-		JobID:          jobID,
-		Decision:       TransitionOf(EventLease).Decision,
-		ArgsHash:       c.ArgsHash,
-		Result:         json.RawMessage(`{"status":"running"}`),
-		TraceID:        telemetry.TraceID(ctx),
-	}
+	ev := transitionAudit(ctx, c, EventLease, "", json.RawMessage(`{"status":"running"}`))
+	ev.JobID = jobID
+	return ev
 }
 
 // redriveOwnJob re-drives a failed claim whose own job an operator retried
