@@ -59,7 +59,7 @@ func benchConfig(dbURL string, wait time.Duration, stripeBase string) *config.Co
 }
 
 // idemStack is idemgate as deployed, in this process: the api (app's
-// assembly, its pool, its LISTEN connection), optionally served over HTTP
+// assembly and its pool), optionally served over HTTP
 // on a loopback port, and the worker (app.NewWorker: the real jobs.Runner
 // workers, reaper and pruner) on a pool of its own.
 type idemStack struct {
@@ -121,7 +121,7 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 		s.url = "http://" + ln.Addr().String()
 		go func() { _ = s.srv.Serve(ln) }()
 	}
-	// Let the LISTEN connection and River's producers come up.
+	// Let River's producers come up.
 	time.Sleep(300 * time.Millisecond)
 	return s, nil
 }
