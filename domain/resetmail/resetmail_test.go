@@ -1,19 +1,18 @@
 package resetmail_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"net"
-	"net/textproto"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/domain/resetmail"
 	"github.com/idemgate/idemgate/internal/mailpit"
+	"github.com/idemgate/idemgate/internal/smtptest"
 )
 
 func TestToken(t *testing.T) {
@@ -367,63 +366,9 @@ func TestUnreachableIsTransient(t *testing.T) {
 	}
 }
 
-// fakeSMTP is a scripted SMTP server for what Mailpit cannot do: never
-// greet (silent), or take a whole message and never answer it (swallow).
-func fakeSMTP(t *testing.T, mode string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				if mode == "silent" {
-					_, _ = conn.Read(make([]byte, 1)) // until the client hangs up
-					return
-				}
-				tc := textproto.NewConn(conn)
-				_ = tc.PrintfLine("220 fake ESMTP")
-				for {
-					line, err := tc.ReadLine()
-					if err != nil {
-						return
-					}
-					switch cmd := strings.ToUpper(strings.Fields(line + " x")[0]); cmd {
-					case "EHLO", "HELO":
-						_ = tc.PrintfLine("250 fake")
-					case "MAIL", "RCPT":
-						_ = tc.PrintfLine("250 ok")
-					case "DATA":
-						_ = tc.PrintfLine("354 go ahead")
-						if _, err := tc.ReadDotBytes(); err != nil {
-							return
-						}
-						// swallow: no answer to the message.
-						_, _ = bufio.NewReader(conn).ReadByte()
-						return
-					case "QUIT":
-						_ = tc.PrintfLine("221 bye")
-						return
-					default:
-						_ = tc.PrintfLine("502 no")
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 func TestSilentServerTimesOut(t *testing.T) {
 	t.Parallel()
-	addr := fakeSMTP(t, "silent")
+	addr := smtptest.Start(t, smtptest.Silent)
 	s := newSender(t, addr, func(c *resetmail.SenderConfig) { c.Timeout = 300 * time.Millisecond })
 	start := time.Now()
 	_, err := s.Send(t.Context(), &resetmail.Mail{To: "finn@example.com", DownstreamKey: "idg_x_0", Token: "t"})
@@ -453,7 +398,7 @@ func TestSilentServerTimesOut(t *testing.T) {
 // answer came, so the server may have queued it.
 func TestUnansweredMessageIsUnknown(t *testing.T) {
 	t.Parallel()
-	addr := fakeSMTP(t, "swallow")
+	addr := smtptest.Start(t, smtptest.Swallow)
 	s := newSender(t, addr, func(c *resetmail.SenderConfig) { c.Timeout = 500 * time.Millisecond })
 	start := time.Now()
 	_, err := s.Send(t.Context(), &resetmail.Mail{To: "gil@example.com", DownstreamKey: "idg_x_0", Token: "t"})
