@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/procstat"
 )
 
 // The CPU the gate spends on a call before it reaches the database: decode
@@ -86,9 +87,9 @@ func TestProcTicksReadsThisProcess(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
-	_, ok := procTicks(os.Getpid())
+	_, ok := procstat.CPUTicks(os.Getpid())
 	require.True(t, ok)
-	require.Len(t, machineTicks(), 8)
+	require.Len(t, procstat.MachineTicks(), 8)
 }
 
 func TestUsageComputesCoresAndShares(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/procstat"
 )
 
 // clockTicks is USER_HZ, the unit of /proc's CPU times (100 on Linux).
@@ -71,7 +73,7 @@ func (s *sampler) snap(ctx context.Context) cpuSnap {
 		for rows.Next() {
 			var pid int
 			if rows.Scan(&pid) == nil {
-				if t, ok := procTicks(pid); ok {
+				if t, ok := procstat.CPUTicks(pid); ok {
 					snap.pg[pid] = t
 				}
 			}
@@ -82,7 +84,7 @@ func (s *sampler) snap(ctx context.Context) cpuSnap {
 	if s.admin.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn) == nil {
 		snap.walLSN = parseLSN(lsn)
 	}
-	snap.machine = machineTicks()
+	snap.machine = procstat.MachineTicks()
 	return snap
 }
 
@@ -132,47 +134,6 @@ func (u cpuUsage) String() string {
 	}
 	return fmt.Sprintf("%.2f + %.2f · %.0f%% (sys %.0f%%, io %.0f%%)",
 		u.HarnessCores, u.PGCores, 100*u.MachineBusy, 100*u.MachineSys, 100*u.MachineIO)
-}
-
-func procTicks(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	// The command name may hold spaces; fields start after its ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, false
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return ut + st, true
-}
-
-func machineTicks() []uint64 {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return nil
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return nil
-	}
-	out := make([]uint64, 8)
-	for i := range 8 {
-		out[i], _ = strconv.ParseUint(f[i+1], 10, 64)
-	}
-	return out
 }
 
 func parseLSN(s string) uint64 {

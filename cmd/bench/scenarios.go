@@ -25,6 +25,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/procstat"
 	"github.com/idemgate/idemgate/store/pgstore"
 )
 
@@ -456,7 +457,7 @@ func (r *runner) runE2EWindow(ctx context.Context, db *benchDB, c int, spec e2eS
 	}
 
 	stopProf := r.profile(fmt.Sprintf("%s-c%d", spec.e2e, c))
-	down0, _ := procTicks(spec.downstream.pid)
+	down0, _ := procstat.CPUTicks(spec.downstream.pid)
 	a := smp.snap(ctx)
 	res := closedLoop(ctx, c, window, op)
 	b := smp.snap(ctx)
@@ -468,7 +469,7 @@ func (r *runner) runE2EWindow(ctx context.Context, db *benchDB, c int, spec e2eS
 	}
 	done, got, werr := waitRows(ctx, pool, effects, before+res.N, max(60*time.Second, 10*window))
 	cs := smp.snap(ctx)
-	down1, downOK := procTicks(spec.downstream.pid)
+	down1, downOK := procstat.CPUTicks(spec.downstream.pid)
 	stopProf()
 
 	e2e = &row{Series: spec.e2e, Conc: c, N: res.N, CPU: usage(a, cs)}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/chaos"
+	"github.com/idemgate/idemgate/internal/procstat"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -493,7 +493,7 @@ func snapCPU(ctx context.Context, pool *pgxpool.Pool, groups map[string][]int) c
 			s.group[g] += procCPU(pid)
 		}
 	}
-	s.machine = machineTicks()
+	s.machine = procstat.MachineTicks()
 	_ = pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&s.commits)
 	return s
 }
@@ -528,27 +528,8 @@ func pgPids(postmaster int) []int {
 	return pids
 }
 
-// procStat returns the fields of /proc/PID/stat after the command name
-// (f[0] is field 3, the state).
-func procStat(pid int) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return nil, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil, errors.New("unexpected /proc stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return nil, errors.New("short /proc stat")
-	}
-	return f, nil
-}
-
 func procPPid(pid int) (int, error) {
-	f, err := procStat(pid)
+	f, err := procstat.Fields(pid)
 	if err != nil {
 		return 0, err
 	}
@@ -558,30 +539,8 @@ func procPPid(pid int) (int, error) {
 // procCPU is a process's user and system time (USER_HZ = 100 ticks a
 // second on Linux).
 func procCPU(pid int) time.Duration {
-	f, err := procStat(pid)
-	if err != nil {
-		return 0
-	}
-	ut, _ := strconv.ParseUint(f[11], 10, 64)
-	st, _ := strconv.ParseUint(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
-func machineTicks() []uint64 {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return nil
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return nil
-	}
-	out := make([]uint64, 8)
-	for i := range 8 {
-		out[i], _ = strconv.ParseUint(f[i+1], 10, 64)
-	}
-	return out
+	ticks, _ := procstat.CPUTicks(pid)
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // machineBusy is the share of all cores busy between a and b (iowait counts
