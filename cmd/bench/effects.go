@@ -97,26 +97,9 @@ func (r *runner) bareStripeSpec() e2eSpec {
 // idemStripeSpec is refund_order through the gate in process, worked by
 // app.NewWorker against the test Stripe.
 func (r *runner) idemStripeSpec() e2eSpec {
-	return e2eSpec{accept: sIdemStripeAccept, e2e: sIdemStripeE2E, effects: refundTable, downstream: r.stripeProcess(),
-		start: func(ctx context.Context, db *benchDB, _ int) (func(context.Context, int, int) error, func(), error) {
-			s, err := startIdem(ctx, db, r.tn, r.logger, stackOptions{stripeBase: r.stripeURL})
-			if err != nil {
-				return nil, nil, err
-			}
-			g := s.api.Gate
-			op := func(ctx context.Context, _, _ int) error {
-				_, _, raw := refundArgs(randomKey())
-				res, err := claimInProcess(ctx, g, "refund_order", raw)
-				if err != nil {
-					return err
-				}
-				if res.Outcome != domain.OutcomeAccepted {
-					return fmt.Errorf("outcome %s, want accepted", res.Outcome)
-				}
-				return nil
-			}
-			return op, s.stop, nil
-		}}
+	return r.inProcessSpec(e2eSpec{accept: sIdemStripeAccept, e2e: sIdemStripeE2E, effects: refundTable, downstream: r.stripeProcess()},
+		"refund_order", stackOptions{stripeBase: r.stripeURL},
+		func(key string) []byte { _, _, raw := refundArgs(key); return raw })
 }
 
 // stripeWindow bounds the refund figures' window: their workers are slower

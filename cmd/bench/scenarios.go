@@ -503,26 +503,33 @@ func (r *runner) bareSpec() e2eSpec {
 }
 
 func (r *runner) idemSpec() e2eSpec {
-	return e2eSpec{accept: sIdemAccept, e2e: sIdemE2E,
-		start: func(ctx context.Context, db *benchDB, _ int) (func(context.Context, int, int) error, func(), error) {
-			s, err := startIdem(ctx, db, r.tn, r.logger, stackOptions{})
+	return r.inProcessSpec(e2eSpec{accept: sIdemAccept, e2e: sIdemE2E}, "apply_credit", stackOptions{},
+		func(key string) []byte { _, _, raw := creditArgs(key); return raw })
+}
+
+// inProcessSpec is spec with calls of tool, accepted through the gate in
+// process with the arguments args builds for a new key, on an idemgate
+// stack started with opts and worked by app.NewWorker.
+func (r *runner) inProcessSpec(spec e2eSpec, tool string, opts stackOptions, args func(key string) []byte) e2eSpec {
+	spec.start = func(ctx context.Context, db *benchDB, _ int) (func(context.Context, int, int) error, func(), error) {
+		s, err := startIdem(ctx, db, r.tn, r.logger, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		g := s.api.Gate
+		op := func(ctx context.Context, _, _ int) error {
+			res, err := claimInProcess(ctx, g, tool, args(randomKey()))
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
-			g := s.api.Gate
-			op := func(ctx context.Context, _, _ int) error {
-				_, _, raw := creditArgs(randomKey())
-				res, err := claimInProcess(ctx, g, "apply_credit", raw)
-				if err != nil {
-					return err
-				}
-				if res.Outcome != domain.OutcomeAccepted {
-					return fmt.Errorf("outcome %s, want accepted", res.Outcome)
-				}
-				return nil
+			if res.Outcome != domain.OutcomeAccepted {
+				return fmt.Errorf("outcome %s, want accepted", res.Outcome)
 			}
-			return op, s.stop, nil
-		}}
+			return nil
+		}
+		return op, s.stop, nil
+	}
+	return spec
 }
 
 func (r *runner) mcpSpec() e2eSpec {
