@@ -213,7 +213,7 @@ func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertP
 		return e.AuditInsert(ctx, rows[0])
 	}
 	var (
-		text    [11][]string // every column but the nullable and numeric ones
+		text    [10][]string // every column but the nullable and numeric ones
 		opIDs   = make([]*string, len(rows))
 		jobIDs  = make([]*int64, len(rows))
 		docs    [2][]*string // args, result
