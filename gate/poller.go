@@ -64,6 +64,7 @@ func (p *poller) Subscribe(claimID int64) (<-chan struct{}, func()) {
 func (p *poller) run() {
 	ticker := time.NewTicker(p.interval)
 	defer ticker.Stop()
+	failing := false // logged once per outage, not once per tick
 	for range ticker.C {
 		ids := p.awaited()
 		if ids == nil {
@@ -74,9 +75,13 @@ func (p *poller) run() {
 		cancel()
 		if err != nil {
 			// The waiters answer with the handle when their wait ends.
-			p.logger.Warn("gate: reading awaited claims failed; polling on", "error", err)
+			if !failing {
+				p.logger.Warn("gate: reading awaited claims failed; polling on", "error", err)
+			}
+			failing = true
 			continue
 		}
+		failing = false
 		p.wake(terminal)
 	}
 }
