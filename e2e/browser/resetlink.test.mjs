@@ -8,53 +8,18 @@
 // sets IDEMGATE_URL and MAILPIT_API_URL (and CHROMIUM_PATH).
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 
-import { chromium } from 'playwright-core';
+import { env, json, launch, poll } from './helpers.mjs';
 
-const env = (name) => {
-  const v = process.env[name];
-  assert.ok(v, `${name} is not set: run e2e/browser/run.sh`);
-  return v;
-};
 const base = env('IDEMGATE_URL');
 const mailpit = env('MAILPIT_API_URL');
-const executablePath = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 
 // The seeded token of acme's reset-bot (users:password_reset, operations:read).
 const token = JSON.parse(readFileSync(new URL('./seed.json', import.meta.url), 'utf8')).tokens.find(
   (t) => t.user === 'reset-bot',
 ).token;
 const key = `browser-reset-${Date.now()}`;
-
-let profile;
-after(async () => {
-  if (profile) await rm(profile, { recursive: true, force: true });
-});
-
-async function json(res) {
-  const text = await res.text();
-  try {
-    return JSON.parse(text);
-  } catch {
-    assert.fail(`${res.url} answered ${res.status} with non-JSON: ${text.slice(0, 200)}`);
-  }
-}
-
-// poll calls fn until it returns { done: true, value }, or fails after timeoutMs.
-async function poll(what, fn, { timeoutMs = 30_000, intervalMs = 200 } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    last = await fn();
-    if (last?.done) return last.value;
-    if (Date.now() > deadline) assert.fail(`${what}: gave up after ${timeoutMs}ms; last: ${JSON.stringify(last?.value)}`);
-    await new Promise((resolve) => setTimeout(resolve, intervalMs));
-  }
-}
 
 // mailedLink sends the mail and returns the reset link of the one message
 // Mailpit holds with its Message-ID.
@@ -84,14 +49,7 @@ test('a reset link from Mailpit opens the page, whose button redeems it once', {
   const link = await mailedLink();
   assert.ok(link.startsWith(`${base}/reset-password?token=`), link);
 
-  profile = await mkdtemp(join(tmpdir(), 'idemgate-chromium-'));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run'],
-  });
-  context.setDefaultTimeout(20_000);
+  const context = await launch();
   const errors = [];
   try {
     const page = await context.newPage();

@@ -10,18 +10,10 @@
 // IDEMGATE_OPS_PASSWORD, IDEMCTL and DATABASE_URL (and CHROMIUM_PATH).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 
-import { chromium } from 'playwright-core';
+import { env, json, launch, poll } from './helpers.mjs';
 
-const env = (name) => {
-  const v = process.env[name];
-  assert.ok(v, `${name} is not set: run e2e/browser/run.sh`);
-  return v;
-};
 const base = env('IDEMGATE_URL');
 const stripe = env('TESTSTRIPE_URL');
 const token = env('IDEMGATE_TOKEN_ACME');
@@ -29,62 +21,10 @@ const opsUser = env('IDEMGATE_OPS_USER');
 const opsPassword = env('IDEMGATE_OPS_PASSWORD');
 const idemctl = env('IDEMCTL');
 const engine = env('IDEMGATE_ENGINE');
-const executablePath = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 
 const riverUI = `${base}/ops/riverui`;
 const chargeID = 'ch_declined';
 const key = `browser-refund-${Date.now()}`;
-
-// Every profile is a fresh directory of its own, removed at the end.
-const profiles = [];
-after(async () => {
-  await Promise.all(profiles.map((dir) => rm(dir, { recursive: true, force: true })));
-});
-
-// launch starts Chromium on a fresh profile; options go to the context
-// (httpCredentials, say).
-async function launch(options = {}) {
-  const dir = await mkdtemp(join(tmpdir(), 'idemgate-chromium-'));
-  profiles.push(dir);
-  const context = await chromium.launchPersistentContext(dir, {
-    executablePath,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-dev-shm-usage',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
-    ...options,
-  });
-  context.setDefaultTimeout(20_000);
-  return context;
-}
-
-// poll calls fn until it returns a truthy value, or fails after timeoutMs
-// with the last value it saw.
-async function poll(what, fn, { timeoutMs = 30_000, intervalMs = 200 } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    last = await fn();
-    if (last?.done) return last.value;
-    if (Date.now() > deadline) assert.fail(`${what}: gave up after ${timeoutMs}ms; last: ${JSON.stringify(last?.value)}`);
-    await new Promise((resolve) => setTimeout(resolve, intervalMs));
-  }
-}
-
-async function json(res) {
-  const text = await res.text();
-  try {
-    return JSON.parse(text);
-  } catch {
-    assert.fail(`${res.url} answered ${res.status} with non-JSON: ${text.slice(0, 200)}`);
-  }
-}
 
 // fetchPatiently sends a request to the api again while it answers 503
 // (unavailable: retry with the same idempotency key), for up to 60s: on a
