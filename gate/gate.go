@@ -38,6 +38,20 @@ type Enqueuer interface {
 	JobInsert(ctx context.Context, tx Tx, claim *Claim) (int64, error)
 }
 
+// BatchEnqueuer is an Enqueuer that also inserts the jobs of many claims
+// at once (River's InsertManyTx) and deletes jobs (River's
+// JobDeleteManyTx), both inside the gate's transaction. With one, the gate
+// commits the new claims of concurrent calls together (Config.MaxClaimBatch).
+type BatchEnqueuer interface {
+	Enqueuer
+	// JobInsertMany inserts one job per claim, in order, and returns
+	// their ids in the same order.
+	JobInsertMany(ctx context.Context, tx Tx, claims []*Claim) ([]int64, error)
+	// JobDeleteMany deletes the jobs, inserted in tx, of claims that were
+	// not written.
+	JobDeleteMany(ctx context.Context, tx Tx, ids []int64) error
+}
+
 // Waiter tells waiting callers that a claim has reached a terminal status.
 // The gate's own (Config.Waiter nil) polls the database for all the
 // process's waiting calls at once.
@@ -67,6 +81,13 @@ type Config struct {
 	// call against an unreachable database fails with domain.ErrUnavailable
 	// instead of hanging. Default DefaultDBTimeout.
 	DBTimeout time.Duration
+	// MaxClaimBatch is the most new claims of concurrent calls committed
+	// in one transaction (group commit; see batch.go). Default
+	// DefaultMaxClaimBatch; 1 claims each call in a transaction of its
+	// own. Group commit needs an Enqueuer that is a BatchEnqueuer; a call
+	// in a sampled trace always claims on its own, so that its trace shows
+	// its own job insert.
+	MaxClaimBatch int
 	// OnTransition, when set, is told of every transition the gate
 	// commits, by event (metrics).
 	OnTransition func(Event)
@@ -95,6 +116,8 @@ type Gate struct {
 	// rows of calls answered from an existing claim.
 	flights flights
 	audits  *auditBatcher
+	// batch groups new claims; nil when group commit is off.
+	batch *batcher
 }
 
 // New returns a Gate, or an error naming the first invalid field of cfg.
@@ -104,6 +127,9 @@ func New(cfg *Config) (*Gate, error) {
 	}
 	if cfg.Enqueuer == nil {
 		return nil, errors.New("gate: Config.Enqueuer is required")
+	}
+	if cfg.MaxClaimBatch < 0 {
+		return nil, fmt.Errorf("gate: Config.MaxClaimBatch is %d; it must be 0 (default) or more", cfg.MaxClaimBatch)
 	}
 	g := &Gate{
 		store:    cfg.Store,
@@ -123,6 +149,13 @@ func New(cfg *Config) (*Gate, error) {
 		g.logger = slog.Default()
 	}
 	g.audits = &auditBatcher{store: g.store, timeout: g.timeout}
+	if enq, ok := cfg.Enqueuer.(BatchEnqueuer); ok && cfg.MaxClaimBatch != 1 {
+		n := cfg.MaxClaimBatch
+		if n <= 0 {
+			n = DefaultMaxClaimBatch
+		}
+		g.batch = &batcher{g: g, enq: enq, max: n}
+	}
 	if g.waiter == nil {
 		interval := cfg.PollInterval
 		if interval <= 0 {
@@ -311,6 +344,15 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 	case err == nil, errors.Is(err, domain.ErrNotFound):
 	default:
 		return nil, err
+	}
+	if g.batch != nil && !trace.SpanContextFromContext(ctx).IsSampled() {
+		claim, err := g.batch.claim(ctx, params, policy, auditArgs, start)
+		if err != nil {
+			return nil, err
+		}
+		if claim != nil {
+			return &stage{accepted: &ClaimResult{Outcome: domain.OutcomeAccepted, Claim: claim}}, nil
+		}
 	}
 	for range maxClaimLoops {
 		res, current, err := g.claimOnce(ctx, params, policy, auditArgs, start)

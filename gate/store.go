@@ -129,6 +129,13 @@ type Executor interface {
 	// ran before and its replay window ended): then it returns
 	// domain.ErrAlreadyExists and writes nothing.
 	ClaimInsert(ctx context.Context, params *ClaimInsertParams) (*Claim, error)
+	// ClaimInsertMany is ClaimInsert for many rows in one statement where
+	// the engine can: claims[i] is the claim written for rows[i], nil where
+	// ClaimInsert would have returned domain.ErrAlreadyExists (also when an
+	// earlier row of the same call took the key). Each row's Audit is
+	// written only with its claim, naming the row's operation and job. Call it in a transaction; rows are
+	// inserted in the order given.
+	ClaimInsertMany(ctx context.Context, rows []*ClaimInsertParams) (claims []*Claim, err error)
 	// ClaimGetByKey returns the claim of (tenant, tool, key).
 	ClaimGetByKey(ctx context.Context, params *ClaimGetByKeyParams) (*Claim, error)
 	// ClaimGetByOperation returns the tenant's claim of an operation id,

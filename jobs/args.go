@@ -79,9 +79,9 @@ type Enqueuer[TTx any] struct {
 
 // JobInsert implements gate.Enqueuer.
 func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
-	rawTx, ok := tx.Raw().(TTx)
-	if !ok {
-		return 0, fmt.Errorf("jobs: store transaction is %T, not the River driver's", tx.Raw())
+	rawTx, err := e.tx(tx)
+	if err != nil {
+		return 0, err
 	}
 	args, err := ArgsFor(c)
 	if err != nil {
@@ -89,10 +89,69 @@ func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim
 	}
 	res, err := e.Client.InsertTx(ctx, rawTx, args, InsertOpts())
 	if err != nil {
-		if e.Unavailable != nil && e.Unavailable(err) {
-			return 0, fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
-		}
-		return 0, err
+		return 0, e.wrap(err)
 	}
 	return res.Job.ID, nil
+}
+
+// JobInsertMany implements gate.BatchEnqueuer: one statement for all the
+// claims' jobs.
+func (e *Enqueuer[TTx]) JobInsertMany(ctx context.Context, tx gate.Tx, claims []*gate.Claim) ([]int64, error) {
+	rawTx, err := e.tx(tx)
+	if err != nil {
+		return nil, err
+	}
+	params := make([]river.InsertManyParams, len(claims))
+	for i, c := range claims {
+		args, err := ArgsFor(c)
+		if err != nil {
+			return nil, err
+		}
+		params[i] = river.InsertManyParams{Args: args, InsertOpts: InsertOpts()}
+	}
+	res, err := e.Client.InsertManyTx(ctx, rawTx, params)
+	if err != nil {
+		return nil, e.wrap(err)
+	}
+	if len(res) != len(claims) {
+		return nil, fmt.Errorf("jobs: River inserted %d jobs for %d claims", len(res), len(claims))
+	}
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids, nil
+}
+
+// JobDeleteMany implements gate.BatchEnqueuer.
+func (e *Enqueuer[TTx]) JobDeleteMany(ctx context.Context, tx gate.Tx, ids []int64) error {
+	rawTx, err := e.tx(tx)
+	if err != nil {
+		return err
+	}
+	res, err := e.Client.JobDeleteManyTx(ctx, rawTx, river.NewJobDeleteManyParams().IDs(ids...).First(max(len(ids), 1)))
+	if err != nil {
+		return e.wrap(err)
+	}
+	if len(res.Jobs) != len(ids) {
+		return fmt.Errorf("jobs: deleted %d of %d jobs", len(res.Jobs), len(ids))
+	}
+	return nil
+}
+
+// tx is the River driver's transaction of a store transaction.
+func (e *Enqueuer[TTx]) tx(tx gate.Tx) (TTx, error) {
+	rawTx, ok := tx.Raw().(TTx)
+	if !ok {
+		return rawTx, fmt.Errorf("jobs: store transaction is %T, not the River driver's", tx.Raw())
+	}
+	return rawTx, nil
+}
+
+// wrap marks a database outage as domain.ErrUnavailable.
+func (e *Enqueuer[TTx]) wrap(err error) error {
+	if e.Unavailable != nil && e.Unavailable(err) {
+		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
+	}
+	return err
 }

@@ -50,6 +50,7 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 	all := maps.Clone(tests)
 	maps.Copy(all, stateTests)
 	maps.Copy(all, traceTests)
+	maps.Copy(all, groupTests)
 	for name, test := range all {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -212,6 +212,13 @@ func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertP
 	if len(rows) == 1 {
 		return e.AuditInsert(ctx, rows[0])
 	}
+	_, err := e.q.Exec(ctx, sqlAuditInsertMany, auditArrays(rows)...)
+	return translate(err)
+}
+
+// auditArrays are the parameters of rows as one array per column, in
+// engine.AuditArgs's order.
+func auditArrays(rows []*gate.AuditInsertParams) []any {
 	var (
 		text    [10][]string // every column but the nullable and numeric ones
 		opIDs   = make([]*string, len(rows))
@@ -239,9 +246,36 @@ func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertP
 		docs[1] = append(docs[1], some(string(r.Result)))
 		ms[i] = float64(r.Duration) / float64(time.Millisecond)
 	}
-	_, err := e.q.Exec(ctx, sqlAuditInsertMany, text[0], text[1], text[2], text[3], text[4], text[5], opIDs, jobIDs,
-		text[6], text[7], text[8], docs[0], docs[1], ms, text[9], traceID)
-	return translate(err)
+	return []any{text[0], text[1], text[2], text[3], text[4], text[5], opIDs, jobIDs,
+		text[6], text[7], text[8], docs[0], docs[1], ms, text[9], traceID}
+}
+
+func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertParams) ([]*Claim, error) {
+	var (
+		text   [7][]string // operation id, tenant, tool, key, user, args, fingerprint
+		ttl    = make([]int32, len(rows))
+		retain = make([]int32, len(rows))
+		jobIDs = make([]int64, len(rows))
+		audits = make([]*gate.AuditInsertParams, 0, len(rows))
+	)
+	for i, r := range rows {
+		for j, v := range []string{r.OperationID, r.TenantID, r.Tool, r.IdempotencyKey, r.UserID, string(r.Args), r.ArgsHash} {
+			text[j] = append(text[j], v)
+		}
+		ttl[i], retain[i], jobIDs[i] = int32(r.TTL/time.Second), int32(r.Retention/time.Second), r.JobID
+		if r.Audit != nil {
+			a := *r.Audit // the row's own operation: the statement pairs them by it
+			a.OperationID, a.JobID = r.OperationID, r.JobID
+			audits = append(audits, &a)
+		}
+	}
+	args := append([]any{text[0], text[1], text[2], text[3], text[4], text[5], text[6], ttl, retain, jobIDs},
+		auditArrays(audits)...)
+	written, err := list(ctx, e.q, scanClaim, sqlClaimInsertMany, args...)
+	if err != nil {
+		return nil, err
+	}
+	return engine.InOrder(rows, written), nil
 }
 
 func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {

@@ -10,32 +10,11 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/jobs"
 	"github.com/idemgate/idemgate/store/pgstore"
 )
-
-type claimJobArgs struct {
-	TenantID    string `json:"tenant_id"`
-	OperationID string `json:"operation_id"`
-}
-
-func (claimJobArgs) Kind() string { return "gatetest_claim" }
-
-// riverEnqueuer inserts a real River job in the claiming transaction.
-type riverEnqueuer struct {
-	client *river.Client[pgx.Tx]
-}
-
-func (e riverEnqueuer) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
-	res, err := e.client.InsertTx(ctx, tx.Raw().(pgx.Tx), claimJobArgs{TenantID: c.TenantID, OperationID: c.OperationID}, nil)
-	if err != nil {
-		return 0, err
-	}
-	return res.Job.ID, nil
-}
 
 func count(t *testing.T, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
@@ -56,7 +35,7 @@ func TestGateConformance(t *testing.T) {
 		require.NoError(t, err)
 		b := &gatetest.Bundle{
 			Store:    pgstore.New(pool),
-			Enqueuer: riverEnqueuer{client: client},
+			Enqueuer: gatetest.RiverEnqueuer[pgx.Tx]{Client: client},
 			Control:  &jobs.Control[pgx.Tx]{Client: client},
 			JobState: func(ctx context.Context, id int64) string {
 				var state string

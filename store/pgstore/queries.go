@@ -42,6 +42,43 @@ WHERE NOT EXISTS (
 ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
 RETURNING ` + claimColumns + `, false, false`
 
+// sqlClaimInsertMany is sqlClaimInsert for many rows (one array per
+// column, $1-$10 in sqlClaimInsert's order), inserted in the order given,
+// with the audit rows ($11-$26, one array per column in engine.AuditArgs's
+// order) of the claims it wrote only. A row whose key is taken, by a claim
+// or by an earlier row, is skipped, as is one a tombstone refuses.
+var sqlClaimInsertMany = `
+WITH i AS (
+	SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]::jsonb[],
+		$7::text[], $8::integer[], $9::integer[], $10::bigint[]) WITH ORDINALITY
+		AS i(operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, ttl_seconds, retention_seconds, job_id, n)
+),
+c AS (
+	INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
+		ttl_seconds, retention_seconds, job_id)
+	SELECT i.operation_id, i.tenant_id, i.tool, i.idempotency_key, i.user_id, i.args, i.args_hash, 'queued',
+		i.ttl_seconds, i.retention_seconds, nullif(i.job_id, 0)
+	FROM i
+	WHERE NOT EXISTS (
+		SELECT 1 FROM idempotency_tombstones t
+		WHERE t.tenant_id = i.tenant_id AND t.tool = i.tool AND t.idempotency_key = i.idempotency_key
+			AND t.args_hash = i.args_hash AND t.retain_until > now()
+	)
+	ORDER BY i.n
+	ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
+	RETURNING ` + claimColumns + `, false, false
+),
+a AS (
+	INSERT INTO audit_events (` + auditColumns + `)
+	SELECT a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16
+	FROM unnest($11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[]::uuid[],
+		$18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[]::jsonb[], $23::text[]::jsonb[],
+		$24::double precision[], $25::text[], $26::text[])
+		AS a(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16)
+	WHERE a.a7 IN (SELECT c.operation_id::uuid FROM c)
+)
+SELECT * FROM c`
+
 var sqlClaimGetByKey = `
 SELECT ` + claimColumns + computed("$4") + `
 FROM idempotency_claims

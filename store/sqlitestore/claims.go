@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/idemgate/idemgate/domain"
@@ -71,6 +72,29 @@ func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*
 		return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
 			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID)
 	})
+}
+
+// ClaimInsertMany inserts row by row: SQLite has one writer, and the
+// saving is the transaction's one commit, not the statements.
+func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertParams) ([]*Claim, error) {
+	out := make([]*Claim, len(rows))
+	for i, r := range rows {
+		if r.Audit != nil {
+			row, audit := *r, *r.Audit // the audit row names the row's operation
+			audit.OperationID, audit.JobID = r.OperationID, r.JobID
+			row.Audit = &audit
+			r = &row
+		}
+		c, err := e.ClaimInsert(ctx, r)
+		switch {
+		case errors.Is(err, domain.ErrAlreadyExists):
+		case err != nil:
+			return nil, err
+		default:
+			out[i] = c
+		}
+	}
+	return out, nil
 }
 
 func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {

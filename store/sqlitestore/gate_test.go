@@ -24,26 +24,6 @@ import (
 	"github.com/idemgate/idemgate/store/sqlitestore"
 )
 
-type claimJobArgs struct {
-	TenantID    string `json:"tenant_id"`
-	OperationID string `json:"operation_id"`
-}
-
-func (claimJobArgs) Kind() string { return "gatetest_claim" }
-
-// riverEnqueuer inserts a real River job in the claiming transaction.
-type riverEnqueuer struct {
-	client *river.Client[*sql.Tx]
-}
-
-func (e riverEnqueuer) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
-	res, err := e.client.InsertTx(ctx, tx.Raw().(*sql.Tx), claimJobArgs{TenantID: c.TenantID, OperationID: c.OperationID}, nil)
-	if err != nil {
-		return 0, err
-	}
-	return res.Job.ID, nil
-}
-
 func count(t *testing.T, db *sql.DB, query string) func(context.Context) int {
 	return func(ctx context.Context) int {
 		var n int
@@ -58,7 +38,7 @@ func newBundle(t *testing.T) *gatetest.Bundle {
 	require.NoError(t, err)
 	return &gatetest.Bundle{
 		Store:    sqlitestore.New(db),
-		Enqueuer: riverEnqueuer{client: client},
+		Enqueuer: gatetest.RiverEnqueuer[*sql.Tx]{Client: client},
 		Control:  &jobs.Control[*sql.Tx]{Client: client},
 		JobState: func(ctx context.Context, id int64) string {
 			var state string
@@ -286,11 +266,11 @@ func TestOpen(t *testing.T) {
 // one transaction and completes the claim and the River job in another, as
 // package jobs does.
 type claimWorker struct {
-	river.WorkerDefaults[claimJobArgs]
+	river.WorkerDefaults[gatetest.JobArgs]
 	store *sqlitestore.Store
 }
 
-func (w *claimWorker) Work(ctx context.Context, job *river.Job[claimJobArgs]) error {
+func (w *claimWorker) Work(ctx context.Context, job *river.Job[gatetest.JobArgs]) error {
 	tx, err := w.store.Begin(ctx)
 	if err != nil {
 		return err
@@ -346,7 +326,7 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 	// Everything queues for the one connection; under -race modernc's
 	// transpiled SQLite runs over ten times slower, so give each claim more
 	// than the default two seconds, as a busy SQLite deployment would.
-	g, err := gate.New(&gate.Config{Store: s, Enqueuer: riverEnqueuer{client: client}, Policies: gatetest.Policies(),
+	g, err := gate.New(&gate.Config{Store: s, Enqueuer: gatetest.RiverEnqueuer[*sql.Tx]{Client: client}, Policies: gatetest.Policies(),
 		DBTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	const n = 20

@@ -187,3 +187,17 @@ func Redeem(consume func() (*store.ResetTokenRedemption, error), state func() (u
 	// that went back between the two statements does that.
 	return nil, errors.New("password-reset token neither used nor expired, yet not consumed: did the database clock go back?")
 }
+
+// InOrder pairs the claims a ClaimInsertMany wrote with its rows, by
+// operation id: out[i] is rows[i]'s claim, nil where none was written.
+func InOrder(rows []*gate.ClaimInsertParams, written []*gate.Claim) []*gate.Claim {
+	byOperation := make(map[string]*gate.Claim, len(written))
+	for _, c := range written {
+		byOperation[c.OperationID] = c
+	}
+	out := make([]*gate.Claim, len(rows))
+	for i, r := range rows {
+		out[i] = byOperation[r.OperationID]
+	}
+	return out
+}
