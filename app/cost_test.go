@@ -33,6 +33,9 @@ type costTracer struct {
 	// counts the statements that write a claim row (each insert or update
 	// writes one version of it).
 	roundTrips, commits, claimVersions int
+	// tokenReads counts the round trips (included above) that read a
+	// token: one per token every five seconds (the authenticator's cache).
+	tokenReads int
 }
 
 type txCost struct {
@@ -98,6 +101,9 @@ func (c *costTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data p
 		tx.statements++
 		tx.ours = tx.ours || touchesOurs(sql)
 	case touchesOurs(sql):
+		if strings.Contains(sql, "api_tokens") {
+			c.tokenReads++
+		}
 		c.roundTrips++ // a statement on its own
 		if !strings.HasPrefix(sql, "select") {
 			c.commits++ // a write commits on its own
@@ -252,4 +258,44 @@ func TestCostPerCall(t *testing.T) {
 	t.Logf("pg_stat_user_tables for idempotency_claims: %d inserts, %d updates, %d of them HOT", ins, upd, hot)
 	require.Equal(t, int64(n+1), ins)
 	require.Equal(t, int64(n+1), upd)
+
+	// Concurrent accepts share claiming transactions (group commit): each
+	// call reads its key, and each group costs BEGIN, River's jobs (one
+	// statement), the claims with their audit rows (one statement) and
+	// COMMIT, however the calls happened to group.
+	const m = 32
+	tracer.take()
+	tracer.takeVersions()
+	tracer.mu.Lock()
+	tracer.tokenReads = 0
+	tracer.mu.Unlock()
+	var wg sync.WaitGroup
+	statuses := make([]int, m)
+	for i := range m {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = credit(fmt.Sprintf("cost-group-%04d", i))
+		}()
+	}
+	wg.Wait()
+	for i := range m {
+		require.Equal(t, http.StatusAccepted, statuses[i], "call %d", i)
+	}
+	groupTrips, groups := tracer.take()
+	tracer.mu.Lock()
+	tokenReads := tracer.tokenReads
+	tracer.mu.Unlock()
+	t.Logf("%d concurrent accepts: %d round trips (%d of them token reads, the cache having expired), %d groups (%.1f calls per commit)",
+		m, groupTrips, tokenReads, groups, float64(m)/float64(groups))
+	require.Equal(t, m+4*groups, groupTrips-tokenReads, "a read per call and four round trips per group")
+	require.LessOrEqual(t, groups, m)
+	require.Equal(t, groups, tracer.takeVersions(), "one statement writes a group's claims")
+	require.Eventually(t, func() bool {
+		require.NoError(t, seedPool.QueryRow(ctx, `SELECT n_tup_ins, n_tup_upd FROM pg_stat_user_tables
+			WHERE relname = 'idempotency_claims'`).Scan(&ins, &upd))
+		return ins >= int64(n+1+m)
+	}, 2*time.Minute, 100*time.Millisecond)
+	require.Equal(t, int64(n+1+m), ins, "one claim version per accept")
+	require.Equal(t, int64(n+1), upd, "and no update")
 }
