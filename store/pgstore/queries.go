@@ -84,10 +84,15 @@ SELECT ` + claimColumns + computed("$4") + `
 FROM idempotency_claims
 WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3`
 
+// The tenant is checked on the row the operation id finds, never as an
+// index condition: on a table without statistics the planner would
+// otherwise cost a scan of the tenant's claims on the identity index (its
+// first column) the same as the unique operation id, and a generic plan
+// cached then would keep scanning them.
 var sqlClaimGetByOperation = `
 SELECT ` + claimColumns + computed("$3") + `
 FROM idempotency_claims
-WHERE operation_id = $2::uuid AND tenant_id = $1`
+WHERE operation_id = $2::uuid AND tenant_id || '' = $1`
 
 var sqlClaimGetByID = `
 SELECT ` + claimColumns + computed("$2") + `
@@ -310,11 +315,13 @@ ORDER BY updated_at DESC, id DESC
 LIMIT $5`
 
 // sqlClaimListNewest pages one tenant's claims by creation, newest first,
-// on idempotency_claims_tenant_created_idx.
+// on idempotency_claims_tenant_newest_idx, a partial index: its predicate
+// (created_at IS NOT NULL, always true) is stated here so that this query
+// may use it and no other does (migration 00010).
 var sqlClaimListNewest = `
 SELECT ` + claimColumns + computed("NULL") + `
 FROM idempotency_claims
-WHERE tenant_id = $1
+WHERE tenant_id = $1 AND created_at IS NOT NULL
 	AND ($2 = '' OR tool = $2)
 	AND ($3 = '' OR status = $3)
 	AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5::bigint))
