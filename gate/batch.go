@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/domain"
 )
@@ -138,7 +138,12 @@ func (b *batcher) commit(group []*claimReq) {
 // write runs the group's transaction: jobs, claims with their audit rows,
 // the jobs of rows not written deleted, commit.
 func (b *batcher) write(group []*claimReq) ([]*Claim, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.g.timeout)
+	// No call's cancellation ends the group's transaction. Its spans (River's
+	// insert) hang under the first call's trace, which is not sampled
+	// (sampled calls claim on their own), so that a sampler that follows
+	// the parent records no orphan trace per group.
+	parent := trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(group[0].ctx))
+	ctx, cancel := context.WithTimeout(parent, b.g.timeout)
 	defer cancel()
 	tx, err := b.g.store.Begin(ctx)
 	if err != nil {
@@ -147,7 +152,7 @@ func (b *batcher) write(group []*claimReq) ([]*Claim, error) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	refs := make([]*Claim, len(group))
 	for i, r := range group {
-		refs[i] = &Claim{OperationID: uuid.NewString(), TenantID: r.params.Actor.TenantID,
+		refs[i] = &Claim{OperationID: newOperationID(), TenantID: r.params.Actor.TenantID,
 			Tool: r.params.Intent.Tool, IdempotencyKey: r.params.Intent.Key}
 	}
 	jobIDs, err := b.enq.JobInsertMany(ctx, tx, refs)

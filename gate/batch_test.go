@@ -139,6 +139,8 @@ type groupJobs struct {
 	mu      sync.Mutex
 	next    int64
 	deleted []int64
+	// parents are the span contexts the group inserts ran under.
+	parents []trace.SpanContext
 }
 
 func (j *groupJobs) JobInsert(context.Context, Tx, *Claim) (int64, error) {
@@ -149,6 +151,9 @@ func (j *groupJobs) JobInsert(context.Context, Tx, *Claim) (int64, error) {
 }
 
 func (j *groupJobs) JobInsertMany(ctx context.Context, tx Tx, claims []*Claim) ([]int64, error) {
+	j.mu.Lock()
+	j.parents = append(j.parents, trace.SpanContextFromContext(ctx))
+	j.mu.Unlock()
 	ids := make([]int64, len(claims))
 	for i := range claims {
 		ids[i], _ = j.JobInsert(ctx, tx, claims[i])
@@ -285,7 +290,8 @@ func TestACallWhoseKeyWasTakenInTheGroupGetsItsOwnAnswer(t *testing.T) {
 func TestACallInASampledTraceClaimsOnItsOwn(t *testing.T) {
 	s := &groupStore{}
 	formed := make(chan int, 1)
-	g := groupGate(t, s, &groupJobs{}, func(n int) { formed <- n })
+	jobs := &groupJobs{}
+	g := groupGate(t, s, jobs, func(n int) { formed <- n })
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
 	ctx := trace.ContextWithSpanContext(context.Background(), sc)
 	res, err := g.Claim(ctx, groupParams("traced-0001", "a"))
@@ -293,8 +299,10 @@ func TestACallInASampledTraceClaimsOnItsOwn(t *testing.T) {
 	require.Equal(t, domain.OutcomeAccepted, res.Outcome)
 	require.Equal(t, []string{"traced-0001"}, s.singles, "its trace shows its own job insert")
 	require.Empty(t, s.many)
-	res, err = g.Claim(context.Background(), groupParams("untraced-0001", "a"))
+	unsampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{2}, SpanID: trace.SpanID{2}})
+	res, err = g.Claim(trace.ContextWithSpanContext(context.Background(), unsampled), groupParams("untraced-0001", "a"))
 	require.NoError(t, err)
 	require.Equal(t, domain.OutcomeAccepted, res.Outcome)
-	require.Equal(t, [][]string{{"untraced-0001"}}, s.many, "an untraced call joins a group")
+	require.Equal(t, [][]string{{"untraced-0001"}}, s.many, "a call in a trace not sampled joins a group")
+	require.Equal(t, []trace.SpanContext{unsampled}, jobs.parents, "the group's insert runs under that (unsampled) trace, not a new root")
 }
