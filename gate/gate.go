@@ -488,7 +488,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	// The job first, then the claim pointing at it with its audit row, in
 	// one statement: a claim never exists without its job, and a claim
 	// that loses the race rolls its job back with it.
-	operationID := uuid.NewString()
+	operationID := newOperationID()
 	jobID, err := g.enqueuer.JobInsert(ctx, tx, &Claim{OperationID: operationID, TenantID: params.Actor.TenantID,
 		Tool: in.Tool, IdempotencyKey: in.Key})
 	if err != nil {
@@ -627,6 +627,19 @@ func (g *Gate) await(ctx context.Context, claim *Claim, d time.Duration) (*Claim
 			return claim, nil
 		}
 	}
+}
+
+// newOperationID mints an operation id: a UUID of version 7, whose first
+// bits are the time, so that new claims' entries land together at the end
+// of the operation id index rather than on random pages of it (the index's
+// pages stay in memory as the table grows). The time it shows is the
+// claim's created_at, which the operation already shows its caller.
+func newOperationID() string {
+	id, err := uuid.NewV7()
+	if err != nil { // the system's random source failed
+		return uuid.NewString()
+	}
+	return id.String()
 }
 
 // resultSummary is what an audit row keeps of a claim's outcome: its status
