@@ -3,7 +3,8 @@
 //
 //  1. the commit limit: claim-shaped one-row insert transactions per second;
 //  2. bare River: one InsertTx transaction per operation, worked by a River
-//     worker that writes one ledger row and completes the job with
+//     worker that runs apply_credit's domain statements (the currency
+//     check, the ledger row with the balance) and completes the job with
 //     JobCompleteTx in the same transaction;
 //  3. idemgate: the same operations as apply_credit through the gate, in
 //     process (gate.Claim, the real jobs.Runner workers) and over MCP (the

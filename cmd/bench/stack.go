@@ -23,6 +23,8 @@ import (
 	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/jobs"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/pgstore"
 )
 
 // tuning is applied to bare River and to idemgate alike.
@@ -207,15 +209,24 @@ type bareArgs struct {
 
 func (bareArgs) Kind() string { return "bench_bare_credit" }
 
-// bareWorker writes the domain row (one ledger entry, the row apply_credit
-// writes) and completes the job in the same transaction.
+// bareWorker runs apply_credit's own domain statements (the customer's
+// currency checked, the ledger entry inserted by the store's LedgerInsert,
+// which returns the balance) and completes the job in the same
+// transaction: the tool's effect without the gate, so that the ratio
+// prices the gate alone.
 type bareWorker struct {
 	river.WorkerDefaults[bareArgs]
 	pool *pgxpool.Pool
+	data *pgstore.Store
 }
 
-const sqlBareLedger = `INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
-VALUES ($1, $2, $3, $4, 'usd', '')`
+// sqlBareCurrency is apply_credit's currency check (tools/credit.go).
+const sqlBareCurrency = `SELECT currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`
+
+// pgxTx is a pgx.Tx as the store's domain methods take it.
+type pgxTx struct{ pgx.Tx }
+
+func (t pgxTx) Raw() any { return t.Tx }
 
 func (w *bareWorker) Work(ctx context.Context, job *river.Job[bareArgs]) error {
 	tx, err := w.pool.Begin(ctx)
@@ -223,7 +234,15 @@ func (w *bareWorker) Work(ctx context.Context, job *river.Job[bareArgs]) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, sqlBareLedger, job.Args.TenantID, job.Args.CustomerID, uuid.New(), job.Args.AmountCents); err != nil {
+	var currency string
+	if err := tx.QueryRow(ctx, sqlBareCurrency, job.Args.TenantID, job.Args.CustomerID).Scan(&currency); err != nil {
+		return err
+	}
+	if currency != "usd" {
+		return fmt.Errorf("customer %s's currency is %s", job.Args.CustomerID, currency)
+	}
+	if _, err := w.data.LedgerInsert(ctx, pgxTx{tx}, &store.LedgerInsertParams{TenantID: job.Args.TenantID,
+		CustomerID: job.Args.CustomerID, OperationID: uuid.NewString(), AmountCents: job.Args.AmountCents, Currency: "usd"}); err != nil {
 		return err
 	}
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
@@ -338,7 +357,7 @@ type bareStack struct {
 
 type bareOptions struct {
 	// stripeBase, when set, makes the worker bareRefundWorker against this
-	// test Stripe; otherwise it is bareWorker (one ledger row).
+	// test Stripe; otherwise it is bareWorker (apply_credit's effect).
 	stripeBase string
 	// deferStart leaves the worker client stopped: startWorker starts it.
 	deferStart bool
@@ -362,7 +381,7 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	if o.stripeBase != "" {
 		river.AddWorker(workers, &bareRefundWorker{pool: s.workerPool, refunds: newStripeRefunds(o.stripeBase)})
 	} else {
-		river.AddWorker(workers, &bareWorker{pool: s.workerPool})
+		river.AddWorker(workers, &bareWorker{pool: s.workerPool, data: pgstore.New(s.workerPool)})
 	}
 	inflight := config.DefaultInflightTimeout
 	s.worker, err = river.NewClient(riverpgxv5.New(s.workerPool), &river.Config{
