@@ -345,7 +345,10 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 	default:
 		return nil, err
 	}
-	if g.batch != nil && !trace.SpanContextFromContext(ctx).IsSampled() {
+	// A new key joins the next group of new claims; an expired claim of
+	// other arguments is taken over on the single path, where it is read
+	// and replaced in one transaction.
+	if g.batch != nil && err != nil && !trace.SpanContextFromContext(ctx).IsSampled() {
 		claim, err := g.batch.claim(ctx, params, policy, auditArgs, start)
 		if err != nil {
 			return nil, err
