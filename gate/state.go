@@ -79,7 +79,7 @@ var (
 // audit decision and store method. Both engines are checked against it
 // (gate/gatetest).
 var Transitions = []Transition{
-	{EventInsert, nil, domain.StatusQueued, domain.DecisionAccepted, "ClaimInsert", "no claim for (tenant, tool, key) and no tombstone of the same fingerprint"},
+	{EventInsert, nil, domain.StatusQueued, domain.DecisionAccepted, "ClaimInsert", "no claim for (tenant, tool, key) and no tombstone of the same fingerprint; a group of concurrent calls' claims in one ClaimInsertMany"},
 	{EventTakeOver, terminal, domain.StatusQueued, domain.DecisionAccepted, "ClaimTakeOver", "past expires_at; new operation id, generation 0"},
 	{EventLease, inFlight, domain.StatusRunning, domain.DecisionStarted, "ClaimLease", "the claim's own job; running only with an expired lease"},
 	{EventComplete, running, domain.StatusSucceeded, domain.DecisionSucceeded, "ClaimComplete", "epoch held"},
