@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/pgtest"
 )
 
 func TestHelpExitsZeroAndListsConfiguration(t *testing.T) {
@@ -51,4 +52,19 @@ func TestConfigurationFromEnvironment(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, exitUsage, run(t.Context(), []string{"token", "list", "--tenant", "acme"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), `DATABASE_URL (--database-url): "mysql://db/x"`)
+}
+
+// Not parallel: it sets the process's environment. Migrations take a
+// session-level advisory lock, which a transaction pooler cannot hold:
+// idemctl refuses to migrate through one, and says what to do instead.
+func TestMigrateRefusesATransactionPooler(t *testing.T) {
+	dbURL, _ := pgtest.NewDB(t)
+	t.Setenv(config.EnvDBPooler, "transaction")
+	res := idemctl(t.Context(), t, dbURL, "migrate")
+	require.NotEqual(t, exitOK, res.code)
+	require.Contains(t, res.stderr, config.EnvDBPooler+"=transaction: migrations hold a session-level advisory lock")
+
+	t.Setenv(config.EnvDBPooler, "none")
+	res = idemctl(t.Context(), t, dbURL, "migrate")
+	require.Equal(t, exitOK, res.code, "the same database, directly: %s", res.stderr)
 }
