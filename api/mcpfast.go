@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -349,39 +350,19 @@ func parseToolCall(body []byte) (toolCall, bool) {
 		seenMethod
 		seenParams
 	)
-	seen := 0
-	end, ok := eachMember(body, i, func(key, val []byte) bool {
-		bit := 0
+	end, seen, ok := eachMemberOnce(body, i, func(key, val []byte) (int, bool) {
 		switch string(key) {
 		case "jsonrpc":
-			bit = seenJSONRPC
-			if string(val) != `"2.0"` {
-				return false
-			}
+			return seenJSONRPC, string(val) == `"2.0"`
 		case "id":
-			bit = seenID
-			if !plainID(val) {
-				return false
-			}
 			msg.id = val
+			return seenID, plainID(val)
 		case "method":
-			bit = seenMethod
-			if string(val) != `"tools/call"` {
-				return false
-			}
+			return seenMethod, string(val) == `"tools/call"`
 		case "params":
-			bit = seenParams
-			if !parseParams(val, &msg) {
-				return false
-			}
-		default:
-			return false
+			return seenParams, parseParams(val, &msg)
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
+		return 0, false
 	})
 	if !ok || skipSpace(body, end) != len(body) || seen != seenJSONRPC|seenID|seenMethod|seenParams {
 		return msg, false
@@ -399,36 +380,22 @@ func parseParams(val []byte, msg *toolCall) bool {
 		seenArgs
 		seenMeta
 	)
-	seen := 0
-	_, ok := eachMember(val, 0, func(key, v []byte) bool {
-		bit := 0
+	_, seen, ok := eachMemberOnce(val, 0, func(key, v []byte) (int, bool) {
 		switch string(key) {
 		case "name":
-			bit = seenName
 			if v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
-				return false
+				return 0, false
 			}
 			msg.name = string(v[1 : len(v)-1])
+			return seenName, true
 		case "arguments":
-			bit = seenArgs
-			if v[0] != '{' || depth(v) > maxArgsDepth {
-				return false
-			}
 			msg.args = v
+			return seenArgs, v[0] == '{' && depth(v) <= maxArgsDepth
 		case "_meta":
-			bit = seenMeta
-			if v[0] != '{' {
-				return false
-			}
 			msg.meta = v
-		default:
-			return false
+			return seenMeta, v[0] == '{'
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
+		return 0, false
 	})
 	return ok && seen&(seenName|seenArgs) == seenName|seenArgs
 }
@@ -476,64 +443,37 @@ func validStatelessMeta(meta []byte) bool {
 		seenInfo
 		seenCaps
 	)
-	seen := 0
-	_, ok := eachMember(meta, 0, func(key, v []byte) bool {
-		bit := 0
+	_, seen, ok := eachMemberOnce(meta, 0, func(key, v []byte) (int, bool) {
 		switch string(key) {
 		case metaProtocolVersion:
-			bit = seenVersion
-			if string(v) != `"`+mcpVersionStateless+`"` {
-				return false
-			}
+			return seenVersion, string(v) == `"`+mcpVersionStateless+`"`
 		case metaClientInfo:
-			bit = seenInfo
-			if !validClientInfo(v) {
-				return false
-			}
+			return seenInfo, validClientInfo(v)
 		case metaClientCapabilities:
-			bit = seenCaps
-			if !validClientCapabilities(v) {
-				return false
-			}
-		default:
-			return false
+			return seenCaps, validClientCapabilities(v)
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
+		return 0, false
 	})
 	return ok && seen&(seenVersion|seenCaps) == seenVersion|seenCaps
 }
+
+// The members validClientInfo and validClientCapabilities accept.
+var (
+	clientInfoMembers       = []string{"name", "title", "description", "version", "websiteUrl"}
+	clientCapabilityMembers = []string{"roots", "sampling", "elicitation", "experimental"}
+)
 
 // validClientInfo: an object of mcp.Implementation's string members.
 func validClientInfo(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	var seen [5]bool
-	_, ok := eachMember(v, 0, func(key, val []byte) bool {
-		i := -1
-		switch string(key) {
-		case "name":
-			i = 0
-		case "title":
-			i = 1
-		case "description":
-			i = 2
-		case "version":
-			i = 3
-		case "websiteUrl":
-			i = 4
-		default:
-			return false
+	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
+		i := slices.Index(clientInfoMembers, string(key))
+		if i < 0 {
+			return 0, false
 		}
-		if seen[i] || val[0] != '"' {
-			return false
-		}
-		seen[i] = true
-		return true
+		return 1 << i, val[0] == '"'
 	})
 	return ok
 }
@@ -544,35 +484,15 @@ func validClientCapabilities(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	var seen [4]bool
-	_, ok := eachMember(v, 0, func(key, val []byte) bool {
-		i := -1
-		switch string(key) {
-		case "roots":
-			i = 0
-			if !validRoots(val) {
-				return false
-			}
-		case "sampling", "elicitation", "experimental":
-			switch string(key) {
-			case "sampling":
-				i = 1
-			case "elicitation":
-				i = 2
-			default:
-				i = 3
-			}
-			if !emptyObject(val) {
-				return false
-			}
+	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
+		switch i := slices.Index(clientCapabilityMembers, string(key)); i {
+		case -1:
+			return 0, false
+		case 0:
+			return 1, validRoots(val)
 		default:
-			return false
+			return 1 << i, emptyObject(val)
 		}
-		if seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
 	})
 	return ok
 }
@@ -581,13 +501,8 @@ func validRoots(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	seen := false
-	_, ok := eachMember(v, 0, func(key, val []byte) bool {
-		if string(key) != "listChanged" || seen || (string(val) != "true" && string(val) != "false") {
-			return false
-		}
-		seen = true
-		return true
+	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
+		return 1, string(key) == "listChanged" && (string(val) == "true" || string(val) == "false")
 	})
 	return ok
 }
@@ -631,6 +546,22 @@ func eachMember(b []byte, i int, fn func(key, val []byte) bool) (int, bool) {
 		}
 		i = skipSpace(b, i+1) // the comma
 	}
+}
+
+// eachMemberOnce is eachMember for objects whose members may appear once
+// each: fn validates a member and names it by a bit of its own; it stops
+// with false when fn does, or when a bit comes twice. It returns the bits
+// seen.
+func eachMemberOnce(b []byte, i int, fn func(key, val []byte) (bit int, ok bool)) (end, seen int, ok bool) {
+	end, ok = eachMember(b, i, func(key, val []byte) bool {
+		bit, valid := fn(key, val)
+		if !valid || bit == 0 || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	})
+	return end, seen, ok
 }
 
 // stringEnd returns the index after the string at b[i].
