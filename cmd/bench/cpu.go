@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -147,19 +146,6 @@ func parseLSN(s string) uint64 {
 		return 0
 	}
 	return h<<32 | l
-}
-
-// loadAvg returns /proc/loadavg's first three fields.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func numCPU() int { return runtime.NumCPU() }

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/app"
+	"github.com/idemgate/idemgate/internal/procstat"
 )
 
 func main() {
@@ -216,7 +217,7 @@ func run() error {
 		Started:    started,
 		Machine:    machineInfo(),
 		GoVersion:  runtime.Version(),
-		LoadBefore: loadAvg(),
+		LoadBefore: procstat.LoadAvg(),
 		Tuning:     tuning{MaxWorkers: o.maxWorkers, APIConns: int32(o.apiConns), WorkerConns: int32(o.workerConns)},
 		Window:     o.window,
 		Concs:      o.concs,
@@ -282,7 +283,7 @@ func run() error {
 	}
 
 	info.Took = time.Since(started)
-	info.LoadAfter = loadAvg()
+	info.LoadAfter = procstat.LoadAvg()
 	if o.write && o.plot != "" {
 		rel, err := filepath.Rel(filepath.Dir(o.out), o.plot)
 		if err != nil {

@@ -62,3 +62,33 @@ func MachineTicks() []uint64 {
 	}
 	return out
 }
+
+// MachineBusy is the share of all cores busy between two MachineTicks
+// readings a and b (iowait counts as idle), 0 when either is missing.
+func MachineBusy(a, b []uint64) float64 {
+	if len(a) < 8 || len(b) < 8 {
+		return 0
+	}
+	var total uint64
+	for i := range 8 {
+		total += b[i] - a[i]
+	}
+	idle := (b[3] - a[3]) + (b[4] - a[4])
+	if total == 0 {
+		return 0
+	}
+	return float64(total-idle) / float64(total)
+}
+
+// LoadAvg returns /proc/loadavg's first three fields, or "?".
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -2,6 +2,7 @@ package procstat
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,4 +17,13 @@ func TestOwnProcessAndMachine(t *testing.T) {
 	require.Len(t, MachineTicks(), 8)
 	_, err = Fields(-1)
 	require.Error(t, err)
+}
+
+func TestMachineBusyAndLoadAvg(t *testing.T) {
+	// user, nice, system, idle, iowait, irq, softirq, steal
+	a := []uint64{100, 0, 50, 800, 50, 0, 0, 0}
+	b := []uint64{160, 0, 70, 860, 110, 0, 0, 0}
+	require.InDelta(t, 0.4, MachineBusy(a, b), 1e-9, "80 busy of 200 ticks; iowait is idle")
+	require.Zero(t, MachineBusy(nil, b))
+	require.Len(t, strings.Fields(LoadAvg()), 3)
 }

@@ -130,7 +130,7 @@ func scaleCmd(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	began := time.Now()
-	loadBefore := loadAvg()
+	loadBefore := procstat.LoadAvg()
 
 	pool, err := pgxpool.New(ctx, *dbURL)
 	if err != nil {
@@ -175,7 +175,7 @@ func scaleCmd(args []string) int {
 	fmt.Fprintf(&b, "- Command: `%s`\n", *command)
 	fmt.Fprintf(&b, "- Date: %s; the run took %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), time.Since(began).Round(time.Second))
 	fmt.Fprintf(&b, "- Machine: %d cores, linux/%s; the agents (this driver), the api replicas, the workers and Postgres share them. Load average before: %s; after: %s (other engineers' runs share these cores)\n",
-		runtime.NumCPU(), runtime.GOARCH, loadBefore, loadAvg())
+		runtime.NumCPU(), runtime.GOARCH, loadBefore, procstat.LoadAvg())
 	fmt.Fprintf(&b, "- Postgres %s, a throwaway cluster with fsync and synchronous_commit on; the deployments connect through %s\n", pgVersion, through)
 	fmt.Fprintf(&b, "- Load: %d agents in a closed loop, each calling `apply_credit` with a new key over the REST twin (spread over the replicas) and waiting for the outcome (IDEMGATE_WAIT=2s, then polling); %s warm-up, then a %s window per deployment; every deployment starts fresh processes and drains before the next\n\n",
 		*concurrency, *warmup, *window)
@@ -326,7 +326,7 @@ func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster, poolerPid
 	row.PoolerCPU = after.group["pooler"] - before.group["pooler"]
 	row.ClientCPU = after.self - before.self
 	row.Commits = after.commits - before.commits
-	row.Busy = machineBusy(before.machine, after.machine)
+	row.Busy = procstat.MachineBusy(before.machine, after.machine)
 	slices.Sort(lat)
 	if len(lat) > 0 {
 		row.P50, row.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
@@ -464,7 +464,7 @@ func commitProbe(ctx context.Context, dbURL string, postmaster, conns int, windo
 	row.Secs = after.at.Sub(before.at).Seconds()
 	row.PGCPU = after.group["pg"] - before.group["pg"]
 	row.ClientCPU = after.self - before.self
-	row.Busy = machineBusy(before.machine, after.machine)
+	row.Busy = procstat.MachineBusy(before.machine, after.machine)
 	slices.Sort(lat)
 	if len(lat) > 0 {
 		row.P50, row.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
@@ -541,33 +541,4 @@ func procPPid(pid int) (int, error) {
 func procCPU(pid int) time.Duration {
 	ticks, _ := procstat.CPUTicks(pid)
 	return time.Duration(ticks) * 10 * time.Millisecond
-}
-
-// machineBusy is the share of all cores busy between a and b (iowait counts
-// as idle).
-func machineBusy(a, b []uint64) float64 {
-	if len(a) < 8 || len(b) < 8 {
-		return 0
-	}
-	var total uint64
-	for i := range 8 {
-		total += b[i] - a[i]
-	}
-	idle := (b[3] - a[3]) + (b[4] - a[4])
-	if total == 0 {
-		return 0
-	}
-	return float64(total-idle) / float64(total)
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
