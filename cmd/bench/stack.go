@@ -279,38 +279,25 @@ func newStripeRefunds(base string) *refund.Client {
 }
 
 // bareRefundWorker does what refund_order does, without the gate: it reads
-// the order (its charge, what is still refundable), makes the refund at
-// Stripe with an Idempotency-Key and the same metadata, then records the
-// refund row (and the order's refunded amount, the statement RefundRecord
-// runs) and completes the job with JobCompleteTx in one transaction.
+// the order with the store's OrderGet (its charge, what is still
+// refundable), makes the refund at Stripe with an Idempotency-Key and the
+// same metadata, then records the refund row and the order's refunded
+// amount with the store's RefundRecord and completes the job with
+// JobCompleteTx in one transaction.
 type bareRefundWorker struct {
 	river.WorkerDefaults[bareRefundArgs]
 	pool    *pgxpool.Pool
+	data    *pgstore.Store
 	refunds *refund.Client
 }
 
-const sqlBareOrder = `SELECT charge_id, amount_cents - refunded_cents, currency FROM orders WHERE tenant_id = $1 AND order_id = $2`
-
-const sqlBareRefundRecord = `
-WITH ins AS (
-	INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
-	VALUES ($1, $2, $3, $4, $5, $6, $7)
-	ON CONFLICT (stripe_refund_id) DO NOTHING
-	RETURNING tenant_id, order_id, amount_cents
-)
-UPDATE orders o SET refunded_cents = o.refunded_cents + ins.amount_cents
-FROM ins
-WHERE o.tenant_id = ins.tenant_id AND o.order_id = ins.order_id`
-
 func (w *bareRefundWorker) Work(ctx context.Context, job *river.Job[bareRefundArgs]) error {
 	a := job.Args
-	var (
-		charge, currency string
-		refundable       int64
-	)
-	if err := w.pool.QueryRow(ctx, sqlBareOrder, a.TenantID, a.OrderID).Scan(&charge, &refundable, &currency); err != nil {
+	order, err := w.data.OrderGet(ctx, &store.OrderGetParams{TenantID: a.TenantID, OrderID: a.OrderID})
+	if err != nil {
 		return err
 	}
+	charge, currency, refundable := order.ChargeID, order.Currency, order.AmountCents-order.RefundedCents
 	if a.AmountCents > refundable {
 		return river.JobCancel(fmt.Errorf("amount_cents %d exceeds the %d still refundable on order %s", a.AmountCents, refundable, a.OrderID))
 	}
@@ -336,7 +323,8 @@ func (w *bareRefundWorker) Work(ctx context.Context, job *river.Job[bareRefundAr
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, sqlBareRefundRecord, a.TenantID, a.OrderID, opID, re.ID, re.Amount, currency, string(re.Status)); err != nil {
+	if err := w.data.RefundRecord(ctx, pgxTx{tx}, &store.RefundRecordParams{TenantID: a.TenantID, OrderID: a.OrderID,
+		OperationID: opID.String(), StripeRefundID: re.ID, AmountCents: re.Amount, Currency: currency, Status: string(re.Status)}); err != nil {
 		return err
 	}
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
@@ -379,7 +367,7 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	}
 	workers := river.NewWorkers()
 	if o.stripeBase != "" {
-		river.AddWorker(workers, &bareRefundWorker{pool: s.workerPool, refunds: newStripeRefunds(o.stripeBase)})
+		river.AddWorker(workers, &bareRefundWorker{pool: s.workerPool, data: pgstore.New(s.workerPool), refunds: newStripeRefunds(o.stripeBase)})
 	} else {
 		river.AddWorker(workers, &bareWorker{pool: s.workerPool, data: pgstore.New(s.workerPool)})
 	}
