@@ -262,10 +262,7 @@ func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster, poolerPid
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	var measuring atomic.Bool
-	var mu sync.Mutex
-	var lat []time.Duration
-	var done atomic.Int64
+	var win measured
 	var failures atomic.Int64
 	var wg sync.WaitGroup
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -288,12 +285,7 @@ func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster, poolerPid
 					sleepCtx(loadCtx, 100*time.Millisecond)
 					continue
 				}
-				if measuring.Load() {
-					done.Add(1)
-					mu.Lock()
-					lat = append(lat, time.Since(start))
-					mu.Unlock()
-				}
+				win.record(start)
 			}
 		}()
 	}
@@ -306,9 +298,9 @@ func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster, poolerPid
 		return g
 	}
 	before := snapCPU(ctx, pool, pids())
-	measuring.Store(true)
+	win.measuring.Store(true)
 	sleepCtx(ctx, window)
-	measuring.Store(false)
+	win.measuring.Store(false)
 	after := snapCPU(ctx, pool, pids())
 	stopLoad()
 	wg.Wait()
@@ -318,7 +310,7 @@ func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster, poolerPid
 	if n := failures.Load(); n > 0 {
 		logf("%s: %d calls failed and were not counted (see %s)", sh, n, logDir)
 	}
-	row.Ops = int(done.Load())
+	row.Ops = len(win.lat)
 	row.Secs = after.at.Sub(before.at).Seconds()
 	row.APICPU = after.group["api"] - before.group["api"]
 	row.WorkerCPU = after.group["worker"] - before.group["worker"]
@@ -327,10 +319,7 @@ func measureShape(ctx context.Context, pool *pgxpool.Pool, postmaster, poolerPid
 	row.ClientCPU = after.self - before.self
 	row.Commits = after.commits - before.commits
 	row.Busy = procstat.MachineBusy(before.machine, after.machine)
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		row.P50, row.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
-	}
+	row.P50, row.P99 = win.percentiles()
 	// Drain: what the window left queued is worked before the next
 	// deployment starts.
 	deadline := time.Now().Add(time.Minute)
@@ -428,10 +417,7 @@ func commitProbe(ctx context.Context, dbURL string, postmaster, conns int, windo
 	defer func() { _, _ = pool.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS scale_commit_probe`) }()
 	probeCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var measuring atomic.Bool
-	var done atomic.Int64
-	var mu sync.Mutex
-	var lat []time.Duration
+	var win measured
 	var wg sync.WaitGroup
 	for g := range conns {
 		wg.Add(1)
@@ -442,34 +428,55 @@ func commitProbe(ctx context.Context, dbURL string, postmaster, conns int, windo
 				if _, err := pool.Exec(probeCtx, `INSERT INTO scale_commit_probe (k) VALUES ($1)`, fmt.Sprintf("%d-%d", g, n)); err != nil {
 					continue
 				}
-				if measuring.Load() {
-					done.Add(1)
-					mu.Lock()
-					lat = append(lat, time.Since(start))
-					mu.Unlock()
-				}
+				win.record(start)
 			}
 		}()
 	}
 	sleepCtx(ctx, time.Second)
 	pids := func() map[string][]int { return map[string][]int{"pg": pgPids(postmaster)} }
 	before := snapCPU(ctx, pool, pids())
-	measuring.Store(true)
+	win.measuring.Store(true)
 	sleepCtx(ctx, window)
-	measuring.Store(false)
+	win.measuring.Store(false)
 	after := snapCPU(ctx, pool, pids())
 	stop()
 	wg.Wait()
-	row.Ops = int(done.Load())
+	row.Ops = len(win.lat)
 	row.Secs = after.at.Sub(before.at).Seconds()
 	row.PGCPU = after.group["pg"] - before.group["pg"]
 	row.ClientCPU = after.self - before.self
 	row.Busy = procstat.MachineBusy(before.machine, after.machine)
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		row.P50, row.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
-	}
+	row.P50, row.P99 = win.percentiles()
 	return row, ctx.Err()
+}
+
+// measured records the latencies of the operations that end while a
+// measurement window is open (measuring).
+type measured struct {
+	measuring atomic.Bool
+	mu        sync.Mutex
+	lat       []time.Duration
+}
+
+// record counts an operation that started at start, if the window is open.
+func (w *measured) record(start time.Time) {
+	if !w.measuring.Load() {
+		return
+	}
+	d := time.Since(start)
+	w.mu.Lock()
+	w.lat = append(w.lat, d)
+	w.mu.Unlock()
+}
+
+// percentiles returns the window's p50 and p99 (zero when empty); call it
+// after the loads stopped.
+func (w *measured) percentiles() (p50, p99 time.Duration) {
+	slices.Sort(w.lat)
+	if len(w.lat) == 0 {
+		return 0, 0
+	}
+	return w.lat[len(w.lat)/2], w.lat[len(w.lat)*99/100]
 }
 
 type cpuSnap struct {
