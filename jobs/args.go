@@ -6,6 +6,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/riverqueue/river"
 
@@ -129,15 +130,21 @@ func (e *Enqueuer[TTx]) JobDeleteMany(ctx context.Context, tx gate.Tx, ids []int
 	if err != nil {
 		return err
 	}
-	res, err := e.Client.JobDeleteManyTx(ctx, rawTx, river.NewJobDeleteManyParams().IDs(ids...).First(max(len(ids), 1)))
-	if err != nil {
-		return e.wrap(err)
-	}
-	if len(res.Jobs) != len(ids) {
-		return fmt.Errorf("jobs: deleted %d of %d jobs", len(res.Jobs), len(ids))
+	// River deletes at most maxDeleteMany jobs per call.
+	for chunk := range slices.Chunk(ids, maxDeleteMany) {
+		res, err := e.Client.JobDeleteManyTx(ctx, rawTx, river.NewJobDeleteManyParams().IDs(chunk...).First(len(chunk)))
+		if err != nil {
+			return e.wrap(err)
+		}
+		if len(res.Jobs) != len(chunk) {
+			return fmt.Errorf("jobs: deleted %d of %d jobs", len(res.Jobs), len(chunk))
+		}
 	}
 	return nil
 }
+
+// maxDeleteMany is River's bound on JobDeleteManyParams.First.
+const maxDeleteMany = 10_000
 
 // tx is the River driver's transaction of a store transaction.
 func (e *Enqueuer[TTx]) tx(tx gate.Tx) (TTx, error) {
