@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -46,31 +45,22 @@ type claimReq struct {
 
 // batcher groups the new claims of concurrent calls.
 type batcher struct {
-	g   *Gate
-	enq BatchEnqueuer
-	max int
+	g      *Gate
+	enq    BatchEnqueuer
+	groups groups[*claimReq]
+}
 
-	mu      sync.Mutex
-	pending []*claimReq
-	running int
-	// formed, when set (tests), is told the size of every group taken.
-	formed func(n int)
+func newBatcher(g *Gate, enq BatchEnqueuer, max int) *batcher {
+	b := &batcher{g: g, enq: enq}
+	b.groups = groups[*claimReq]{max: max, runners: claimGroups, do: b.commit}
+	return b
 }
 
 // claim writes the call's new claim in the next group and returns it, or
 // nil when the call must claim on its own. It fails only when ctx ends.
 func (b *batcher) claim(ctx context.Context, params *ClaimParams, policy *Policy, auditArgs json.RawMessage, start time.Time) (*Claim, error) {
 	req := &claimReq{ctx: ctx, params: params, policy: policy, auditArgs: auditArgs, start: start, done: make(chan struct{})}
-	b.mu.Lock()
-	b.pending = append(b.pending, req)
-	run := b.running < claimGroups
-	if run {
-		b.running++
-	}
-	b.mu.Unlock()
-	if run {
-		go b.run()
-	}
+	b.groups.add(req)
 	select {
 	case <-req.done:
 		return req.claim, nil
@@ -79,34 +69,15 @@ func (b *batcher) claim(ctx context.Context, params *ClaimParams, policy *Policy
 	}
 }
 
-// run commits groups until no call waits.
-func (b *batcher) run() {
-	for {
-		b.mu.Lock()
-		n := min(len(b.pending), b.max)
-		if n == 0 {
-			b.running--
-			b.mu.Unlock()
-			return
-		}
-		group := slices.Clone(b.pending[:n])
-		b.pending = slices.Delete(b.pending, 0, n)
-		formed := b.formed
-		b.mu.Unlock()
-		if formed != nil {
-			formed(n)
-		}
-		b.commit(group)
+// commit writes the group's claims in one transaction and sets the claim
+// of each call whose row was written, then wakes the group's calls. On any
+// error nothing is kept and every call claims on its own.
+func (b *batcher) commit(group []*claimReq) {
+	defer func() {
 		for _, r := range group {
 			close(r.done)
 		}
-	}
-}
-
-// commit writes the group's claims in one transaction and sets the claim
-// of each call whose row was written. On any error nothing is kept and
-// every call claims on its own.
-func (b *batcher) commit(group []*claimReq) {
+	}()
 	live := group[:0:0]
 	for _, r := range group {
 		if r.ctx.Err() == nil { // a call that has gone is not claimed for

@@ -92,10 +92,13 @@ const maxAuditBatch = 256
 type auditBatcher struct {
 	store   Store
 	timeout time.Duration
+	groups  groups[*auditRequest]
+}
 
-	mu      sync.Mutex
-	queue   []*auditRequest
-	writing bool
+func newAuditBatcher(store Store, timeout time.Duration) *auditBatcher {
+	b := &auditBatcher{store: store, timeout: timeout}
+	b.groups = groups[*auditRequest]{max: maxAuditBatch, runners: 1, do: b.flush}
+	return b
 }
 
 type auditRequest struct {
@@ -106,36 +109,13 @@ type auditRequest struct {
 // write appends row and returns once it is committed (or failed).
 func (b *auditBatcher) write(ctx context.Context, row *AuditInsertParams) error {
 	req := &auditRequest{row: row, done: make(chan error, 1)}
-	b.mu.Lock()
-	b.queue = append(b.queue, req)
-	if !b.writing {
-		b.writing = true
-		go b.run()
-	}
-	b.mu.Unlock()
+	b.groups.add(req)
 	select {
 	case err := <-req.done:
 		return err
 	case <-ctx.Done():
 		// The row may still be written, as a timed-out insert may commit.
 		return errors.Join(domain.ErrUnavailable, ctx.Err())
-	}
-}
-
-// run writes batches until the queue is empty.
-func (b *auditBatcher) run() {
-	for {
-		b.mu.Lock()
-		n := min(len(b.queue), maxAuditBatch)
-		if n == 0 {
-			b.writing = false
-			b.mu.Unlock()
-			return
-		}
-		batch := b.queue[:n:n]
-		b.queue = b.queue[n:]
-		b.mu.Unlock()
-		b.flush(batch)
 	}
 }
 

@@ -172,7 +172,7 @@ func TestFollowersRunOnTheirOwnWhenTheLeaderFails(t *testing.T) {
 
 func TestOneBadAuditRowFailsOnlyItsCall(t *testing.T) {
 	s := &flightStore{writing: make(chan struct{}), started: make(chan struct{}, 1)}
-	b := &auditBatcher{store: s, timeout: time.Minute}
+	b := newAuditBatcher(s, time.Minute)
 	ctx := context.Background()
 	errs := make(chan error, 1)
 	go func() { errs <- b.write(ctx, &AuditInsertParams{Reason: "first"}) }()
@@ -185,9 +185,7 @@ func TestOneBadAuditRowFailsOnlyItsCall(t *testing.T) {
 		go func() { results[i] <- b.write(ctx, &AuditInsertParams{Reason: reason}) }()
 	}
 	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.queue) == len(rows)
+		return b.groups.queued() == len(rows)
 	}, time.Minute, time.Millisecond)
 	close(s.writing)
 	require.NoError(t, <-errs)

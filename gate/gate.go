@@ -148,13 +148,13 @@ func New(cfg *Config) (*Gate, error) {
 	if g.logger == nil {
 		g.logger = slog.Default()
 	}
-	g.audits = &auditBatcher{store: g.store, timeout: g.timeout}
+	g.audits = newAuditBatcher(g.store, g.timeout)
 	if enq, ok := cfg.Enqueuer.(BatchEnqueuer); ok && cfg.MaxClaimBatch != 1 {
 		n := cfg.MaxClaimBatch
 		if n <= 0 {
 			n = DefaultMaxClaimBatch
 		}
-		g.batch = &batcher{g: g, enq: enq, max: n}
+		g.batch = newBatcher(g, enq, n)
 	}
 	if g.waiter == nil {
 		interval := cfg.PollInterval
