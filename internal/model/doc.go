@@ -1,0 +1,64 @@
+// Package model is a model-based test of idemgate's promise, in the spirit
+// of Jepsen's checkers (issue 25). Its tests (model_test.go) draw random
+// sequences of actions with pgregory.net/rapid's state machine and run them
+// against the real gate, real River workers and a real database on both
+// engines, beside a small reference model of the contract's guarantees.
+//
+// The actions, over two tenants, two tools (apply_credit, an
+// in-transaction effect on the ledger; refund_order, an external effect on
+// a counting test Stripe), two keys per tenant and tool and three argument
+// sets (each with its own amount, so an effect names its fingerprint):
+//
+//   - call: one to three concurrent identical calls (sometimes with another
+//     volatile memo/reason, which is the same fingerprint);
+//   - await: wait for a pending operation to finish, nudging a job River
+//     holds for a retry (as River UI's Retry would);
+//   - expire: the claim's TTL ends (its expires_at is moved into the past);
+//   - prune: the pruner moves expired claims into the key's history;
+//   - pause/resume: the claim queue is paused (River's QueuePause, waited
+//     for by its queue_paused event, so that no worker fetches afterwards:
+//     calls made while paused are queued and unfetched, deterministically);
+//   - cancel: the agent's cancel (gate.Gate.Cancel, as tasks/cancel does);
+//   - fail/fix: the key's downstream fails definitively (the test Stripe
+//     declines the key's charge; the ledger's effect is told to refuse) until
+//     fixed;
+//   - lose: the next run of the key's effect happens and its outcome is lost
+//     before the commit (a worker killed after the effect), so River retries;
+//   - redrive, redrive_set: an operator's re-drive (ops.Redriver.Redrive and
+//     RedriveSet);
+//   - riverui_retry: River UI's Retry of the claim's job (River's JobRetry),
+//     which the worker then sees.
+//
+// The model keeps, per (tenant, tool, key), the current claim (its
+// operation, argument set, status, whether its TTL ended) and the history
+// of earlier intents (taken over or pruned), plus the effects known per
+// argument set. After every action the invariant check counts effects where
+// they land (ledger rows, the test Stripe's refunds): no fingerprint takes
+// effect twice under one key, a cancelled or failed intent has none, a
+// succeeded one has exactly one. Each action checks every answer against
+// the model: accepted, replayed (the first outcome), in_flight, conflict,
+// or idempotency_key_expired naming the operation in the key's history;
+// a cancelled intent is never re-driven (operator or River UI) and never
+// takes effect; a succeeded one is never re-run.
+//
+// Run (both engines; Postgres from TEST_DATABASE_URL, default the local
+// server; a few seconds each, fixed seeds):
+//
+//	go test -race -count=1 ./internal/model/ -run TestModel -v
+//
+// Longer mode (more checks and steps, random seeds unless one is given):
+//
+//	MODEL_LONG=1 go test -count=1 -timeout 30m ./internal/model/ -run TestModel -v
+//
+// or set rapid's own flags, which always win over the defaults here:
+//
+//	go test ./internal/model/ -run TestModelSQLite -rapid.checks=200 -rapid.steps=60 -rapid.seed=0
+//
+// Reproduce a failure with the seed rapid prints:
+//
+//	go test ./internal/model/ -run 'TestModelPostgres$' -rapid.seed=1234 -v
+//
+// (MODEL_CHECKS, MODEL_STEPS and MODEL_SEED set the same three numbers.)
+// Fail files are off by default (-rapid.nofailfile); pass
+// -rapid.nofailfile=false to keep them under testdata/rapid.
+package model

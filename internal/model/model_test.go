@@ -1,0 +1,801 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/ops"
+	"github.com/idemgate/idemgate/store"
+)
+
+// Default runs: fixed seeds, bounded checks and steps (a few seconds per
+// engine under -race). MODEL_LONG=1 runs more of both, from random seeds.
+const (
+	defaultChecks = 6
+	defaultSteps  = 40
+	longChecks    = 200
+	longSteps     = 80
+	seedSQLite    = 25_001
+	seedPostgres  = 25_002
+	// shrinkTime bounds rapid's minimisation of a failing sequence (every
+	// attempt replays it against the real system).
+	shrinkTime = 60 * time.Second
+)
+
+// configure sets rapid's flags for a run unless the command line (or
+// rapid's RAPID_* variables) set them: fixed seed, checks and steps by
+// default, more and random with MODEL_LONG=1, or MODEL_SEED, MODEL_CHECKS
+// and MODEL_STEPS.
+func configure(t *testing.T, seed uint64) {
+	t.Helper()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	long := os.Getenv("MODEL_LONG") != ""
+	checks, steps := defaultChecks, defaultSteps
+	if long {
+		checks, steps, seed = longChecks, longSteps, 0
+	}
+	values := map[string]string{
+		"rapid.checks":     strconv.Itoa(checks),
+		"rapid.steps":      strconv.Itoa(steps),
+		"rapid.seed":       strconv.FormatUint(seed, 10),
+		"rapid.nofailfile": "true",
+		"rapid.shrinktime": shrinkTime.String(),
+	}
+	for name, env := range map[string]string{"rapid.checks": "MODEL_CHECKS", "rapid.steps": "MODEL_STEPS", "rapid.seed": "MODEL_SEED"} {
+		if v := os.Getenv(env); v != "" {
+			values[name] = v
+		}
+	}
+	for name, v := range values {
+		rapidEnv := "RAPID_" + strings.ToUpper(strings.TrimPrefix(name, "rapid."))
+		if _, ok := os.LookupEnv(rapidEnv); set[name] || ok {
+			continue
+		}
+		if err := flag.Set(name, v); err != nil {
+			t.Fatalf("set -%s: %v", name, err)
+		}
+	}
+	var got []string
+	for _, name := range []string{"rapid.seed", "rapid.checks", "rapid.steps"} {
+		got = append(got, "-"+name+"="+flag.Lookup(name).Value.String())
+	}
+	t.Logf("model: %s", strings.Join(got, " "))
+}
+
+// TestModelSQLite runs the model against the embedded deployment.
+// Not parallel: rapid's settings are process-wide flags.
+func TestModelSQLite(t *testing.T) {
+	configure(t, seedSQLite)
+	run(t, newSQLite(t))
+}
+
+// TestModelPostgres runs the model against Postgres.
+func TestModelPostgres(t *testing.T) {
+	configure(t, seedPostgres)
+	run(t, newPostgres(t))
+}
+
+// checks numbers rapid's test cases in this process: each one works on
+// keys of its own, so that cases never see each other's claims.
+var checks atomic.Int64
+
+func run(t *testing.T, h *harness) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := newMachine(rt, h, int(checks.Add(1)))
+		rt.Repeat(m.actions())
+		m.finish(rt)
+	})
+}
+
+// Argument sets and fingerprints.
+const argSets = 3
+
+// amount is the amount of argument set a of key k in case n: distinct per
+// (case, key, argument set), so that an effect names its fingerprint.
+func amount(n, k, a int) int64 { return int64(n)*1000 + int64(k)*10 + int64(a) + 1 }
+
+// status is what the model knows of an intent.
+type status int
+
+const (
+	// pending: accepted or re-driven, not yet seen terminal.
+	pending status = iota
+	succeeded
+	failed
+)
+
+func (s status) String() string {
+	return [...]string{"pending", "succeeded", "failed"}[s]
+}
+
+// intent is one operation under a key.
+type intent struct {
+	op     string
+	args   int
+	status status
+	code   domain.Code // when failed
+	// fresh: queued while the queue was paused, so no worker fetched it:
+	// a cancel must succeed.
+	fresh bool
+	// expired: its TTL ended (the claim may still be there, or pruned by
+	// the pruner in the background).
+	expired bool
+}
+
+func (in *intent) String() string {
+	s := fmt.Sprintf("%s(args %d, %s", in.op, in.args, in.status)
+	if in.status == failed {
+		s += " " + string(in.code)
+	}
+	if in.expired {
+		s += ", expired"
+	}
+	return s + ")"
+}
+
+// keyModel is the model of one (tenant, tool, key): the current claim, the
+// earlier intents (taken over or pruned) and the effects each argument
+// set is known to have made.
+type keyModel struct {
+	tenant, tool, key string
+	idx               int
+	cur               *intent
+	history           []*intent
+	fail              bool // the downstream refuses this key until fixed
+	lose              bool // the next run's outcome is lost
+	effects           [argSets]int
+}
+
+func (k *keyModel) id() string { return faultID(k.tenant, k.tool, k.key) }
+
+func (k *keyModel) String() string { return k.tenant + "/" + k.tool + "/" + k.key }
+
+// known returns the intent of args in the key's history (nil if none).
+func (k *keyModel) known(args int) *intent {
+	for _, in := range k.history {
+		if in.args == args {
+			return in
+		}
+	}
+	return nil
+}
+
+func (k *keyModel) pending() bool { return k.cur != nil && k.cur.status == pending }
+
+// failCode is the code a refused run of the key fails with.
+func (k *keyModel) failCode() domain.Code {
+	if k.tool == toolRefund {
+		return domain.CodeCardDeclined
+	}
+	return codeRefused
+}
+
+type machine struct {
+	h     *harness
+	n     int
+	start time.Time
+	keys  []*keyModel
+	// ops are every operation id the model has seen accepted.
+	ops map[string]bool
+}
+
+const keysPerTool = 2
+
+func newMachine(t *rapid.T, h *harness, n int) *machine {
+	m := &machine{h: h, n: n, start: time.Now().Add(-10 * time.Millisecond), ops: map[string]bool{}}
+	h.setPaused(t, false)
+	seed := &store.SeedFile{}
+	for _, tn := range tenants {
+		for _, tl := range []string{toolCredit, toolRefund} {
+			for i := range keysPerTool {
+				k := &keyModel{tenant: tn, tool: tl, key: fmt.Sprintf("model-%04d-%s-k%d", n, tl[:3], i), idx: i}
+				m.keys = append(m.keys, k)
+				if tl == toolRefund {
+					seed.Orders = append(seed.Orders, store.SeedOrder{Tenant: tn, OrderID: m.order(k), ChargeID: m.charge(k),
+						AmountCents: chargeAmount, Currency: "usd"})
+				}
+			}
+		}
+	}
+	_, err := h.data.Seed(context.Background(), seed)
+	if err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	return m
+}
+
+func (m *machine) order(k *keyModel) string  { return "ord_" + k.key }
+func (m *machine) charge(k *keyModel) string { return "ch_" + k.tenant + "_" + k.key }
+
+func (m *machine) amount(k *keyModel, a int) int64 {
+	off := 0
+	if k.tool == toolRefund {
+		off = 5
+	}
+	return amount(m.n, k.idx+off, a)
+}
+
+// args are argument set a of k, with a volatile field that changes no
+// fingerprint.
+func (m *machine) args(k *keyModel, a int, volatile string) map[string]any {
+	if k.tool == toolRefund {
+		args := map[string]any{"order_id": m.order(k), "amount_cents": m.amount(k, a)}
+		if volatile != "" {
+			args["reason"] = volatile
+		}
+		return args
+	}
+	args := map[string]any{"customer_id": customerID, "amount_cents": m.amount(k, a), "currency": "usd"}
+	if volatile != "" {
+		args["memo"] = volatile
+	}
+	return args
+}
+
+// actions are the state machine's actions; MODEL_SKIP (a comma-separated
+// list of action names) leaves some out, to look past a known failure.
+func (m *machine) actions() map[string]func(*rapid.T) {
+	all := m.allActions()
+	for _, name := range strings.Split(os.Getenv("MODEL_SKIP"), ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			delete(all, name)
+		}
+	}
+	return all
+}
+
+func (m *machine) allActions() map[string]func(*rapid.T) {
+	return map[string]func(*rapid.T){
+		"call":          m.call,
+		"await":         m.await,
+		"expire":        m.expire,
+		"prune":         m.prune,
+		"pause":         m.pause,
+		"resume":        m.resume,
+		"cancel":        m.cancel,
+		"fail":          m.armFail,
+		"fix":           m.fix,
+		"lose":          m.armLose,
+		"redrive":       m.redrive,
+		"redrive_set":   m.redriveSet,
+		"riverui_retry": m.uiRetry,
+		"":              m.check,
+	}
+}
+
+// pick draws one of the keys that ok accepts, or skips the action.
+func (m *machine) pick(t *rapid.T, label string, ok func(*keyModel) bool) *keyModel {
+	var cands []*keyModel
+	for _, k := range m.keys {
+		if ok(k) {
+			cands = append(cands, k)
+		}
+	}
+	if len(cands) == 0 {
+		t.Skip("no key for " + label)
+	}
+	names := make([]string, len(cands))
+	for i, k := range cands {
+		names[i] = k.String()
+	}
+	name := rapid.SampledFrom(names).Draw(t, label)
+	return cands[slices.Index(names, name)]
+}
+
+func anyKey(*keyModel) bool { return true }
+
+// call: one to three identical concurrent calls of argument set a.
+func (m *machine) call(t *rapid.T) {
+	k := m.pick(t, "key", anyKey)
+	a := rapid.IntRange(0, argSets-1).Draw(t, "args")
+	n := rapid.IntRange(1, 3).Draw(t, "callers")
+	volatile := rapid.SampledFrom([]string{"", "", "retry by the agent"}).Draw(t, "volatile")
+	results := make([]*gate.ClaimResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = m.h.call(k.tenant, k.tool, k.key, m.args(k, a, volatile)) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s args %d: call %d: %v", k, a, i, err)
+		}
+	}
+	m.answer(t, k, a, results)
+	var got []string
+	for _, r := range results {
+		op := ""
+		if r.Claim != nil {
+			op = " " + r.Claim.OperationID + " " + string(r.Claim.Status)
+		}
+		got = append(got, string(r.Outcome)+op)
+	}
+	t.Logf("model: call %s args %d x%d: %s; now %v", k, a, n, strings.Join(got, ", "), k.cur)
+}
+
+// answer checks the answers of concurrent identical calls against the
+// model and moves the model on.
+func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*gate.ClaimResult) {
+	describe := func() string {
+		var s []string
+		for _, r := range results {
+			op := ""
+			if r.Claim != nil {
+				op = r.Claim.OperationID + " " + string(r.Claim.Status)
+			}
+			s = append(s, fmt.Sprintf("%s(%s)", r.Outcome, op))
+		}
+		return fmt.Sprintf("%s args %d (current %v, history %v): answers %s", k, a, k.cur, k.history, strings.Join(s, ", "))
+	}
+	// The fingerprint ran before under this key and is no longer the
+	// current claim: idempotency_key_expired naming that operation.
+	if old := k.known(a); old != nil && (k.cur == nil || k.cur.args != a) {
+		for _, r := range results {
+			m.expectExpired(t, r, old, describe)
+		}
+		return
+	}
+	if k.cur != nil && k.cur.args == a && k.cur.expired {
+		for _, r := range results {
+			m.expectExpired(t, r, k.cur, describe)
+		}
+		return
+	}
+	if k.cur != nil && !k.cur.expired {
+		if k.cur.args != a {
+			for _, r := range results {
+				if r.Outcome != domain.OutcomeConflict || r.Conflict == nil || r.Conflict.Code != domain.CodeKeyReuseDifferentArgs {
+					t.Fatalf("want a conflict: %s", describe())
+				}
+			}
+			return
+		}
+		for _, r := range results {
+			m.expectExisting(t, k, r, describe)
+		}
+		return
+	}
+	// No live claim (none, pruned, or expired with other arguments): one
+	// call takes the key, the others see its claim.
+	var accepted *gate.ClaimResult
+	for _, r := range results {
+		if r.Outcome == domain.OutcomeAccepted {
+			if accepted != nil {
+				t.Fatalf("two calls accepted: %s", describe())
+			}
+			accepted = r
+		}
+	}
+	if accepted == nil || accepted.Claim == nil {
+		t.Fatalf("want one accepted call: %s", describe())
+	}
+	op := accepted.Claim.OperationID
+	if m.ops[op] {
+		t.Fatalf("accepted an operation seen before: %s", describe())
+	}
+	m.ops[op] = true
+	if k.cur != nil {
+		k.history = append(k.history, k.cur) // taken over
+	}
+	k.cur = &intent{op: op, args: a, status: pending, fresh: m.h.paused}
+	for _, r := range results {
+		if r != accepted {
+			m.expectExisting(t, k, r, describe)
+		}
+	}
+}
+
+// expectExisting checks an answer from the key's current claim (same
+// arguments, within its TTL): in_flight while pending, else the first
+// outcome replayed.
+func (m *machine) expectExisting(t *rapid.T, k *keyModel, r *gate.ClaimResult, describe func() string) {
+	if r.Claim == nil || r.Claim.OperationID != k.cur.op {
+		t.Fatalf("want the current operation %s: %s", k.cur.op, describe())
+	}
+	switch r.Outcome {
+	case domain.OutcomeInFlight:
+		if k.cur.status != pending {
+			t.Fatalf("in_flight for a finished operation: %s", describe())
+		}
+		if r.Claim.Status.Terminal() {
+			t.Fatalf("in_flight with a terminal claim: %s", describe())
+		}
+	case domain.OutcomeReplayed:
+		if !r.Replayed || !r.Claim.Status.Terminal() {
+			t.Fatalf("replayed without a terminal claim: %s", describe())
+		}
+		if k.cur.status == pending {
+			if k.cur.fresh && m.h.paused {
+				t.Fatalf("a queued operation that no worker fetched answered terminal: %s", describe())
+			}
+			m.resolve(t, k, r.Claim, "replay")
+			return
+		}
+		m.expectClaim(t, k, r.Claim, "replay")
+	default:
+		t.Fatalf("want in_flight or replayed: %s", describe())
+	}
+}
+
+// expectExpired checks an idempotency_key_expired answer naming old.
+func (m *machine) expectExpired(t *rapid.T, r *gate.ClaimResult, old *intent, describe func() string) {
+	if r.Outcome != domain.OutcomeExpired || r.Expired == nil || r.Expired.Code != domain.CodeKeyExpired {
+		t.Fatalf("want idempotency_key_expired naming %s: %s", old.op, describe())
+	}
+	if !strings.Contains(r.Expired.Message, old.op) {
+		t.Fatalf("the expired answer does not name %s (%q): %s", old.op, r.Expired.Message, describe())
+	}
+	if r.Claim == nil || r.Claim.OperationID != old.op {
+		t.Fatalf("the expired answer's operation is not %s: %s", old.op, describe())
+	}
+	want := domain.StatusSucceeded
+	if old.status == failed {
+		want = domain.StatusFailed
+	}
+	if old.status != pending && r.Claim.Status != want {
+		t.Fatalf("the expired answer says %s, the model %s: %s", r.Claim.Status, old, describe())
+	}
+}
+
+// expectClaim checks a terminal claim against the model's known intent.
+func (m *machine) expectClaim(t *rapid.T, k *keyModel, c *gate.Claim, what string) {
+	in := k.cur
+	if c.OperationID != in.op {
+		t.Fatalf("%s %s: operation %s, the model's %v", what, k, c.OperationID, in)
+	}
+	switch in.status {
+	case succeeded:
+		if c.Status != domain.StatusSucceeded {
+			t.Fatalf("%s %s: %s (%v), the model's %v", what, k, c.Status, c.Error, in)
+		}
+	case failed:
+		if c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != in.code {
+			t.Fatalf("%s %s: %s (%v), the model's %v", what, k, c.Status, c.Error, in)
+		}
+	}
+}
+
+// resolve learns a pending intent's terminal claim: it must be what the
+// key's faults predict (a refused downstream fails the run, else it
+// succeeds).
+func (m *machine) resolve(t *rapid.T, k *keyModel, c *gate.Claim, what string) {
+	in := k.cur
+	if c.OperationID != in.op {
+		t.Fatalf("%s %s: operation %s, the model's %v", what, k, c.OperationID, in)
+	}
+	switch {
+	case c.Status == domain.StatusFailed && c.Error != nil && c.Error.Code == domain.CodeCancelled:
+		t.Fatalf("%s %s: cancelled, but nobody cancelled it (the model's %v)", what, k, in)
+	case k.fail:
+		if c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != k.failCode() {
+			t.Fatalf("%s %s: %s (%v), want failed %s (the model's %v)", what, k, c.Status, c.Error, k.failCode(), in)
+		}
+		in.status, in.code = failed, k.failCode()
+	default:
+		if c.Status != domain.StatusSucceeded {
+			t.Fatalf("%s %s: %s (%v), want succeeded (the model's %v)", what, k, c.Status, c.Error, in)
+		}
+		if k.effects[in.args] != 0 {
+			t.Fatalf("%s %s: the model's fingerprint %d took effect before (the model's %v)", what, k, in.args, in)
+		}
+		in.status = succeeded
+		k.effects[in.args] = 1
+	}
+	in.fresh = false
+	k.lose = m.h.faults.loseArmed(k.id())
+}
+
+// await: wait for a pending operation (the queue running).
+func (m *machine) await(t *rapid.T) {
+	if m.h.paused {
+		t.Skip("paused")
+	}
+	k := m.pick(t, "key", (*keyModel).pending)
+	m.resolve(t, k, m.h.await(t, k.tenant, k.tool, k.key), "await")
+	t.Logf("model: await %s: %v", k, k.cur)
+}
+
+// expire: the TTL of a finished claim ends.
+func (m *machine) expire(t *rapid.T) {
+	k := m.pick(t, "key", func(k *keyModel) bool { return k.cur != nil && k.cur.status != pending && !k.cur.expired })
+	retry(t, func() error { return m.h.expire(context.Background(), k.tenant, k.tool, k.key) })
+	k.cur.expired = true
+}
+
+// prune: the pruner moves every expired claim into its key's history.
+func (m *machine) prune(t *rapid.T) {
+	retry(t, func() error { _, err := m.h.gate.Prune(context.Background(), 100); return err })
+	for _, k := range m.keys {
+		if k.cur != nil && k.cur.expired {
+			k.history = append(k.history, k.cur)
+			k.cur = nil
+		}
+	}
+}
+
+func (m *machine) pause(t *rapid.T) {
+	if m.h.paused {
+		t.Skip("paused")
+	}
+	m.h.setPaused(t, true)
+}
+
+func (m *machine) resume(t *rapid.T) {
+	if !m.h.paused {
+		t.Skip("running")
+	}
+	m.h.setPaused(t, false)
+	for _, k := range m.keys {
+		if k.cur != nil {
+			k.cur.fresh = false
+		}
+	}
+}
+
+// cancel: the agent cancels a pending operation (tasks/cancel). One
+// queued while the queue was paused must be cancelled; any other may
+// have started, and either answer is allowed.
+func (m *machine) cancel(t *rapid.T) {
+	k := m.pick(t, "key", (*keyModel).pending)
+	spec := k.tool == toolCredit
+	var (
+		c   *gate.Claim
+		err error
+	)
+	err = retryErr(func() error {
+		c, err = m.h.gate.Cancel(context.Background(), &gate.CancelParams{TenantID: k.tenant, OperationID: k.cur.op,
+			UserID: "model-agent", RequestID: "model", AttemptsLeaveNoEffect: spec}, m.h.control)
+		return err
+	})
+	switch {
+	case err == nil:
+		if c == nil || c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != domain.CodeCancelled {
+			t.Fatalf("cancel %s: answered %+v", k, c)
+		}
+		k.cur.status, k.cur.code, k.cur.fresh = failed, domain.CodeCancelled, false
+		k.lose = m.h.faults.loseArmed(k.id())
+	case k.cur.fresh:
+		t.Fatalf("cancel %s: a queued operation that no worker fetched was not cancelled: %v", k, err)
+	case errors.Is(err, gate.ErrCancelTerminal), errors.Is(err, gate.ErrCancelStarted):
+		// It ran, or runs: the model learns at the next await.
+	default:
+		t.Fatalf("cancel %s: %v", k, err)
+	}
+}
+
+// armFail: the key's downstream refuses until fixed (the test Stripe
+// declines its charge; the ledger's effect refuses it).
+func (m *machine) armFail(t *rapid.T) {
+	k := m.pick(t, "key", func(k *keyModel) bool { return !k.pending() && !k.fail && !k.lose })
+	m.setFail(k, true)
+}
+
+func (m *machine) fix(t *rapid.T) {
+	k := m.pick(t, "key", func(k *keyModel) bool { return !k.pending() && k.fail })
+	m.setFail(k, false)
+}
+
+func (m *machine) setFail(k *keyModel, on bool) {
+	k.fail = on
+	if k.tool == toolRefund {
+		if on {
+			m.h.stripe.SetChargeError(m.charge(k), http.StatusPaymentRequired, "card_error", "card_declined")
+		} else {
+			m.h.stripe.ClearChargeError(m.charge(k))
+		}
+		return
+	}
+	m.h.faults.setFail(k.id(), on)
+}
+
+// armLose: the next run of the key's effect loses its outcome.
+func (m *machine) armLose(t *rapid.T) {
+	k := m.pick(t, "key", func(k *keyModel) bool { return !k.pending() && !k.fail && !k.lose })
+	k.lose = true
+	m.h.faults.setLose(k.id(), true)
+}
+
+// redrive: an operator re-drives one operation (idemctl op redrive,
+// POST /ops/redrive). Succeeded ones are refused; cancelled ones too.
+func (m *machine) redrive(t *rapid.T) {
+	k := m.pick(t, "key", func(k *keyModel) bool {
+		return k.cur == nil && len(k.history) > 0 || k.cur != nil && !k.cur.expired && (k.cur.status != pending || k.cur.fresh)
+	})
+	var (
+		line *ops.RedriveLine
+		err  error
+	)
+	err = retryErr(func() error {
+		line, err = m.h.redriver.Redrive(context.Background(), &ops.RedriveParams{TenantID: k.tenant, Tool: k.tool, Key: k.key,
+			Operator: "model-operator", Reason: "model re-drive"})
+		return err
+	})
+	in := k.cur
+	switch {
+	case in == nil:
+		if !errors.Is(err, domain.ErrNotFound) {
+			t.Fatalf("redrive %s (pruned): want not found, got %+v, %v", k, line, err)
+		}
+	case in.status == pending:
+		if !ops.Refused(err) {
+			t.Fatalf("redrive %s (queued): want refused, got %+v, %v", k, line, err)
+		}
+	case in.status == succeeded:
+		if !ops.Refused(err) || line == nil || line.Action != ops.ActionRefused {
+			t.Fatalf("redrive %s (succeeded): want refused, got %+v, %v", k, line, err)
+		}
+		m.expectClaimNow(t, k, "redrive of a succeeded operation")
+	case in.code == domain.CodeCancelled:
+		if err == nil && line != nil && line.Action != ops.ActionRefused {
+			t.Fatalf("redrive %s: a cancelled operation was re-driven: %+v", k, line)
+		}
+		m.expectClaimNow(t, k, "redrive of a cancelled operation")
+	default:
+		if err != nil || line == nil || line.Action != ops.ActionRedriven || line.OperationID != in.op {
+			t.Fatalf("redrive %s (%v): want redriven, got %+v, %v", k, in, line, err)
+		}
+		in.status, in.code, in.fresh = pending, "", m.h.paused
+	}
+}
+
+// expectClaimNow reads the key's claim and checks it against the model.
+func (m *machine) expectClaimNow(t *rapid.T, k *keyModel, what string) {
+	c, err := m.h.claim(t, k.tenant, k.tool, k.key)
+	if err != nil {
+		t.Fatalf("%s %s: %v", what, k, err)
+	}
+	m.expectClaim(t, k, c, what)
+}
+
+// redriveSet: an operator re-drives a tenant's failed operations (idemctl
+// op redrive --status failed --since). Cancelled ones must be refused.
+func (m *machine) redriveSet(t *rapid.T) {
+	tenant := rapid.SampledFrom(tenants).Draw(t, "tenant")
+	for _, k := range m.keys {
+		if k.tenant == tenant && k.pending() && !k.cur.fresh {
+			t.Skip("a pending operation of the tenant may have failed meanwhile")
+		}
+	}
+	lines := map[string]*ops.RedriveLine{}
+	var res *ops.RedriveSetResult
+	err := retryErr(func() error {
+		var err error
+		res, err = m.h.redriver.RedriveSet(context.Background(), &ops.RedriveSetParams{TenantID: tenant, Since: m.start,
+			Operator: "model-operator", Reason: "model set re-drive", Limit: ops.MaxRedriveLimit},
+			func(l *ops.RedriveLine) error { lines[l.Tool+"/"+l.Key] = l; return nil })
+		return err
+	})
+	if err != nil {
+		t.Fatalf("redrive set %s: %v (%+v)", tenant, err, res)
+	}
+	for _, k := range m.keys {
+		if k.tenant != tenant {
+			continue
+		}
+		line := lines[k.tool+"/"+k.key]
+		in := k.cur
+		switch {
+		case in == nil || in.status == pending:
+			if line != nil && line.Action == ops.ActionRedriven {
+				t.Fatalf("redrive set %s: re-drove %s, which the model has as %v: %+v", tenant, k, in, line)
+			}
+		case in.status == succeeded:
+			if line != nil && line.Action == ops.ActionRedriven {
+				t.Fatalf("redrive set %s: re-drove succeeded %s: %+v", tenant, k, line)
+			}
+		case in.code == domain.CodeCancelled:
+			if line != nil && line.Action == ops.ActionRedriven {
+				t.Fatalf("redrive set %s: re-drove cancelled %s: %+v", tenant, k, line)
+			}
+			if !in.expired {
+				m.expectClaimNow(t, k, "redrive set of a cancelled operation")
+			}
+		case in.expired:
+			// Still there, or pruned in the background: either answer.
+			if line != nil && line.Action == ops.ActionRedriven {
+				in.status, in.code, in.fresh, in.expired = pending, "", m.h.paused, false
+			}
+		default:
+			if line == nil || line.Action != ops.ActionRedriven || line.OperationID != in.op {
+				t.Fatalf("redrive set %s: want %s (%v) re-driven, got %+v", tenant, k, in, line)
+			}
+			in.status, in.code, in.fresh = pending, "", m.h.paused
+		}
+	}
+}
+
+// uiRetry: an operator presses Retry on the claim's job in River UI; the
+// worker then sees the job. A failed operation runs again (a re-drive by
+// riverui), a cancelled or succeeded one never does.
+func (m *machine) uiRetry(t *rapid.T) {
+	if m.h.paused {
+		t.Skip("paused")
+	}
+	k := m.pick(t, "key", func(k *keyModel) bool { return k.cur != nil && k.cur.status != pending && !k.cur.expired })
+	c, err := m.h.claim(t, k.tenant, k.tool, k.key)
+	if err != nil {
+		t.Fatalf("riverui retry %s: %v", k, err)
+	}
+	m.expectClaim(t, k, c, "riverui retry (before)")
+	m.h.awaitJob(t, c.JobID)
+	if _, err := m.h.client.JobRetry(context.Background(), c.JobID); err != nil {
+		t.Fatalf("riverui retry %s: job %d: %v", k, c.JobID, err)
+	}
+	m.h.awaitJob(t, c.JobID)
+	after := m.h.await(t, k.tenant, k.tool, k.key)
+	in := k.cur
+	if in.status == failed && in.code != domain.CodeCancelled {
+		in.status, in.code = pending, ""
+		m.resolve(t, k, after, "riverui retry of a failed operation")
+		return
+	}
+	m.expectClaim(t, k, after, "riverui retry of a "+in.status.String()+" operation")
+}
+
+// check: effects counted where they land agree with the model. A
+// fingerprint takes effect at most once; a pending one may have, a
+// succeeded one has exactly once, a failed or cancelled one never.
+func (m *machine) check(t *rapid.T) {
+	ledger, err := m.h.ledger(context.Background(), amount(m.n, 0, 0), amount(m.n+1, 0, 0)-1)
+	if err != nil {
+		t.Fatalf("ledger: %v", err)
+	}
+	refunds := m.h.refunds()
+	for _, k := range m.keys {
+		for a := range argSets {
+			var got int
+			if k.tool == toolRefund {
+				got = refunds[refundKey{charge: m.charge(k), amount: m.amount(k, a)}]
+			} else {
+				got = ledger[ledgerKey{tenant: k.tenant, amount: m.amount(k, a)}]
+			}
+			want := k.effects[a]
+			maybe := k.pending() && k.cur.args == a
+			if got == want || maybe && got == want+1 && want == 0 {
+				continue
+			}
+			var intents []*intent
+			intents = append(intents, k.history...)
+			if k.cur != nil {
+				intents = append(intents, k.cur)
+			}
+			t.Fatalf("%s args %d took effect %d times, the model says %d (intents %v)", k, a, got, want, intents)
+		}
+	}
+}
+
+// finish resumes the queue and waits for every pending operation, which
+// must end as the model predicts; then the effects are checked once more.
+func (m *machine) finish(t *rapid.T) {
+	m.h.setPaused(t, false)
+	for _, k := range m.keys {
+		if k.pending() {
+			m.resolve(t, k, m.h.await(t, k.tenant, k.tool, k.key), "final await")
+		}
+	}
+	m.check(t)
+	// Leave nothing armed for later cases' set re-drives to trip on.
+	for _, k := range m.keys {
+		if k.fail {
+			m.setFail(k, false)
+		}
+		m.h.faults.setLose(k.id(), false)
+	}
+}
