@@ -122,7 +122,7 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 		s.db = db
 		data = sqlitestore.New(db)
 	default:
-		pool, err := app.OpenPostgresConfig(ctx, cfg, int32(app.DefaultMaxConns+app.DefaultMaxWorkers+10))
+		pool, err := app.OpenPostgresConfig(ctx, cfg, config.DefaultPoolMaxConns, s.logger)
 		if err != nil {
 			return nil, err
 		}

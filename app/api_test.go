@@ -65,7 +65,7 @@ func setup(t *testing.T, viaProxy func(dbURL string) string) *testBundle {
 	if viaProxy != nil {
 		dbURL = viaProxy(dbURL)
 	}
-	pool, err := app.OpenPostgres(ctx, dbURL, 20)
+	pool, err := app.OpenPostgres(ctx, dbURL, 20, nil)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	cfg := config.Defaults()

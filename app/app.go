@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	neturl "net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,9 +35,6 @@ import (
 	"github.com/idemgate/idemgate/tool"
 )
 
-// DefaultMaxConns is the api's pool size.
-const DefaultMaxConns = 20
-
 // API is the assembled api process.
 type API struct {
 	Pool  *pgxpool.Pool
@@ -52,16 +50,25 @@ type API struct {
 }
 
 // OpenPostgres opens a pool on url with timeouts that make an unreachable
-// database an error within seconds, not a hang.
-func OpenPostgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
-	return openPostgres(ctx, url, "", maxConns)
+// database an error within seconds, not a hang. The process holds at most
+// maxConns connections to Postgres in all (see PoolConfig), or url's
+// pool_max_conns when it has one: the URL always wins. logger (nil: none)
+// says so when Postgres refuses connections for too many clients.
+func OpenPostgres(ctx context.Context, url string, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
+	cfg := config.Defaults()
+	cfg.DatabaseURL = url
+	return OpenPostgresConfig(ctx, cfg, maxConns, logger)
 }
 
 // OpenPostgresConfig is OpenPostgres on cfg's DATABASE_URL, in the query
 // execution mode cfg.PostgresExecMode gives (under a transaction pooler,
 // one without named prepared statements).
-func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32) (*pgxpool.Pool, error) {
-	return openPostgres(ctx, cfg.DatabaseURL, cfg.PostgresExecMode(), maxConns)
+func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
+	pc, err := PoolConfig(cfg, maxConns, logger)
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.NewWithConfig(ctx, pc)
 }
 
 // ExecMode returns pgx's query execution mode named as in a URL's
@@ -89,22 +96,56 @@ var ErrMigrateThroughPooler = errors.New(config.EnvDBPooler + "=transaction: mig
 	"which a transaction pooler cannot keep; run them with " + config.EnvDatabaseURL + " pointing at Postgres itself and " +
 	config.EnvDBPooler + " unset")
 
-func openPostgres(ctx context.Context, url, execMode string, maxConns int32) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+// PoolConfig is the pool configuration of cfg's DATABASE_URL for a process
+// that may hold total connections to Postgres in all: cfg.PoolMaxConns
+// (the URL's pool_max_conns, else total, else
+// config.DefaultPoolMaxConns). Unless the URL goes through a transaction
+// pooler, the pool itself holds one fewer: a worker's River client takes
+// one connection out of its pool for good to LISTEN (pgx's Hijack, after
+// which the pool may open another), and migrations hold their advisory
+// lock on a connection of their own. The URL's connect_timeout and
+// pool_health_check_period win over this package's 2s and 5s.
+func PoolConfig(cfg *config.Config, total int32, logger *slog.Logger) (*pgxpool.Config, error) {
+	if total <= 0 {
+		total = config.DefaultPoolMaxConns
 	}
-	if execMode != "" {
-		if pc.ConnConfig.DefaultQueryExecMode, err = ExecMode(execMode); err != nil {
+	total = cfg.PoolMaxConns(total)
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.EnvDatabaseURL, err)
+	}
+	if mode := cfg.PostgresExecMode(); mode != "" {
+		if pc.ConnConfig.DefaultQueryExecMode, err = ExecMode(mode); err != nil {
 			return nil, err
 		}
 	}
-	pc.ConnConfig.ConnectTimeout = 2 * time.Second
-	if maxConns > 0 {
-		pc.MaxConns = maxConns
+	params := urlParams(cfg.DatabaseURL)
+	if !params.Has("connect_timeout") {
+		pc.ConnConfig.ConnectTimeout = 2 * time.Second
 	}
-	pc.HealthCheckPeriod = 5 * time.Second
-	return pgxpool.NewWithConfig(ctx, pc)
+	if !params.Has("pool_health_check_period") {
+		pc.HealthCheckPeriod = 5 * time.Second
+	}
+	pc.MaxConns = total
+	if !cfg.Pooled() && total > 1 {
+		pc.MaxConns = total - 1
+	}
+	if pc.MinConns > pc.MaxConns {
+		pc.MinConns = pc.MaxConns
+	}
+	if logger != nil {
+		pc.ConnConfig.Tracer = &refusedTracer{logger: logger, total: total}
+	}
+	return pc, nil
+}
+
+// urlParams returns a URL's query parameters (none for a key=value string).
+func urlParams(s string) neturl.Values {
+	u, err := neturl.Parse(s)
+	if err != nil {
+		return neturl.Values{}
+	}
+	return u.Query()
 }
 
 // APIOptions are what tests and embedders may change; zero fields take

@@ -43,7 +43,7 @@ func TestTransactionPooler(t *testing.T) {
 			require.Equal(t, tt.pollOnly, rc.PollOnly)
 
 			// The pool connects lazily: nothing listens on port 1.
-			pool, err := OpenPostgresConfig(context.Background(), cfg, 2)
+			pool, err := OpenPostgresConfig(context.Background(), cfg, 2, nil)
 			require.NoError(t, err)
 			defer pool.Close()
 			require.Equal(t, tt.mode, pool.Config().ConnConfig.DefaultQueryExecMode)

@@ -40,7 +40,14 @@ type Config struct {
 	// the current directory; "sqlite:PATH" or "sqlite://PATH" (so
 	// "sqlite:///var/lib/idemgate.db" is an absolute path); or a
 	// "postgres://" or "postgresql://" URL with a host.
-	DatabaseURL string `name:"database-url" env:"DATABASE_URL" placeholder:"URL" secret:"password" help:"database: postgres://… or sqlite:PATH; empty means SQLite at idemgate.db in the current directory"`
+	//
+	// A postgres:// URL's pool_max_conns parameter (pgx's own) is the one
+	// setting of how many connections this process opens to Postgres: at
+	// most that many in all, River's LISTEN and the migration lock
+	// included (PoolMaxConns). Without it a process opens at most
+	// DefaultPoolMaxConns (idemctl DefaultCLIPoolMaxConns). Nothing
+	// overrides it.
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" placeholder:"URL" secret:"password" help:"database: postgres://… or sqlite:PATH; empty means SQLite at idemgate.db in the current directory. A postgres:// URL's pool_max_conns=N bounds this process's connections to Postgres to N in all (default 10 per api or worker process, 3 for idemctl); nothing overrides it"`
 
 	// APIAddr is the host:port cmd/api listens on (port 0 picks a free one).
 	APIAddr string `name:"api-addr" env:"IDEMGATE_API_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" help:"where the api listens (port 0 picks a free one)"`
@@ -166,6 +173,14 @@ const (
 	// descriptions are cached per connection, the statements themselves are
 	// unnamed, so any server connection can run them.
 	DefaultPooledExecMode = "cache_describe"
+	// DefaultPoolMaxConns bounds the connections an api or worker process
+	// opens to Postgres when DATABASE_URL has no pool_max_conns: an api and
+	// two workers (the quickstart on Postgres) hold at most 30 of a stock
+	// server's 100.
+	DefaultPoolMaxConns = 10
+	// DefaultCLIPoolMaxConns is DefaultPoolMaxConns for idemctl, which
+	// runs one command at a time.
+	DefaultCLIPoolMaxConns = 3
 	// DefaultSQLitePath is the SQLite file used when DATABASE_URL is empty,
 	// relative to the current directory.
 	DefaultSQLitePath = "idemgate.db"
@@ -184,7 +199,14 @@ const (
 	// above what one api serves, low enough to catch a slipped digit.
 	MaxRateLimit = 1_000_000
 	MaxRateBurst = 1_000_000
+	// MaxPoolMaxConns bounds DATABASE_URL's pool_max_conns: far above any
+	// server's max_connections, low enough to catch a slipped digit.
+	MaxPoolMaxConns = 10_000
 )
+
+// URLPoolMaxConns is the DATABASE_URL parameter (pgx's) that bounds a
+// process's connections to Postgres (see Config.PoolMaxConns).
+const URLPoolMaxConns = "pool_max_conns"
 
 // Poolers of Config.DBPooler.
 const (
@@ -247,6 +269,19 @@ func (c *Config) PostgresExecMode() string {
 		return DefaultPooledExecMode
 	}
 	return ""
+}
+
+// PoolMaxConns returns how many connections to Postgres this process may
+// hold in all: DATABASE_URL's pool_max_conns when it has one (it always
+// wins), else def. Zero for SQLite.
+func (c *Config) PoolMaxConns(def int32) int32 {
+	if c.Driver() != DriverPostgres {
+		return 0
+	}
+	if n, ok := urlPoolMaxConns(c.DatabaseURL); ok {
+		return n
+	}
+	return def
 }
 
 // SQLitePath returns the SQLite file to open: DefaultSQLitePath for an

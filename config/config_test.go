@@ -327,6 +327,9 @@ var loadErrorTests = []struct {
 	{"DatabaseURLNoHost", nil, map[string]string{EnvDatabaseURL: "postgres:///db"}, EnvDatabaseURL, []string{"no host"}},
 	{"DatabaseURLUnparseable", nil, map[string]string{EnvDatabaseURL: "postgres://h:port/db"}, EnvDatabaseURL, []string{"not a valid URL"}},
 	{"DatabaseURLFlag", []string{"--database-url", "file.db"}, nil, EnvDatabaseURL, []string{"--database-url", `"file.db"`}},
+	{"DatabaseURLPoolMaxConnsZero", nil, map[string]string{EnvDatabaseURL: "postgres://h/db?pool_max_conns=0"}, EnvDatabaseURL, []string{`pool_max_conns="0"`}},
+	{"DatabaseURLPoolMaxConnsWord", nil, map[string]string{EnvDatabaseURL: "postgres://h/db?pool_max_conns=ten"}, EnvDatabaseURL, []string{`pool_max_conns="ten"`}},
+	{"DatabaseURLPoolMaxConnsHuge", nil, map[string]string{EnvDatabaseURL: "postgres://h/db?pool_max_conns=100000"}, EnvDatabaseURL, []string{"1 to 10000"}},
 	{"APIAddrNoPort", nil, map[string]string{EnvAPIAddr: "localhost"}, EnvAPIAddr, []string{`"localhost"`}},
 	{"APIAddrNamedPort", nil, map[string]string{EnvAPIAddr: "localhost:http"}, EnvAPIAddr, []string{`"http"`}},
 	{"APIAddrPortTooLarge", nil, map[string]string{EnvAPIAddr: ":65536"}, EnvAPIAddr, []string{`":65536"`}},
@@ -813,4 +816,29 @@ func TestResetLinkBaseOrDefault(t *testing.T) {
 	cfg, err := Load(nil, env(map[string]string{EnvAPIAddr: "0.0.0.0:8080", EnvResetLinkBase: "https://app.example.com/reset"}))
 	require.NoError(t, err)
 	require.Equal(t, "https://app.example.com/reset", cfg.ResetLinkBaseOrDefault())
+}
+
+// TestPoolMaxConns: DATABASE_URL's pool_max_conns always wins; without it
+// the caller's default applies; SQLite has no pool.
+func TestPoolMaxConns(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		url  string
+		def  int32
+		want int32
+	}{
+		{"URL", "postgres://h/db?sslmode=disable&pool_max_conns=5", DefaultPoolMaxConns, 5},
+		{"URLAboveDefault", "postgres://h/db?pool_max_conns=50", DefaultCLIPoolMaxConns, 50},
+		{"Default", "postgres://h/db", DefaultPoolMaxConns, DefaultPoolMaxConns},
+		{"SQLite", "sqlite:x.db", DefaultPoolMaxConns, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := Load(nil, env(map[string]string{EnvDatabaseURL: tt.url}))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, cfg.PoolMaxConns(tt.def))
+		})
+	}
 }

@@ -255,7 +255,29 @@ func validateDatabaseURL(s string) *SettingError {
 	if u.Host == "" || u.Hostname() == "" {
 		return settingErr(EnvDatabaseURL, "%q has no host: want postgres://user:password@host:5432/db", shown)
 	}
+	if v := u.Query().Get(URLPoolMaxConns); u.Query().Has(URLPoolMaxConns) {
+		if n, err := strconv.ParseInt(v, 10, 32); err != nil || n < 1 || n > MaxPoolMaxConns {
+			return settingErr(EnvDatabaseURL, "%s=%q is not a number of connections from 1 to %d", URLPoolMaxConns, v, MaxPoolMaxConns)
+		}
+	}
 	return nil
+}
+
+// urlPoolMaxConns returns the pool_max_conns parameter of a postgres://
+// URL that Validate accepted, and whether it has one.
+func urlPoolMaxConns(s string) (int32, bool) {
+	if !isPostgresURL(s) {
+		return 0, false
+	}
+	u, err := url.Parse(s)
+	if err != nil || !u.Query().Has(URLPoolMaxConns) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(u.Query().Get(URLPoolMaxConns), 10, 32)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return int32(n), true
 }
 
 // redactDatabaseURL masks the password in a URL, even one that does not

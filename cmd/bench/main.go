@@ -41,7 +41,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgate/idemgate/app"
 	"github.com/idemgate/idemgate/internal/procstat"
 )
 
@@ -105,7 +104,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address while running (goroutine and block profiles)")
 	fs.StringVar(&o.command, "command", "", "the command line to show in the report (scripts/bench.sh passes its own)")
 	fs.IntVar(&o.maxWorkers, "max-workers", 20, "River MaxWorkers of the claim queue and of bare River's queue")
-	fs.IntVar(&o.apiConns, "api-conns", app.DefaultMaxConns, "pool of the inserting side (idemgate's api, bare River's inserter)")
+	fs.IntVar(&o.apiConns, "api-conns", 20, "pool of the inserting side (idemgate's api, bare River's inserter)")
 	fs.IntVar(&o.workerConns, "worker-conns", 24, "pool of the worker side (idemgate's worker, bare River's worker)")
 	fs.IntVar(&o.drainOps, "drain-ops", 0, "operations in the backlog one worker process drains (default 5000; quick 1000)")
 	fs.StringVar(&o.stripeURL, "stripe-url", os.Getenv("STRIPE_MOCK_URL"), "the test Stripe (stripe-mock) of the refund figures (default $STRIPE_MOCK_URL; scripts/bench.sh starts one); without it they are skipped")

@@ -176,14 +176,11 @@ func (e *usageError) Unwrap() error { return e.err }
 // answered a ping. The caller closes it.
 func (a *app) openPostgres(ctx context.Context) (*pgxpool.Pool, error) {
 	raw := a.cfg.DatabaseURL
-	cfg, err := pgxpool.ParseConfig(raw)
+	// At most DefaultCLIPoolMaxConns connections in all (migrate's lock
+	// included), or DATABASE_URL's pool_max_conns.
+	cfg, err := idemgateapp.PoolConfig(a.cfg, config.DefaultCLIPoolMaxConns, a.logger)
 	if err != nil {
-		return nil, &usageError{fmt.Errorf("invalid %s: %w", config.EnvDatabaseURL, err)}
-	}
-	if mode := a.cfg.PostgresExecMode(); mode != "" {
-		if cfg.ConnConfig.DefaultQueryExecMode, err = idemgateapp.ExecMode(mode); err != nil {
-			return nil, &usageError{err}
-		}
+		return nil, &usageError{fmt.Errorf("invalid %w", err)}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -193,7 +190,7 @@ func (a *app) openPostgres(ctx context.Context) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to %s (%s): %w", config.EnvDatabaseURL, redactURL(raw), err)
+		return nil, fmt.Errorf("connect to %s (%s): %w", config.EnvDatabaseURL, redactURL(raw), idemgateapp.ExplainConnError(err))
 	}
 	return pool, nil
 }
