@@ -90,6 +90,12 @@ const (
 	DecisionFailed    Decision = "failed"
 	DecisionReclaimed Decision = "reclaimed"
 	DecisionRedriven  Decision = "redriven"
+	// DecisionArchived: a claim's replay window ended and the pruner moved
+	// it into its key's history (the fingerprint stays refused).
+	DecisionArchived Decision = "archived"
+	// DecisionForgotten: a history row's retention ended and the pruner
+	// deleted it (the fingerprint may run again under that key).
+	DecisionForgotten Decision = "forgotten"
 )
 
 // Operation is the client-visible view of a claim: what a mutation call

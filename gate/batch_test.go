@@ -38,6 +38,11 @@ func (s *groupStore) ClaimGetByKey(context.Context, *ClaimGetByKeyParams) (*Clai
 	return nil, domain.ErrNotFound
 }
 
+// TombstoneGetByKey finds no history: no key ran before.
+func (s *groupStore) TombstoneGetByKey(context.Context, *TombstoneGetByKeyParams) (*Tombstone, error) {
+	return nil, domain.ErrNotFound
+}
+
 func (s *groupStore) Begin(context.Context) (Tx, error) {
 	if s.hold != nil {
 		<-s.hold

@@ -8,16 +8,6 @@ import (
 	"github.com/idemgate/idemgate/domain"
 )
 
-// Refusals of Gate.Cancel. The claim as read comes back with them.
-var (
-	// ErrCancelTerminal: the operation already succeeded or failed.
-	ErrCancelTerminal = errors.New("gate: the operation is already finished")
-	// ErrCancelStarted: a worker runs the operation (or has fetched its
-	// job), or an earlier attempt may have reached the downstream: its
-	// effect may be under way, so it is not cancelled.
-	ErrCancelStarted = errors.New("gate: the operation has started; its effect may be under way")
-)
-
 // CancelParams are the parameters of Gate.Cancel.
 type CancelParams struct {
 	TenantID    string
@@ -47,11 +37,10 @@ func (g *Gate) Cancel(ctx context.Context, p *CancelParams, jobs JobControl) (*C
 			return err
 		}
 		out = c
-		switch {
-		case c.Status.Terminal():
-			return ErrCancelTerminal
-		case c.Status == domain.StatusRunning, c.Attempts > 0 && !p.AttemptsLeaveNoEffect:
-			return ErrCancelStarted
+		t := TransitionOf(EventCancel)
+		facts := Facts{AttemptsLeaveNoEffect: p.AttemptsLeaveNoEffect}
+		if err := t.Check(c, facts); err != nil {
+			return err
 		}
 		job, err := tx.JobGet(ctx, &JobGetParams{ID: c.JobID, Lock: true})
 		switch {
@@ -59,14 +48,14 @@ func (g *Gate) Cancel(ctx context.Context, p *CancelParams, jobs JobControl) (*C
 			// River no longer has the job: nothing can run the claim.
 		case err != nil:
 			return err
-		case job.State == "running":
-			return ErrCancelStarted // fetched: the worker is about to lease
+		default:
+			facts.JobFetched = job.State == "running" // the worker is about to lease
 		}
 		msg := fmt.Sprintf("cancelled by %s before it ran", p.UserID)
 		if c.Attempts > 0 {
 			msg = fmt.Sprintf("cancelled by %s after %d attempts that changed nothing", p.UserID, c.Attempts)
 		}
-		cancelled, err := tx.ClaimAbandon(ctx, &ClaimAbandonParams{ID: c.ID, Epoch: c.Epoch, JobID: c.JobID,
+		cancelled, err := apply(ctx, tx, EventCancel, c, facts, &ClaimAbandonParams{ID: c.ID, Epoch: c.Epoch, JobID: c.JobID,
 			Error: domain.ErrorInfo{Code: domain.CodeCancelled, Message: msg, NothingHappened: true}})
 		if errors.Is(err, domain.ErrStateChanged) {
 			return ErrCancelStarted
@@ -77,6 +66,12 @@ func (g *Gate) Cancel(ctx context.Context, p *CancelParams, jobs JobControl) (*C
 		out = cancelled
 		if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 			return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
+		}
+		// River UI shows a job's output: an operator tells an owner's
+		// cancellation apart from a failure there, and its Retry is refused.
+		if err := jobs.JobMarkCancelledTx(ctx, tx, c.JobID, &CancelMark{Idemgate: "cancelled_by_owner", By: p.UserID, Reason: msg,
+			Redrive: "refused: an owner's cancellation is final"}); err != nil {
+			return fmt.Errorf("gate: mark job %d cancelled: %w", c.JobID, err)
 		}
 		ev := transitionAudit(ctx, cancelled, EventCancel, "cancel: "+msg, nil)
 		ev.UserID, ev.TokenID, ev.RequestID = p.UserID, p.TokenID, p.RequestID

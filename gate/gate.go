@@ -395,6 +395,18 @@ func (g *Gate) answerExisting(ctx context.Context, params *ClaimParams, policy *
 	in := params.Intent
 	res := &ClaimResult{Claim: current}
 	if current.ArgsHash != in.ArgsHash {
+		// Other arguments than the live claim's: if they are a fingerprint
+		// that ran under this key before (the key changed hands since),
+		// the answer names that operation, as once the key is free again.
+		readCtx, cancelRead := context.WithTimeout(ctx, g.timeout)
+		prior, err := g.history(readCtx, g.store, params)
+		cancelRead()
+		if err != nil {
+			return nil, err
+		}
+		if prior != nil {
+			return g.refuseExpired(ctx, params, start, prior.Claim, auditArgs)
+		}
 		res.Outcome = domain.OutcomeConflict
 		res.Conflict = g.conflict(current, in, policy)
 	} else {
@@ -499,7 +511,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	}
 	ev := callAudit(ctx, params, auditArgs, start, domain.DecisionAccepted, "")
 	ev.OperationID, ev.JobID = operationID, jobID
-	claim, err := tx.ClaimInsert(ctx, &ClaimInsertParams{
+	claim, err := apply(ctx, tx, EventInsert, nil, Facts{}, &ClaimInsertParams{
 		OperationID: operationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 		UserID: params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
 		TTL: policy.TTL, Retention: policy.retention(), JobID: jobID, Audit: ev,
@@ -541,12 +553,9 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 	if errors.Is(err, domain.ErrNotFound) {
 		// No claim: a tombstone of this very intent refused the insert, or
 		// the claim was archived between the insert and the read.
-		ts, terr := tx.TombstoneGetByKey(ctx, &TombstoneGetByKeyParams{TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key})
-		if terr == nil && ts.ArgsHash == in.ArgsHash {
-			return nil, &ClaimResult{Outcome: domain.OutcomeExpired, Claim: ts.claim()}, nil, nil
-		}
-		if terr != nil && !errors.Is(terr, domain.ErrNotFound) {
-			return nil, nil, nil, terr
+		prior, terr := g.history(ctx, tx, params)
+		if prior != nil || terr != nil {
+			return nil, prior, nil, terr
 		}
 		return nil, nil, nil, nil // loop
 	}
@@ -558,7 +567,15 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 	case existing.ArgsHash == in.ArgsHash:
 		return nil, &ClaimResult{Outcome: domain.OutcomeExpired, Claim: existing}, nil, nil
 	}
-	claim, err = tx.ClaimTakeOver(ctx, &ClaimTakeOverParams{
+	// Another intent's claim ended: before taking the key over, in the
+	// same transaction, the key's history must not know this fingerprint
+	// (it ran under this key before, however many take-overs ago). Only a
+	// claim of this very fingerprint could add it meanwhile, and then the
+	// take-over's condition fails.
+	if prior, err := g.history(ctx, tx, params); prior != nil || err != nil {
+		return nil, prior, nil, err
+	}
+	claim, err = apply(ctx, tx, EventTakeOver, existing, Facts{}, &ClaimTakeOverParams{
 		ID: existing.ID, OperationID: operationID, UserID: params.Actor.UserID,
 		Args: in.Canonical, ArgsHash: in.ArgsHash, TTL: policy.TTL, Retention: policy.retention(), JobID: jobID,
 	})
@@ -569,6 +586,22 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 		return nil, nil, nil, err
 	}
 	return claim, nil, existing, nil
+}
+
+// history looks the call's fingerprint up in its key's history: an
+// expired result naming the operation that ran it, or nil when the key
+// never ran it within the retention.
+func (g *Gate) history(ctx context.Context, x Executor, params *ClaimParams) (*ClaimResult, error) {
+	in := params.Intent
+	ts, err := x.TombstoneGetByKey(ctx, &TombstoneGetByKeyParams{TenantID: params.Actor.TenantID, Tool: in.Tool,
+		IdempotencyKey: in.Key, ArgsHash: in.ArgsHash})
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &ClaimResult{Outcome: domain.OutcomeExpired, Claim: ts.claim()}, nil
 }
 
 // conflict builds the conflict error naming the fields that differ.

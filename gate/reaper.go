@@ -19,6 +19,23 @@ type JobControl interface {
 	// changing nothing, when the gate must insert a fresh job instead: River
 	// no longer has the job, will not run it again, or was asked to cancel it.
 	JobRetryTx(ctx context.Context, tx Tx, jobID int64) (bool, error)
+	// JobMarkCancelledTx records on a job, where River UI shows it (the
+	// job's output), that its claim's owner cancelled it. A job River no
+	// longer has is fine.
+	JobMarkCancelledTx(ctx context.Context, tx Tx, jobID int64, mark *CancelMark) error
+}
+
+// CancelMark is what a job's output says of its owner's cancellation.
+type CancelMark struct {
+	// Idemgate is always "cancelled_by_owner": River UI shows it where a
+	// failure shows its error.
+	Idemgate string `json:"idemgate"`
+	// By is the user who cancelled.
+	By string `json:"cancelled_by"`
+	// Reason is the claim's cancellation message.
+	Reason string `json:"reason"`
+	// Redrive says that a re-drive, River UI's Retry included, is refused.
+	Redrive string `json:"redrive"`
 }
 
 // ReapBatch is how many claims one reaper pass handles of each kind.
@@ -110,7 +127,7 @@ func (g *Gate) reapStalled(ctx context.Context, jobs JobControl, staleAfter time
 			if err != nil {
 				return fmt.Errorf("gate: insert job: %w", err)
 			}
-			repointed, err := tx.ClaimRepoint(ctx, &ClaimRepointParams{ID: c.ID, Epoch: c.Epoch, OldJobID: c.JobID, NewJobID: jobID})
+			repointed, err := apply(ctx, tx, EventRepoint, c, Facts{}, &ClaimRepointParams{ID: c.ID, Epoch: c.Epoch, OldJobID: c.JobID, NewJobID: jobID})
 			if err != nil {
 				return err
 			}
@@ -146,7 +163,7 @@ func (g *Gate) reapAbandoned(ctx context.Context, res *ReapResult) error {
 			info = domain.ErrorInfo{Code: domain.CodeOutcomeUnknown, Message: fmt.Sprintf("job %d ended after %d attempt(s) without an outcome", c.JobID, c.Attempts)}
 		}
 		err := g.inTx(ctx, func(tx Tx) error {
-			failed, err := tx.ClaimAbandon(ctx, &ClaimAbandonParams{ID: c.ID, Epoch: c.Epoch, JobID: c.JobID, Error: info})
+			failed, err := apply(ctx, tx, EventAbandon, c, Facts{}, &ClaimAbandonParams{ID: c.ID, Epoch: c.Epoch, JobID: c.JobID, Error: info})
 			if err != nil {
 				return err
 			}
@@ -179,7 +196,7 @@ func (g *Gate) reclaim(ctx context.Context, c *Claim, jobs JobControl) (Event, e
 		if err != nil {
 			return fmt.Errorf("gate: insert job: %w", err)
 		}
-		reclaimed, err := tx.ClaimReclaim(ctx, &ClaimReclaimParams{ID: c.ID, Epoch: c.Epoch, JobID: jobID})
+		reclaimed, err := apply(ctx, tx, EventReclaim, c, Facts{}, &ClaimReclaimParams{ID: c.ID, Epoch: c.Epoch, JobID: jobID})
 		if err != nil {
 			return err
 		}
@@ -200,7 +217,7 @@ func (g *Gate) giveUp(ctx context.Context, tx Tx, c *Claim, policy *Policy, jobs
 		reason = "lease expired and " + c.Tool + " does not re-run an unknown outcome"
 	}
 	info := domain.ErrorInfo{Code: domain.CodeOutcomeUnknown, Message: reason}
-	failed, err := tx.ClaimFail(ctx, &ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: info, LeaseExpiredOnly: true})
+	failed, err := apply(ctx, tx, EventGiveUp, c, Facts{}, &ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: info, LeaseExpiredOnly: true})
 	if err != nil {
 		return err
 	}
@@ -214,8 +231,9 @@ func (g *Gate) giveUp(ctx context.Context, tx Tx, c *Claim, policy *Policy, jobs
 // statement handles.
 const PruneBatch = 1000
 
-// Prune replaces terminal claims past their expiry by tombstones, never a
-// queued or running one, and deletes tombstones past their retention, in
+// Prune moves terminal claims past their expiry into their keys' history
+// (EventArchive), never a queued or running one, and forgets history rows
+// past their retention (EventForget), each with its audit rows, in
 // bounded batches until none are left or maxBatches ran of each. It
 // returns how many claims it archived.
 func (g *Gate) Prune(ctx context.Context, maxBatches int) (int, error) {
@@ -228,19 +246,21 @@ func (g *Gate) prune(ctx context.Context, maxBatches int, now *time.Time) (int, 
 		var n int
 		err := g.inTx(ctx, func(tx Tx) error {
 			var err error
-			n, err = tx.ClaimArchiveExpired(ctx, &ClaimArchiveExpiredParams{Limit: PruneBatch, Now: now})
+			n, err = applyCount(ctx, tx, EventArchive, &ClaimArchiveExpiredParams{Limit: PruneBatch, Now: now})
 			return err
 		})
 		if err != nil {
 			return total, err
 		}
+		g.observeN(EventArchive, n)
 		total += n
 		if n < PruneBatch {
 			break
 		}
 	}
 	for range maxBatches {
-		n, err := g.store.TombstoneDeleteExpired(ctx, &TombstoneDeleteExpiredParams{Limit: PruneBatch, Now: now})
+		n, err := applyCount(ctx, g.store, EventForget, &TombstoneDeleteExpiredParams{Limit: PruneBatch, Now: now})
+		g.observeN(EventForget, n)
 		if err != nil || n < PruneBatch {
 			return total, err
 		}
@@ -265,13 +285,6 @@ type RedriveParams struct {
 	DryRun bool
 }
 
-// ErrRedriveSucceeded is returned for a claim that succeeded: re-driving it
-// is refused.
-var ErrRedriveSucceeded = errors.New("the operation succeeded; re-driving it is refused")
-
-// ErrRedriveNotFailed is returned for a claim that is queued or running.
-var ErrRedriveNotFailed = errors.New("the operation is not failed; only failed operations are re-driven")
-
 // RedriveResult says what a re-drive did (or would do).
 type RedriveResult struct {
 	Claim *Claim
@@ -286,6 +299,9 @@ type RedriveResult struct {
 // asked to cancel it (JobControl.JobRetryTx reports false), and a
 // redriven audit row naming the operator and the reason. The downstream key
 // stays unless the provider answered definitively that nothing happened.
+// What the state machine refuses (a succeeded, in-flight or cancelled
+// claim) is answered with its refusal and, unless DryRun, a denied audit
+// row naming the operator.
 func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (*RedriveResult, error) {
 	if p.Operator == "" || p.Reason == "" {
 		return nil, errors.New("gate: a re-drive needs an operator and a reason")
@@ -294,39 +310,60 @@ func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (
 	if err != nil {
 		return nil, err
 	}
-	switch c.Status {
-	case domain.StatusSucceeded:
-		return &RedriveResult{Claim: c}, ErrRedriveSucceeded
-	case domain.StatusQueued, domain.StatusRunning:
-		return &RedriveResult{Claim: c}, ErrRedriveNotFailed
-	}
+	return g.redrive(ctx, c, &redrive{operator: p.Operator, reason: p.Reason, dryRun: p.DryRun, jobs: jobs})
+}
+
+// redrive is how a re-drive is asked for: by an operator (idemctl, POST
+// /ops/redrive), whose jobs retry or replace the claim's job, or by River
+// UI's Retry of the claim's own job (jobs nil: River has made the job
+// available again, and the worker running it asks).
+type redrive struct {
+	operator, reason string
+	dryRun           bool
+	jobs             JobControl
+}
+
+// redrive is the one re-drive path: the table's check (EventRedrive), then
+// in one transaction the job, the claim (its store guard agrees with the
+// table) and the redriven audit row.
+func (g *Gate) redrive(ctx context.Context, c *Claim, r *redrive) (*RedriveResult, error) {
 	res := &RedriveResult{Claim: c, NextGeneration: c.Error != nil && (c.Error.NothingHappened || NothingHappened(c.Error.Code))}
-	if p.DryRun {
-		return res, nil
-	}
-	err = g.inTx(ctx, func(tx Tx) error {
-		retried, err := jobs.JobRetryTx(ctx, tx, c.JobID)
-		if err != nil {
-			return fmt.Errorf("gate: retry job %d: %w", c.JobID, err)
-		}
-		var jobID int64
-		if !retried {
-			res.FreshJob = true
-			if jobID, err = g.enqueuer.JobInsert(ctx, tx, c); err != nil {
-				return fmt.Errorf("gate: insert job: %w", err)
+	if err := TransitionOf(EventRedrive).Check(c, Facts{}); err != nil {
+		if !r.dryRun {
+			if aerr := g.refuseRedrive(ctx, c, r.operator, err); aerr != nil {
+				return nil, aerr
 			}
 		}
-		redriven, err := tx.ClaimRedrive(ctx, &ClaimRedriveParams{ID: c.ID, NextGeneration: res.NextGeneration, JobID: jobID})
+		return res, err
+	}
+	if r.dryRun {
+		return res, nil
+	}
+	err := g.inTx(ctx, func(tx Tx) error {
+		var jobID int64
+		if r.jobs != nil {
+			retried, err := r.jobs.JobRetryTx(ctx, tx, c.JobID)
+			if err != nil {
+				return fmt.Errorf("gate: retry job %d: %w", c.JobID, err)
+			}
+			if !retried {
+				res.FreshJob = true
+				if jobID, err = g.enqueuer.JobInsert(ctx, tx, c); err != nil {
+					return fmt.Errorf("gate: insert job: %w", err)
+				}
+			}
+		}
+		redriven, err := apply(ctx, tx, EventRedrive, c, Facts{}, &ClaimRedriveParams{ID: c.ID, NextGeneration: res.NextGeneration, JobID: jobID})
 		if err != nil {
 			return err
 		}
 		res.Claim = redriven
-		reason := p.Reason
+		reason := r.reason
 		if res.NextGeneration {
 			reason += " (next generation: " + redriven.DownstreamKey + ")"
 		}
 		ev := transitionAudit(ctx, redriven, EventRedrive, reason, nil)
-		ev.UserID = p.Operator
+		ev.UserID = r.operator
 		return tx.AuditInsert(ctx, ev)
 	})
 	if errors.Is(err, domain.ErrStateChanged) {
@@ -336,6 +373,15 @@ func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (
 		g.observe(EventRedrive)
 	}
 	return res, err
+}
+
+// refuseRedrive writes the denied audit row of a refused re-drive of c.
+func (g *Gate) refuseRedrive(ctx context.Context, c *Claim, operator string, refusal error) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	ev := transitionAudit(ctx, c, EventRedrive, "redrive refused: "+refusal.Error(), nil)
+	ev.Decision, ev.UserID = domain.DecisionDenied, operator
+	return g.store.AuditInsert(ctx, ev)
 }
 
 // inTx runs fn in a transaction bounded by the gate's DBTimeout.

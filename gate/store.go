@@ -144,9 +144,12 @@ type Executor interface {
 	// ClaimGetByID returns a claim by its row id.
 	ClaimGetByID(ctx context.Context, params *ClaimGetByIDParams) (*Claim, error)
 	// ClaimTakeOver gives an expired terminal claim to a new intent in one
-	// conditional statement: new operation id, generation 0, queued, JobID.
-	// It returns domain.ErrStateChanged if the claim is not terminal and
-	// expired (any more).
+	// conditional statement (or, on engines without data-modifying CTEs,
+	// statements in the caller's transaction): new operation id,
+	// generation 0, queued, JobID; the old intent's fingerprint goes into
+	// the key's history with an archived audit row. It returns
+	// domain.ErrStateChanged if the claim is not terminal and expired (any
+	// more).
 	ClaimTakeOver(ctx context.Context, params *ClaimTakeOverParams) (*Claim, error)
 	// ClaimLease takes the in-flight lease for the claim's job: queued, or
 	// running with an expired lease, becomes running with epoch+1 and
@@ -212,16 +215,21 @@ type Executor interface {
 	ClaimListTerminal(ctx context.Context, params *ClaimListTerminalParams) ([]int64, error)
 	// ClaimListLeaseExpired lists running claims whose lease expired.
 	ClaimListLeaseExpired(ctx context.Context, params *ClaimListLeaseExpiredParams) ([]*Claim, error)
-	// ClaimArchiveExpired replaces up to Limit terminal claims past their
-	// expiry (never a queued or running one) by tombstones kept until the
-	// claim's retention ends, and returns how many it archived. It writes
-	// two statements on some engines: call it in a transaction.
+	// ClaimArchiveExpired moves up to Limit terminal claims past their
+	// expiry (never a queued or running one) into their keys' history,
+	// kept until the claim's retention ends, with an archived audit row
+	// each, and returns how many it archived. The claims deleted are
+	// exactly the claims kept, under one clock reading. It writes several
+	// statements on some engines: call it in a transaction.
 	ClaimArchiveExpired(ctx context.Context, params *ClaimArchiveExpiredParams) (int, error)
-	// TombstoneGetByKey returns the live tombstone of (tenant, tool, key), or
-	// domain.ErrNotFound.
+	// TombstoneGetByKey returns the live history row of one fingerprint
+	// (ArgsHash) under (tenant, tool, key), or domain.ErrNotFound. A key's
+	// history holds one row per fingerprint that ran under it within its
+	// retention.
 	TombstoneGetByKey(ctx context.Context, params *TombstoneGetByKeyParams) (*Tombstone, error)
-	// TombstoneDeleteExpired deletes up to Limit tombstones past their
-	// retention and returns how many it deleted.
+	// TombstoneDeleteExpired forgets up to Limit history rows past their
+	// retention, with a forgotten audit row each, and returns how many it
+	// deleted.
 	TombstoneDeleteExpired(ctx context.Context, params *TombstoneDeleteExpiredParams) (int, error)
 	// AuditInsert appends one audit row.
 	AuditInsert(ctx context.Context, params *AuditInsertParams) error
@@ -465,6 +473,8 @@ type TombstoneGetByKeyParams struct {
 	TenantID       string
 	Tool           string
 	IdempotencyKey string
+	// ArgsHash is the fingerprint looked up in the key's history.
+	ArgsHash string
 	// Now overrides the database clock; tests only.
 	Now *time.Time
 }

@@ -84,7 +84,7 @@ func (g *Gate) LockTx(ctx context.Context, p *LeaseParams) (Tx, *Claim, error) {
 func (g *Gate) Enter(ctx context.Context, p *LeaseParams) (*Claim, error) {
 	claim := p.Claim
 	for range 2 {
-		leased, err := g.store.ClaimLease(ctx, p.store(leaseAudit(ctx, claim, p.JobID)))
+		leased, err := apply(ctx, g.store, EventLease, nil, Facts{}, p.store(leaseAudit(ctx, claim, p.JobID)))
 		if err == nil {
 			g.observe(EventLease)
 			return leased, nil
@@ -133,28 +133,14 @@ func leaseAudit(ctx context.Context, c *Claim, jobID int64) *AuditInsertParams {
 }
 
 // redriveOwnJob re-drives a failed claim whose own job an operator retried
-// in River UI. The same downstream key is kept unless the provider answered
-// definitively that nothing happened.
+// in River UI, on the one re-drive path (Gate.Redrive's): nil when the
+// claim is queued again (or someone re-drove it meanwhile), else the
+// table's refusal (ErrRedriveCancelled: the worker cancels the job again,
+// with the refusal as its error).
 func (g *Gate) redriveOwnJob(ctx context.Context, c *Claim) error {
-	next := c.Error != nil && (c.Error.NothingHappened || NothingHappened(c.Error.Code))
-	err := WithTx(ctx, g.store, 0, func(ctx context.Context, tx Tx) error {
-		redriven, err := tx.ClaimRedrive(ctx, &ClaimRedriveParams{ID: c.ID, NextGeneration: next})
-		if err != nil {
-			return err
-		}
-		reason := "job retried in River UI"
-		if next {
-			reason += "; next generation " + redriven.DownstreamKey
-		}
-		ev := transitionAudit(ctx, redriven, EventRedrive, reason, nil)
-		ev.UserID = "riverui"
-		return tx.AuditInsert(ctx, ev)
-	})
-	if errors.Is(err, domain.ErrStateChanged) {
+	_, err := g.redrive(ctx, c, &redrive{operator: "riverui", reason: "job retried in River UI"})
+	if errors.Is(err, ErrRedriveNotFailed) {
 		return nil // someone else re-drove it meanwhile
-	}
-	if err == nil {
-		g.observe(EventRedrive)
 	}
 	return err
 }
@@ -194,7 +180,7 @@ func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) 
 	if p.Locked {
 		event = EventApply
 	}
-	done, err := tx.ClaimComplete(ctx, &ClaimCompleteParams{ID: p.Claim.ID, Epoch: p.Claim.Epoch, Result: p.Result,
+	done, err := apply(ctx, tx, event, p.Claim, Facts{}, &ClaimCompleteParams{ID: p.Claim.ID, Epoch: p.Claim.Epoch, Result: p.Result,
 		Locked: p.Locked, Audit: transitionAudit(ctx, p.Claim, event, "", p.Result)})
 	if err != nil {
 		return nil, err
@@ -221,7 +207,7 @@ func (g *Gate) Fail(ctx context.Context, c *Claim, info domain.ErrorInfo, job Jo
 	var failed *Claim
 	err := WithTx(ctx, g.store, 0, func(ctx context.Context, tx Tx) error {
 		var err error
-		if failed, err = tx.ClaimFail(ctx, &ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: info}); err != nil {
+		if failed, err = apply(ctx, tx, EventFail, c, Facts{}, &ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: info}); err != nil {
 			return err
 		}
 		if err := tx.AuditInsert(ctx, transitionAudit(ctx, failed, EventFail, info.Message, nil)); err != nil {
@@ -246,7 +232,7 @@ func (g *Gate) Fail(ctx context.Context, c *Claim, info domain.ErrorInfo, job Jo
 func (g *Gate) Release(ctx context.Context, c *Claim, info domain.ErrorInfo) (*Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	released, err := g.store.ClaimRelease(ctx, &ClaimReleaseParams{ID: c.ID, Epoch: c.Epoch, LastError: info})
+	released, err := apply(ctx, g.store, EventRelease, c, Facts{}, &ClaimReleaseParams{ID: c.ID, Epoch: c.Epoch, LastError: info})
 	if err != nil {
 		return nil, err
 	}
@@ -273,6 +259,13 @@ func transitionAudit(ctx context.Context, c *Claim, e Event, reason string, resu
 		ArgsHash:       c.ArgsHash,
 		Result:         result,
 		TraceID:        telemetry.TraceID(ctx),
+	}
+}
+
+// observeN reports n committed transitions of one event.
+func (g *Gate) observeN(e Event, n int) {
+	for range n {
+		g.observe(e)
 	}
 }
 

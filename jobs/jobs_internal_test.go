@@ -177,7 +177,14 @@ func TestMetricsCountEveryTransitionFromZero(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, events, len(gate.Transitions), "every event is exported from the start: %s", strings.Join(events, ","))
+	written := 0
+	for _, tr := range gate.Transitions {
+		if tr.Store != nil {
+			written++
+		}
+	}
+	require.Len(t, events, written, "every event that writes is exported from the start: %s", strings.Join(events, ","))
+	require.NotContains(t, events, string(gate.EventExpire), "expiry writes nothing; archive counts it")
 }
 
 // nopStore and nopEnqueuer satisfy gate.Config for tests that never touch

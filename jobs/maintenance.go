@@ -52,6 +52,20 @@ func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx gate.Tx, jobID int64)
 	return err
 }
 
+// JobMarkCancelledTx implements gate.JobControl with River's JobUpdateTx:
+// the mark becomes the job's output, which River UI shows.
+func (c *Control[TTx]) JobMarkCancelledTx(ctx context.Context, tx gate.Tx, jobID int64, mark *gate.CancelMark) error {
+	raw, err := c.rawTx(tx)
+	if err != nil {
+		return err
+	}
+	_, err = c.Client.JobUpdateTx(ctx, raw, jobID, &river.JobUpdateParams{Output: mark})
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
 // JobRetryTx implements gate.JobControl. It reports false, and leaves the
 // job alone, when River no longer has the job, will not run it again (still
 // running), or was asked to cancel it: the worker that failed the claim

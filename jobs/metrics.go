@@ -29,11 +29,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"tool", "result"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemgate_claim_transitions_total",
-			Help: "Claim transitions committed by this process, by event (the gate's state machine: lease, complete, fail, release, reclaim, give_up, repoint, abandon, cancel, redrive).",
+			Help: "Claim transitions committed by this process, by event (the gate's state machine: insert, take_over, lease, complete, apply, fail, release, reclaim, give_up, repoint, abandon, cancel, redrive, archive, forget).",
 		}, []string{"event"}),
 	}
 	for _, e := range gate.Transitions {
-		m.transitions.WithLabelValues(string(e.Event)) // every series from the start
+		if e.Store != nil { // expire writes nothing: archive counts it
+			m.transitions.WithLabelValues(string(e.Event)) // every series from the start
+		}
 	}
 	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions} {
 		if err := reg.Register(c); err != nil {

@@ -156,6 +156,13 @@ func notLeased(ctx context.Context, claim *gate.Claim, err error, lease time.Dur
 		return "no_effect", nil
 	case errors.Is(err, gate.ErrLeaseHeld):
 		return "snoozed", river.JobSnooze(lease / 4)
+	case errors.Is(err, gate.ErrRedriveCancelled):
+		// An operator retried, in River UI, the job of an operation its
+		// owner cancelled: the gate refused the re-drive (with a denied
+		// audit row) and the job is cancelled again, the refusal as its
+		// error, where River UI shows it.
+		log.WarnContext(ctx, "re-drive of a cancelled operation refused", "error", err)
+		return "refused", river.JobCancel(err)
 	}
 	return "retry", err
 }

@@ -51,6 +51,7 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 	maps.Copy(all, stateTests)
 	maps.Copy(all, traceTests)
 	maps.Copy(all, groupTests)
+	maps.Copy(all, historyTests)
 	for name, test := range all {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -354,9 +355,12 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, "idg_"+res.Claim.OperationID+"_0", res.Claim.DownstreamKey)
 		require.Equal(t, 2, s.JobCount(ctx))
 		events := audit(ctx, t, s.Store, "acme", "refund_order", "takeover-key-1")
-		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionDenied, domain.DecisionAccepted}, decisions(events))
+		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionDenied, domain.DecisionArchived,
+			domain.DecisionAccepted}, decisions(events))
 		require.Contains(t, events[1].Reason, string(domain.CodeKeyExpired))
-		require.Contains(t, events[2].Reason, first.Claim.OperationID)
+		require.Equal(t, first.Claim.OperationID, events[2].OperationID, "the old intent goes into the key's history")
+		require.Contains(t, events[2].Reason, res.Claim.OperationID)
+		require.Contains(t, events[3].Reason, first.Claim.OperationID)
 	},
 
 	"QueuedOrRunningClaimNeverExpires": func(t *testing.T, s *suite) {
@@ -540,12 +544,14 @@ var tests = map[string]func(t *testing.T, s *suite){
 		ctx := context.Background()
 		past := ptr(time.Now().Add(-2 * gate.DefaultMoneyTTL))
 		var expiredKeys []string
+		var expiredHash string
 		for i := range 5 {
 			c := Claim(ctx, t, s.gate, &ClaimOpts{Key: fmt.Sprintf("expired-key-%d", i)}).Claim
 			l := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
 			_, err := s.Store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: l.Epoch, Result: json.RawMessage(`{}`), Now: past})
 			require.NoError(t, err)
 			expiredKeys = append(expiredKeys, c.IdempotencyKey)
+			expiredHash = c.ArgsHash
 		}
 		live := Claim(ctx, t, s.gate, &ClaimOpts{Key: "live-terminal-key"}).Claim
 		l := lease(ctx, t, s.Store, live, live.JobID, time.Minute)
@@ -575,7 +581,8 @@ var tests = map[string]func(t *testing.T, s *suite){
 
 		// An archived intent leaves a tombstone: the same key and arguments
 		// are refused; other arguments start a new operation.
-		ts, err := s.Store.TombstoneGetByKey(ctx, &gate.TombstoneGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: expiredKeys[0]})
+		ts, err := s.Store.TombstoneGetByKey(ctx, &gate.TombstoneGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: expiredKeys[0],
+			ArgsHash: expiredHash})
 		require.NoError(t, err)
 		require.Equal(t, domain.StatusSucceeded, ts.Status)
 		require.WithinDuration(t, ts.ExpiredAt.Add(gate.DefaultRetention), ts.RetainUntil, time.Second)
@@ -589,7 +596,8 @@ var tests = map[string]func(t *testing.T, s *suite){
 		n, err := s.Store.TombstoneDeleteExpired(ctx, &gate.TombstoneDeleteExpiredParams{Limit: 100, Now: ptr(time.Now().Add(gate.MaxRetention + 10*gate.MaxTTL))})
 		require.NoError(t, err)
 		require.Equal(t, 6, n, "the five expired keys and the terminal one archived in the far future")
-		_, err = s.Store.TombstoneGetByKey(ctx, &gate.TombstoneGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: expiredKeys[2]})
+		_, err = s.Store.TombstoneGetByKey(ctx, &gate.TombstoneGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: expiredKeys[2],
+			ArgsHash: expiredHash})
 		require.ErrorIs(t, err, domain.ErrNotFound)
 		res = Claim(ctx, t, s.gate, &ClaimOpts{Key: expiredKeys[2]})
 		require.Equal(t, domain.OutcomeAccepted, res.Outcome)

@@ -191,7 +191,7 @@ func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveE
 }
 
 func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
-	t, err := engine.ScanTombstone(e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now), times{})
+	t, err := engine.ScanTombstone(e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash, p.Now), times{})
 	return t, translate(err)
 }
 

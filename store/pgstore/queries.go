@@ -3,6 +3,8 @@ package pgstore
 import (
 	"fmt"
 	"strings"
+
+	"github.com/idemgate/idemgate/gate"
 )
 
 // All of the Postgres engine's SQL: the gate's statements (claims,
@@ -99,15 +101,53 @@ SELECT ` + claimColumns + computed("$2") + `
 FROM idempotency_claims
 WHERE id = $1`
 
+// historyUntil is the text of a history row's retain_until in audit
+// reasons (the SQLite engine's time format, so both read alike).
+const historyUntil = `to_char(%s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+
+// sqlHistoryUpsert keeps a fingerprint in its key's history; a live row of
+// the same fingerprint (it cannot run twice) keeps its first operation, an
+// expired one is replaced.
+const sqlHistoryUpsert = `
+	ON CONFLICT (tenant_id, tool, idempotency_key, args_hash) DO UPDATE SET
+		operation_id = EXCLUDED.operation_id, status = EXCLUDED.status, error_code = EXCLUDED.error_code,
+		expired_at = EXCLUDED.expired_at, retain_until = EXCLUDED.retain_until
+	WHERE idempotency_tombstones.retain_until <= %s`
+
 // The take-over keeps epoch (fencing stays monotonic across intents) and
-// resets everything else that belonged to the old intent.
+// resets everything else that belonged to the old intent, whose fingerprint
+// it moves into the key's history with an archived audit row, in the same
+// statement: a key that changes hands again still refuses every
+// fingerprint that ran under it.
 var sqlClaimTakeOver = `
+WITH old AS (
+	SELECT id AS o_id, tenant_id AS o_tenant_id, tool AS o_tool, idempotency_key AS o_key, args_hash AS o_args_hash,
+		operation_id AS o_operation_id, job_id AS o_job_id, status AS o_status, error->>'code' AS o_error_code,
+		expires_at AS o_expires_at, expires_at + make_interval(secs => retention_seconds) AS o_retain_until
+	FROM idempotency_claims
+	WHERE id = $1 AND status IN ('succeeded', 'failed') AND expires_at <= coalesce($7::timestamptz, now())
+	FOR UPDATE
+), kept AS (
+	INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
+		expired_at, retain_until)
+	SELECT o_tenant_id, o_tool, o_key, o_args_hash, o_operation_id, o_status, o_error_code, o_expires_at, o_retain_until
+	FROM old` + fmt.Sprintf(sqlHistoryUpsert, "coalesce($7::timestamptz, now())") + `
+), logged AS (
+	INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, job_id, decision, reason,
+		args_hash, result)
+	SELECT o_tenant_id, '` + gate.WorkerUser + `', o_tool, o_key, o_operation_id, o_job_id, 'archived',
+		'taken over by operation ' || $2::text || '; the fingerprint stays in the key''s history until ' ||
+		` + fmt.Sprintf(historyUntil, "o_retain_until") + `,
+		o_args_hash, jsonb_strip_nulls(jsonb_build_object('status', o_status, 'error_code', o_error_code))
+	FROM old
+)
 UPDATE idempotency_claims SET
-	operation_id = $2, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
+	operation_id = $2::uuid, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
 	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = nullif($9::bigint, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = now(), updated_at = now(), expires_at = NULL
-WHERE id = $1 AND status IN ('succeeded', 'failed') AND expires_at <= coalesce($7::timestamptz, now())
+FROM old
+WHERE id = old.o_id
 RETURNING ` + claimColumns + `, false, false`
 
 var sqlClaimLease = `
@@ -168,6 +208,8 @@ UPDATE idempotency_claims SET
 WHERE id = $1 AND status = 'running' AND epoch = $2 AND lease_expires_at <= coalesce($4::timestamptz, now())
 RETURNING ` + claimColumns + computed("$4")
 
+// sqlClaimRedrive re-drives a failed claim; one its owner cancelled is
+// final (gate.ErrRedriveCancelled).
 const sqlClaimRedrive = `
 UPDATE idempotency_claims SET
 	status = 'queued',
@@ -175,7 +217,7 @@ UPDATE idempotency_claims SET
 	first_called_at = CASE WHEN $2::boolean THEN NULL ELSE first_called_at END,
 	job_id = coalesce(nullif($3::bigint, 0), job_id),
 	attempts = 0, result = NULL, error = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = now()
-WHERE id = $1 AND status = 'failed'
+WHERE id = $1 AND status = 'failed' AND coalesce(error->>'code', '') <> 'cancelled'
 RETURNING ` + claimColumns + `, false, false`
 
 const sqlClaimListTerminal = `
@@ -188,9 +230,11 @@ WHERE status = 'running' AND lease_expires_at <= coalesce($2::timestamptz, now()
 ORDER BY lease_expires_at
 LIMIT $1`
 
-// sqlClaimArchiveExpired replaces expired terminal claims by tombstones,
-// in one statement.
-const sqlClaimArchiveExpired = `
+// sqlClaimArchiveExpired moves expired terminal claims into their keys'
+// history with an archived audit row each, in one statement under one
+// now: the claims deleted are exactly those kept. It affects one audit row
+// per claim archived.
+var sqlClaimArchiveExpired = `
 WITH doomed AS (
 	SELECT id FROM idempotency_claims
 	WHERE expires_at <= coalesce($2::timestamptz, now()) AND status IN ('succeeded', 'failed')
@@ -201,29 +245,48 @@ WITH doomed AS (
 	DELETE FROM idempotency_claims c
 	USING doomed
 	WHERE c.id = doomed.id AND c.status IN ('succeeded', 'failed') AND c.expires_at <= coalesce($2::timestamptz, now())
-	RETURNING c.tenant_id, c.tool, c.idempotency_key, c.args_hash, c.operation_id, c.status, c.error->>'code' AS error_code,
-		c.expires_at, c.expires_at + make_interval(secs => c.retention_seconds) AS retain_until
+	RETURNING c.tenant_id, c.tool, c.idempotency_key, c.args_hash, c.operation_id, c.job_id, c.status,
+		c.error->>'code' AS error_code, c.expires_at, c.expires_at + make_interval(secs => c.retention_seconds) AS retain_until
+), kept AS (
+	INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
+		expired_at, retain_until)
+	SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code, expires_at, retain_until
+	FROM moved` + fmt.Sprintf(sqlHistoryUpsert, "coalesce($2::timestamptz, now())") + `
 )
-INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
-	expired_at, retain_until)
-SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code, expires_at, retain_until FROM moved
-ON CONFLICT (tenant_id, tool, idempotency_key) DO UPDATE SET
-	args_hash = EXCLUDED.args_hash, operation_id = EXCLUDED.operation_id, status = EXCLUDED.status,
-	error_code = EXCLUDED.error_code, expired_at = EXCLUDED.expired_at, retain_until = EXCLUDED.retain_until`
+INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, job_id, decision, reason,
+	args_hash, result)
+SELECT tenant_id, '` + gate.WorkerUser + `', tool, idempotency_key, operation_id, job_id, 'archived',
+	'replay window ended; the fingerprint stays in the key''s history until ' || ` + fmt.Sprintf(historyUntil, "retain_until") + `,
+	args_hash, jsonb_strip_nulls(jsonb_build_object('status', status, 'error_code', error_code))
+FROM moved`
 
+// sqlTombstoneGetByKey reads the live history row of one fingerprint.
 const sqlTombstoneGetByKey = `
 SELECT tenant_id, tool, idempotency_key, args_hash, operation_id::text, status, coalesce(error_code, ''), expired_at, retain_until
 FROM idempotency_tombstones
-WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND retain_until > coalesce($4::timestamptz, now())`
+WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND args_hash = $4
+	AND retain_until > coalesce($5::timestamptz, now())`
 
+// sqlTombstoneDeleteExpired forgets history rows past their retention,
+// with a forgotten audit row each; it affects one audit row per row
+// forgotten.
 const sqlTombstoneDeleteExpired = `
-DELETE FROM idempotency_tombstones
-WHERE (tenant_id, tool, idempotency_key) IN (
-	SELECT tenant_id, tool, idempotency_key FROM idempotency_tombstones
-	WHERE retain_until <= coalesce($2::timestamptz, now())
-	ORDER BY retain_until
-	LIMIT $1
-)`
+WITH gone AS (
+	DELETE FROM idempotency_tombstones
+	WHERE ctid IN (
+		SELECT ctid FROM idempotency_tombstones
+		WHERE retain_until <= coalesce($2::timestamptz, now())
+		ORDER BY retain_until
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED
+	)
+	RETURNING tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code
+)
+INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, decision, reason, args_hash, result)
+SELECT tenant_id, '` + gate.WorkerUser + `', tool, idempotency_key, operation_id, 'forgotten',
+	'retention ended; the fingerprint may run again under this key', args_hash,
+	jsonb_strip_nulls(jsonb_build_object('status', status, 'error_code', error_code))
+FROM gone`
 
 const auditColumns = `tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
 	decision, reason, args_hash, args, result, duration_ms, client_request_id, trace_id`

@@ -106,8 +106,27 @@ func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) 
 }
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
-		int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID)
+	var out *Claim
+	err := e.withTx(ctx, func(e executor) error {
+		// The old intent's fingerprint goes into the key's history under
+		// the take-over's own condition; the transaction holds SQLite's
+		// one write lock, so nothing changes the claim in between.
+		h, err := scanHistory(e.queryRow(ctx, sqlClaimTakeOverHistory, p.ID, nullTime(p.Now)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return domain.ErrStateChanged
+		}
+		if err != nil {
+			return translate(err)
+		}
+		c, err := e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
+			int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID)
+		if err != nil {
+			return err
+		}
+		out = c
+		return e.keep(ctx, h, p.Now, "taken over by operation "+p.OperationID+"; the fingerprint stays in the key's history until ")
+	})
+	return out, err
 }
 
 func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
@@ -240,29 +259,111 @@ func (e executor) claimRows(ctx context.Context, query string, args ...any) ([]*
 }
 
 func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
-	if _, err := e.exec(ctx, sqlClaimArchiveTombstones, p.Limit, nullTime(p.Now)); err != nil {
-		return 0, translate(err)
-	}
-	res, err := e.exec(ctx, sqlClaimArchiveDelete, p.Limit, nullTime(p.Now))
-	if err != nil {
-		return 0, translate(err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), translate(err)
+	n := 0
+	err := e.withTx(ctx, func(e executor) error {
+		// One statement deletes the batch under one clock reading and
+		// returns it: the rows kept below are exactly the claims deleted.
+		rows, err := e.query(ctx, sqlClaimArchiveDelete, p.Limit, nullTime(p.Now))
+		hs, err := list(rows, err, scanHistory)
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			if err := e.keep(ctx, h, p.Now, "replay window ended; the fingerprint stays in the key's history until "); err != nil {
+				return err
+			}
+		}
+		n = len(hs)
+		return nil
+	})
+	return n, err
 }
 
 func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
-	t, err := engine.ScanTombstone(e.queryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, nullTime(p.Now)), times{})
+	t, err := engine.ScanTombstone(e.queryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash,
+		nullTime(p.Now)), times{})
 	return t, translate(err)
 }
 
 func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
-	res, err := e.exec(ctx, sqlTombstoneDeleteExpired, p.Limit, nullTime(p.Now))
-	if err != nil {
-		return 0, translate(err)
+	n := 0
+	err := e.withTx(ctx, func(e executor) error {
+		rows, err := e.query(ctx, sqlTombstoneDeleteExpired, p.Limit, nullTime(p.Now))
+		gone, err := list(rows, err, func(row engine.Row) (*gate.AuditInsertParams, error) {
+			var status, code string
+			ev := &gate.AuditInsertParams{UserID: gate.WorkerUser, Decision: domain.DecisionForgotten,
+				Reason: "retention ended; the fingerprint may run again under this key"}
+			if err := row.Scan(&ev.TenantID, &ev.Tool, &ev.IdempotencyKey, &ev.ArgsHash, &ev.OperationID, &status, &code); err != nil {
+				return nil, err
+			}
+			ev.Result = outcomeSummary(status, code)
+			return ev, nil
+		})
+		if err != nil {
+			return err
+		}
+		n = len(gone)
+		return e.AuditInsertMany(ctx, gone)
+	})
+	return n, err
+}
+
+// historyRow is what a key's history keeps of a claim (historyColumns).
+type historyRow struct {
+	tenantID, tool, key, argsHash, operationID string
+	jobID                                      int64
+	status, errorCode, expiredAt, retainUntil  string
+}
+
+func scanHistory(row engine.Row) (*historyRow, error) {
+	var h historyRow
+	if err := row.Scan(&h.tenantID, &h.tool, &h.key, &h.argsHash, &h.operationID, &h.jobID, &h.status, &h.errorCode,
+		&h.expiredAt, &h.retainUntil); err != nil {
+		return nil, err
 	}
-	n, err := res.RowsAffected()
-	return int(n), translate(err)
+	return &h, nil
+}
+
+// keep writes h into its key's history with an archived audit row whose
+// reason is reason followed by the end of h's retention.
+func (e executor) keep(ctx context.Context, h *historyRow, now *time.Time, reason string) error {
+	if _, err := e.exec(ctx, sqlHistoryUpsert, h.tenantID, h.tool, h.key, h.argsHash, h.operationID, h.status, h.errorCode,
+		h.expiredAt, h.retainUntil, nullTime(now)); err != nil {
+		return translate(err)
+	}
+	return e.AuditInsert(ctx, &gate.AuditInsertParams{
+		TenantID: h.tenantID, UserID: gate.WorkerUser, Tool: h.tool, IdempotencyKey: h.key, OperationID: h.operationID,
+		JobID: h.jobID, Decision: domain.DecisionArchived, Reason: reason + h.retainUntil, ArgsHash: h.argsHash,
+		Result: outcomeSummary(h.status, h.errorCode),
+	})
+}
+
+// outcomeSummary is what an audit row keeps of an outcome: its status and
+// error code.
+func outcomeSummary(status, code string) json.RawMessage {
+	m := map[string]string{"status": status}
+	if code != "" {
+		m["error_code"] = code
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// withTx runs fn in the executor's transaction, or in one of its own on
+// the pool.
+func (e executor) withTx(ctx context.Context, fn func(e executor) error) error {
+	if e.tx != nil {
+		return fn(e)
+	}
+	tx, err := e.store.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := fn(tx.executor); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {

@@ -139,7 +139,7 @@ UPDATE idempotency_claims SET
 	job_id = coalesce(nullif(?3, 0), job_id),
 	attempts = 0, result = NULL, error = NULL, lease_expires_at = NULL, expires_at = NULL,
 	updated_at = ` + sqlNow + `
-WHERE id = ?1 AND status = 'failed'
+WHERE id = ?1 AND status = 'failed' AND coalesce(json_extract(error, '$.code'), '') <> 'cancelled'
 RETURNING ` + claimColumns + notComputed
 
 var sqlClaimAbandon = `
@@ -243,27 +243,47 @@ var expiredBatch = `
 	ORDER BY expires_at, id
 	LIMIT ?1`
 
-// sqlClaimArchiveTombstones and sqlClaimArchiveDelete replace expired
-// terminal claims by tombstones, in this order, in one transaction.
-var sqlClaimArchiveTombstones = `
+// sqlClaimArchiveDelete deletes a batch of expired terminal claims under
+// one clock reading and returns what their keys' history keeps of each:
+// the claims deleted are exactly the rows the archive then writes (the
+// executor does, in the same transaction).
+var sqlClaimArchiveDelete = `
+DELETE FROM idempotency_claims WHERE id IN (` + expiredBatch + `)
+RETURNING ` + historyColumns
+
+// historyColumns are what a key's history keeps of a claim, in
+// historyRow's order.
+const historyColumns = `tenant_id, tool, idempotency_key, args_hash, operation_id, coalesce(job_id, 0), status,
+	coalesce(json_extract(error, '$.code'), ''), expires_at,
+	strftime('%Y-%m-%dT%H:%M:%fZ', expires_at, '+' || retention_seconds || ' seconds')`
+
+// sqlClaimTakeOverHistory reads what the key's history keeps of a claim a
+// take-over is about to replace, under the take-over's own condition.
+var sqlClaimTakeOverHistory = `
+SELECT ` + historyColumns + `
+FROM idempotency_claims
+WHERE id = ?1 AND status IN ('succeeded', 'failed') AND expires_at <= ` + at("?2")
+
+// sqlHistoryUpsert keeps a fingerprint in its key's history; a live row of
+// the same fingerprint (it cannot run twice) keeps its first operation, an
+// expired one is replaced.
+var sqlHistoryUpsert = `
 INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
 	expired_at, retain_until)
-SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, json_extract(error, '$.code'),
-	expires_at, ` + plus("expires_at", "'+' || retention_seconds || ' seconds'") + `
-FROM idempotency_claims
-WHERE id IN (` + expiredBatch + `)
-ON CONFLICT (tenant_id, tool, idempotency_key) DO UPDATE SET
-	args_hash = excluded.args_hash, operation_id = excluded.operation_id, status = excluded.status,
-	error_code = excluded.error_code, expired_at = excluded.expired_at, retain_until = excluded.retain_until`
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, nullif(?7, ''), ?8, ?9)
+ON CONFLICT (tenant_id, tool, idempotency_key, args_hash) DO UPDATE SET
+	operation_id = excluded.operation_id, status = excluded.status, error_code = excluded.error_code,
+	expired_at = excluded.expired_at, retain_until = excluded.retain_until
+WHERE idempotency_tombstones.retain_until <= ` + at("?10")
 
-var sqlClaimArchiveDelete = `
-DELETE FROM idempotency_claims WHERE id IN (` + expiredBatch + `)`
-
+// sqlTombstoneGetByKey reads the live history row of one fingerprint.
 var sqlTombstoneGetByKey = `
 SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, coalesce(error_code, ''), expired_at, retain_until
 FROM idempotency_tombstones
-WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND retain_until > ` + at("?4")
+WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND args_hash = ?4 AND retain_until > ` + at("?5")
 
+// sqlTombstoneDeleteExpired forgets history rows past their retention and
+// returns them, for their audit rows.
 var sqlTombstoneDeleteExpired = `
 DELETE FROM idempotency_tombstones
 WHERE rowid IN (
@@ -271,7 +291,8 @@ WHERE rowid IN (
 	WHERE retain_until <= ` + at("?2") + `
 	ORDER BY retain_until
 	LIMIT ?1
-)`
+)
+RETURNING tenant_id, tool, idempotency_key, args_hash, operation_id, status, coalesce(error_code, '')`
 
 const sqlAuditInsert = `
 INSERT INTO audit_events (tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
@@ -290,7 +311,7 @@ ORDER BY id`
 var allQueries = []string{
 	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimLease, sqlClaimLock,
 	sqlClaimComplete, sqlClaimCompleteLocked, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
-	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimListTerminal, sqlClaimArchiveTombstones, sqlClaimArchiveDelete,
+	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimListTerminal, sqlClaimArchiveDelete, sqlClaimTakeOverHistory, sqlHistoryUpsert,
 	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlAuditInsert,
 	sqlAuditListByKey,
 }
