@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -550,8 +551,16 @@ func TestUnreachableDatabaseAnswersUnavailableAndRecovers(t *testing.T) {
 	t.Parallel()
 	var p *proxy
 	b := setup(t, func(dbURL string) string {
-		p = newProxy(t, "127.0.0.1:5432")
-		return strings.Replace(dbURL, "127.0.0.1:5432", p.ln.Addr().String(), 1)
+		// Whatever server TEST_DATABASE_URL names, reached through the proxy.
+		u, err := url.Parse(dbURL)
+		require.NoError(t, err)
+		port := u.Port()
+		if port == "" {
+			port = "5432"
+		}
+		p = newProxy(t, net.JoinHostPort(u.Hostname(), port))
+		u.Host = p.ln.Addr().String()
+		return u.String()
 	})
 	s := connect(t, b.url, tokenAcme)
 	res, isErr := callTool(t, s, "refund_order", refund("before-cut-0001", 100))

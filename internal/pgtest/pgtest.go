@@ -52,6 +52,13 @@ const (
 	// DefaultMaxConns is the default Options.MaxConns.
 	DefaultMaxConns = 4
 
+	// EnvMaxConns caps every pool on a test database (see MaxConns):
+	// scripts/test.sh sets it from the connections the server has free.
+	EnvMaxConns = "TEST_DB_MAX_CONNS"
+
+	// DefaultMaxConnsCap is MaxConns when EnvMaxConns is unset.
+	DefaultMaxConnsCap = 8
+
 	// TemplatePrefix starts the name of every template database; the rest
 	// is the first 12 hex digits of the migrations fingerprint.
 	TemplatePrefix = "idemgate_tpl_"
@@ -67,6 +74,11 @@ const (
 	// database they are taken in, so every process takes it in the admin
 	// database named by URL.
 	templateLockKey int64 = 0x1de3_6a7e_0000_0002
+
+	// refusedFor bounds how long an administrative connection is retried
+	// while the server refuses it for too many clients (53300): other
+	// tests' databases close their pools meanwhile.
+	refusedFor = time.Minute
 
 	// createAttempts and createBackoff bound the retries of CREATE DATABASE
 	// while the template is briefly still "accessed by other users" (the
@@ -88,18 +100,37 @@ func URL() string {
 	return DefaultURL
 }
 
+// MaxConns is the most connections any one pool on a test database may
+// open: EnvMaxConns when set (a positive number), else DefaultMaxConnsCap.
+// Options.MaxConns above it is lowered to it, and the URLs NewDB returns
+// carry it as pool_max_conns, so that every pool a test opens from them
+// (an api's, a worker's, a binary's) is bounded too: the suite then fits a
+// small or shared server.
+func MaxConns() int32 {
+	if v := os.Getenv(EnvMaxConns); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 32); err == nil && n > 0 {
+			return int32(n)
+		}
+	}
+	return DefaultMaxConnsCap
+}
+
 // Options tune NewDBWithOptions. The zero value (or nil) gives the defaults.
 type Options struct {
-	// MaxConns caps the test's pool. Default DefaultMaxConns. Raise it for
-	// tests that hold many connections at once (concurrency tests, River
-	// clients with several queues); keep it small otherwise, since every
-	// package's tests run against the same server at once.
+	// MaxConns caps the test's pool. Default DefaultMaxConns, and never
+	// above the package's MaxConns(). Raise it for tests that hold many
+	// connections at once (concurrency tests, River clients with several
+	// queues); keep it small otherwise, since every package's tests run
+	// against the same server at once.
 	MaxConns int32
 }
 
 // NewDB returns a fresh, fully migrated database for t (River's and
 // idemgate's migrations applied): its URL and a pool connected to it with
-// the default options. The pool is closed and the database dropped when t
+// the default options. The URL carries pool_max_conns (MaxConns), which
+// pgxpool and idemgate's binaries read; for a single pgx connection, take
+// pgxpool.ParseConfig(url).ConnConfig, since pgx.Connect would send the
+// parameter to the server. The pool is closed and the database dropped when t
 // ends. It fails t if the server is unreachable.
 func NewDB(t testing.TB) (dbURL string, pool *pgxpool.Pool) {
 	t.Helper()
@@ -119,6 +150,7 @@ func NewDBWithOptions(t testing.TB, opts *Options) (dbURL string, pool *pgxpool.
 	if maxConns < 0 {
 		t.Fatalf("pgtest: Options.MaxConns must be positive, got %d", maxConns)
 	}
+	maxConns = min(maxConns, MaxConns())
 
 	tpl, err := templateOnce()
 	if err != nil {
@@ -178,6 +210,7 @@ func createDB(t testing.TB, name, template string) string {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
+	dbURL = withMaxConns(dbURL, MaxConns())
 
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
@@ -187,6 +220,10 @@ func createDB(t testing.TB, name, template string) string {
 	}
 	defer conn.Close(ctx)
 
+	// Dropped when t ends, whether it passed or failed: registered before
+	// the database exists (the drop is IF EXISTS), so that no failure
+	// between the two leaves it behind.
+	t.Cleanup(func() { dropDB(t, name) })
 	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " + pgx.Identifier{template}.Sanitize()
 	for attempt := 1; ; attempt++ {
 		_, err = conn.Exec(ctx, sql)
@@ -199,7 +236,6 @@ func createDB(t testing.TB, name, template string) string {
 		}
 		time.Sleep(time.Duration(attempt) * createBackoff)
 	}
-	t.Cleanup(func() { dropDB(t, name) })
 	return dbURL
 }
 
@@ -309,7 +345,7 @@ func ensureTemplate(ctx context.Context) (_ string, retErr error) {
 // migrateURL applies every migration to the database at dbURL through a
 // short-lived pool.
 func migrateURL(ctx context.Context, dbURL string) error {
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := pgxpool.New(ctx, withMaxConns(dbURL, min(MaxConns(), DefaultMaxConns)))
 	if err != nil {
 		return err
 	}
@@ -354,14 +390,43 @@ func Fingerprint() (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// connectAdmin connects to the admin database named by URL.
+// connectAdmin connects to the admin database named by URL, retrying for
+// up to refusedFor while the server refuses connections for too many
+// clients.
 func connectAdmin(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := pgx.Connect(ctx, URL())
+	for deadline, wait := time.Now().Add(refusedFor), 50*time.Millisecond; err != nil && refused(err) && time.Now().Before(deadline); wait = min(2*wait, time.Second) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		conn, err = pgx.Connect(ctx, URL())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to test server (%s=%q; run the tests with scripts/test.sh, which finds or starts Postgres): %w",
 			EnvURL, redact(URL()), err)
 	}
 	return conn, nil
+}
+
+// refused reports whether the server refused a connection for too many
+// clients (53300), or because it is starting or stopping (57P03).
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.TooManyConnections || pgErr.Code == pgerrcode.CannotConnectNow)
+}
+
+// withMaxConns returns dbURL with pool_max_conns set to n.
+func withMaxConns(dbURL string, n int32) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL // withDatabase made it: it parses
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(int(n)))
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // withDatabase returns base with its database name replaced by name.

@@ -2,6 +2,10 @@ package pgtest_test
 
 import (
 	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -65,7 +69,11 @@ func TestNewDB(t *testing.T) {
 		ctx := t.Context()
 		dbURL, pool := pgtest.NewDB(t)
 
-		conn, err := pgx.Connect(ctx, dbURL)
+		// The URL carries pool_max_conns, which pgxpool reads; a single
+		// connection takes the connection part of the pool's config.
+		pc, err := pgxpool.ParseConfig(dbURL)
+		require.NoError(t, err)
+		conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
 		require.NoError(t, err)
 		defer conn.Close(ctx)
 		var viaURL, viaPool string
@@ -79,9 +87,38 @@ func TestNewDB(t *testing.T) {
 		_, pool := pgtest.NewDB(t)
 		require.EqualValues(t, pgtest.DefaultMaxConns, pool.Config().MaxConns)
 
-		_, pool = pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 9})
-		require.EqualValues(t, 9, pool.Config().MaxConns)
+		_, pool = pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 3})
+		require.EqualValues(t, 3, pool.Config().MaxConns)
+
+		// Never above the cap, which every URL carries for the pools
+		// opened from it.
+		dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 10_000})
+		require.EqualValues(t, pgtest.MaxConns(), pool.Config().MaxConns)
+		pc, err := pgxpool.ParseConfig(dbURL)
+		require.NoError(t, err)
+		require.EqualValues(t, pgtest.MaxConns(), pc.MaxConns)
 	})
+
+	// A test that fails (t.Fatal) or panics still drops its databases: the
+	// test runs in a child process of this test binary.
+	for _, how := range []string{"fatal", "panic"} {
+		t.Run("DroppedAfterFailure_"+how, func(t *testing.T) {
+			t.Parallel()
+			out := filepath.Join(t.TempDir(), "names")
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFailsWithDatabases$", "-test.count=1")
+			cmd.Env = append(os.Environ(), helperEnv+"="+how, helperOutEnv+"="+out)
+			output, err := cmd.CombinedOutput()
+			require.Error(t, err, "the helper test must fail:\n%s", output)
+			names, err := os.ReadFile(out)
+			require.NoError(t, err, "%s", output)
+			admin := pgtest.Admin(t)
+			list := strings.Fields(string(names))
+			require.Len(t, list, 2, "%s", output)
+			for _, name := range list {
+				require.False(t, databaseExists(t.Context(), t, admin, name), "%s left behind by a failed test:\n%s", name, output)
+			}
+		})
+	}
 
 	t.Run("DroppedAfterTest", func(t *testing.T) {
 		t.Parallel()
@@ -167,4 +204,29 @@ func databaseExists(ctx context.Context, t *testing.T, conn *pgx.Conn, name stri
 	var exists bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists))
 	return exists
+}
+
+const (
+	helperEnv    = "PGTEST_HELPER_FAIL"
+	helperOutEnv = "PGTEST_HELPER_OUT"
+)
+
+// TestHelperFailsWithDatabases is run by DroppedAfterFailure in a child
+// process only: it creates two databases, writes their names and fails.
+func TestHelperFailsWithDatabases(t *testing.T) {
+	how := os.Getenv(helperEnv)
+	if how == "" {
+		t.Skip("run by TestNewDB/DroppedAfterFailure only")
+	}
+	_, pool := pgtest.NewDB(t)
+	var name string
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT current_database()").Scan(&name))
+	emptyURL := pgtest.NewEmptyDB(t)
+	u, err := url.Parse(emptyURL)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(os.Getenv(helperOutEnv), []byte(name+" "+strings.TrimPrefix(u.Path, "/")), 0o600))
+	if how == "panic" {
+		panic("the helper test panics on purpose")
+	}
+	t.Fatal("the helper test fails on purpose")
 }
