@@ -26,15 +26,22 @@ import (
 // Default runs: fixed seeds, bounded checks and steps (a few seconds per
 // engine under -race). MODEL_LONG=1 runs more of both, from random seeds.
 const (
-	defaultChecks = 6
+	defaultChecks = 8
 	defaultSteps  = 40
 	longChecks    = 200
 	longSteps     = 80
 	seedSQLite    = 25_001
-	seedPostgres  = 25_002
+	seedPostgres  = 25_001
 	// shrinkTime bounds rapid's minimisation of a failing sequence (every
 	// attempt replays it against the real system).
 	shrinkTime = 60 * time.Second
+)
+
+// cmdline holds the flags set on the command line, read once before
+// configure sets any.
+var (
+	cmdlineOnce sync.Once
+	cmdline     = map[string]bool{}
 )
 
 // configure sets rapid's flags for a run unless the command line (or
@@ -43,8 +50,8 @@ const (
 // and MODEL_STEPS.
 func configure(t *testing.T, seed uint64) {
 	t.Helper()
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cmdlineOnce.Do(func() { flag.Visit(func(f *flag.Flag) { cmdline[f.Name] = true }) })
+	set := cmdline
 	long := os.Getenv("MODEL_LONG") != ""
 	checks, steps := defaultChecks, defaultSteps
 	if long {
@@ -187,6 +194,7 @@ func (k *keyModel) failCode() domain.Code {
 }
 
 type machine struct {
+	t     *rapid.T
 	h     *harness
 	n     int
 	start time.Time
@@ -198,7 +206,7 @@ type machine struct {
 const keysPerTool = 2
 
 func newMachine(t *rapid.T, h *harness, n int) *machine {
-	m := &machine{h: h, n: n, start: time.Now().Add(-10 * time.Millisecond), ops: map[string]bool{}}
+	m := &machine{t: t, h: h, n: n, start: time.Now().Add(-10 * time.Millisecond), ops: map[string]bool{}}
 	h.setPaused(t, false)
 	seed := &store.SeedFile{}
 	for _, tn := range tenants {
@@ -219,6 +227,8 @@ func newMachine(t *rapid.T, h *harness, n int) *machine {
 	}
 	return m
 }
+
+func (m *machine) logf(format string, args ...any) { m.t.Logf(format, args...) }
 
 func (m *machine) order(k *keyModel) string  { return "ord_" + k.key }
 func (m *machine) charge(k *keyModel) string { return "ch_" + k.tenant + "_" + k.key }
@@ -262,8 +272,14 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 
 func (m *machine) allActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
+		// Calls and awaits are drawn three times as often as the rest
+		// (rapid draws action names uniformly).
 		"call":          m.call,
+		"call_":         m.call,
+		"call__":        m.call,
 		"await":         m.await,
+		"await_":        m.await,
+		"await__":       m.await,
 		"expire":        m.expire,
 		"prune":         m.prune,
 		"pause":         m.pause,
@@ -517,6 +533,7 @@ func (m *machine) expire(t *rapid.T) {
 	k := m.pick(t, "key", func(k *keyModel) bool { return k.cur != nil && k.cur.status != pending && !k.cur.expired })
 	retry(t, func() error { return m.h.expire(context.Background(), k.tenant, k.tool, k.key) })
 	k.cur.expired = true
+	t.Logf("model: expire %s: %v", k, k.cur)
 }
 
 // prune: the pruner moves every expired claim into its key's history.
@@ -525,6 +542,7 @@ func (m *machine) prune(t *rapid.T) {
 	for _, k := range m.keys {
 		if k.cur != nil && k.cur.expired {
 			k.history = append(k.history, k.cur)
+			t.Logf("model: prune %s: history %v", k, k.history)
 			k.cur = nil
 		}
 	}
@@ -549,11 +567,14 @@ func (m *machine) resume(t *rapid.T) {
 	}
 }
 
-// cancel: the agent cancels a pending operation (tasks/cancel). One
-// queued while the queue was paused must be cancelled; any other may
-// have started, and either answer is allowed.
+// cancel: the agent cancels an operation (tasks/cancel). One queued
+// while the queue was paused must be cancelled; a finished one is refused.
+// (A cancel racing a running worker is left out: either answer would be
+// right, and a sequence that depends on it could not be replayed.)
 func (m *machine) cancel(t *rapid.T) {
-	k := m.pick(t, "key", (*keyModel).pending)
+	k := m.pick(t, "key", func(k *keyModel) bool {
+		return k.cur != nil && !k.cur.expired && (k.cur.status != pending || k.cur.fresh)
+	})
 	spec := k.tool == toolCredit
 	var (
 		c   *gate.Claim
@@ -564,6 +585,7 @@ func (m *machine) cancel(t *rapid.T) {
 			UserID: "model-agent", RequestID: "model", AttemptsLeaveNoEffect: spec}, m.h.control)
 		return err
 	})
+	t.Logf("model: cancel %s (%v): %v", k, k.cur, err)
 	switch {
 	case err == nil:
 		if c == nil || c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != domain.CodeCancelled {
@@ -573,6 +595,11 @@ func (m *machine) cancel(t *rapid.T) {
 		k.lose = m.h.faults.loseArmed(k.id())
 	case k.cur.fresh:
 		t.Fatalf("cancel %s: a queued operation that no worker fetched was not cancelled: %v", k, err)
+	case k.cur.status != pending:
+		if !errors.Is(err, gate.ErrCancelTerminal) {
+			t.Fatalf("cancel %s (%v): want refused as finished, got %v", k, k.cur, err)
+		}
+		m.expectClaimNow(t, k, "cancel of a finished operation")
 	case errors.Is(err, gate.ErrCancelTerminal), errors.Is(err, gate.ErrCancelStarted):
 		// It ran, or runs: the model learns at the next await.
 	default:
@@ -594,6 +621,7 @@ func (m *machine) fix(t *rapid.T) {
 
 func (m *machine) setFail(k *keyModel, on bool) {
 	k.fail = on
+	m.logf("model: %s refuses: %v", k, on)
 	if k.tool == toolRefund {
 		if on {
 			m.h.stripe.SetChargeError(m.charge(k), http.StatusPaymentRequired, "card_error", "card_declined")
@@ -610,6 +638,7 @@ func (m *machine) armLose(t *rapid.T) {
 	k := m.pick(t, "key", func(k *keyModel) bool { return !k.pending() && !k.fail && !k.lose })
 	k.lose = true
 	m.h.faults.setLose(k.id(), true)
+	t.Logf("model: %s loses its next outcome", k)
 }
 
 // redrive: an operator re-drives one operation (idemctl op redrive,
@@ -628,6 +657,7 @@ func (m *machine) redrive(t *rapid.T) {
 		return err
 	})
 	in := k.cur
+	t.Logf("model: redrive %s (%v): %+v, %v", k, in, line, err)
 	switch {
 	case in == nil:
 		if !errors.Is(err, domain.ErrNotFound) {
@@ -682,6 +712,7 @@ func (m *machine) redriveSet(t *rapid.T) {
 			func(l *ops.RedriveLine) error { lines[l.Tool+"/"+l.Key] = l; return nil })
 		return err
 	})
+	t.Logf("model: redrive set %s: %+v, %v", tenant, res, err)
 	if err != nil {
 		t.Fatalf("redrive set %s: %v (%+v)", tenant, err, res)
 	}
@@ -741,6 +772,7 @@ func (m *machine) uiRetry(t *rapid.T) {
 	m.h.awaitJob(t, c.JobID)
 	after := m.h.await(t, k.tenant, k.tool, k.key)
 	in := k.cur
+	t.Logf("model: riverui retry %s job %d (%v): now %s %v", k, c.JobID, in, after.Status, after.Error)
 	if in.status == failed && in.code != domain.CodeCancelled {
 		in.status, in.code = pending, ""
 		m.resolve(t, k, after, "riverui retry of a failed operation")
