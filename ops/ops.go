@@ -171,9 +171,10 @@ type RedriveParams struct {
 }
 
 // Refused reports whether err is a refused re-drive: the operation
-// succeeded, or is queued or running.
+// succeeded, is queued or running, or was cancelled by its owner (final).
 func Refused(err error) bool {
-	return errors.Is(err, gate.ErrRedriveSucceeded) || errors.Is(err, gate.ErrRedriveNotFailed)
+	return errors.Is(err, gate.ErrRedriveSucceeded) || errors.Is(err, gate.ErrRedriveNotFailed) ||
+		errors.Is(err, gate.ErrRedriveCancelled)
 }
 
 // Redrive re-drives one failed operation. A refused re-drive returns its

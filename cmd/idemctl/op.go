@@ -179,7 +179,9 @@ func newOpRedriveCmd(a *app) *cobra.Command {
 			"The downstream key is kept when the earlier outcome is unknown, so the provider deduplicates, and\n" +
 			"moves to the next generation only after a definitive \"nothing happened\" (card declined, say).\n" +
 			"\n" +
-			"With --key, one operation; a succeeded (or still queued or running) one is refused with exit code 3.\n" +
+			"With --key, one operation; a succeeded (or still queued or running) one is refused with exit code 3,\n" +
+			"and so is one its agent or tenant cancelled: a cancellation is final (the agent starts a new intent\n" +
+			"with a new key). A refusal writes a denied audit row naming the operator.\n" +
 			"With --status failed --since D instead, every failed operation of the tenant and tool updated since\n" +
 			"then, newest first, up to --limit; refused ones are reported and the rest go on.\n" +
 			"--dry-run lists what would happen and changes nothing.\n" +

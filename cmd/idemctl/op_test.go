@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -413,8 +414,9 @@ func TestPrune(t *testing.T) {
 		require.Equal(t, exitOK, res.code, res.stderr)
 		require.JSONEq(t, `{"deleted": 3}`, res.stdout)
 		require.Equal(t, left, b.db.Rows(t, `SELECT id FROM idempotency_claims ORDER BY id`))
-		require.Equal(t, 6, b.db.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key LIKE 'prune-%'`),
-			"the audit trail is kept")
+		require.Equal(t, 6+3, b.db.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key LIKE 'prune-%'`),
+			"the audit trail is kept, and says which claims were archived")
+		require.Equal(t, 3, b.db.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key LIKE 'prune-%' AND decision = 'archived'`))
 
 		res = idemctl(ctx, t, b.dbURL, "prune")
 		require.Equal(t, exitOK, res.code, res.stderr)
@@ -465,4 +467,56 @@ func TestOpCommandsRefuseAMissingSQLiteFile(t *testing.T) {
 		require.Contains(t, res.stderr, "no SQLite database at "+path)
 		require.NoFileExists(t, path, "not created")
 	}
+}
+
+// TestOpRedriveRefusesCancelled: an operation its agent cancelled is
+// final; op redrive refuses it singly (exit 3), lists it as refused in a
+// dry run and in a set, and writes a denied audit row for each real
+// refusal, nothing else.
+func TestOpRedriveRefusesCancelled(t *testing.T) {
+	t.Parallel()
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		ctx := t.Context()
+		b := setupOp(t, engine)
+		queued := b.claim(t, "acme", "op-cancelled-001", domain.StatusQueued, "")
+		_, err := b.ops.Gate.Cancel(ctx, &gate.CancelParams{TenantID: "acme", OperationID: queued.OperationID, UserID: "support-bot"}, b.ops.Jobs)
+		require.NoError(t, err)
+		before := b.claimRow(t, queued.ID)
+		denied := func() int {
+			return b.db.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key = 'op-cancelled-001' AND decision = 'denied'`)
+		}
+
+		for _, dry := range []bool{true, false} {
+			args := []string{"op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "op-cancelled-001",
+				"--reason", "retry failed ones", "--operator", "alice"}
+			if dry {
+				args = append(args, "--dry-run")
+			}
+			res := idemctl(ctx, t, b.dbURL, args...)
+			require.Equal(t, exitRefused, res.code, res.stderr)
+			lines := jsonLines(t, res.stdout)
+			require.Len(t, lines, 1)
+			require.Equal(t, "refused", lines[0]["action"], "dry run %v", dry)
+			require.Contains(t, lines[0]["reason"], "cancelled by its owner")
+			require.Contains(t, res.stderr, "cancelled by its owner")
+		}
+		require.Equal(t, 1, denied(), "the real refusal is audited, the dry run writes nothing")
+
+		set := []string{"op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--status", "failed", "--since", "1h",
+			"--reason", "retry failed ones", "--operator", "alice"}
+		for _, dry := range []bool{true, false} {
+			args := set
+			if dry {
+				args = append(slices.Clone(set), "--dry-run")
+			}
+			res := idemctl(ctx, t, b.dbURL, args...)
+			require.Equal(t, exitOK, res.code, res.stderr)
+			lines := jsonLines(t, res.stdout)
+			require.Len(t, lines, 1)
+			require.Equal(t, "refused", lines[0]["action"], "never would_redrive (dry run %v)", dry)
+		}
+		require.Equal(t, 2, denied())
+		require.Equal(t, before, b.claimRow(t, queued.ID), "still failed, cancelled")
+		require.Equal(t, "cancelled", b.jobState(t, queued.JobID))
+	})
 }
