@@ -36,12 +36,30 @@ func MigrateAppPostgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, log
 }
 
 // MigrateAppSQLite applies a team's own goose SQL migrations to a SQLite
-// database from sqlitestore.Open, after idemgate's.
+// database from sqlitestore.Open, after idemgate's, one version at a time
+// as MigrateSQLite does, so that concurrent migrators apply each version
+// once.
 func MigrateAppSQLite(ctx context.Context, db *sql.DB, fsys fs.FS, logger *slog.Logger) (int, error) {
 	if db == nil || fsys == nil {
 		return 0, errors.New("migrations: db and fsys are required")
 	}
-	return upApp(ctx, database.DialectSQLite3, db, fsys, logger)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	provider, err := newSQLiteProviderFS(db, fsys, AppTable, logger)
+	if err != nil {
+		return 0, fmt.Errorf("migrations: app migrations: %w", err)
+	}
+	return stepSQLite(ctx, logger, "app", func() (bool, error) {
+		_, err := provider.UpByOne(ctx)
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("migrations: app up: %w", err)
+		}
+		return true, nil
+	})
 }
 
 func upApp(ctx context.Context, dialect database.Dialect, db *sql.DB, fsys fs.FS, logger *slog.Logger) (int, error) {

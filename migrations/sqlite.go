@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 )
@@ -131,6 +132,11 @@ func stepSQLite(ctx context.Context, logger *slog.Logger, line string, step func
 			failures = 0
 			continue
 		}
+		if errors.Is(err, errVersionApplied) {
+			// Another migrator applied it first; nothing of ours was kept.
+			logger.DebugContext(ctx, "migrations: version applied by a concurrent migrator", slog.String("line", line), slog.Any("error", err))
+			continue
+		}
 		failures++
 		if failures == SQLiteMigrateAttempts || ctx.Err() != nil {
 			return applied, err
@@ -195,9 +201,19 @@ func SQLiteStatus(ctx context.Context, db *sql.DB) (ok bool, err error) {
 	return !pending, nil
 }
 
-// newSQLiteProvider returns a goose provider over our embedded SQLite files.
+// newSQLiteProvider returns a goose provider over our embedded SQLite files,
+// on sqliteVersionStore.
 func newSQLiteProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
-	provider, err := goose.NewProvider(goose.DialectSQLite3, db, SQLiteFS(),
+	return newSQLiteProviderFS(db, SQLiteFS(), goose.DefaultTablename, logger)
+}
+
+func newSQLiteProviderFS(db *sql.DB, fsys fs.FS, table string, logger *slog.Logger) (*goose.Provider, error) {
+	store, err := database.NewStore(database.DialectSQLite3, table)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: goose store: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectCustom, db, fsys,
+		goose.WithStore(sqliteVersionStore{Store: store}),
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithSlog(logger),
 	)
@@ -205,4 +221,36 @@ func newSQLiteProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error)
 		return nil, fmt.Errorf("migrations: goose provider: %w", err)
 	}
 	return provider, nil
+}
+
+// errVersionApplied is sqliteVersionStore's refusal to record a version a
+// second time.
+var errVersionApplied = errors.New("migrations: version already applied by a concurrent migrator")
+
+// sqliteVersionStore is goose's SQLite version table, refusing to record a
+// version that is already recorded.
+//
+// goose picks the next pending version before its transaction begins, so two
+// migrators of one file may both pick version N: the second one's
+// transaction waits for the write lock (BEGIN IMMEDIATE) while the first
+// applies N, then runs N's statements again. A migration that can run twice
+// (a table rebuild, IF EXISTS, SELECT 1) then succeeds twice and is recorded
+// twice: the defect TestMigrateSQLite/ConcurrentMigrators found (version 11,
+// a table rebuild, applied up to four times by five migrators). goose
+// records a version in the same transaction as its statements, after them;
+// Insert looks in that transaction, which holds the write lock, and refuses,
+// so the second run rolls back whole and stepSQLite moves on to the next
+// pending version.
+type sqliteVersionStore struct{ database.Store }
+
+func (s sqliteVersionStore) Insert(ctx context.Context, db database.DBTxConn, req database.InsertRequest) error {
+	var n int
+	err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+s.Tablename()+" WHERE version_id = ? AND is_applied", req.Version).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("migrations: look up version %d: %w", req.Version, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: %d", errVersionApplied, req.Version)
+	}
+	return s.Store.Insert(ctx, db, req)
 }

@@ -3,9 +3,11 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"io/fs"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
@@ -70,6 +72,22 @@ func TestMigrateSQLite(t *testing.T) {
 			river += results[i].RiverApplied
 			ours += results[i].IdemgateApplied
 		}
+		// Where the versions land: one row per version in goose's table
+		// (a version applied twice has two), one per River version.
+		rows, err := db.QueryContext(ctx, "SELECT version_id, count(*) FROM "+goose.DefaultTablename+
+			" WHERE version_id > 0 GROUP BY version_id HAVING count(*) > 1")
+		require.NoError(t, err)
+		var twice []string
+		for rows.Next() {
+			var v, n int
+			require.NoError(t, rows.Scan(&v, &n))
+			twice = append(twice, fmt.Sprintf("%d (%d times)", v, n))
+		}
+		require.NoError(t, rows.Err())
+		require.Empty(t, twice, "versions applied more than once")
+		var riverRows int
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM river_migration").Scan(&riverRows))
+		require.Equal(t, sqliteRiverMigrationCount(t), riverRows, "River's versions recorded")
 		require.Equal(t, sqliteRiverMigrationCount(t), river, "each River version applied once in all")
 		require.Equal(t, sqliteMigrationCount(t), ours, "each of our versions applied once in all")
 		requireSQLiteSchemaComplete(ctx, t, db)
@@ -215,4 +233,39 @@ func sqliteRiverMigrationCount(t *testing.T) int {
 	migrator, err := rivermigrate.New(riversqlite.New(nil), nil)
 	require.NoError(t, err)
 	return len(migrator.AllVersions())
+}
+
+// A team's own SQLite migrations, applied by several migrators at once,
+// are each applied once, even those that could run twice (SELECT 1).
+func TestMigrateAppSQLiteConcurrent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path, db := sqlitetest.NewDB(t)
+	fsys := fstest.MapFS{}
+	const versions = 4
+	for v := 1; v <= versions; v++ {
+		fsys[fmt.Sprintf("%05d_v.sql", v)] = &fstest.MapFile{Data: []byte("-- +goose Up\nSELECT 1;\n-- +goose Down\nSELECT 1;\n")}
+	}
+	dbs := []*sql.DB{db, db, sqlitetest.Open(t, path), sqlitetest.Open(t, path), sqlitetest.Open(t, path)}
+	var wg sync.WaitGroup
+	applied := make([]int, len(dbs))
+	errs := make([]error, len(dbs))
+	start := make(chan struct{})
+	for i, d := range dbs {
+		wg.Go(func() {
+			<-start
+			applied[i], errs[i] = migrations.MigrateAppSQLite(ctx, d, fsys, nil)
+		})
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for i, err := range errs {
+		require.NoError(t, err, "migrator %d", i)
+		total += applied[i]
+	}
+	require.Equal(t, versions, total, "each version applied once in all")
+	var rows int
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+migrations.AppTable+" WHERE version_id > 0").Scan(&rows))
+	require.Equal(t, versions, rows, "one row per version")
 }
