@@ -1,6 +1,12 @@
 # shellcheck shell=bash disable=SC2154 # admin_url, log and die come from the sourcing script
 # e2e/lib.sh: what e2e/run.sh and e2e/browser/run.sh share. Source it after
-# defining log and die; it defines functions only.
+# defining log and die; it defines functions only. Run rather than sourced,
+# it prints this and exits (0 for -h or --help).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+	sed -n '2,/^if /p' "$0" | sed '$d; s/^# \{0,1\}//'
+	[[ ${1:-} == -h || ${1:-} == --help ]] && exit 0
+	exit 2
+fi
 
 # redact hides a password in a URL for messages.
 redact() { sed -E 's#(://[^:/@]+):[^@]*@#\1:xxxxx@#' <<<"$1"; }
@@ -28,7 +34,9 @@ e2e_require_tools() {
 e2e_create_database() {
 	psql "$admin_url" -XAtq -c 'SELECT 1' >/dev/null ||
 		die "Postgres at $(redact "$admin_url") does not accept connections; set TEST_DATABASE_URL to an admin URL"
-	db="$1_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+	# PREFIX_<unix seconds>_<hex>: scripts/test.sh drops one a killed run
+	# left behind, by prefix and age.
+	db="$1_$(date +%s)_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 	psql "$admin_url" -XAtq -v ON_ERROR_STOP=1 -c "CREATE DATABASE \"$db\"" >/dev/null
 	database_url=$(node -e '
 		const u = new URL(process.argv[1]);
@@ -44,4 +52,16 @@ e2e_drop_database() {
 		psql "$admin_url" -XAtq -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 ||
 			log "could not drop database $db; drop it by hand"
 	fi
+}
+
+# e2e_require_tests_ran TAP_FILE: dies unless node's TAP report in TAP_FILE
+# counts at least one test that ran (passed or failed; node counts a test a
+# name pattern leaves out as skipped): a run of no test is no pass.
+e2e_require_tests_ran() {
+	local pass fail
+	pass=$(sed -n 's/^# pass \([0-9][0-9]*\)$/\1/p' "$1" 2>/dev/null | tail -n 1)
+	fail=$(sed -n 's/^# fail \([0-9][0-9]*\)$/\1/p' "$1" 2>/dev/null | tail -n 1)
+	[[ -n $pass ]] || die "node wrote no test count to $1: did node run at all?"
+	((pass + ${fail:-0} > 0)) || die "node ran no test (the arguments or the files matched none): this is a failure, not an OK"
+	log "node ran $((pass + ${fail:-0})) test(s)"
 }

@@ -20,7 +20,10 @@
 #      (IDEMGATE_TOKEN_ACME, IDEMGATE_TOKEN_ACME_READONLY, IDEMGATE_TOKEN_GLOBEX);
 #   6. stops the api, printing its log when anything failed.
 #
-# Needs: go, node 20+ and npm, psql, curl.
+# Needs: go, node 20+ and npm, psql, curl. A run in which node ran no test
+# (a pattern that matches none, say) fails.
+#
+#   e2e/run.sh -h | --help                      this text; starts nothing
 set -euo pipefail
 
 e2e_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,6 +32,11 @@ cd "$root"
 
 log() { printf 'e2e: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
+
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+fi
 
 # shellcheck source=e2e/lib.sh
 source "$root/e2e/lib.sh"
@@ -190,4 +198,8 @@ fi
 log "node --test"
 # One file at a time: tasks.test.mjs starts a worker, which the other
 # files' assertions (operations that stay queued) must not meet.
-node --test --test-concurrency=1 --test-reporter=spec "$@" "$e2e_dir"/*.test.mjs
+# A second reporter (TAP, to a file) counts the tests that ran: none is a
+# failure, not an OK.
+node --test --test-concurrency=1 --test-reporter=spec --test-reporter-destination=stdout \
+	--test-reporter=tap --test-reporter-destination="$tmp/tap" "$@" "$e2e_dir"/*.test.mjs
+e2e_require_tests_ran "$tmp/tap"

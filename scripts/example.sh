@@ -4,11 +4,26 @@
 # twice (one coupon, the second answer replayed), the same key with another
 # percent_off (a conflict naming percent_off), get_operation by key
 # (succeeded). scripts/test.sh runs it; TEST_DATABASE_URL names the server.
+#
+#   scripts/example.sh           build and run the example on both engines
+#   scripts/example.sh --help    this text; starts nothing
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf 'example.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
+for arg in "$@"; do
+	case $arg in
+	-h | --help)
+		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		log "unknown argument '$arg' (it takes none; see --help)"
+		exit 2
+		;;
+	esac
+done
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-example.XXXXXX")
@@ -69,6 +84,6 @@ run_example() {
 }
 
 run_example sqlite "sqlite:$tmp/coupon.db"
-pgdb="idemgate_example_$$_$RANDOM"
+pgdb="idemgate_example_$(date +%s)_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 psql "$admin_url" -XAtqc "CREATE DATABASE $pgdb" >/dev/null
 run_example postgres "$(sed -E "s#/[^/?]*(\?|$)#/$pgdb\1#" <<<"$admin_url")"

@@ -13,6 +13,12 @@
 #   pgcluster_stop [MODE]
 #       stops the cluster pgcluster_start started (pg_ctl -m MODE, default
 #       fast); safe to call at any time.
+# Run rather than sourced, it prints this and exits (0 for -h or --help).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+	sed -n '2,/^if /p' "$0" | sed '$d; s/^# \{0,1\}//'
+	[[ ${1:-} == -h || ${1:-} == --help ]] && exit 0
+	exit 2
+fi
 
 pg_bin=""
 pg_as=()

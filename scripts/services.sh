@@ -37,6 +37,12 @@
 # Works with and without `set -euo pipefail` in the caller. Messages go to
 # stderr, prefixed "services.sh:". On failure a function returns non-zero
 # after stopping whatever it had started.
+# Run rather than sourced, it prints this and exits (0 for -h or --help).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+	sed -n '2,/^if /p' "$0" | sed '$d; s/^# \{0,1\}//'
+	[[ ${1:-} == -h || ${1:-} == --help ]] && exit 0
+	exit 2
+fi
 
 _SVC_STRIPE_MOCK_MODULE=github.com/stripe/stripe-mock
 _SVC_STRIPE_MOCK_VERSION=v0.203.0

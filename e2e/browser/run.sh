@@ -34,7 +34,10 @@
 #      IDEMGATE_OPS_PASSWORD, IDEMCTL, DATABASE_URL and MAILPIT_API_URL;
 #   7. stops what it started, printing the logs when anything failed.
 #
-# Needs: go, node 20+ and npm, psql, curl; apt-get for Chromium.
+# Needs: go, node 20+ and npm, psql, curl; apt-get for Chromium. An engine
+# on which node ran no test fails.
+#
+#   e2e/browser/run.sh -h | --help    this text; starts nothing
 set -euo pipefail
 
 browser_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,6 +46,11 @@ cd "$root"
 
 log() { printf 'e2e/browser: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
+
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+fi
 
 # shellcheck source=e2e/lib.sh
 source "$root/e2e/lib.sh"
@@ -290,7 +298,9 @@ for engine in "${engines[@]}"; do
 	start_services "$engine"
 
 	log "node --test ($engine)"
-	IDEMGATE_ENGINE=$engine node --test --test-reporter=spec "$@" "$browser_dir"/*.test.mjs
+	IDEMGATE_ENGINE=$engine node --test --test-reporter=spec --test-reporter-destination=stdout \
+		--test-reporter=tap --test-reporter-destination="$tmp/tap-$engine" "$@" "$browser_dir"/*.test.mjs
+	e2e_require_tests_ran "$tmp/tap-$engine"
 
 	# Credentials are never logged.
 	for name in "${names[@]}"; do
