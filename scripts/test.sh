@@ -16,18 +16,40 @@
 #                                        quickstart steps.
 #   TEST_HOG=1 scripts/test.sh           any run, with the same CPU hogs
 #
+#   scripts/test.sh -h | --help          this help; starts nothing
+#
 # Postgres: TEST_DATABASE_URL if set; else the server on 127.0.0.1:5432; else a
 # throwaway cluster started from /usr/lib/postgresql/*/bin and removed on exit.
 # The chosen URL is exported as TEST_DATABASE_URL for the tests
-# (internal/pgtest reads it).
+# (internal/pgtest reads it). The server may be small and shared: each pool on
+# a test database is capped at TEST_DB_MAX_CONNS connections (set from the
+# connections the server has free when unset), and the peak of the server's
+# client connections during the run is reported at the end.
+#
+# Every step runs even when an earlier one failed (only the set-up steps,
+# Postgres and the services, stop the run); the end lists each step's verdict,
+# and the exit status is non-zero when any step failed.
+#
+# Environment: E2E=auto|1|0 and CHAOS=auto|1|0 (end-to-end, browser,
+# quickstart and example steps; chaos steps: auto runs them on whole-repo
+# runs), PKGS, TEST_HOG=1, TEST_DATABASE_URL, TEST_DB_MAX_CONNS.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+	sed -n '2,/^set -euo pipefail/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
+	exit 0
+fi
 
 started=$SECONDS
 step="setup"
 pg_tmp=""       # throwaway cluster directory, if we started one
 hog_pids=()     # CPU hogs of --stress and TEST_HOG=1
+verdicts=()     # "step: PASS|FAIL (Ns)" of every step run, in order
+failed=0        # how many steps failed
+sampler_pid=""  # the pg_stat_activity sampler
+sampler_out=""  # its file: the highest count seen
 
 stress=0
 if [[ ${1:-} == --stress ]]; then
@@ -60,9 +82,61 @@ hog_stop() {
 	hog_pids=()
 }
 
+# run_step NAME FUNCTION [ARGS]: runs FUNCTION in a subshell with set -e,
+# records NAME's verdict and goes on whatever it returned.
+run_step() {
+	local name=$1 rc t0=$SECONDS
+	shift
+	step=$name
+	log "step '$name': start"
+	set +e
+	(
+		set -e
+		"$@"
+	)
+	rc=$?
+	set -e
+	if ((rc == 0)); then
+		verdicts+=("$name: PASS ($((SECONDS - t0))s)")
+	else
+		verdicts+=("$name: FAIL, exit $rc ($((SECONDS - t0))s)")
+		failed=$((failed + 1))
+		log "step '$name' FAILED (exit $rc); going on with the next steps"
+	fi
+	return 0
+}
+
+# sampler_start samples the server's client connections (pg_stat_activity,
+# client backends, the sampler's own excluded) every half second and keeps
+# the highest count in $sampler_out; sampler_stop ends it.
+sampler_start() {
+	command -v psql >/dev/null || return 0
+	sampler_out=$(mktemp "${TMPDIR:-/tmp}/idemgate-test-peak.XXXXXX")
+	echo 0 >"$sampler_out"
+	(
+		peak=0
+		while :; do
+			n=$(psql "$TEST_DATABASE_URL" -XAtq -c "SELECT count(*) - 1 FROM pg_stat_activity WHERE backend_type = 'client backend'" 2>/dev/null || true)
+			if [[ $n =~ ^[0-9]+$ ]] && ((n > peak)); then
+				peak=$n
+				echo "$peak" >"$sampler_out"
+			fi
+			sleep 0.5
+		done
+	) &
+	sampler_pid=$!
+}
+sampler_stop() {
+	[[ -n $sampler_pid ]] || return 0
+	kill "$sampler_pid" 2>/dev/null
+	wait "$sampler_pid" 2>/dev/null
+	sampler_pid=""
+}
+
 cleanup() {
 	local rc=$?
 	set +e
+	sampler_stop
 	hog_stop
 	# Services (stripe-mock, Mailpit) stop here.
 	declare -F services_stop >/dev/null && services_stop
@@ -70,8 +144,21 @@ cleanup() {
 		pgcluster_stop immediate
 		rm -rf "$pg_tmp"
 	fi
+	if ((${#verdicts[@]})); then
+		log "verdicts:"
+		printf '  %s\n' "${verdicts[@]}" >&2
+	fi
+	if [[ -n $sampler_out && -f $sampler_out ]]; then
+		log "peak client connections on the test server during the run: $(cat "$sampler_out") (of max_connections ${pg_max_conns:-?}; ${pg_baseline:-?} were open when the run began; TEST_DB_MAX_CONNS=${TEST_DB_MAX_CONNS:-?})"
+		rm -f "$sampler_out"
+	fi
+	if ((rc == 0 && failed > 0)); then
+		rc=1
+	fi
 	if [[ $rc -eq 0 ]]; then
-		log "OK: every step passed (gofmt, compose, vet, go test -race, and on full runs e2e, browser, chaos, quickstart, example) in $((SECONDS - started))s"
+		log "OK: every step passed in $((SECONDS - started))s"
+	elif ((failed > 0)); then
+		log "FAILED: $failed step(s) failed (see the verdicts above), after $((SECONDS - started))s"
 	else
 		log "FAILED at step '$step' (exit $rc) after $((SECONDS - started))s"
 	fi
@@ -115,26 +202,60 @@ else
 	start_throwaway_postgres
 fi
 export TEST_DATABASE_URL
+run_started_epoch=$(date +%s)
+
+# The server may be shared and small: read what it has free, and cap every
+# pool on a test database (internal/pgtest) so that the suite fits. A test
+# database's pools (the test's, an api's, a worker's) use a few times the
+# cap; go test runs about two such tests per core at once.
+pg_max_conns="" pg_baseline=""
+if command -v psql >/dev/null; then
+	pg_max_conns=$(psql "$TEST_DATABASE_URL" -XAtq -c "SHOW max_connections" 2>/dev/null || true)
+	pg_baseline=$(psql "$TEST_DATABASE_URL" -XAtq -c "SELECT count(*) - 1 FROM pg_stat_activity WHERE backend_type = 'client backend'" 2>/dev/null || true)
+fi
+if [[ -z ${TEST_DB_MAX_CONNS:-} ]]; then
+	TEST_DB_MAX_CONNS=8
+	if [[ $pg_max_conns =~ ^[0-9]+$ && $pg_baseline =~ ^[0-9]+$ ]]; then
+		free=$((pg_max_conns - pg_baseline))
+		TEST_DB_MAX_CONNS=$((free / 10))
+		((TEST_DB_MAX_CONNS <= 8)) || TEST_DB_MAX_CONNS=8
+		((TEST_DB_MAX_CONNS >= 2)) || TEST_DB_MAX_CONNS=2
+	fi
+fi
+export TEST_DB_MAX_CONNS
+log "test server: max_connections ${pg_max_conns:-?}, ${pg_baseline:-?} client connections open; pools on test databases capped at TEST_DB_MAX_CONNS=$TEST_DB_MAX_CONNS"
+sampler_start
 
 # ---------------------------------------------------------------------------
 # (b) Drop test databases that killed test processes left behind: named
-# idemgate_t_<unix seconds>_<hex> by internal/pgtest, older than an hour (so a
-# concurrent run's fresh databases are safe), nobody connected.
+# idemgate_t_<unix seconds>_<hex> by internal/pgtest and the quickstart step
+# (idemgate_e2e_, idemgate_browser_ and idemgate_example_ likewise by the e2e,
+# browser and example steps),
+# created before SINCE, nobody connected. At the start SINCE is 30 minutes ago
+# (longer than any test holds a database, so a concurrent run's are safe); at
+# the end it is this run's start, and what is left of this run is a failure.
 # ---------------------------------------------------------------------------
-step="sweep"
-if command -v psql >/dev/null; then
+# sweep_leftovers MIN_EPOCH MAX_EPOCH: drops the unconnected test databases
+# created in [MIN_EPOCH, MAX_EPOCH) and prints how many it dropped.
+sweep_leftovers() {
+	local leftovers db n=0
 	leftovers=$(psql "$TEST_DATABASE_URL" -XAtq -v ON_ERROR_STOP=1 -c "
 		SELECT d.datname FROM pg_database d
-		WHERE d.datname ~ '^idemgate_t_[0-9]+_[0-9a-f]+\$'
-		  AND split_part(d.datname, '_', 3)::bigint < extract(epoch FROM now()) - 3600
+		WHERE d.datname ~ '^idemgate_(t|e2e|browser|example)_[0-9]+_[0-9a-f]+\$'
+		  AND split_part(d.datname, '_', 3)::bigint >= $1
+		  AND split_part(d.datname, '_', 3)::bigint < $2
 		  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)" 2>/dev/null || true)
-	n=0
 	for db in $leftovers; do
 		if psql "$TEST_DATABASE_URL" -XAtq -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1; then
 			n=$((n + 1))
 		fi
 	done
-	((n == 0)) || log "dropped $n leftover test database(s)"
+	echo "$n"
+}
+step="sweep"
+if command -v psql >/dev/null; then
+	n=$(sweep_leftovers 0 $((run_started_epoch - 1800)))
+	((n == 0)) || log "dropped $n leftover test database(s) of earlier runs"
 else
 	log "psql not installed: skipping the sweep of leftover test databases"
 fi
@@ -209,76 +330,75 @@ if ((arg_pkgs == 0)) && [[ -z "${PKGS:-}" ]]; then
 fi
 
 # ---------------------------------------------------------------------------
+# The steps. Each is a function run by run_step: a failure is recorded and the
+# next step runs.
+# ---------------------------------------------------------------------------
+
 # (c) gofmt, over every Go file of the repo
-# ---------------------------------------------------------------------------
-step="gofmt"
-unformatted=$(find . -type f -name '*.go' \
-	-not -path './.git/*' -not -path '*/node_modules/*' -not -path './.tmp/*' -print0 |
-	xargs -0 -r gofmt -l)
-if [[ -n "$unformatted" ]]; then
-	log "gofmt -l lists files that need formatting (run gofmt -w on them):"
-	mapfile -t unformatted_files <<<"$unformatted"
-	printf '  %s\n' "${unformatted_files[@]}" >&2
-	exit 1
-fi
+step_gofmt() {
+	local unformatted
+	unformatted=$(find . -type f -name '*.go' \
+		-not -path './.git/*' -not -path '*/node_modules/*' -not -path './.tmp/*' -print0 |
+		xargs -0 -r gofmt -l)
+	if [[ -n "$unformatted" ]]; then
+		log "gofmt -l lists files that need formatting (run gofmt -w on them):"
+		mapfile -t unformatted_files <<<"$unformatted"
+		printf '  %s\n' "${unformatted_files[@]}" >&2
+		return 1
+	fi
+}
 
-# ---------------------------------------------------------------------------
-# (c2) docker-compose.yml
-# ---------------------------------------------------------------------------
-step="compose"
-# docker-compose.yml must stay valid for users with Docker. No engine runs
-# here: `config -q` only parses and validates the file. Compose v2 (the
+# (c2) docker-compose.yml must stay valid for users with Docker. No engine
+# runs here: `config -q` only parses and validates the file. Compose v2 (the
 # docker plugin) when present, else Compose v1 (Debian's docker-compose,
-# installed here when missing and apt-get is usable).
-# The file requires a secret of the user's (no default ships); validate it
-# with a throwaway one.
-compose_secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-if docker compose version >/dev/null 2>&1; then
-	IDEMGATE_SECRET=$compose_secret docker compose config -q
-else
-	if ! command -v docker-compose >/dev/null; then
-		if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
-			log "installing docker-compose (Debian) to validate docker-compose.yml"
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
-		else
-			log "neither 'docker compose' nor 'docker-compose' is installed: install one to validate docker-compose.yml"
-			exit 1
+# installed here when missing and apt-get is usable). The file requires a
+# secret of the user's (no default ships); validate it with a throwaway one.
+step_compose() {
+	local compose_secret compose_cmd ignored
+	compose_secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+	if docker compose version >/dev/null 2>&1; then
+		compose_cmd=(docker compose)
+	else
+		if ! command -v docker-compose >/dev/null; then
+			if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+				log "installing docker-compose (Debian) to validate docker-compose.yml"
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+			else
+				log "neither 'docker compose' nor 'docker-compose' is installed: install one to validate docker-compose.yml"
+				return 1
+			fi
 		fi
+		compose_cmd=(docker-compose)
 	fi
-	IDEMGATE_SECRET=$compose_secret docker-compose config -q
-fi
-# No secret ships with it: without one, Compose refuses to start.
-if docker compose version >/dev/null 2>&1; then
-	compose_cmd=(docker compose)
-else
-	compose_cmd=(docker-compose)
-fi
-if env -u IDEMGATE_SECRET "${compose_cmd[@]}" config -q >/dev/null 2>&1; then
-	log "docker-compose.yml starts without IDEMGATE_SECRET: it must require one"
-	exit 1
-fi
-# The build context must not carry the history or the dev state (.tmp/ holds
-# the quickstart's secret and databases).
-for ignored in .git .tmp '**/node_modules' '*.db'; do
-	if ! grep -qxF -- "$ignored" .dockerignore; then
-		log ".dockerignore does not list $ignored: docker build would send it to the daemon"
-		exit 1
+	IDEMGATE_SECRET=$compose_secret "${compose_cmd[@]}" config -q
+	# No secret ships with it: without one, Compose refuses to start.
+	if env -u IDEMGATE_SECRET "${compose_cmd[@]}" config -q >/dev/null 2>&1; then
+		log "docker-compose.yml starts without IDEMGATE_SECRET: it must require one"
+		return 1
 	fi
-done
+	# The build context must not carry the history or the dev state (.tmp/
+	# holds the quickstart's secret and databases).
+	for ignored in .git .tmp '**/node_modules' '*.db'; do
+		if ! grep -qxF -- "$ignored" .dockerignore; then
+			log ".dockerignore does not list $ignored: docker build would send it to the daemon"
+			return 1
+		fi
+	done
+}
 
-# ---------------------------------------------------------------------------
+# (c3) every script answers --help and -h with its usage, exit 0, and starts
+# nothing (scripts/helpcheck.sh).
+step_help() { bash scripts/helpcheck.sh; }
+
 # (d) go vet
-# ---------------------------------------------------------------------------
-step="go vet"
-go vet "${pkgs[@]}"
-if ((bench_mod)); then
-	(cd cmd/bench && go vet ./...)
-fi
+step_vet() {
+	go vet "${pkgs[@]}"
+	if ((bench_mod)); then
+		(cd cmd/bench && go vet ./...)
+	fi
+}
 
-# ---------------------------------------------------------------------------
 # (e) go test
-# ---------------------------------------------------------------------------
-step="go test"
 run_go_tests() {
 	if ((arg_pkgs)); then
 		go test -race -count=1 "$@"
@@ -286,7 +406,50 @@ run_go_tests() {
 		go test -race -count=1 "$@" "${pkgs[@]}"
 	fi
 }
+step_go_test() { run_go_tests "$@"; }
+step_bench_test() { (cd cmd/bench && go test -race -count=1 "$@" ./...); }
+
+# (h) The quickstart, as a new user runs it: DEV_SMOKE=1 scripts/dev.sh on a
+# fresh state directory and free ports (api, Mailpit's SMTP and web UI), then
+# the same with --postgres on a fresh database of the Postgres chosen above
+# (named like internal/pgtest's, so that the sweep (b) drops it if a killed
+# run leaves it behind). Each makes a refund with its printed curl line,
+# replays it, runs its printed idemctl line and checks Mailpit (and River UI
+# on Postgres).
+# dev_smoke [ARGS]: DEV_SMOKE=1 scripts/dev.sh ARGS in a fresh DEV_DIR.
+dev_smoke() {
+	local dir api smtp ui
+	dir=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-dev.XXXXXX")
+	api=$(services_free_port)
+	smtp=$(services_free_port "$api")
+	ui=$(services_free_port "$api" "$smtp")
+	DEV_SMOKE=1 DEV_DIR="$dir" IDEMGATE_API_ADDR="127.0.0.1:$api" \
+		DEV_MAILPIT_SMTP_ADDR="127.0.0.1:$smtp" DEV_MAILPIT_UI_ADDR="127.0.0.1:$ui" bash scripts/dev.sh "$@"
+	rm -rf "$dir"
+}
+step_quickstart_postgres() {
+	local smoke_db rc=0
+	smoke_db="idemgate_t_$(date +%s)_$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
+	log "quickstart on Postgres: DEV_SMOKE=1 scripts/dev.sh --postgres (database $smoke_db)"
+	DEV_POSTGRES_URL=$TEST_DATABASE_URL DEV_DATABASE=$smoke_db dev_smoke --postgres || rc=$?
+	psql "$TEST_DATABASE_URL" -XAtq -c "DROP DATABASE IF EXISTS \"$smoke_db\" WITH (FORCE)" >/dev/null
+	return "$rc"
+}
+
+# (j) nothing this run created is left: every test database is dropped by its
+# test, pass or fail.
+step_leftovers() {
+	command -v psql >/dev/null || return 0
+	local n
+	n=$(sweep_leftovers "$run_started_epoch" $(($(date +%s) + 1)))
+	if ((n > 0)); then
+		log "$n test database(s) of this run were left behind (dropped now)"
+		return 1
+	fi
+}
+
 if ((stress)); then
+	step="go test (stress build)"
 	go test -race -count=1 -run '^$' "${pkgs[@]}" >/dev/null # build once, unhogged
 	hog_start
 	for ((run = 1; run <= stress; run++)); do
@@ -299,48 +462,39 @@ if ((stress)); then
 	step="done"
 	exit 0
 fi
+
+run_step gofmt step_gofmt
+run_step compose step_compose
+run_step "script --help" step_help
+run_step "go vet" step_vet
 [[ ${TEST_HOG:-0} == 1 ]] && hog_start
-run_go_tests "$@"
+run_step "go test" step_go_test "$@"
 if ((bench_mod)); then
-	step="go test (cmd/bench module)"
-	(cd cmd/bench && go test -race -count=1 "$@" ./...)
+	run_step "go test (cmd/bench module)" step_bench_test "$@"
 fi
 
-# ---------------------------------------------------------------------------
-# (f) MCP end-to-end tests with the official TypeScript SDK
-# ---------------------------------------------------------------------------
-if ((e2e_run)); then
-	step="e2e"
-	log "MCP end-to-end tests: e2e/run.sh"
-	bash e2e/run.sh
-fi
-
-# ---------------------------------------------------------------------------
+# (f) MCP end-to-end tests with the official TypeScript SDK: e2e/run.sh.
 # (f2) River UI in a real browser: e2e/browser/run.sh installs Debian's
 # Chromium when it is missing, builds once, and on each engine starts the
 # api, the worker (on SQLite, inside the api) and the test Stripe on a fresh
 # database and retries a failed refund's job in River UI with
-# playwright-core. Same gating as (f): E2E=auto/1/0.
-# ---------------------------------------------------------------------------
+# playwright-core. Gating: E2E=auto/1/0.
 if ((e2e_run)); then
-	step="e2e browser"
-	log "River UI browser test on Postgres and SQLite: e2e/browser/run.sh postgres sqlite"
-	bash e2e/browser/run.sh postgres sqlite
+	run_step e2e bash e2e/run.sh
+	run_step "e2e browser" bash e2e/browser/run.sh postgres sqlite
 fi
 
-# ---------------------------------------------------------------------------
 # (g) Chaos: scripts/chaos.sh --short runs its own Postgres, test Stripe,
 # Mailpit, two api replicas and three workers killed with SIGKILL, and counts
 # effects; then the same through a PgBouncer in transaction pooling mode
 # (--pgbouncer: installed with apt-get when missing, started by the script).
-# Same rule as e2e: CHAOS=auto (default) runs it when the whole repo is tested
-# (no arguments, PKGS unset); CHAOS=1 always; CHAOS=0 never.
-# ---------------------------------------------------------------------------
+# CHAOS=auto (default) runs it when the whole repo is tested (no arguments,
+# PKGS unset); CHAOS=1 always; CHAOS=0 never.
+chaos_run=0
 case ${CHAOS:-auto} in
 0) log "CHAOS=0: not running the chaos step (scripts/chaos.sh --short)" ;;
 1) chaos_run=1 ;;
 *)
-	chaos_run=0
 	if (($# == 0)) && [[ -z "${PKGS:-}" ]]; then
 		chaos_run=1
 	else
@@ -348,54 +502,18 @@ case ${CHAOS:-auto} in
 	fi
 	;;
 esac
-if ((${chaos_run:-0})); then
-	step="chaos"
-	log "chaos: scripts/chaos.sh --short"
-	bash scripts/chaos.sh --short
-	step="chaos pgbouncer"
-	log "chaos through PgBouncer: scripts/chaos.sh --short --pgbouncer"
-	bash scripts/chaos.sh --short --pgbouncer
+if ((chaos_run)); then
+	run_step chaos bash scripts/chaos.sh --short
+	run_step "chaos pgbouncer" bash scripts/chaos.sh --short --pgbouncer
 fi
 
-# ---------------------------------------------------------------------------
-# (h) The quickstart, as a new user runs it: DEV_SMOKE=1 scripts/dev.sh on a
-# fresh state directory and free ports (api, Mailpit's SMTP and web UI), then
-# the same with --postgres on a fresh database of the Postgres chosen above
-# (named like internal/pgtest's, so that the sweep (b) drops it if a killed
-# run leaves it behind). Each makes a refund with its printed curl line,
-# replays it, runs its printed idemctl line and checks Mailpit (and River UI
-# on Postgres). Same gating as e2e.
-# ---------------------------------------------------------------------------
-# dev_smoke [ARGS]: DEV_SMOKE=1 scripts/dev.sh ARGS in a fresh DEV_DIR.
-dev_smoke() {
-	local dir api smtp ui
-	dir=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-dev.XXXXXX")
-	api=$(services_free_port)
-	smtp=$(services_free_port "$api")
-	ui=$(services_free_port "$api" "$smtp")
-	DEV_SMOKE=1 DEV_DIR="$dir" IDEMGATE_API_ADDR="127.0.0.1:$api" \
-		DEV_MAILPIT_SMTP_ADDR="127.0.0.1:$smtp" DEV_MAILPIT_UI_ADDR="127.0.0.1:$ui" bash scripts/dev.sh "$@"
-	rm -rf "$dir"
-}
+# (h) quickstart, (i) the example service (examples/coupon), as a team would
+# run its own: built, started on a fresh SQLite file and a fresh Postgres
+# database, and called. Same gating as e2e.
 if ((e2e_run)); then
-	step="quickstart"
-	log "quickstart: DEV_SMOKE=1 scripts/dev.sh"
-	dev_smoke
-	step="quickstart on Postgres"
-	smoke_db="idemgate_t_$(date +%s)_$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
-	log "quickstart on Postgres: DEV_SMOKE=1 scripts/dev.sh --postgres (database $smoke_db)"
-	DEV_POSTGRES_URL=$TEST_DATABASE_URL DEV_DATABASE=$smoke_db dev_smoke --postgres
-	psql "$TEST_DATABASE_URL" -XAtq -c "DROP DATABASE IF EXISTS \"$smoke_db\"" >/dev/null
+	run_step quickstart dev_smoke
+	run_step "quickstart on Postgres" step_quickstart_postgres
+	run_step example bash scripts/example.sh
 fi
-
-# ---------------------------------------------------------------------------
-# (i) The example service (examples/coupon), as a team would run its own:
-# built, started on a fresh SQLite file and a fresh Postgres database, and
-# called. Same gating as e2e.
-# ---------------------------------------------------------------------------
-if ((e2e_run)); then
-	step="example"
-	log "example service: scripts/example.sh"
-	bash scripts/example.sh
-fi
+run_step "no test database left" step_leftovers
 step="done"
