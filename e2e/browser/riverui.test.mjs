@@ -1,8 +1,10 @@
-// River UI in a real browser: a refund whose card is declined fails and its
+// River UI in a real browser. First: a refund whose card is declined fails and its
 // River job is cancelled; an operator opens River UI (refused without
 // credentials), fixes the charge, and clicks Retry on the job; the worker
 // re-drives the failed operation through the gate, and it ends succeeded
-// with exactly one refund at the test Stripe.
+// with exactly one refund at the test Stripe. Then: a refund its agent
+// cancelled shows as the owner's cancellation in River UI, and Retry there
+// runs into the gate's refusal: no refund.
 //
 // Run by e2e/browser/run.sh once per engine: it starts the api, the worker
 // (on SQLite, inside the api) and the test Stripe and sets IDEMGATE_ENGINE,
@@ -204,4 +206,116 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
     assert.equal(redrive.status, 409);
     assert.equal((await json(redrive)).action, 'refused');
   });
+});
+
+// rpc sends one JSON-RPC request to /mcp as a stateless MCP client does.
+let rpcID = 0;
+async function rpc(method, params) {
+  const res = await fetchPatiently(`${base}/mcp`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${token}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-11-25',
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', id: ++rpcID, method, params }),
+  });
+  assert.equal(res.status, 200, `${method} answered ${res.status}`);
+  return json(res);
+}
+
+const opsBasic = `Basic ${Buffer.from(`${opsUser}:${opsPassword}`).toString('base64')}`;
+
+async function queue(action) {
+  const res = await fetch(`${riverUI}/api/queues/default/${action}`, { method: 'PUT', headers: { authorization: opsBasic } });
+  assert.ok(res.ok, `queue ${action} answered ${res.status}`);
+  await res.arrayBuffer();
+}
+
+test(`an agent's cancellation is final: River UI shows it and its Retry refunds nothing (${engine})`, { timeout: 180_000 }, async () => {
+  await control('POST', '/_charges', { id: 'ch_cancel', amount: 100_000, currency: 'usd' });
+  // The agent queues a refund as a task and cancels it before any worker
+  // fetches it. The operator pauses the queue first (River UI's API); until
+  // the worker has applied the pause a worker may win the race, and then
+  // the agent is refused and tries another intent (a new key).
+  await queue('pause');
+  let cancelled;
+  for (let i = 0; i < 30 && !cancelled; i++) {
+    const k = `browser-cancel-${Date.now()}-${i}`;
+    const created = await rpc('tools/call', {
+      name: 'refund_order',
+      arguments: { order_id: 'ord_cancel', amount_cents: 700, idempotency_key: k },
+      task: {},
+    });
+    assert.equal(created.error, undefined, JSON.stringify(created.error));
+    const taskID = created.result.task.taskId;
+    const answer = await rpc('tasks/cancel', { taskId: taskID });
+    if (answer.error === undefined) {
+      assert.equal(answer.result.status, 'cancelled');
+      cancelled = { key: k, operationID: taskID };
+    }
+  }
+  assert.ok(cancelled, 'a queued refund was cancelled by its agent');
+  await queue('resume');
+  const op = JSON.parse(
+    execFileSync(idemctl, ['op', 'get', '--tenant', 'acme', '--tool', 'refund_order', '--key', cancelled.key], { encoding: 'utf8' }),
+  );
+  assert.equal(op.status, 'failed');
+  assert.equal(op.error.code, 'cancelled');
+
+  const context = await launch({ httpCredentials: { username: opsUser, password: opsPassword, origin: base } });
+  const errors = [];
+  try {
+    const page = await context.newPage();
+    page.on('pageerror', (err) => errors.push(err.message));
+    try {
+      // The job's page says whose cancellation it was (its metadata).
+      const resp = await page.goto(`${riverUI}/jobs/${op.job_id}`);
+      assert.equal(resp.status(), 200);
+      await page.getByRole('heading', { level: 1, name: 'refund_order' }).waitFor();
+      await page.getByRole('definition').filter({ hasText: /^Cancelled$/ }).waitFor();
+      // River UI folds the job's output in its metadata: unfold it.
+      await page.getByRole('button', { name: /"output"/ }).click();
+      await page.getByText('cancelled_by_owner').first().waitFor();
+
+      // Retry: the worker runs the job into the gate, which refuses the
+      // re-drive; the job is cancelled again with the refusal as its error.
+      const retried = page.waitForResponse((r) => r.url().endsWith('/ops/riverui/api/jobs/retry') && r.request().method() === 'POST');
+      await page.getByRole('button', { name: 'Retry', exact: true }).click();
+      assert.ok((await retried).ok(), 'River UI retried the job');
+      const refused = await poll('the gate refuses the re-drive', async () => {
+        const detail = JSON.parse(
+          execFileSync(idemctl, ['op', 'get', '--tenant', 'acme', '--tool', 'refund_order', '--key', cancelled.key], { encoding: 'utf8' }),
+        );
+        const row = detail.audit.find((e) => e.decision === 'denied' && e.user_id === 'riverui');
+        return { done: row !== undefined, value: { detail, row } };
+      }, { timeoutMs: 60_000 });
+      assert.match(refused.row.reason, /cancelled by its owner/);
+      assert.equal(refused.detail.status, 'failed');
+      assert.equal(refused.detail.error.code, 'cancelled');
+      await page.getByRole('definition').filter({ hasText: /^Cancelled$/ }).waitFor();
+      await page.getByText(/cancelled by its owner/).first().waitFor();
+    } catch (err) {
+      await dump(page, err);
+    }
+    assert.deepEqual(errors, [], 'no page errors');
+  } finally {
+    await context.close();
+  }
+
+  // Nothing of the cancelled intent reached Stripe, and no re-drive ran it.
+  const stats = await control('GET', '/_stats');
+  assert.deepEqual(
+    Object.keys(stats.refunds_by_key ?? {}).filter((k) => k.includes(cancelled.operationID)),
+    [],
+    'no refund under any downstream key of the cancelled operation',
+  );
+  const after = JSON.parse(
+    execFileSync(idemctl, ['op', 'get', '--tenant', 'acme', '--tool', 'refund_order', '--key', cancelled.key], { encoding: 'utf8' }),
+  );
+  assert.deepEqual(
+    after.audit.filter((e) => ['started', 'succeeded', 'redriven'].includes(e.decision)),
+    [],
+  );
 });
