@@ -38,8 +38,10 @@ type Embedded struct {
 	Handler http.Handler
 	Client  *river.Client[*sql.Tx]
 	// Ops is the operator routes under /ops (River UI, re-drive).
-	Ops    *ops.Server
-	logger *slog.Logger
+	Ops *ops.Server
+
+	reaperInterval time.Duration
+	logger         *slog.Logger
 }
 
 // NewEmbedded assembles the api and the worker on the SQLite database db
@@ -90,7 +92,7 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	}
 	enqueuer.Client, control.Client = client, client
 
-	e := &Embedded{DB: db, Gate: g, Client: client, logger: logger}
+	e := &Embedded{DB: db, Gate: g, Client: client, reaperInterval: cfg.ReaperInterval, logger: logger}
 	if err := e.buildAPI(cfg, control, data, tools, apiOpts, reg); err != nil {
 		return nil, err
 	}
@@ -140,9 +142,21 @@ func (e *Embedded) buildAPI(cfg *config.Config, control *jobs.Control[*sql.Tx], 
 // Run starts the worker half and River UI's background services, and
 // blocks until ctx ends, then stops fetching and lets running jobs finish
 // within stopTimeout.
+//
+// The reaper is inserted every reaper interval by this process itself
+// (jobs.KeepReaping), as a Postgres worker does, not only as River's
+// periodic job: periodic jobs run on River's elected leader, and a process
+// restarted after kill -9 on the same file is elected only once the killed
+// one's leadership expires (about 15s), so a claim it held was recovered
+// after ~19s by River's rescuer instead of within the lease plus one
+// reaper interval.
 func (e *Embedded) Run(ctx context.Context, stopTimeout time.Duration) error {
 	if err := e.Ops.Start(ctx); err != nil {
 		e.logger.Error("River UI's background services did not start; it counts on demand", "error", err)
 	}
+	reapCtx, stopReaping := context.WithCancel(ctx)
+	reaping := make(chan struct{})
+	go func() { defer close(reaping); jobs.KeepReaping(reapCtx, e.Client, e.reaperInterval, e.logger) }()
+	defer func() { stopReaping(); <-reaping }()
 	return runRiver(ctx, e.Client, stopTimeout)
 }
