@@ -38,11 +38,14 @@ e2e_create_database() {
 	# left behind, by prefix and age.
 	db="$1_$(date +%s)_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 	psql "$admin_url" -XAtq -v ON_ERROR_STOP=1 -c "CREATE DATABASE \"$db\"" >/dev/null
+	# Under scripts/test.sh every process on it opens at most
+	# TEST_DB_MAX_CONNS connections, as the Go tests' do.
 	database_url=$(node -e '
 		const u = new URL(process.argv[1]);
 		u.pathname = "/" + process.argv[2];
+		if (process.argv[3]) u.searchParams.set("pool_max_conns", process.argv[3]);
 		process.stdout.write(u.toString());
-	' "$admin_url" "$db")
+	' "$admin_url" "$db" "${TEST_DB_MAX_CONNS:-}")
 	log "database $db on $(redact "$database_url")"
 }
 

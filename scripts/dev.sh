@@ -37,6 +37,9 @@
 #                           on it (postgres://USER:PASSWORD@HOST:PORT/postgres)
 #   DEV_DATABASE            --postgres: the database, created when missing
 #                           (default idemgate_dev)
+#   DEV_POOL_MAX_CONNS=N    --postgres: pool_max_conns=N in DATABASE_URL, the
+#                           most connections each process opens (default 10
+#                           per api or worker)
 #   DEV_EXIT_AFTER_READY=1  start, print, then stop
 #   DEV_SMOKE=1             start, make a refund with the printed curl line,
 #                           wait until it succeeded, run the line again (it
@@ -237,6 +240,11 @@ if ((postgres)); then
 	end
 	export DATABASE_URL
 	DATABASE_URL=$(db_url "$server_url" "$db_name")
+	if [[ -n ${DEV_POOL_MAX_CONNS:-} ]]; then
+		[[ $DEV_POOL_MAX_CONNS =~ ^[1-9][0-9]*$ ]] || { log "DEV_POOL_MAX_CONNS=$DEV_POOL_MAX_CONNS: want a positive number"; exit 2; }
+		[[ $DATABASE_URL == *\?* ]] && DATABASE_URL+="&" || DATABASE_URL+="?"
+		DATABASE_URL+="pool_max_conns=$DEV_POOL_MAX_CONNS"
+	fi
 	where="Postgres, database $db_name ($server_from); two workers"
 else
 	export DATABASE_URL="sqlite:$dev_dir/idemgate.db"

@@ -74,7 +74,7 @@ run_example() {
 		-d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_operation","arguments":{"tool":"issue_coupon","idempotency_key":"'"$key"'"}}}')
 	grep -q '\\"status\\":\\"succeeded\\"\|"status":"succeeded"' <<<"$out" || die "$engine: get_operation over MCP: $out"
 	if [[ $engine == postgres ]]; then
-		n=$(psql "$url" -XAtqc "SELECT count(*) FROM coupons")
+		n=$(psql "${url%[?&]pool_max_conns=*}" -XAtqc "SELECT count(*) FROM coupons")
 		[[ $n == 1 ]] || die "postgres: $n rows in coupons, want 1"
 	fi
 	log "$engine: one coupon, the retry replayed, the conflict named percent_off, get_operation succeeded"
@@ -86,4 +86,11 @@ run_example() {
 run_example sqlite "sqlite:$tmp/coupon.db"
 pgdb="idemgate_example_$(date +%s)_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 psql "$admin_url" -XAtqc "CREATE DATABASE $pgdb" >/dev/null
-run_example postgres "$(sed -E "s#/[^/?]*(\?|$)#/$pgdb\1#" <<<"$admin_url")"
+pg_url=$(sed -E "s#/[^/?]*(\?|$)#/$pgdb\1#" <<<"$admin_url")
+# Under scripts/test.sh the example opens at most TEST_DB_MAX_CONNS
+# connections, as the Go tests' processes do.
+if [[ -n ${TEST_DB_MAX_CONNS:-} ]]; then
+	[[ $pg_url == *\?* ]] && pg_url+="&" || pg_url+="?"
+	pg_url+="pool_max_conns=$TEST_DB_MAX_CONNS"
+fi
+run_example postgres "$pg_url"

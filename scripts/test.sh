@@ -431,7 +431,7 @@ step_quickstart_postgres() {
 	local smoke_db rc=0
 	smoke_db="idemgate_t_$(date +%s)_$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
 	log "quickstart on Postgres: DEV_SMOKE=1 scripts/dev.sh --postgres (database $smoke_db)"
-	DEV_POSTGRES_URL=$TEST_DATABASE_URL DEV_DATABASE=$smoke_db dev_smoke --postgres || rc=$?
+	DEV_POSTGRES_URL=$TEST_DATABASE_URL DEV_DATABASE=$smoke_db DEV_POOL_MAX_CONNS=$TEST_DB_MAX_CONNS dev_smoke --postgres || rc=$?
 	psql "$TEST_DATABASE_URL" -XAtq -c "DROP DATABASE IF EXISTS \"$smoke_db\" WITH (FORCE)" >/dev/null
 	return "$rc"
 }
