@@ -7,18 +7,618 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// singleCall refuses JSON-RPC batches and envelopes with duplicate member
-// names on /mcp, before the MCP SDK decodes anything. A batch would carry
-// many tool calls (and their audit rows) in one HTTP request, around any
-// per-request limit in front of the api; duplicate members ("arguments"
-// twice, last one wins in Go's decoder) would let a proxy or log see other
-// arguments than the ones executed. It reads a POST's body once, offers
-// it to the fast path (which checks the same) and otherwise passes it to
-// next (nil for other methods); r.Body reads it again.
-func singleCall(m *metrics, fast *fastPath, next func(w http.ResponseWriter, r *http.Request, body []byte)) http.Handler {
+// A POST to /mcp carries one JSON-RPC message, and every path that acts on
+// it (the fast path, the task layer, the SDK behind them) acts on the one
+// reading readEnvelope makes, before any of them runs. A body two decoders
+// read differently (Go's encoding/json matches member names without regard
+// to case and keeps the last of two; the SDK's decoder is case-sensitive)
+// could be logged, allowed or proxied as one call and executed as another,
+// so readEnvelope refuses it, with a JSON-RPC error and nothing written:
+//   - a body that is not one JSON value in UTF-8 (-32700 parse error);
+//   - a batch, a value other than an object, nesting deeper than the SDK
+//     reads (-32600 invalid request);
+//   - in any object outside the tool's arguments, a member name twice, or
+//     two names equal but for case, or a name that is a protocol member's
+//     (jsonrpc, id, method, params, result, error; in tools/call params:
+//     name, arguments, _meta, task) in other case, or one with an escaped
+//     lone surrogate: -32600 in the envelope, -32602 inside params;
+//   - jsonrpc other than the string "2.0"; an id that is not a string or
+//     an integer literal of at most 2^53 in magnitude (the SDK reads
+//     numbers as float64 and answers with int64(id): 1.5 would come back
+//     as 1); a method that is not a string; a message with both or neither
+//     of a method and a result or error (-32600).
+//
+// The tool's arguments (params.arguments of tools/call) are left to the
+// tool's own strict decoder (gate.DecodeArgs), which every path runs and
+// which refuses a member twice at any depth, unknown members and inexact
+// numbers with our code, the field and a denied audit row.
+
+// maxEnvelopeDepth is the deepest nesting the SDK's decoder reads.
+const maxEnvelopeDepth = 1000
+
+// maxEnvelopeID is the largest magnitude of a numeric id: the SDK reads
+// ids as float64, exact up to 2^53.
+const maxEnvelopeID = 1 << 53
+
+// Method names the layers in front of the SDK act on.
+const (
+	methodToolsCall  = "tools/call"
+	methodInitialize = "initialize"
+	methodToolsList  = "tools/list"
+)
+
+// envelope is a JSON-RPC message as readEnvelope read it. Raw values are
+// slices of the body.
+type envelope struct {
+	// id is the raw JSON id; nil when the message has none.
+	id []byte
+	// method is the request's method; "" for a response (hasMethod false).
+	method    string
+	hasMethod bool
+	// params is the raw params value; nil when absent.
+	params []byte
+	// extra reports members other than jsonrpc, id, method and params.
+	extra bool
+	// escaped reports an escape sequence in a member name outside the
+	// arguments, or in params.name.
+	escaped bool
+	// call is what a tools/call request with object params carries; nil
+	// for other messages.
+	call *callParams
+}
+
+// callParams are the params of a tools/call as readEnvelope read them.
+type callParams struct {
+	// name is params.name decoded, when it is a string.
+	name    string
+	nameRaw []byte
+	// args, meta and task are the raw values of params.arguments,
+	// params._meta and params.task; nil when absent.
+	args, meta, task []byte
+	// extra reports members other than name, arguments, _meta and task.
+	extra bool
+}
+
+// isTask reports whether the call is task-augmented: params.task is
+// present and not null.
+func (c *callParams) isTask() bool {
+	return c != nil && c.task != nil && string(c.task) != "null"
+}
+
+// envelopeError is readEnvelope's refusal: the JSON-RPC error to answer.
+type envelopeError struct {
+	code int64
+	msg  string
+	// id is the request's id when it was read, else nil.
+	id []byte
+}
+
+func (e *envelopeError) Error() string { return e.msg }
+
+// errBatch is the refusal of a JSON-RPC batch: it would carry many tool
+// calls (and their audit rows) in one HTTP request, around any per-request
+// limit in front of the api.
+var errBatch = errors.New("JSON-RPC batches are not accepted: send one request per HTTP request")
+
+// The protocol's member names, by level.
+var (
+	envelopeMembers = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+	callMembers     = []string{"name", "arguments", "_meta", "task"}
+)
+
+// readEnvelope reads the body of a POST to /mcp, strictly (see above).
+func readEnvelope(body []byte) (*envelope, *envelopeError) {
+	if len(body) == 0 {
+		return nil, &envelopeError{code: jsonrpc.CodeParseError, msg: "parse error: the body is empty"}
+	}
+	if !utf8.Valid(body) {
+		return nil, &envelopeError{code: jsonrpc.CodeParseError, msg: "parse error: the body is not valid UTF-8"}
+	}
+	var raw json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return nil, &envelopeError{code: jsonrpc.CodeParseError, msg: "parse error: " + err.Error()}
+	}
+	// From here on the body is one valid JSON value: the scanners below
+	// rely on it.
+	if depth(body) > maxEnvelopeDepth {
+		return nil, &envelopeError{code: jsonrpc.CodeInvalidRequest, msg: fmt.Sprintf("invalid request: nested deeper than %d levels", maxEnvelopeDepth)}
+	}
+	i := skipSpace(body, 0)
+	switch body[i] {
+	case '{':
+	case '[':
+		return nil, &envelopeError{code: jsonrpc.CodeInvalidRequest, msg: errBatch.Error()}
+	default:
+		return nil, &envelopeError{code: jsonrpc.CodeInvalidRequest, msg: "invalid request: a JSON-RPC message is an object"}
+	}
+
+	// The members first, then the id (so that the refusals can name it),
+	// then the names.
+	type member struct {
+		name    string
+		escaped bool
+		val     []byte
+	}
+	var members []member
+	if _, err := eachMember(body, i, jsonrpc.CodeInvalidRequest, func(name string, escaped bool, val []byte) *envelopeError {
+		members = append(members, member{name, escaped, val})
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	env := &envelope{}
+	var jsonrpcVal, idVal, methodVal, resultVal, errorVal []byte
+	var others [][]byte // values of unknown members, checked below
+	for _, m := range members {
+		if m.name == "id" {
+			if idVal != nil {
+				idVal = nil // twice: no id to name
+				break
+			}
+			idVal = m.val
+		}
+	}
+	if idVal != nil && string(idVal) != "null" && checkID(idVal, false) == nil {
+		env.id = idVal
+	}
+	var seen nameSet
+	for _, m := range members {
+		env.escaped = env.escaped || m.escaped
+		if err := seen.add(m.name, "the message", envelopeMembers, jsonrpc.CodeInvalidRequest); err != nil {
+			err.id = env.id
+			return nil, err
+		}
+		switch m.name {
+		case "jsonrpc":
+			jsonrpcVal = m.val
+		case "id":
+			idVal = m.val
+		case "method":
+			methodVal = m.val
+		case "params":
+			env.params = m.val
+		case "result":
+			resultVal = m.val
+		case "error":
+			errorVal = m.val
+		default:
+			env.extra = true
+			others = append(others, m.val)
+		}
+	}
+	if idVal != nil {
+		if err := checkID(idVal, errorVal != nil && methodVal == nil); err != nil {
+			return nil, err
+		}
+	}
+	refuse := func(code int64, format string, args ...any) (*envelope, *envelopeError) {
+		return nil, &envelopeError{code: code, msg: fmt.Sprintf(format, args...), id: env.id}
+	}
+	if s, ok := jsonString(jsonrpcVal); !ok || s != "2.0" {
+		return refuse(jsonrpc.CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)
+	}
+	switch {
+	case methodVal != nil:
+		s, ok := jsonString(methodVal)
+		if !ok {
+			return refuse(jsonrpc.CodeInvalidRequest, `invalid request: "method" must be a string`)
+		}
+		if resultVal != nil || errorVal != nil {
+			return refuse(jsonrpc.CodeInvalidRequest, `invalid request: a request has no "result" or "error"`)
+		}
+		env.method, env.hasMethod = s, true
+	case (resultVal == nil) == (errorVal == nil):
+		return refuse(jsonrpc.CodeInvalidRequest, `invalid request: a message has a "method", or one of "result" and "error"`)
+	}
+	for _, v := range append(others, resultVal, errorVal) {
+		if v == nil {
+			continue
+		}
+		if err := checkValue(v, "the message", jsonrpc.CodeInvalidRequest); err != nil {
+			err.id = env.id
+			return nil, err
+		}
+	}
+	if env.params != nil {
+		var err *envelopeError
+		if env.method == methodToolsCall && env.params[0] == '{' {
+			env.call, err = readCallParams(env, env.params)
+		} else {
+			err = checkValue(env.params, "params", jsonrpc.CodeInvalidParams)
+		}
+		if err != nil {
+			err.id = env.id
+			return nil, err
+		}
+	}
+	return env, nil
+}
+
+// readCallParams reads the params object of a tools/call.
+func readCallParams(env *envelope, params []byte) (*callParams, *envelopeError) {
+	c := &callParams{}
+	var seen nameSet
+	_, err := eachMember(params, 0, jsonrpc.CodeInvalidParams, func(name string, escaped bool, val []byte) *envelopeError {
+		env.escaped = env.escaped || escaped
+		if err := seen.add(name, "params", callMembers, jsonrpc.CodeInvalidParams); err != nil {
+			return err
+		}
+		if name == "arguments" {
+			c.args = val // the tool's decoder reads them
+			return nil
+		}
+		if err := checkValue(val, "params."+name, jsonrpc.CodeInvalidParams); err != nil {
+			return err
+		}
+		switch name {
+		case "name":
+			c.nameRaw = val
+			if s, ok := jsonString(val); ok {
+				c.name = s
+				env.escaped = env.escaped || bytes.IndexByte(val, '\\') >= 0
+			}
+		case "_meta":
+			c.meta = val
+		case "task":
+			c.task = val
+		default:
+			c.extra = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkID checks a JSON-RPC id: a string, or an integer literal the SDK
+// answers with unchanged (no fraction, no exponent); null only in an error
+// response.
+func checkID(v []byte, nullOK bool) *envelopeError {
+	bad := func(msg string) *envelopeError {
+		return &envelopeError{code: jsonrpc.CodeInvalidRequest, msg: "invalid request: " + msg}
+	}
+	switch v[0] {
+	case '"':
+		if _, ok := jsonString(v); !ok {
+			return bad("the id is not a valid string")
+		}
+		return nil
+	case 'n':
+		if nullOK {
+			return nil
+		}
+		return bad("the id must be a string or a number, not null")
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil || n > maxEnvelopeID || n < -maxEnvelopeID {
+			return bad(fmt.Sprintf("the id %s is not a string or an integer of at most 2^53 in magnitude", v))
+		}
+		return nil
+	}
+	return bad("the id must be a string or a number")
+}
+
+// checkValue checks the value v: see scanValue.
+func checkValue(v []byte, where string, code int64) *envelopeError {
+	_, err := scanValue(v, 0, where, code)
+	return err
+}
+
+// scanValue checks the value at b[i] in one pass and returns the index
+// after it: in every object at any depth, each member name once (by its
+// case folding), and no escaped lone surrogate in any string. where names
+// the value in messages; code is the JSON-RPC code of a refusal.
+func scanValue(b []byte, i int, where string, code int64) (int, *envelopeError) {
+	lone := func() *envelopeError {
+		return &envelopeError{code: code, msg: fmt.Sprintf("invalid message: a string in %s holds an escaped lone surrogate", where)}
+	}
+	switch b[i] {
+	case '"':
+		end := stringEnd(b, i)
+		if bytes.IndexByte(b[i:end], '\\') >= 0 {
+			if _, ok := jsonString(b[i:end]); !ok {
+				return 0, lone()
+			}
+		}
+		return end, nil
+	case '{':
+		var seen nameSet
+		i = skipSpace(b, i+1)
+		if b[i] == '}' {
+			return i + 1, nil
+		}
+		for {
+			kEnd := stringEnd(b, i)
+			name, ok := jsonString(b[i:kEnd])
+			if !ok {
+				return 0, lone()
+			}
+			if err := seen.add(name, where, nil, code); err != nil {
+				return 0, err
+			}
+			i = skipSpace(b, kEnd)
+			i = skipSpace(b, i+1) // the colon
+			var err *envelopeError
+			if i, err = scanValue(b, i, where, code); err != nil {
+				return 0, err
+			}
+			i = skipSpace(b, i)
+			if b[i] == '}' {
+				return i + 1, nil
+			}
+			i = skipSpace(b, i+1) // the comma
+		}
+	case '[':
+		i = skipSpace(b, i+1)
+		if b[i] == ']' {
+			return i + 1, nil
+		}
+		for {
+			var err *envelopeError
+			if i, err = scanValue(b, i, where, code); err != nil {
+				return 0, err
+			}
+			i = skipSpace(b, i)
+			if b[i] == ']' {
+				return i + 1, nil
+			}
+			i = skipSpace(b, i+1) // the comma
+		}
+	}
+	return valueEnd(b, i), nil
+}
+
+// nameSet is the member names of one object seen so far, with their case
+// foldings; a map indexes the foldings of a large object.
+type nameSet struct {
+	names, folds []string
+	index        map[string]int
+}
+
+// nameSetLinear is the size up to which nameSet searches its slice.
+const nameSetLinear = 16
+
+// add refuses a name seen before, one equal but for case to a name seen
+// before, and one equal but for case to a protocol member of the object
+// (known).
+func (s *nameSet) add(name, where string, known []string, code int64) *envelopeError {
+	f := foldName(name)
+	prev := -1
+	if s.index != nil {
+		if j, ok := s.index[f]; ok {
+			prev = j
+		}
+	} else {
+		prev = slices.Index(s.folds, f)
+	}
+	if prev >= 0 {
+		if s.names[prev] == name {
+			return &envelopeError{code: code, msg: fmt.Sprintf("invalid message: the member %q appears twice in one object (%s)", name, where)}
+		}
+		return &envelopeError{code: code, msg: fmt.Sprintf("invalid message: the members %q and %q differ only in case (%s); member names are case-sensitive", s.names[prev], name, where)}
+	}
+	for _, k := range known {
+		if k != name && foldName(k) == f {
+			return &envelopeError{code: code, msg: fmt.Sprintf("invalid message: %q is not the member %q (%s); member names are case-sensitive", name, k, where)}
+		}
+	}
+	s.names = append(s.names, name)
+	s.folds = append(s.folds, f)
+	switch {
+	case s.index != nil:
+		s.index[f] = len(s.folds) - 1
+	case len(s.folds) > nameSetLinear:
+		s.index = make(map[string]int, 2*len(s.folds))
+		for j, g := range s.folds {
+			s.index[g] = j
+		}
+	}
+	return nil
+}
+
+// foldName maps every rune of name to one rune of its Unicode case-folding
+// orbit (the smallest; an ASCII letter's lower case), so that two names
+// any decoder could match without regard to case (encoding/json folds K,
+// KELVIN SIGN and k together, and LATIN SMALL LETTER LONG S with s) fold
+// equal.
+func foldName(name string) string {
+	plain := true
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return name
+	}
+	var b strings.Builder
+	for _, r := range name {
+		low := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			low = min(low, f)
+		}
+		if 'A' <= low && low <= 'Z' {
+			low += 'a' - 'A'
+		}
+		b.WriteRune(low)
+	}
+	return b.String()
+}
+
+// jsonString decodes the JSON string v; false when v is not a string or
+// holds an escaped lone surrogate (decoders replace it with U+FFFD, so
+// two different names could read as one).
+func jsonString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	inner := v[1 : len(v)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner), true
+	}
+	var b strings.Builder
+	for i := 0; i < len(inner); i++ {
+		c := inner[i]
+		if c != '\\' {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch inner[i] {
+		case 'b':
+			b.WriteByte('\b')
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'u':
+			r := hex4(inner[i+1 : i+5])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if r >= 0xdc00 || i+7 > len(inner) || inner[i+1] != '\\' || inner[i+2] != 'u' {
+					return "", false
+				}
+				r2 := hex4(inner[i+3 : i+7])
+				r = utf16.DecodeRune(r, r2)
+				if r == utf8.RuneError {
+					return "", false
+				}
+				i += 6
+			}
+			b.WriteRune(r)
+		default: // " \ /
+			b.WriteByte(inner[i])
+		}
+	}
+	return b.String(), true
+}
+
+// hex4 is the value of four hex digits (valid JSON guarantees them).
+func hex4(h []byte) rune {
+	n, _ := strconv.ParseUint(string(h), 16, 32)
+	return rune(n)
+}
+
+// The scanners below read JSON that json.Unmarshal accepted.
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// eachMember calls fn with the decoded name (and whether it had escapes)
+// and the raw value of each member of the object at b[i], in order, and
+// returns the index after the object. It stops at fn's first error, or at
+// a name with an escaped lone surrogate, refused with code.
+func eachMember(b []byte, i int, code int64, fn func(name string, escaped bool, val []byte) *envelopeError) (int, *envelopeError) {
+	i = skipSpace(b, i+1)
+	if b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		kEnd := stringEnd(b, i)
+		rawName := b[i:kEnd]
+		name, ok := jsonString(rawName)
+		if !ok {
+			return 0, &envelopeError{code: code, msg: fmt.Sprintf("invalid message: the member name %s holds an escaped lone surrogate", rawName)}
+		}
+		i = skipSpace(b, kEnd)
+		i = skipSpace(b, i+1) // the colon
+		vEnd := valueEnd(b, i)
+		if err := fn(name, bytes.IndexByte(rawName, '\\') >= 0, b[i:vEnd]); err != nil {
+			return 0, err
+		}
+		i = skipSpace(b, vEnd)
+		if b[i] == '}' {
+			return i + 1, nil
+		}
+		i = skipSpace(b, i+1) // the comma
+	}
+}
+
+// stringEnd returns the index after the string at b[i].
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; ; j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+}
+
+// valueEnd returns the index after the value at b[i].
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		d := 0
+		for j := i; ; j++ {
+			switch b[j] {
+			case '"':
+				j = stringEnd(b, j) - 1
+			case '{', '[':
+				d++
+			case '}', ']':
+				d--
+				if d == 0 {
+					return j + 1
+				}
+			}
+		}
+	}
+	j := i
+	for j < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[j])) {
+		j++
+	}
+	return j
+}
+
+// depth is the deepest nesting of objects and arrays in the value v.
+func depth(v []byte) int {
+	d, deepest := 0, 0
+	for j := 0; j < len(v); j++ {
+		switch v[j] {
+		case '"':
+			j = stringEnd(v, j) - 1
+		case '{', '[':
+			d++
+			deepest = max(deepest, d)
+		case '}', ']':
+			d--
+		}
+	}
+	return deepest
+}
+
+// singleCall reads the body of a POST to /mcp once, refuses what
+// readEnvelope refuses, offers the rest to the fast path and otherwise
+// passes it on to next with the envelope (nil for other methods and for
+// a body over the SDK's limit, which the SDK refuses); r.Body reads the
+// body again.
+func singleCall(m *metrics, fast *fastPath, next func(w http.ResponseWriter, r *http.Request, env *envelope)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next(w, r, nil)
@@ -26,92 +626,53 @@ func singleCall(m *metrics, fast *fastPath, next func(w http.ResponseWriter, r *
 		}
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			writeRPCError(w, http.StatusRequestEntityTooLarge, "request body too large or unreadable")
+			writeEnvelopeError(w, http.StatusRequestEntityTooLarge, &envelopeError{code: jsonrpc.CodeInvalidRequest, msg: "request body too large or unreadable"})
 			return
 		}
-		if fast.serve(w, r, body) {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if len(body) > mcp.DefaultMaxRequestBodyBytes {
+			m.mcpSDK.Inc()
+			next(w, r, nil)
+			return
+		}
+		env, rerr := readEnvelope(body)
+		if rerr != nil {
+			m.mcpSDK.Inc()
+			writeEnvelopeError(w, http.StatusBadRequest, rerr)
+			return
+		}
+		if fast.serve(w, r, env) {
 			m.mcpFast.Inc()
 			return
 		}
 		m.mcpSDK.Inc()
-		if err := checkEnvelope(body); err != nil {
-			writeRPCError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		next(w, r, body)
+		next(w, r, env)
 	})
 }
 
-// errBatch is the refusal of a JSON-RPC batch.
-var errBatch = errors.New("JSON-RPC batches are not accepted: send one request per HTTP request")
-
-// checkEnvelope returns an error for a batch or for an object with a
-// member name twice, anywhere but inside params.arguments: the tool's own
-// decoder refuses those with its code, the field and a denied audit row.
-// Malformed JSON is left to the SDK's own answer.
-func checkEnvelope(body []byte) error {
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		return errBatch
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	type frame struct {
-		object  bool
-		keys    map[string]bool
-		lastKey string
-		path    string // member names from the root, dot-joined
-	}
-	var stack []*frame
-	expectKey := false
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil // end, or malformed: the SDK answers that
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				path := ""
-				if n := len(stack); n > 0 {
-					parent := stack[n-1]
-					path = parent.path + "/"
-					if parent.object {
-						path += parent.lastKey
-					}
+// writeEnvelopeError answers a refused message with its JSON-RPC error,
+// as the SDK writes one (its members in the SDK's order, no HTML
+// escaping), with the request's id or null.
+func writeEnvelopeError(w http.ResponseWriter, status int, e *envelopeError) {
+	id := []byte("null")
+	if e.id != nil {
+		var v any
+		if json.Unmarshal(e.id, &v) == nil {
+			if rid, err := jsonrpc.MakeID(v); err == nil {
+				if b, err := marshalNoEscape(rid.Raw()); err == nil {
+					id = b
 				}
-				stack = append(stack, &frame{object: t == '{', keys: map[string]bool{}, path: path})
-				expectKey = t == '{'
-				continue
-			case '}', ']':
-				stack = stack[:len(stack)-1]
-			}
-		case string:
-			if expectKey {
-				top := stack[len(stack)-1]
-				inArguments := top.path == "/params/arguments" || strings.HasPrefix(top.path, "/params/arguments/")
-				if top.keys[t] && !inArguments {
-					return fmt.Errorf("the member %q appears twice in one object", t)
-				}
-				top.keys[t] = true
-				top.lastKey = t
-				expectKey = false
-				continue
 			}
 		}
-		// After a value, an object expects its next key.
-		expectKey = len(stack) > 0 && stack[len(stack)-1].object
 	}
-}
-
-// writeRPCError answers a JSON-RPC "invalid request" error.
-func writeRPCError(w http.ResponseWriter, status int, msg string) {
+	msg, _ := marshalNoEscape(&jsonrpc.Error{Code: e.code, Message: e.msg})
+	out := make([]byte, 0, 64+len(msg))
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, id...)
+	out = append(out, `,"error":`...)
+	out = append(out, msg...)
+	out = append(out, '}')
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"jsonrpc": "2.0", "id": nil,
-		"error": map[string]any{"code": -32600, "message": msg},
-	})
+	_, _ = w.Write(out)
 }

@@ -19,8 +19,8 @@ const Version = "0.1.0"
 
 // mcpHandler builds the MCP server with every tool and serves it over
 // Streamable HTTP in stateless mode, so any api replica can answer any call,
-// behind singleCall and the task layer; the fast path (mcpfast.go) answers
-// plain tool calls itself.
+// behind singleCall (which reads the envelope, envelope.go) and the task
+// layer; the fast path (mcpfast.go) answers plain tool calls itself.
 func (s *Server) mcpHandler() (http.Handler, error) {
 	impl := &mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}
 	server := mcp.NewServer(impl, &mcp.ServerOptions{
@@ -57,7 +57,7 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 	if err := s.addTaskMethods(server); err != nil {
 		return nil, err
 	}
-	server.AddReceivingMiddleware(s.recoverMCP)
+	server.AddReceivingMiddleware(s.recoverMCP, s.taskCalls)
 	return singleCall(s.metrics, fast, s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,

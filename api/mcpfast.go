@@ -13,7 +13,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -113,13 +112,13 @@ func sdkVerified(v string) bool {
 }
 
 // serve answers the request and returns true when it is a plain tools/call
-// of a served tool; otherwise it writes nothing and returns false. body is
-// the whole POST body.
-func (f *fastPath) serve(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	if f == nil || !f.acceptsHeaders(r) || len(body) > mcp.DefaultMaxRequestBodyBytes {
+// of a served tool; otherwise it writes nothing and returns false. env is
+// the body as readEnvelope read it.
+func (f *fastPath) serve(w http.ResponseWriter, r *http.Request, env *envelope) bool {
+	if f == nil || !f.acceptsHeaders(r) {
 		return false
 	}
-	msg, ok := parseToolCall(body)
+	msg, ok := fastCall(env)
 	if !ok {
 		return false
 	}
@@ -132,7 +131,9 @@ func (f *fastPath) serve(w http.ResponseWriter, r *http.Request, body []byte) bo
 	case v == mcpVersionStateless:
 		// The SDK's checks of SEP-2575 calls: the _meta triple, and the
 		// standard headers naming the method and the tool.
-		if msg.meta == nil || !validStatelessMeta(msg.meta) ||
+		// And its decoding of the arguments into Go values, which refuses
+		// numbers beyond float64 (1e400): the SDK answers those.
+		if msg.meta == nil || !validStatelessMeta(msg.meta) || !plainNumbers(msg.args) ||
 			r.Header.Get("Mcp-Method") != "tools/call" || r.Header.Get("Mcp-Name") != msg.name {
 			return false
 		}
@@ -219,8 +220,10 @@ func appendResult(out []byte, res *mcp.CallToolResult, impl *mcp.Implementation,
 		return out, err
 	}
 	if stateless {
-		if len(b) < 2 || b[len(b)-1] != '}' || bytes.Contains(b, []byte(`"resultType"`)) {
-			return out, errors.New("api: unexpected tools/call result JSON")
+		// The SDK writes resultType as the last member of the result
+		// (it has no inputRequests or requestState); ours has none yet.
+		if len(b) < 2 || b[len(b)-1] != '}' || hasMember(b, "resultType") {
+			return out, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "api: unexpected tools/call result JSON"}
 		}
 		out = append(out, b[:len(b)-1]...)
 		out = append(out, `,"resultType":"complete"}`...)
@@ -329,75 +332,50 @@ type toolCall struct {
 // ones go to the SDK, which has its own bound.
 const maxArgsDepth = 64
 
-// parseToolCall reads a tools/call request in one pass and reports whether
-// it is one the fast path answers: a JSON object with exactly the members
-// jsonrpc "2.0", id, method "tools/call" and params, whose params has a
-// name, an object of arguments and perhaps a _meta object, and nothing
-// else; no member name twice in any object outside the arguments (so
-// checkEnvelope has nothing to refuse) and no escapes in member names.
-func parseToolCall(body []byte) (toolCall, bool) {
-	var msg toolCall
-	if !utf8.Valid(body) || !json.Valid(body) {
-		return msg, false
+// fastCall reports whether env is a tools/call the fast path answers: an
+// object with exactly the members jsonrpc, id, method "tools/call" and
+// params, whose params has a name, an object of arguments and perhaps a
+// _meta object, and nothing else; no escapes in member names or the name.
+func fastCall(env *envelope) (toolCall, bool) {
+	c := env.call
+	if env.method != methodToolsCall || env.extra || env.escaped || c == nil || c.extra || c.task != nil ||
+		env.id == nil || !plainID(env.id) || c.nameRaw == nil || c.nameRaw[0] != '"' ||
+		c.args == nil || c.args[0] != '{' || depth(c.args) > maxArgsDepth ||
+		c.meta != nil && c.meta[0] != '{' {
+		return toolCall{}, false
 	}
-	i := skipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return msg, false
-	}
-	const (
-		seenJSONRPC = 1 << iota
-		seenID
-		seenMethod
-		seenParams
-	)
-	end, seen, ok := eachMemberOnce(body, i, func(key, val []byte) (int, bool) {
-		switch string(key) {
-		case "jsonrpc":
-			return seenJSONRPC, string(val) == `"2.0"`
-		case "id":
-			msg.id = val
-			return seenID, plainID(val)
-		case "method":
-			return seenMethod, string(val) == `"tools/call"`
-		case "params":
-			return seenParams, parseParams(val, &msg)
-		}
-		return 0, false
-	})
-	if !ok || skipSpace(body, end) != len(body) || seen != seenJSONRPC|seenID|seenMethod|seenParams {
-		return msg, false
-	}
-	return msg, true
+	return toolCall{id: env.id, name: c.name, args: c.args, meta: c.meta}, true
 }
 
-// parseParams reads the params object of a tools/call.
-func parseParams(val []byte, msg *toolCall) bool {
-	if val[0] != '{' {
-		return false
-	}
-	const (
-		seenName = 1 << iota
-		seenArgs
-		seenMeta
-	)
-	_, seen, ok := eachMemberOnce(val, 0, func(key, v []byte) (int, bool) {
-		switch string(key) {
-		case "name":
-			if v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
-				return 0, false
+// plainNumbers reports whether every number in the JSON value v is one any
+// decoder reads as a finite float64: no exponent, at most 20 characters.
+func plainNumbers(v []byte) bool {
+	for j := 0; j < len(v); j++ {
+		switch c := v[j]; {
+		case c == '"':
+			j = stringEnd(v, j) - 1
+		case c == '-' || '0' <= c && c <= '9':
+			k := j
+			for k < len(v) && strings.IndexByte("+-.0123456789eE", v[k]) >= 0 {
+				k++
 			}
-			msg.name = string(v[1 : len(v)-1])
-			return seenName, true
-		case "arguments":
-			msg.args = v
-			return seenArgs, v[0] == '{' && depth(v) <= maxArgsDepth
-		case "_meta":
-			msg.meta = v
-			return seenMeta, v[0] == '{'
+			if k-j > 20 || bytes.ContainsAny(v[j:k], "eE") {
+				return false
+			}
+			j = k - 1
 		}
-		return 0, false
+	}
+	return true
+}
+
+// hasMember reports whether the JSON object b has a member named name.
+func hasMember(b []byte, name string) bool {
+	found := false
+	_, err := eachMember(b, 0, jsonrpc.CodeInternalError, func(n string, _ bool, _ []byte) *envelopeError {
+		found = found || n == name
+		return nil
 	})
-	return ok && seen&(seenName|seenArgs) == seenName|seenArgs
+	return found || err != nil
 }
 
 // plainID reports whether a JSON-RPC id is one the SDK writes back
@@ -443,8 +421,8 @@ func validStatelessMeta(meta []byte) bool {
 		seenInfo
 		seenCaps
 	)
-	_, seen, ok := eachMemberOnce(meta, 0, func(key, v []byte) (int, bool) {
-		switch string(key) {
+	_, seen, ok := eachMemberOnce(meta, 0, func(key string, v []byte) (int, bool) {
+		switch key {
 		case metaProtocolVersion:
 			return seenVersion, string(v) == `"`+mcpVersionStateless+`"`
 		case metaClientInfo:
@@ -468,8 +446,8 @@ func validClientInfo(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
-		i := slices.Index(clientInfoMembers, string(key))
+	_, _, ok := eachMemberOnce(v, 0, func(key string, val []byte) (int, bool) {
+		i := slices.Index(clientInfoMembers, key)
 		if i < 0 {
 			return 0, false
 		}
@@ -484,8 +462,8 @@ func validClientCapabilities(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
-		switch i := slices.Index(clientCapabilityMembers, string(key)); i {
+	_, _, ok := eachMemberOnce(v, 0, func(key string, val []byte) (int, bool) {
+		switch i := slices.Index(clientCapabilityMembers, key); i {
 		case -1:
 			return 0, false
 		case 0:
@@ -501,8 +479,8 @@ func validRoots(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
-		return 1, string(key) == "listChanged" && (string(val) == "true" || string(val) == "false")
+	_, _, ok := eachMemberOnce(v, 0, func(key string, val []byte) (int, bool) {
+		return 1, key == "listChanged" && (string(val) == "true" || string(val) == "false")
 	})
 	return ok
 }
@@ -511,112 +489,19 @@ func emptyObject(v []byte) bool {
 	return v[0] == '{' && skipSpace(v, 1) == len(v)-1
 }
 
-// The scanners below read JSON that json.Valid accepted.
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// eachMember calls fn with the name and the raw value of each member of
-// the object at b[i], in order, and returns the index after the object.
-// It stops with false when fn does, or at a member name with an escape.
-func eachMember(b []byte, i int, fn func(key, val []byte) bool) (int, bool) {
-	i = skipSpace(b, i+1)
-	if b[i] == '}' {
-		return i + 1, true
-	}
-	for {
-		kEnd := stringEnd(b, i)
-		key := b[i+1 : kEnd-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			return 0, false
-		}
-		i = skipSpace(b, kEnd)
-		i = skipSpace(b, i+1) // the colon
-		vEnd := valueEnd(b, i)
-		if !fn(key, b[i:vEnd]) {
-			return 0, false
-		}
-		i = skipSpace(b, vEnd)
-		if b[i] == '}' {
-			return i + 1, true
-		}
-		i = skipSpace(b, i+1) // the comma
-	}
-}
-
-// eachMemberOnce is eachMember for objects whose members may appear once
-// each: fn validates a member and names it by a bit of its own; it stops
-// with false when fn does, or when a bit comes twice. It returns the bits
-// seen.
-func eachMemberOnce(b []byte, i int, fn func(key, val []byte) (bit int, ok bool)) (end, seen int, ok bool) {
-	end, ok = eachMember(b, i, func(key, val []byte) bool {
+// eachMemberOnce reads objects whose members may appear once each: fn
+// validates a member and names it by a bit of its own; it stops with false
+// when fn does, when a bit comes twice, or at a member name with an escape.
+// It returns the bits seen.
+func eachMemberOnce(b []byte, i int, fn func(key string, val []byte) (bit int, ok bool)) (end, seen int, ok bool) {
+	errStop := &envelopeError{}
+	end, err := eachMember(b, i, jsonrpc.CodeInvalidParams, func(key string, escaped bool, val []byte) *envelopeError {
 		bit, valid := fn(key, val)
-		if !valid || bit == 0 || seen&bit != 0 {
-			return false
+		if escaped || !valid || bit == 0 || seen&bit != 0 {
+			return errStop
 		}
 		seen |= bit
-		return true
+		return nil
 	})
-	return end, seen, ok
-}
-
-// stringEnd returns the index after the string at b[i].
-func stringEnd(b []byte, i int) int {
-	for j := i + 1; ; j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-}
-
-// valueEnd returns the index after the value at b[i].
-func valueEnd(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		d := 0
-		for j := i; ; j++ {
-			switch b[j] {
-			case '"':
-				j = stringEnd(b, j) - 1
-			case '{', '[':
-				d++
-			case '}', ']':
-				d--
-				if d == 0 {
-					return j + 1
-				}
-			}
-		}
-	}
-	j := i
-	for j < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[j])) {
-		j++
-	}
-	return j
-}
-
-// depth is the deepest nesting of objects and arrays in the value v.
-func depth(v []byte) int {
-	d, deepest := 0, 0
-	for j := 0; j < len(v); j++ {
-		switch v[j] {
-		case '"':
-			j = stringEnd(v, j) - 1
-		case '{', '[':
-			d++
-			deepest = max(deepest, d)
-		case '}', ']':
-			d--
-		}
-	}
-	return deepest
+	return end, seen, err == nil
 }

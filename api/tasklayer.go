@@ -2,11 +2,13 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/domain"
 )
@@ -17,21 +19,13 @@ import (
 // each HTTP request is one JSON-RPC message, adds what it lacks:
 //   - the tasks capability in the initialize answer;
 //   - execution.taskSupport "optional" on every mutation in tools/list;
-//   - task-augmented tools/call, claimed through the gate like a plain call
-//     (without waiting) and answered with the task.
+//   - task-augmented tools/call: it marks the request's context, and the
+//     call goes through the SDK's transport and its checks (Host,
+//     Content-Type, Accept, protocol version, standard headers) like any
+//     other; the receiving middleware taskCalls then claims it through the
+//     gate like a plain call (without waiting) and answers the task.
 // tasks/get, tasks/result, tasks/list and tasks/cancel are the SDK's custom
 // methods (tasks.go).
-
-// rpcEnvelope is what the layer reads of a JSON-RPC request.
-type rpcEnvelope struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-		Task      json.RawMessage `json:"task"`
-	} `json:"params"`
-}
 
 // tasksCapability is the server's capabilities.tasks.
 var tasksCapability = map[string]any{
@@ -43,27 +37,43 @@ var tasksCapability = map[string]any{
 }
 
 // taskLayer serves one request to /mcp in front of next, the SDK's handler;
-// body is the POST body singleCall read.
-func (s *Server) taskLayer(next http.Handler) func(http.ResponseWriter, *http.Request, []byte) {
-	return func(w http.ResponseWriter, r *http.Request, body []byte) {
-		if r.Method != http.MethodPost {
-			next.ServeHTTP(w, r)
-			return
-		}
-		var env rpcEnvelope
-		if json.Unmarshal(body, &env) != nil || len(env.ID) == 0 {
-			next.ServeHTTP(w, r) // malformed, or a notification: the SDK answers
-			return
-		}
+// env is the message singleCall read (nil for other HTTP methods and
+// bodies the SDK refuses by size).
+func (s *Server) taskLayer(next http.Handler) func(http.ResponseWriter, *http.Request, *envelope) {
+	return func(w http.ResponseWriter, r *http.Request, env *envelope) {
 		switch {
-		case env.Method == "tools/call" && len(env.Params.Task) > 0 && !bytes.Equal(env.Params.Task, []byte("null")):
-			s.taskCall(w, r, &env)
-		case env.Method == "initialize" || env.Method == "tools/list":
-			s.rewrite(w, r, next, env.Method)
+		case env == nil || env.id == nil:
+			next.ServeHTTP(w, r) // a notification or a response: the SDK answers
+		case env.method == methodToolsCall && env.call.isTask():
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), taskCallKey{}, env.call.task)))
+		case env.method == methodInitialize || env.method == methodToolsList:
+			s.rewrite(w, r, next, env.method)
 		default:
 			next.ServeHTTP(w, r)
 		}
 	}
+}
+
+// taskCallKey is the context key of a task-augmented call's params.task.
+type taskCallKey struct{}
+
+// taskCalls is the receiving middleware that answers a tools/call the task
+// layer marked as task-augmented; every other request goes on to next.
+func (s *Server) taskCalls(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		task, ok := ctx.Value(taskCallKey{}).([]byte)
+		call, isCall := req.(*mcp.CallToolRequest)
+		if !ok || method != methodToolsCall || !isCall {
+			return next(ctx, method, req)
+		}
+		return s.taskCall(ctx, call, task)
+	}
+}
+
+// createTaskResult is the answer of a task-augmented tools/call.
+type createTaskResult struct {
+	mcp.ResultBase
+	Task Task `json:"task"`
 }
 
 // taskCall answers a task-augmented tools/call: the gate claims the intent
@@ -71,52 +81,34 @@ func (s *Server) taskLayer(next http.Handler) func(http.ResponseWriter, *http.Re
 // call refused before it has an operation of its own (bad arguments, a
 // conflict, an expired key, a limit) is a JSON-RPC error whose data is the
 // tool error body.
-func (s *Server) taskCall(w http.ResponseWriter, r *http.Request, env *rpcEnvelope) {
-	ctx := r.Context()
-	if env.Params.Task[0] != '{' {
-		writeRPC(w, env.ID, nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "task", "must be an object")}))
-		return
+func (s *Server) taskCall(ctx context.Context, req *mcp.CallToolRequest, task []byte) (mcp.Result, error) {
+	if task[0] != '{' {
+		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "task", "must be an object")})
 	}
-	spec, ok := s.toolByName(env.Params.Name)
+	spec, ok := s.toolByName(req.Params.Name)
 	if !ok {
-		writeRPC(w, env.ID, nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeNotFound, "name", "no tool %q", env.Params.Name)}))
-		return
+		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeNotFound, "name", "no tool %q", req.Params.Name)})
 	}
 	if !spec.Mutating {
-		writeRPC(w, env.ID, nil, rpcError(jsonrpc.CodeMethodNotFound, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "task", "%s does not run as a task; call it without params.task", spec.Name)}))
-		return
+		return nil, rpcError(jsonrpc.CodeMethodNotFound, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "task", "%s does not run as a task; call it without params.task", spec.Name)})
 	}
 	actor, _ := ActorFromContext(ctx)
 	c := &call{actor: actor, requestID: RequestIDFromContext(ctx), clientRequestID: ClientRequestIDFromContext(ctx),
-		tool: spec, raw: env.Params.Arguments, noWait: true}
+		tool: spec, raw: req.Params.Arguments, noWait: true}
 	ans, cerr := s.mutate(ctx, c)
 	switch {
 	case cerr != nil && cerr.stored:
 		// A replay of a failed operation: the task exists, failed.
-		writeRPC(w, env.ID, map[string]any{"task": s.taskOf(cerr.operation)}, nil)
+		return &createTaskResult{Task: s.taskOf(cerr.operation)}, nil
 	case cerr != nil:
 		code := int64(jsonrpc.CodeInvalidParams)
 		switch cerr.err.Code {
 		case domain.CodeInternal, domain.CodeUnavailable, domain.CodeRateLimited:
 			code = jsonrpc.CodeInternalError
 		}
-		writeRPC(w, env.ID, nil, rpcError(code, cerr))
-	default:
-		writeRPC(w, env.ID, map[string]any{"task": s.taskOf(ans.Operation)}, nil)
+		return nil, rpcError(code, cerr)
 	}
-}
-
-// writeRPC writes one JSON-RPC response: result, or err.
-func writeRPC(w http.ResponseWriter, id json.RawMessage, result any, err *jsonrpc.Error) {
-	msg := map[string]any{"jsonrpc": "2.0", "id": id}
-	if err != nil {
-		msg["error"] = err
-	} else {
-		msg["result"] = result
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(msg)
+	return &createTaskResult{Task: s.taskOf(ans.Operation)}, nil
 }
 
 // rewrite runs the SDK's handler and adds the tasks capability to its
