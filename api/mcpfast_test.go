@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -43,6 +44,7 @@ import (
 type mcpPair struct {
 	fast, sdk *httptest.Server
 	store     gate.Store
+	pool      *pgxpool.Pool
 	// metrics are the fast server's.
 	metrics *prometheus.Registry
 }
@@ -66,7 +68,7 @@ func mcpPairSetup(tb testing.TB) *mcpPair {
 	discard := slog.New(slog.DiscardHandler)
 	a, err := app.NewAPIWithOptions(cfg, pool, discard, &app.APIOptions{RateLimit: -1})
 	require.NoError(tb, err)
-	p := &mcpPair{store: a.Gate.Store(), metrics: prometheus.NewRegistry()}
+	p := &mcpPair{store: a.Gate.Store(), pool: pool, metrics: prometheus.NewRegistry()}
 	for _, sdkOnly := range []bool{false, true} {
 		var reg prometheus.Registerer = prometheus.NewRegistry()
 		if !sdkOnly {
