@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -31,8 +30,9 @@ import (
 //   - in any object outside the tool's arguments, a member name twice, or
 //     two names equal but for case, or a name that is a protocol member's
 //     (jsonrpc, id, method, params, result, error; in tools/call params:
-//     name, arguments, _meta, task) in other case, or one with an escaped
-//     lone surrogate: -32600 in the envelope, -32602 inside params;
+//     name, arguments, _meta, task) in other case; an escaped lone
+//     surrogate in a name or a string (decoders replace it with U+FFFD):
+//     -32600 in the envelope, -32602 inside params;
 //   - jsonrpc other than the string "2.0"; an id that is not a string or
 //     an integer literal of at most 2^53 in magnitude (the SDK reads
 //     numbers as float64 and answers with int64(id): 1.5 would come back
@@ -125,9 +125,13 @@ func readEnvelope(body []byte) (*envelope, *envelopeError) {
 	if !utf8.Valid(body) {
 		return nil, &envelopeError{code: jsonrpc.CodeParseError, msg: "parse error: the body is not valid UTF-8"}
 	}
-	var raw json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil {
-		return nil, &envelopeError{code: jsonrpc.CodeParseError, msg: "parse error: " + err.Error()}
+	if !json.Valid(body) {
+		var raw json.RawMessage
+		msg := "parse error: the body is not one JSON value"
+		if err := json.Unmarshal(body, &raw); err != nil {
+			msg = "parse error: " + err.Error()
+		}
+		return nil, &envelopeError{code: jsonrpc.CodeParseError, msg: msg}
 	}
 	// From here on the body is one valid JSON value: the scanners below
 	// rely on it.
@@ -146,12 +150,13 @@ func readEnvelope(body []byte) (*envelope, *envelopeError) {
 	// The members first, then the id (so that the refusals can name it),
 	// then the names.
 	type member struct {
-		name    string
+		name    []byte
 		escaped bool
 		val     []byte
 	}
-	var members []member
-	if _, err := eachMember(body, i, jsonrpc.CodeInvalidRequest, func(name string, escaped bool, val []byte) *envelopeError {
+	var buf [8]member
+	members := buf[:0]
+	if _, err := eachMember(body, i, jsonrpc.CodeInvalidRequest, func(name []byte, escaped bool, val []byte) *envelopeError {
 		members = append(members, member{name, escaped, val})
 		return nil
 	}); err != nil {
@@ -161,7 +166,7 @@ func readEnvelope(body []byte) (*envelope, *envelopeError) {
 	var jsonrpcVal, idVal, methodVal, resultVal, errorVal []byte
 	var others [][]byte // values of unknown members, checked below
 	for _, m := range members {
-		if m.name == "id" {
+		if string(m.name) == "id" {
 			if idVal != nil {
 				idVal = nil // twice: no id to name
 				break
@@ -179,7 +184,7 @@ func readEnvelope(body []byte) (*envelope, *envelopeError) {
 			err.id = env.id
 			return nil, err
 		}
-		switch m.name {
+		switch string(m.name) {
 		case "jsonrpc":
 			jsonrpcVal = m.val
 		case "id":
@@ -205,7 +210,7 @@ func readEnvelope(body []byte) (*envelope, *envelopeError) {
 	refuse := func(code int64, format string, args ...any) (*envelope, *envelopeError) {
 		return nil, &envelopeError{code: code, msg: fmt.Sprintf(format, args...), id: env.id}
 	}
-	if s, ok := jsonString(jsonrpcVal); !ok || s != "2.0" {
+	if s, ok := jsonBytes(jsonrpcVal); !ok || string(s) != "2.0" {
 		return refuse(jsonrpc.CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)
 	}
 	switch {
@@ -249,19 +254,19 @@ func readEnvelope(body []byte) (*envelope, *envelopeError) {
 func readCallParams(env *envelope, params []byte) (*callParams, *envelopeError) {
 	c := &callParams{}
 	var seen nameSet
-	_, err := eachMember(params, 0, jsonrpc.CodeInvalidParams, func(name string, escaped bool, val []byte) *envelopeError {
+	_, err := eachMember(params, 0, jsonrpc.CodeInvalidParams, func(name []byte, escaped bool, val []byte) *envelopeError {
 		env.escaped = env.escaped || escaped
 		if err := seen.add(name, "params", callMembers, jsonrpc.CodeInvalidParams); err != nil {
 			return err
 		}
-		if name == "arguments" {
+		if string(name) == "arguments" {
 			c.args = val // the tool's decoder reads them
 			return nil
 		}
-		if err := checkValue(val, "params."+name, jsonrpc.CodeInvalidParams); err != nil {
+		if err := checkValue(val, "params", jsonrpc.CodeInvalidParams); err != nil {
 			return err
 		}
-		switch name {
+		switch string(name) {
 		case "name":
 			c.nameRaw = val
 			if s, ok := jsonString(val); ok {
@@ -292,7 +297,7 @@ func checkID(v []byte, nullOK bool) *envelopeError {
 	}
 	switch v[0] {
 	case '"':
-		if _, ok := jsonString(v); !ok {
+		if _, ok := jsonBytes(v); !ok {
 			return bad("the id is not a valid string")
 		}
 		return nil
@@ -328,10 +333,8 @@ func scanValue(b []byte, i int, where string, code int64) (int, *envelopeError) 
 	switch b[i] {
 	case '"':
 		end := stringEnd(b, i)
-		if bytes.IndexByte(b[i:end], '\\') >= 0 {
-			if _, ok := jsonString(b[i:end]); !ok {
-				return 0, lone()
-			}
+		if _, ok := jsonBytes(b[i:end]); !ok {
+			return 0, lone()
 		}
 		return end, nil
 	case '{':
@@ -342,7 +345,7 @@ func scanValue(b []byte, i int, where string, code int64) (int, *envelopeError) 
 		}
 		for {
 			kEnd := stringEnd(b, i)
-			name, ok := jsonString(b[i:kEnd])
+			name, ok := jsonBytes(b[i:kEnd])
 			if !ok {
 				return 0, lone()
 			}
@@ -381,63 +384,70 @@ func scanValue(b []byte, i int, where string, code int64) (int, *envelopeError) 
 	return valueEnd(b, i), nil
 }
 
-// nameSet is the member names of one object seen so far, with their case
-// foldings; a map indexes the foldings of a large object.
+// nameSet is the member names of one object seen so far: in place for a
+// small object (compared with bytes.EqualFold, Unicode's simple case
+// folding), beyond that indexed by their foldName.
 type nameSet struct {
-	names, folds []string
-	index        map[string]int
+	n     int
+	names [nameSetLinear][]byte
+	index map[string][]byte // foldName → name
 }
 
-// nameSetLinear is the size up to which nameSet searches its slice.
+// nameSetLinear is the number of names nameSet keeps in place.
 const nameSetLinear = 16
 
 // add refuses a name seen before, one equal but for case to a name seen
 // before, and one equal but for case to a protocol member of the object
 // (known).
-func (s *nameSet) add(name, where string, known []string, code int64) *envelopeError {
-	f := foldName(name)
-	prev := -1
+func (s *nameSet) add(name []byte, where string, known []string, code int64) *envelopeError {
+	var prev []byte
 	if s.index != nil {
-		if j, ok := s.index[f]; ok {
-			prev = j
-		}
+		prev = s.index[string(foldName(name))]
 	} else {
-		prev = slices.Index(s.folds, f)
+		for _, n := range s.names[:s.n] {
+			if bytes.EqualFold(n, name) {
+				prev = n
+				break
+			}
+		}
 	}
-	if prev >= 0 {
-		if s.names[prev] == name {
+	if prev != nil {
+		if bytes.Equal(prev, name) {
 			return &envelopeError{code: code, msg: fmt.Sprintf("invalid message: the member %q appears twice in one object (%s)", name, where)}
 		}
-		return &envelopeError{code: code, msg: fmt.Sprintf("invalid message: the members %q and %q differ only in case (%s); member names are case-sensitive", s.names[prev], name, where)}
+		return &envelopeError{code: code, msg: fmt.Sprintf("invalid message: the members %q and %q differ only in case (%s); member names are case-sensitive", prev, name, where)}
 	}
 	for _, k := range known {
-		if k != name && foldName(k) == f {
+		if string(name) != k && strings.EqualFold(string(name), k) {
 			return &envelopeError{code: code, msg: fmt.Sprintf("invalid message: %q is not the member %q (%s); member names are case-sensitive", name, k, where)}
 		}
 	}
-	s.names = append(s.names, name)
-	s.folds = append(s.folds, f)
 	switch {
 	case s.index != nil:
-		s.index[f] = len(s.folds) - 1
-	case len(s.folds) > nameSetLinear:
-		s.index = make(map[string]int, 2*len(s.folds))
-		for j, g := range s.folds {
-			s.index[g] = j
+		s.index[string(foldName(name))] = name
+	case s.n < nameSetLinear:
+		s.names[s.n] = name
+		s.n++
+	default:
+		s.index = make(map[string][]byte, 4*nameSetLinear)
+		for _, n := range s.names[:s.n] {
+			s.index[string(foldName(n))] = n
 		}
+		s.index[string(foldName(name))] = name
 	}
 	return nil
 }
 
 // foldName maps every rune of name to one rune of its Unicode case-folding
-// orbit (the smallest; an ASCII letter's lower case), so that two names
-// any decoder could match without regard to case (encoding/json folds K,
-// KELVIN SIGN and k together, and LATIN SMALL LETTER LONG S with s) fold
-// equal.
-func foldName(name string) string {
+// orbit (the smallest; an ASCII letter's lower case): two names fold equal
+// exactly when bytes.EqualFold holds, which is when any decoder could
+// match them without regard to case (encoding/json folds K, KELVIN SIGN
+// and k together, and LATIN SMALL LETTER LONG S with s). A name without
+// upper-case or non-ASCII letters is its own.
+func foldName(name []byte) []byte {
 	plain := true
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+	for _, c := range name {
+		if c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
 			plain = false
 			break
 		}
@@ -445,8 +455,8 @@ func foldName(name string) string {
 	if plain {
 		return name
 	}
-	var b strings.Builder
-	for _, r := range name {
+	out := make([]byte, 0, len(name))
+	for _, r := range string(name) {
 		low := r
 		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
 			low = min(low, f)
@@ -454,61 +464,67 @@ func foldName(name string) string {
 		if 'A' <= low && low <= 'Z' {
 			low += 'a' - 'A'
 		}
-		b.WriteRune(low)
+		out = utf8.AppendRune(out, low)
 	}
-	return b.String()
+	return out
 }
 
-// jsonString decodes the JSON string v; false when v is not a string or
-// holds an escaped lone surrogate (decoders replace it with U+FFFD, so
-// two different names could read as one).
+// jsonString is the JSON string v decoded; see jsonBytes.
 func jsonString(v []byte) (string, bool) {
+	b, ok := jsonBytes(v)
+	return string(b), ok
+}
+
+// jsonBytes decodes the JSON string v (a slice of v when it has no
+// escapes); false when v is not a string or holds an escaped lone
+// surrogate (decoders replace it with U+FFFD, so two different names could
+// read as one).
+func jsonBytes(v []byte) ([]byte, bool) {
 	if len(v) < 2 || v[0] != '"' {
-		return "", false
+		return nil, false
 	}
 	inner := v[1 : len(v)-1]
 	if bytes.IndexByte(inner, '\\') < 0 {
-		return string(inner), true
+		return inner, true
 	}
-	var b strings.Builder
+	out := make([]byte, 0, len(inner))
 	for i := 0; i < len(inner); i++ {
 		c := inner[i]
 		if c != '\\' {
-			b.WriteByte(c)
+			out = append(out, c)
 			continue
 		}
 		i++
 		switch inner[i] {
 		case 'b':
-			b.WriteByte('\b')
+			out = append(out, '\b')
 		case 'f':
-			b.WriteByte('\f')
+			out = append(out, '\f')
 		case 'n':
-			b.WriteByte('\n')
+			out = append(out, '\n')
 		case 'r':
-			b.WriteByte('\r')
+			out = append(out, '\r')
 		case 't':
-			b.WriteByte('\t')
+			out = append(out, '\t')
 		case 'u':
 			r := hex4(inner[i+1 : i+5])
 			i += 4
 			if utf16.IsSurrogate(r) {
 				if r >= 0xdc00 || i+7 > len(inner) || inner[i+1] != '\\' || inner[i+2] != 'u' {
-					return "", false
+					return nil, false
 				}
-				r2 := hex4(inner[i+3 : i+7])
-				r = utf16.DecodeRune(r, r2)
+				r = utf16.DecodeRune(r, hex4(inner[i+3:i+7]))
 				if r == utf8.RuneError {
-					return "", false
+					return nil, false
 				}
 				i += 6
 			}
-			b.WriteRune(r)
+			out = utf8.AppendRune(out, r)
 		default: // " \ /
-			b.WriteByte(inner[i])
+			out = append(out, inner[i])
 		}
 	}
-	return b.String(), true
+	return out, true
 }
 
 // hex4 is the value of four hex digits (valid JSON guarantees them).
@@ -530,7 +546,7 @@ func skipSpace(b []byte, i int) int {
 // and the raw value of each member of the object at b[i], in order, and
 // returns the index after the object. It stops at fn's first error, or at
 // a name with an escaped lone surrogate, refused with code.
-func eachMember(b []byte, i int, code int64, fn func(name string, escaped bool, val []byte) *envelopeError) (int, *envelopeError) {
+func eachMember(b []byte, i int, code int64, fn func(name []byte, escaped bool, val []byte) *envelopeError) (int, *envelopeError) {
 	i = skipSpace(b, i+1)
 	if b[i] == '}' {
 		return i + 1, nil
@@ -538,7 +554,7 @@ func eachMember(b []byte, i int, code int64, fn func(name string, escaped bool, 
 	for {
 		kEnd := stringEnd(b, i)
 		rawName := b[i:kEnd]
-		name, ok := jsonString(rawName)
+		name, ok := jsonBytes(rawName)
 		if !ok {
 			return 0, &envelopeError{code: code, msg: fmt.Sprintf("invalid message: the member name %s holds an escaped lone surrogate", rawName)}
 		}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -72,6 +73,9 @@ var envelopeCases = []struct {
 	{"KelvinSign", `{"jsonrpc":"2.0","id":1,"method":"ping","x\u212a":1,"xk":2}`, jsonrpc.CodeInvalidRequest},
 	{"LongS", `{"jsonrpc":"2.0","id":1,"method":"ping","\u017f":1,"S":2}`, jsonrpc.CodeInvalidRequest},
 	{"NameLoneSurrogate", `{"jsonrpc":"2.0","id":1,"method":"ping","\udc00":1}`, jsonrpc.CodeInvalidRequest},
+	{"ManyMembersDuplicate", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{` + manyMembers + `,"m3":0}}`, jsonrpc.CodeInvalidParams},
+	{"ManyMembersKelvinSign", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{` + manyMembers + `,"x\u212a":1,"XK":2}}`, jsonrpc.CodeInvalidParams},
+	{"ManyMembers", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{` + manyMembers + `,"x\u212a":1,"y":2}}`, 0},
 	{"DuplicateInResult", `{"jsonrpc":"2.0","id":1,"result":{"a":1,"a":2}}`, jsonrpc.CodeInvalidRequest},
 	{"ArgumentsSmuggled", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"apply_credit","arguments":{"amount_cents":1},"Arguments":{"amount_cents":77777}}}`, jsonrpc.CodeInvalidParams},
 	{"ArgumentsInOtherCase", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"apply_credit","Arguments":{"amount_cents":77777}}}`, jsonrpc.CodeInvalidParams},
@@ -83,6 +87,33 @@ var envelopeCases = []struct {
 	{"DuplicateInMeta", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{},"_meta":{"a":{"y":1,"y":2}}}}`, jsonrpc.CodeInvalidParams},
 	{"DuplicateInOtherParams", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{},"Capabilities":{}}}`, jsonrpc.CodeInvalidParams},
 	{"LoneSurrogateInName", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x\ud800","arguments":{}}}`, jsonrpc.CodeInvalidParams},
+}
+
+// manyMembers are more members than nameSet keeps in place.
+var manyMembers = func() string {
+	m := make([]string, 2*nameSetLinear)
+	for i := range m {
+		m[i] = fmt.Sprintf(`"m%d":%d`, i, i)
+	}
+	return strings.Join(m, ",")
+}()
+
+func TestFoldNameAgreesWithEqualFold(t *testing.T) {
+	t.Parallel()
+	for r := rune(0); r < 0x20000; r++ {
+		if !utf8.ValidRune(r) {
+			continue
+		}
+		a := utf8.AppendRune(nil, r)
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			b := utf8.AppendRune(nil, f)
+			require.True(t, bytes.EqualFold(a, b))
+			require.Equal(t, string(foldName(a)), string(foldName(b)), "%U and %U", r, f)
+		}
+		if r < 0x80 {
+			require.Equal(t, strings.ToLower(string(a)), string(foldName(a)))
+		}
+	}
 }
 
 func TestReadEnvelope(t *testing.T) {

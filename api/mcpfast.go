@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime/debug"
-	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -25,12 +24,15 @@ import (
 // behind it. fastPath answers the hot request itself: a plain tools/call
 // of a served tool, with the bytes, status and headers the SDK (v1.8)
 // would answer, by calling the same tool handler through the same
-// recoverMCP. Anything else goes to the SDK, unchanged: every other method,
-// notifications, task-augmented calls, a progress token or any other
-// _meta, an id or a member it does not recognise, unknown tools, headers
-// or protocol versions it does not accept below, malformed or duplicated
-// members. mcpfast_test.go sends the same requests both ways and compares
-// the answers.
+// recoverMCP. It reads nothing itself: singleCall has read the body
+// (readEnvelope) and refused what the one reading refuses. Anything else
+// goes to the SDK, unchanged: every other method, notifications,
+// task-augmented calls, a progress token or any other _meta, an id or a
+// member it does not recognise, unknown tools, headers or protocol
+// versions it does not accept below, and on the sessionless protocol
+// numbers in the arguments it cannot be sure the SDK decodes.
+// mcpfast_test.go sends the same requests both ways and compares the
+// answers.
 type fastPath struct {
 	impl *mcp.Implementation
 	// tools are the tool handlers by name, each behind recoverMCP, as the
@@ -371,8 +373,8 @@ func plainNumbers(v []byte) bool {
 // hasMember reports whether the JSON object b has a member named name.
 func hasMember(b []byte, name string) bool {
 	found := false
-	_, err := eachMember(b, 0, jsonrpc.CodeInternalError, func(n string, _ bool, _ []byte) *envelopeError {
-		found = found || n == name
+	_, err := eachMember(b, 0, jsonrpc.CodeInternalError, func(n []byte, _ bool, _ []byte) *envelopeError {
+		found = found || string(n) == name
 		return nil
 	})
 	return found || err != nil
@@ -421,8 +423,8 @@ func validStatelessMeta(meta []byte) bool {
 		seenInfo
 		seenCaps
 	)
-	_, seen, ok := eachMemberOnce(meta, 0, func(key string, v []byte) (int, bool) {
-		switch key {
+	_, seen, ok := eachMemberOnce(meta, 0, func(key, v []byte) (int, bool) {
+		switch string(key) {
 		case metaProtocolVersion:
 			return seenVersion, string(v) == `"`+mcpVersionStateless+`"`
 		case metaClientInfo:
@@ -446,8 +448,8 @@ func validClientInfo(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	_, _, ok := eachMemberOnce(v, 0, func(key string, val []byte) (int, bool) {
-		i := slices.Index(clientInfoMembers, key)
+	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
+		i := indexOf(clientInfoMembers, key)
 		if i < 0 {
 			return 0, false
 		}
@@ -462,8 +464,8 @@ func validClientCapabilities(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	_, _, ok := eachMemberOnce(v, 0, func(key string, val []byte) (int, bool) {
-		switch i := slices.Index(clientCapabilityMembers, key); i {
+	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
+		switch i := indexOf(clientCapabilityMembers, key); i {
 		case -1:
 			return 0, false
 		case 0:
@@ -475,12 +477,22 @@ func validClientCapabilities(v []byte) bool {
 	return ok
 }
 
+// indexOf is the index of key in list, or -1.
+func indexOf(list []string, key []byte) int {
+	for i, s := range list {
+		if s == string(key) {
+			return i
+		}
+	}
+	return -1
+}
+
 func validRoots(v []byte) bool {
 	if v[0] != '{' {
 		return false
 	}
-	_, _, ok := eachMemberOnce(v, 0, func(key string, val []byte) (int, bool) {
-		return 1, key == "listChanged" && (string(val) == "true" || string(val) == "false")
+	_, _, ok := eachMemberOnce(v, 0, func(key, val []byte) (int, bool) {
+		return 1, string(key) == "listChanged" && (string(val) == "true" || string(val) == "false")
 	})
 	return ok
 }
@@ -489,15 +501,20 @@ func emptyObject(v []byte) bool {
 	return v[0] == '{' && skipSpace(v, 1) == len(v)-1
 }
 
+// errStop stops eachMember for eachMemberOnce.
+var errStop = &envelopeError{}
+
 // eachMemberOnce reads objects whose members may appear once each: fn
 // validates a member and names it by a bit of its own; it stops with false
 // when fn does, when a bit comes twice, or at a member name with an escape.
 // It returns the bits seen.
-func eachMemberOnce(b []byte, i int, fn func(key string, val []byte) (bit int, ok bool)) (end, seen int, ok bool) {
-	errStop := &envelopeError{}
-	end, err := eachMember(b, i, jsonrpc.CodeInvalidParams, func(key string, escaped bool, val []byte) *envelopeError {
+func eachMemberOnce(b []byte, i int, fn func(key, val []byte) (bit int, ok bool)) (end, seen int, ok bool) {
+	end, err := eachMember(b, i, jsonrpc.CodeInvalidParams, func(key []byte, escaped bool, val []byte) *envelopeError {
+		if escaped {
+			return errStop
+		}
 		bit, valid := fn(key, val)
-		if escaped || !valid || bit == 0 || seen&bit != 0 {
+		if !valid || bit == 0 || seen&bit != 0 {
 			return errStop
 		}
 		seen |= bit

@@ -377,6 +377,11 @@ func mcpEquivalenceCases() []struct {
 	sdk("Trailing", legacy, call("1", "apply_credit", eqCredit, false)+`{}`)
 	sdk("Empty", legacy, ``)
 	sdk("InvalidUTF8", legacy, call("1", "apply_credit", "{\"customer_id\":\"\xff\",\"amount_cents\":1,\"currency\":\"usd\",\"idempotency_key\":\"eq-utf8-000001\"}", false))
+	// Numbers beyond float64: the SDK's check of Mcp-Name decodes the
+	// arguments on the sessionless protocol and refuses them; the tool's
+	// decoder refuses them on the others.
+	sdk("NumberBeyondFloat64/Stateless", stateless("apply_credit"), call("1", "apply_credit", `{"customer_id":"cus_1","amount_cents":1e400,"currency":"usd","idempotency_key":"eq-float-00001"}`, true))
+	add("NumberBeyondFloat64/Legacy", true, legacy, call("1", "apply_credit", `{"customer_id":"cus_1","amount_cents":1e400,"currency":"usd","idempotency_key":"eq-float-00001"}`, false))
 	sdk("DeepArguments", legacy, call("1", "apply_credit", `{"x":`+strings.Repeat(`[`, 70)+strings.Repeat(`]`, 70)+`}`, false))
 	sdk("ToolsList", legacy, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 	sdk("Initialize", map[string]string{}, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
