@@ -15,6 +15,13 @@
 //     holds for a retry (as River UI's Retry would);
 //   - expire: the claim's TTL ends (its expires_at is moved into the past);
 //   - prune: the pruner moves expired claims into the key's history;
+//   - expire_while_pruning: finished claims' TTLs end 1 to 30 ms from now
+//     by the database's clock while the pruner (gate.Gate.Prune) runs back
+//     to back until that clock has passed them and one more run came after;
+//     each claim is then archived and a call checks that its fingerprint
+//     stays refused (issue 25's bug 2, an archive whose history insert and
+//     delete read the clock apart; only whether such a bug bites depends on
+//     the timing, never what the model predicts);
 //   - pause/resume: the claim queue is paused (River's QueuePause, waited
 //     for by its queue_paused event, so that no worker fetches afterwards:
 //     calls made while paused are queued and unfetched, deterministically);
@@ -59,6 +66,13 @@
 //	go test ./internal/model/ -run 'TestModelPostgres$' -rapid.seed=1234 -v
 //
 // (MODEL_CHECKS, MODEL_STEPS and MODEL_SEED set the same three numbers.)
+// rapid minimises a failing sequence only while its replays fail with the
+// same message, so failure messages name operations op1, op2, … in the
+// order the model met them and leave out case numbers, job ids, amounts
+// and times (the raw message is logged). A failure that depends on timing
+// (bug 2's shape) may not repeat in a replay: rapid then reports a flaky
+// test with a replay's output, so the first failing case's own actions are
+// logged on the test as well ("the first failing case").
 // Fail files are off by default (-rapid.nofailfile); pass
 // -rapid.nofailfile=false to keep them under testdata/rapid.
 package model

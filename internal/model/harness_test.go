@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,8 +84,14 @@ type harness struct {
 	faults   *faults
 	events   <-chan *river.Event
 	paused   bool
+	// failures counts the model's failures in this test (the first one's
+	// actions are reported).
+	failures atomic.Int64
 	// expire ends the replay window of (tenant, tool, key)'s terminal claim.
 	expire func(ctx context.Context, tenant, toolName, key string) error
+	// expireIn ends that window d from now by the database's clock, and
+	// returns whether the database's clock has passed that instant.
+	expireIn func(ctx context.Context, tenant, toolName, key string, d time.Duration) (passed func(context.Context) (bool, error), err error)
 	// ledger counts credits to customerID per (tenant, amount).
 	ledger func(ctx context.Context, lo, hi int64) (map[ledgerKey]int, error)
 }
@@ -165,6 +172,23 @@ func newPostgres(t *testing.T) *harness {
 			WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND expires_at IS NOT NULL`, tenant, toolName, key)
 		return err
 	}
+	h.expireIn = func(ctx context.Context, tenant, toolName, key string, d time.Duration) (func(context.Context) (bool, error), error) {
+		// clock_timestamp(), not now(): the instant is the server's clock
+		// when the update runs; the pruner's now() is its own
+		// transaction's start, later than the check below.
+		var until time.Time
+		err := pool.QueryRow(ctx, `UPDATE idempotency_claims SET expires_at = clock_timestamp() + $4::float8 * interval '1 microsecond'
+			WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND expires_at IS NOT NULL
+			RETURNING expires_at`, tenant, toolName, key, float64(d.Microseconds())).Scan(&until)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) (bool, error) {
+			var passed bool
+			err := pool.QueryRow(ctx, `SELECT clock_timestamp() > $1`, until).Scan(&passed)
+			return passed, err
+		}, nil
+	}
 	h.ledger = func(ctx context.Context, lo, hi int64) (map[ledgerKey]int, error) {
 		rows, err := pool.Query(ctx, `SELECT tenant_id, amount_cents, count(*) FROM ledger_entries
 			WHERE customer_id = $1 AND amount_cents BETWEEN $2 AND $3 GROUP BY tenant_id, amount_cents`, customerID, lo, hi)
@@ -209,6 +233,22 @@ func newSQLite(t *testing.T) *harness {
 			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
 			tenant, toolName, key, sqlitestore.FormatTime(time.Now().Add(-time.Second)))
 		return err
+	}
+	h.expireIn = func(ctx context.Context, tenant, toolName, key string, d time.Duration) (func(context.Context) (bool, error), error) {
+		// SQLite's clock, in the store's format (milliseconds), read by
+		// the update itself; the pruner's statements read their own.
+		var until string
+		err := db.QueryRowContext(ctx, `UPDATE idempotency_claims SET expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?4)
+			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL
+			RETURNING expires_at`, tenant, toolName, key, fmt.Sprintf("+%.3f seconds", d.Seconds())).Scan(&until)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) (bool, error) {
+			var passed bool
+			err := db.QueryRowContext(ctx, `SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now') > ?1`, until).Scan(&passed)
+			return passed, err
+		}, nil
 	}
 	h.ledger = func(ctx context.Context, lo, hi int64) (map[ledgerKey]int, error) {
 		rows, err := db.QueryContext(ctx, `SELECT tenant_id, amount_cents, count(*) FROM ledger_entries
