@@ -154,6 +154,15 @@ func TestMCPTaskCallsPassTheTransportChecks(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(ans.body), &created), ans.body)
 	require.Equal(t, "working", created.Result.Task.Status, ans.body)
 	require.Equal(t, fuzzRows{claims: 1, jobs: 1, audit: 1}, p.rows(t))
+
+	// On the sessionless protocol too, with its _meta and headers: the same
+	// key is the same task.
+	statelessTask := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{` + statelessMeta + `,"name":"apply_credit","arguments":` + args + `,"task":{}}}`
+	again, _ := p.compare(t, mcpRequest{header: stateless("apply_credit"), body: statelessTask})
+	require.Equal(t, http.StatusOK, again.status, "%s", again)
+	require.Contains(t, again.body, `"taskId":"`+created.Result.Task.TaskID+`"`)
+	require.Contains(t, again.body, `"io.modelcontextprotocol/serverInfo"`)
+	require.Equal(t, 1, p.rows(t).claims)
 }
 
 // An idempotency key "resultType" is valid, and its operation readable:
