@@ -533,7 +533,7 @@ func hex4(h []byte) rune {
 	return rune(n)
 }
 
-// The scanners below read JSON that json.Unmarshal accepted.
+// The scanners below read JSON that json.Valid accepted.
 
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {

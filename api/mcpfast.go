@@ -131,10 +131,10 @@ func (f *fastPath) serve(w http.ResponseWriter, r *http.Request, env *envelope) 
 	stateless := false
 	switch v := r.Header.Get("Mcp-Protocol-Version"); {
 	case v == mcpVersionStateless:
-		// The SDK's checks of SEP-2575 calls: the _meta triple, and the
-		// standard headers naming the method and the tool.
-		// And its decoding of the arguments into Go values, which refuses
-		// numbers beyond float64 (1e400): the SDK answers those.
+		// The SDK's checks of SEP-2575 calls: the _meta triple, the
+		// standard headers naming the method and the tool, and (to read
+		// the tool's name) its decoding of the arguments into Go values,
+		// which refuses numbers beyond float64 (1e400).
 		if msg.meta == nil || !validStatelessMeta(msg.meta) || !plainNumbers(msg.args) ||
 			r.Header.Get("Mcp-Method") != "tools/call" || r.Header.Get("Mcp-Name") != msg.name {
 			return false
