@@ -41,6 +41,7 @@ type Embedded struct {
 	Ops *ops.Server
 
 	reaperInterval time.Duration
+	reap           func(context.Context) error
 	logger         *slog.Logger
 }
 
@@ -92,7 +93,8 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	}
 	enqueuer.Client, control.Client = client, client
 
-	e := &Embedded{DB: db, Gate: g, Client: client, reaperInterval: cfg.ReaperInterval, logger: logger}
+	e := &Embedded{DB: db, Gate: g, Client: client, reaperInterval: cfg.ReaperInterval,
+		reap: newReaper(cfg, g, control, logger).Reap, logger: logger}
 	if err := e.buildAPI(cfg, control, data, tools, apiOpts, reg); err != nil {
 		return nil, err
 	}
@@ -143,8 +145,8 @@ func (e *Embedded) buildAPI(cfg *config.Config, control *jobs.Control[*sql.Tx], 
 // blocks until ctx ends, then stops fetching and lets running jobs finish
 // within stopTimeout.
 //
-// The reaper is inserted every reaper interval by this process itself
-// (jobs.KeepReaping), as a Postgres worker does, not only as River's
+// The reaper runs every reaper interval in this process itself
+// (jobs.KeepReaping), as in a Postgres worker, not only as River's
 // periodic job: periodic jobs run on River's elected leader, and a process
 // restarted after kill -9 on the same file is elected only once the killed
 // one's leadership expires (about 15s), so a claim it held was recovered
@@ -156,7 +158,7 @@ func (e *Embedded) Run(ctx context.Context, stopTimeout time.Duration) error {
 	}
 	reapCtx, stopReaping := context.WithCancel(ctx)
 	reaping := make(chan struct{})
-	go func() { defer close(reaping); jobs.KeepReaping(reapCtx, e.Client, e.reaperInterval, e.logger) }()
+	go func() { defer close(reaping); jobs.KeepReaping(reapCtx, e.reap, e.reaperInterval, e.logger) }()
 	defer func() { stopReaping(); <-reaping }()
 	return runRiver(ctx, e.Client, stopTimeout)
 }

@@ -45,6 +45,7 @@ type Worker struct {
 	Handler http.Handler
 
 	reaperInterval time.Duration
+	reap           func(context.Context) error
 	logger         *slog.Logger
 }
 
@@ -105,7 +106,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	return &Worker{Client: client, Gate: g, Runner: runner, Control: control, Handler: mux,
-		reaperInterval: cfg.ReaperInterval, logger: logger}, nil
+		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, g, control, logger).Reap, logger: logger}, nil
 }
 
 // newWorkers builds the claim jobs' runner over the registry's mutations,
@@ -128,9 +129,15 @@ func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g 
 	if err := jobs.AddWorkers[TDriver](workers, runner); err != nil {
 		return nil, nil, err
 	}
-	river.AddWorker(workers, &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout})
+	river.AddWorker(workers, newReaper(cfg, g, control, logger))
 	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
 	return workers, runner, nil
+}
+
+// newReaper is the reaper of g's claims: River's reaper job's worker, and
+// the pass every worker process runs each interval (jobs.KeepReaping).
+func newReaper[TTx any](cfg *config.Config, g *gate.Gate, control *jobs.Control[TTx], logger *slog.Logger) *jobs.ReaperWorker[TTx] {
+	return &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout}
 }
 
 // workerTools is opts.Tools, or the built-in tools on data, traced with
@@ -183,7 +190,7 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
 	reapCtx, stopReaping := context.WithCancel(ctx)
 	defer stopReaping()
-	go jobs.KeepReaping(reapCtx, w.Client, w.reaperInterval, w.logger)
+	go jobs.KeepReaping(reapCtx, w.reap, w.reaperInterval, w.logger)
 	return runRiver(ctx, w.Client, stopTimeout)
 }
 

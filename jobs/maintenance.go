@@ -158,7 +158,13 @@ type ReaperWorker[TTx any] struct {
 }
 
 // Work implements river.Worker.
-func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error {
+func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error { return w.Reap(ctx) }
+
+// Reap runs one reaper pass (gate.Reap) and logs what it did: the reaper
+// job's work, and what KeepReaping runs in every worker process. Passes may
+// overlap (two processes, or a pass and the job): every write they make is
+// conditional on the claim's epoch and job.
+func (w *ReaperWorker[TTx]) Reap(ctx context.Context) error {
 	res, err := w.Gate.Reap(ctx, w.Control, w.StaleAfter)
 	if res != nil && (res.Reclaimed+res.GaveUp+res.Abandoned+res.Repointed > 0) {
 		w.Logger.InfoContext(ctx, "reaper", string(gate.EventReclaim), res.Reclaimed, string(gate.EventRepoint), res.Repointed,
@@ -196,13 +202,18 @@ func PeriodicJobs(reaperInterval, pruneInterval time.Duration) []*river.Periodic
 	}
 }
 
-// KeepReaping inserts a reaper job every interval until ctx ends. River runs
-// periodic jobs on its elected leader only, and when the leader is killed a
-// new one is elected only after River's leadership TTL (about 15s in v0.51,
-// not configurable): every worker process runs this too, so that reaping
-// goes on within one interval whoever dies. ReaperArgs are unique while one
-// is pending or running, so the extra inserts are skipped, not queued.
-func KeepReaping[TTx any](ctx context.Context, client *river.Client[TTx], interval time.Duration, logger *slog.Logger) {
+// KeepReaping runs a reaper pass (reap) in this process every interval
+// until ctx ends, besides River's periodic reaper job. River runs periodic
+// jobs on its elected leader only, a new leader is elected only after
+// River's leadership TTL (about 15s in v0.51, not configurable), and the
+// reaper job is unique while one is pending or running: a worker killed
+// while it ran the reaper job left that job running until River's rescuer,
+// on the leader and every 30s, found it stuck past RescueStuckJobsAfter and
+// set it retryable with River's backoff, and no process could insert
+// another meanwhile (the chaos runs' unexplained reaper gaps of 37-63s).
+// Reaping in every process, outside any job, goes on within one interval
+// whoever dies and whatever River's jobs are doing.
+func KeepReaping(ctx context.Context, reap func(context.Context) error, interval time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -210,8 +221,8 @@ func KeepReaping[TTx any](ctx context.Context, client *river.Client[TTx], interv
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := client.Insert(ctx, ReaperArgs{}, nil); err != nil && ctx.Err() == nil {
-				logger.WarnContext(ctx, "reaper: inserting the reaper job failed; retrying next interval", "error", err)
+			if err := reap(ctx); err != nil && ctx.Err() == nil {
+				logger.WarnContext(ctx, "reaper: a pass failed; the next runs in one interval", "error", err)
 			}
 		}
 	}
