@@ -6,6 +6,11 @@
 #                               with its worker in one process
 #   scripts/dev.sh --postgres   Postgres: a database of its own (idemgate_dev),
 #                               the api, two worker processes, River UI
+#   scripts/dev.sh --stripe test
+#                               (with or without --postgres) the project's
+#                               counting test Stripe (internal/stripetest)
+#                               instead of stripe-mock: it can decline a
+#                               charge and counts the refunds it made
 #   scripts/dev.sh --help       this text
 #
 # It checks that the api's and Mailpit's ports are free, then, one line per
@@ -14,15 +19,33 @@
 # tenant (scripts/demo-seed.json), starts stripe-mock, Mailpit and idemgate,
 # and prints the MCP endpoint, the demo token, the operator's Basic
 # credentials, River UI, Mailpit, a curl line that makes a refund and an
-# idemctl line for the same database. The tools' and migrations' output
-# goes to .tmp/dev/dev.log (its end is shown on failure), the api's to
-# .tmp/dev/api.log, the workers' to .tmp/dev/worker-N.log.
+# idemctl line for the same database. When ready it writes DEV_DIR/env, which
+# another shell sources (source .tmp/dev/env) to get IDEMGATE_URL,
+# IDEMGATE_TOKEN, DATABASE_URL, IDEMGATE_OPS_USER, IDEMGATE_OPS_PASSWORD,
+# MAILPIT_API_URL, STRIPE_URL (and TESTSTRIPE_URL under --stripe test) and
+# .tmp/bin (idemctl) first on PATH; it is removed when dev.sh stops. The
+# README's runnable blocks use these (scripts/readme.sh runs them). The
+# tools' and migrations' output goes to .tmp/dev/dev.log (its end is shown
+# on failure), the api's to .tmp/dev/api.log, the workers' to
+# .tmp/dev/worker-N.log.
 #
 # Mailpit keeps its ports (SMTP 127.0.0.1:1025, web UI 127.0.0.1:8025) and
 # its mailbox (.tmp/dev/mailpit.db) from run to run. Running dev.sh again
 # reuses the database, the mailbox, the generated IDEMGATE_SECRET
 # (.tmp/dev/secret) and operator password (.tmp/dev/ops-password).
 # Ctrl-C stops everything it started.
+#
+# The test Stripe (--stripe test) holds the demo seed's charges and answers
+# Stripe's refund endpoints plus control endpoints under /_, without
+# authentication (internal/stripetest's package documentation lists them):
+#   curl -X POST $TESTSTRIPE_URL/_charges -d '{"id":"ch_456","amount":12000,"fail":{}}'
+#                        every refund on ch_456 is declined (402 card_declined)
+#   curl -X POST "$TESTSTRIPE_URL/_clear_charge_error?id=ch_456"
+#                        refunds on ch_456 work again
+#   curl $TESTSTRIPE_URL/_stats
+#                        what it counted: refunds_created, refunds_by_charge,
+#                        refunds_by_key (by downstream key), replays, ...
+# Its log is DEV_DIR/teststripe.log. It keeps nothing across runs.
 #
 # --postgres uses DEV_POSTGRES_URL, else the server on 127.0.0.1:5432 as user
 # postgres when it answers, else a throwaway cluster (scripts/pgcluster.sh)
@@ -56,13 +79,28 @@ log() { printf 'dev.sh: %s\n' "$*" >&2; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
 postgres=0
-for arg in "$@"; do
+stripe=mock # mock: stripe-mock; test: internal/stripetest's teststripe
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+	arg=${args[i]}
 	case $arg in
 	-h | --help)
 		usage
 		exit 0
 		;;
 	--postgres) postgres=1 ;;
+	--stripe | --stripe=*)
+		if [[ $arg == --stripe ]]; then
+			i=$((i + 1))
+			stripe=${args[i]:-}
+		else
+			stripe=${arg#--stripe=}
+		fi
+		if [[ $stripe != mock && $stripe != test ]]; then
+			log "--stripe takes mock (stripe-mock, the default) or test (the counting test Stripe), got '$stripe'"
+			exit 2
+		fi
+		;;
 	*)
 		log "unknown argument '$arg' (scripts/dev.sh --help lists the options)"
 		exit 2
@@ -130,6 +168,7 @@ mkdir -p "${DEV_DIR:-$root/.tmp/dev}" "$bin_dir"
 dev_dir=$(cd "${DEV_DIR:-$root/.tmp/dev}" && pwd)
 logf=$dev_dir/dev.log
 printf 'scripts/dev.sh %s, %s\n' "$*" "$(date -u +%FT%TZ)" >"$logf"
+rm -f "$dev_dir/env" # a killed run's; written again once ready
 
 # show PATH: PATH relative to the repository when inside it, for messages.
 show() { if [[ $1 == "$root/"* ]]; then printf '%s\n' "${1#"$root/"}"; else printf '%s\n' "$1"; fi; }
@@ -138,6 +177,8 @@ phase=""         # the phase running, for the failure message
 phase_started=0
 api_pid=""
 worker_pids=()
+stripe_pid=""    # the test Stripe under --stripe test
+env_file=""      # DEV_DIR/env once written; removed on exit
 pg_tmp=""        # throwaway cluster, if one was started
 
 # begin WHAT [HINT]: one progress line per phase; the commands' output goes
@@ -178,6 +219,8 @@ cleanup() {
 		fi
 	fi
 	[[ -n $api_pid ]] && pids+=("$api_pid")
+	[[ -n $stripe_pid ]] && pids+=("$stripe_pid")
+	[[ -n $env_file ]] && rm -f "$env_file"
 	for pid in "${pids[@]}"; do
 		kill -TERM "$pid" 2>/dev/null
 	done
@@ -265,6 +308,7 @@ end
 # ---------------------------------------------------------------------------
 what="idemctl and the api"
 ((postgres)) && what="idemctl, the api and the worker"
+[[ $stripe == test ]] && what="${what/ and /, } and the test Stripe"
 hint=""
 [[ -x $bin_dir/idemgate-api ]] || hint="(first run: downloads the modules, a few minutes)"
 begin "building $what" "$hint"
@@ -272,6 +316,9 @@ go build -o "$bin_dir/idemctl" ./cmd/idemctl >>"$logf" 2>&1
 go build -o "$bin_dir/idemgate-api" ./cmd/api >>"$logf" 2>&1
 if ((postgres)); then
 	go build -o "$bin_dir/idemgate-worker" ./cmd/worker >>"$logf" 2>&1
+fi
+if [[ $stripe == test ]]; then
+	go build -o "$bin_dir/teststripe" ./internal/stripetest/cmd/teststripe >>"$logf" 2>&1
 fi
 end
 
@@ -328,14 +375,32 @@ worker_ready() {
 	[[ -n $url ]] && curl -fsS "$url/healthz"
 }
 
+stripe_name=stripe-mock
+[[ $stripe == test ]] && stripe_name="the test Stripe"
 if ((postgres)); then
-	begin "starting stripe-mock, Mailpit, the api and two workers"
+	begin "starting $stripe_name, Mailpit, the api and two workers"
 else
-	begin "starting stripe-mock, Mailpit and the api"
+	begin "starting $stripe_name, Mailpit and the api"
+fi
+if [[ $stripe == test ]]; then
+	# The demo seed's charges (id:amount:currency), as its orders name them.
+	charge_args=()
+	while read -r c; do
+		charge_args+=(-charge "$c")
+	done < <(sed -n 's/.*"charge_id": *"\([^"]*\)".*"amount_cents": *\([0-9]*\).*"currency": *"\([^"]*\)".*/\1:\2:\3/p' scripts/demo-seed.json)
+	"$bin_dir/teststripe" -addr 127.0.0.1:0 "${charge_args[@]}" >"$dev_dir/teststripe.url" 2>"$dev_dir/teststripe.log" &
+	stripe_pid=$!
+	wait_for "the test Stripe" "$stripe_pid" "$dev_dir/teststripe.log" test -s "$dev_dir/teststripe.url"
+	teststripe_url=$(head -n 1 "$dev_dir/teststripe.url")
+	wait_for "the test Stripe" "$stripe_pid" "$dev_dir/teststripe.log" curl -fsS "$teststripe_url/_stats"
+	# services_start uses the Stripe it finds in STRIPE_MOCK_URL instead of
+	# starting stripe-mock.
+	export STRIPE_MOCK_URL=$teststripe_url
 fi
 export SERVICES_MAILPIT_SMTP=$smtp_addr SERVICES_MAILPIT_UI=$ui_addr SERVICES_MAILPIT_DB=$dev_dir/mailpit.db
 services_start >>"$logf" 2>&1
-export STRIPE_API_KEY=sk_test_123 STRIPE_API_BASE=$STRIPE_MOCK_URL SMTP_ADDR=$MAILPIT_SMTP_ADDR
+stripe_url=$STRIPE_MOCK_URL
+export STRIPE_API_KEY=sk_test_123 STRIPE_API_BASE=$stripe_url SMTP_ADDR=$MAILPIT_SMTP_ADDR
 "$bin_dir/idemgate-api" >"$dev_dir/api.log" 2>&1 &
 api_pid=$!
 if ((postgres)); then
@@ -374,6 +439,32 @@ if ! "$bin_dir/idemctl" op list --tenant acme --limit 1 >/dev/null 2>&1; then
 fi
 idemctl_line="DATABASE_URL='$DATABASE_URL' $bin_dir/idemctl $idemctl_cmd"
 
+if [[ $stripe == test ]]; then
+	stripe_about="  Test Stripe (counts refunds):    $stripe_url   (log $(show "$dev_dir/teststripe.log"))
+    decline ch_456 (order ord_a71):  curl -s -X POST $stripe_url/_charges -d '{\"id\":\"ch_456\",\"amount\":12000,\"fail\":{}}'
+    accept it again:                 curl -s -X POST '$stripe_url/_clear_charge_error?id=ch_456'
+    the refunds it counted:          curl -s $stripe_url/_stats"
+else
+	stripe_about="  stripe-mock (Stripe's API):      $stripe_url   (--stripe test: a Stripe that declines and counts)"
+fi
+
+# The variables another shell sources to reach this quickstart (the README's
+# runnable blocks use them).
+env_file=$dev_dir/env
+q() { printf '%q' "$1"; }
+{
+	printf '# scripts/dev.sh %s, %s: source this file in another shell. Removed when dev.sh stops.\n' "$*" "$(date -u +%FT%TZ)"
+	printf 'export IDEMGATE_URL=%s\n' "$(q "$base")"
+	printf 'export IDEMGATE_TOKEN=%s\n' "$(q "$token")"
+	printf 'export DATABASE_URL=%s\n' "$(q "$DATABASE_URL")"
+	printf 'export IDEMGATE_OPS_USER=%s IDEMGATE_OPS_PASSWORD=%s\n' "$(q "$ops_user")" "$(q "$ops_password")"
+	printf 'export MAILPIT_API_URL=%s\n' "$(q "$MAILPIT_API_URL")"
+	printf 'export STRIPE_URL=%s\n' "$(q "$stripe_url")"
+	[[ $stripe == test ]] && printf 'export TESTSTRIPE_URL=%s\n' "$(q "$stripe_url")"
+	printf 'export PATH=%s:"$PATH"\n' "$(q "$bin_dir")"
+} >"$env_file.tmp"
+mv "$env_file.tmp" "$env_file"
+
 cat <<MSG
 
 idemgate is running on $where.
@@ -383,7 +474,7 @@ idemgate is running on $where.
   Operator login (HTTP Basic):     $ops_user / $ops_password   (for /ops; kept in $(show "$dev_dir/ops-password"))
   River UI:                        $riverui
   Mailpit (password-reset mail):   $MAILPIT_API_URL   (SMTP $MAILPIT_SMTP_ADDR; mailbox $(show "$dev_dir/mailpit.db"))
-  stripe-mock (Stripe's API):      $STRIPE_MOCK_URL
+$stripe_about
   Metrics:                         $metrics
   Logs:                            $logs; setup: $(show "$logf")
 
@@ -404,6 +495,10 @@ $curl_line
 
 idemctl on the same database ($idemctl_about):
 $idemctl_line
+
+In another shell, these as variables (IDEMGATE_URL, IDEMGATE_TOKEN, DATABASE_URL,
+STRIPE_URL, ..., and idemctl on PATH):
+source $(show "$env_file")
 
 Press Ctrl-C to stop.
 MSG
@@ -437,7 +532,7 @@ if [[ -n ${DEV_SMOKE:-} ]]; then
 		smoke_fail "the retry answered $status: $(cat "$dev_dir/smoke.json")"
 	fi
 	grep -qi '^Idempotent-Replayed: true' "$dev_dir/smoke.headers" || smoke_fail "the retry was not a replay"
-	log "smoke: the refund succeeded through stripe-mock; the retry was replayed"
+	log "smoke: the refund succeeded through $stripe_name; the retry was replayed"
 	(eval "$idemctl_line") >"$dev_dir/smoke-idemctl.json" 2>>"$logf" || fail "smoke: the printed idemctl line failed"
 	want="\"$key\""
 	[[ $idemctl_cmd == token* ]] && want='"user":"support-bot"'
@@ -460,7 +555,7 @@ fi
 
 # Until Ctrl-C, or until a process exits by itself.
 set +e
-wait -n "$api_pid" "${worker_pids[@]}"
+wait -n "$api_pid" "${worker_pids[@]}" ${stripe_pid:+"$stripe_pid"}
 rc=$?
 set -e
 log "a process stopped by itself (status $rc): stopping the rest; see $logs"
