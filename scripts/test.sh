@@ -513,6 +513,9 @@ fi
 if ((e2e_run)); then
 	run_step quickstart dev_smoke
 	run_step "quickstart on Postgres" step_quickstart_postgres
+	# (h2) the README's runnable blocks, each run as written against a fresh
+	# quickstart (scripts/dev.sh on free ports and a fresh DEV_DIR).
+	run_step "README blocks" bash scripts/readme.sh
 	run_step example bash scripts/example.sh
 fi
 run_step "no test database left" step_leftovers
