@@ -16,10 +16,13 @@ func newPruneCmd(a *app) *cobra.Command {
 	var maxBatches int
 	cmd := &cobra.Command{
 		Use:   "prune [--max-batches N]",
-		Short: "Delete expired terminal claims now",
-		Long: "Delete succeeded and failed claims past their expiry (their tool's TTL after they ended), in\n" +
-			"bounded batches, never a queued or running one, and print {\"deleted\": N}. After that, a retry\n" +
-			"with the same key starts a new operation. The audit trail is kept.",
+		Short: "Archive expired terminal claims into their keys' history now",
+		Long: "Move succeeded and failed claims past their expiry (their tool's TTL after they ended) into their\n" +
+			"keys' history, in bounded batches, never a queued or running one, and print {\"deleted\": N}\n" +
+			"(claims archived). The history keeps each fingerprint for its tool's retention: a retry with the\n" +
+			"same key and arguments is refused with idempotency_key_expired naming the operation, never run\n" +
+			"again; other arguments under the key are a new intent. History rows past their retention are\n" +
+			"forgotten. Each archived claim and forgotten row gets an audit row; the audit trail is kept.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if maxBatches < 1 {
