@@ -56,6 +56,7 @@ const (
 	methodToolsCall  = "tools/call"
 	methodInitialize = "initialize"
 	methodToolsList  = "tools/list"
+	methodDiscover   = "server/discover"
 )
 
 // envelope is a JSON-RPC message as readEnvelope read it. Raw values are

@@ -57,6 +57,13 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 	if err := s.addTaskMethods(server); err != nil {
 		return nil, err
 	}
+	s.methods = make(map[string]int, len(sdkMethods)+len(taskMethods))
+	for m, f := range sdkMethods {
+		s.methods[m] = f
+	}
+	for _, m := range taskMethods {
+		s.methods[m] = methodParamsOptional
+	}
 	server.AddReceivingMiddleware(s.recoverMCP, s.taskCalls)
 	return singleCall(s.metrics, fast, s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,

@@ -46,7 +46,13 @@ const (
 	// each call carries the client's info and capabilities in its _meta and
 	// the answer carries the server's; the go-sdk client speaks it.
 	mcpVersionStateless = "2026-07-28"
+	// mcpVersionTasks is the revision of SEP-1686's tasks (the TypeScript
+	// SDK's); 2026-07-28 has the tasks extension instead.
+	mcpVersionTasks = "2025-11-25"
 )
+
+// tasksExtension is SEP-2663's extension identifier.
+const tasksExtension = "io.modelcontextprotocol/tasks"
 
 // mcpVersionsLegacy are the versions before mcpVersionStateless that the
 // SDK serves (the TypeScript SDK speaks 2025-11-25); "" is a request

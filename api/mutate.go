@@ -10,6 +10,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/telemetry"
@@ -187,7 +190,7 @@ func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Err
 	}); err != nil {
 		s.logger.ErrorContext(ctx, "audit: denied row not written", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
 		if errors.Is(err, domain.ErrUnavailable) {
-			return unavailable()
+			return unavailableFor(err)
 		}
 	}
 	s.metrics.outcome(c.tool.Name, domain.Outcome("denied"))
@@ -203,17 +206,36 @@ func (s *Server) internal(ctx context.Context, c *call, err error) *callError {
 	}
 	if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		s.logger.WarnContext(ctx, "database unavailable", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
-		return unavailable()
+		return unavailableFor(err)
 	}
 	s.logger.ErrorContext(ctx, "call failed", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
 	return &callError{err: domain.Errorf(domain.CodeInternal, "", "internal error (request %s)", c.requestID)}
 }
 
-func unavailable() *callError {
-	return &callError{
-		err:        domain.Errorf(domain.CodeUnavailable, "", "the database is unreachable; retry with the same idempotency_key"),
-		retryAfter: time.Second,
+// tooManyClientsMessage is the unavailable answer when Postgres refuses
+// connections because all its clients together hold max_connections: it
+// names the setting that bounds each process's share (app.TooManyClients
+// says the same in the log).
+const tooManyClientsMessage = "the database refuses connections: too many clients (Postgres SQLSTATE 53300, " +
+	"max_connections reached); lower pool_max_conns in DATABASE_URL of the idemgate processes, put a pooler in front, " +
+	"or raise max_connections; retry with the same idempotency_key"
+
+// unavailableFor is the answer when the database cannot serve: err (nil
+// when unknown) says why, and Postgres refusing connections for too many
+// clients is said as such.
+func unavailableFor(err error) *callError {
+	msg := "the database is unreachable; retry with the same idempotency_key"
+	if tooManyClients(err) {
+		msg = tooManyClientsMessage
 	}
+	return &callError{err: domain.Errorf(domain.CodeUnavailable, "", "%s", msg), retryAfter: time.Second}
+}
+
+// tooManyClients reports whether err is Postgres refusing a connection for
+// too many clients (SQLSTATE 53300, too_many_connections).
+func tooManyClients(err error) bool {
+	var pgErr *pgconn.PgError
+	return err != nil && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.TooManyConnections
 }
 
 // read runs a read tool.

@@ -144,17 +144,22 @@ func decodeCursor(s string) (*gate.ClaimCursor, error) {
 // task status: the operation with, while it waits for a retry, when its
 // job runs next.
 func (s *Server) describe(ctx context.Context, c *gate.Claim) *domain.Operation {
-	op := c.Operation()
-	if c.Status != domain.StatusQueued || c.JobID == 0 {
+	return s.withNextAttempt(ctx, c.Operation())
+}
+
+// withNextAttempt sets a queued op's NextAttemptAt from its job, and
+// returns op.
+func (s *Server) withNextAttempt(ctx context.Context, op *domain.Operation) *domain.Operation {
+	if op == nil || op.Status != domain.StatusQueued || op.JobID == 0 || op.NextAttemptAt != nil {
 		return op
 	}
-	job, err := s.gate.Store().JobGet(ctx, &gate.JobGetParams{ID: c.JobID})
+	job, err := s.gate.Store().JobGet(ctx, &gate.JobGetParams{ID: op.JobID})
 	switch {
 	case err == nil:
 		op.NextAttemptAt = job.NextRunAt
 	case !errors.Is(err, domain.ErrNotFound):
 		// The status stands without it.
-		s.logger.WarnContext(ctx, "next attempt not read", "operation_id", c.OperationID, "job_id", c.JobID, "error", err)
+		s.logger.WarnContext(ctx, "next attempt not read", "operation_id", op.OperationID, "job_id", op.JobID, "error", err)
 	}
 	return op
 }

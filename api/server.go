@@ -96,6 +96,13 @@ type Config struct {
 	// session per request (api/mcpfast.go); everything else goes to the
 	// SDK either way.
 	SDKOnlyMCP bool
+	// AllowedOrigins are the origins (scheme://host[:port]) from which a
+	// browser page may call /mcp and the REST routes; a request with
+	// another Origin header is refused with 403, one without Origin (a
+	// non-browser client) is served. Empty (the default): only the
+	// server's own origin, the one whose host and port are the request's
+	// Host. New refuses an entry that is not an http(s) origin.
+	AllowedOrigins []string
 }
 
 // Server serves MCP, REST and health routes.
@@ -120,6 +127,11 @@ type Server struct {
 	tracerProvider trace.TracerProvider
 	// sdkOnlyMCP is Config.SDKOnlyMCP.
 	sdkOnlyMCP bool
+	// allowedOrigins are Config.AllowedOrigins, normalized.
+	allowedOrigins map[string]bool
+	// methods are the MCP methods served: the SDK's and the custom ones,
+	// with their flags (checkRequest).
+	methods map[string]int
 
 	// resets and redeemLimit serve password-reset redemption.
 	resets      store.ResetTokens
@@ -133,6 +145,13 @@ func New(cfg *Config) (*Server, error) {
 		return nil, err
 	}
 	s := newServer(cfg)
+	for _, o := range cfg.AllowedOrigins {
+		n, ok := normalizeOrigin(o)
+		if !ok {
+			return nil, fmt.Errorf("api: allowed origin %q is not an http(s) origin (scheme://host[:port])", o)
+		}
+		s.allowedOrigins[n] = true
+	}
 	var err error
 	if s.getOperation, err = s.getOperationSpec(); err != nil {
 		return nil, err
@@ -191,6 +210,7 @@ func newServer(cfg *Config) *Server {
 
 		tracerProvider: cfg.TracerProvider,
 		sdkOnlyMCP:     cfg.SDKOnlyMCP,
+		allowedOrigins: map[string]bool{},
 	}
 	if s.dbTimeout == 0 {
 		s.dbTimeout = gate.DefaultDBTimeout
@@ -235,7 +255,7 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 		r.Get(ResetPagePath, serveResetPage)
 	}
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate, s.readBody)
+		r.Use(s.checkOrigin, s.authenticate, s.readBody)
 		r.Handle("/mcp", mcpHandler)
 		r.Post("/v1/tools/{tool}", s.restTool)
 		r.Get("/v1/operations", s.restListOperations)
@@ -384,7 +404,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		cancel()
 		if err != nil {
 			if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-				writeProblem(w, r, http.StatusServiceUnavailable, unavailable())
+				writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate", error="invalid_token"`)

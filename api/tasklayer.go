@@ -41,12 +41,15 @@ var tasksCapability = map[string]any{
 // bodies the SDK refuses by size).
 func (s *Server) taskLayer(next http.Handler) func(http.ResponseWriter, *http.Request, *envelope) {
 	return func(w http.ResponseWriter, r *http.Request, env *envelope) {
+		if !s.checkRequest(w, r, env) {
+			return
+		}
 		switch {
 		case env == nil || env.id == nil:
 			next.ServeHTTP(w, r) // a notification or a response: the SDK answers
 		case env.method == methodToolsCall && env.call.isTask():
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), taskCallKey{}, env.call.task)))
-		case env.method == methodInitialize || env.method == methodToolsList:
+		case env.method == methodInitialize || env.method == methodDiscover || editedLists[env.method]:
 			s.rewrite(w, r, next, env.method)
 		default:
 			next.ServeHTTP(w, r)
@@ -108,17 +111,24 @@ func (s *Server) taskCall(ctx context.Context, req *mcp.CallToolRequest, task []
 		}
 		return nil, rpcError(code, cerr)
 	}
-	return &createTaskResult{Task: s.taskOf(ans.Operation)}, nil
+	return &createTaskResult{Task: s.taskOf(s.withNextAttempt(ctx, ans.Operation))}, nil
 }
 
-// rewrite runs the SDK's handler and adds the tasks capability to its
-// initialize answer, or execution.taskSupport to its tools/list answer.
+// editedLists are the methods whose results the SDK (v1.8) writes with
+// 2026-07-28's cache hints (cacheScope, ttlMs) on every revision; rewrite
+// drops them for the revisions that have no such members.
+var editedLists = map[string]bool{
+	methodToolsList: true, "prompts/list": true, "resources/list": true, "resources/templates/list": true, "resources/read": true,
+}
+
+// rewrite runs the SDK's handler and edits its answer so that each client
+// sees the members its revision defines (editAnswer).
 func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, next http.Handler, method string) {
 	rec := &recorder{header: http.Header{}}
 	next.ServeHTTP(rec, r)
 	out := rec.body.Bytes()
 	if rec.status == http.StatusOK {
-		if edited, ok := s.editAnswer(out, method); ok {
+		if edited, ok := s.editAnswer(out, method, r.Header.Get("Mcp-Protocol-Version")); ok {
 			out = edited
 		}
 	}
@@ -130,9 +140,17 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, next http.Handl
 	_, _ = w.Write(out)
 }
 
-// editAnswer edits a JSON answer (the handler answers JSON, not SSE);
-// false leaves it as it is.
-func (s *Server) editAnswer(body []byte, method string) ([]byte, bool) {
+// editAnswer edits a JSON answer (the handler answers JSON, not SSE) of the
+// request's revision (version is its Mcp-Protocol-Version header; an
+// initialize answer names the negotiated one); false leaves it as it is:
+//   - 2025-11-25 (SEP-1686 tasks): the tasks capability in initialize,
+//     execution.taskSupport "optional" on every mutation in tools/list;
+//   - 2026-07-28: the tasks extension (SEP-2663) in server/discover's
+//     capabilities.extensions; no execution (the extension is the one
+//     handshake);
+//   - revisions before 2026-07-28: no cacheScope or ttlMs in list results;
+//     before 2025-11-25, no tasks at all.
+func (s *Server) editAnswer(body []byte, method, version string) ([]byte, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var msg map[string]any
@@ -144,13 +162,35 @@ func (s *Server) editAnswer(body []byte, method string) ([]byte, bool) {
 		return nil, false
 	}
 	switch method {
-	case "initialize":
+	case methodInitialize:
 		caps, ok := result["capabilities"].(map[string]any)
 		if !ok {
 			return nil, false
 		}
+		if result["protocolVersion"] != mcpVersionTasks {
+			return nil, false
+		}
 		caps["tasks"] = tasksCapability
-	case "tools/list":
+	case methodDiscover:
+		caps, ok := result["capabilities"].(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		ext, _ := caps["extensions"].(map[string]any)
+		if ext == nil {
+			ext = map[string]any{}
+		}
+		ext[tasksExtension] = map[string]any{}
+		caps["extensions"] = ext
+	default:
+		if version >= mcpVersionStateless {
+			return nil, false
+		}
+		delete(result, "cacheScope")
+		delete(result, "ttlMs")
+		if method != methodToolsList || version != mcpVersionTasks {
+			break
+		}
 		tools, _ := result["tools"].([]any)
 		for _, t := range tools {
 			tm, ok := t.(map[string]any)

@@ -76,23 +76,36 @@ func (s *Server) taskOf(op *domain.Operation) Task {
 		}
 	case domain.StatusRunning:
 		t.StatusMessage = fmt.Sprintf("running: attempt %d", op.Attempts)
-		t.PollInterval = gate.DefaultRetryAfter.Milliseconds()
 	default:
 		t.StatusMessage = "queued"
 		if op.Attempts > 0 {
 			t.StatusMessage = fmt.Sprintf("queued: attempt %d next", op.Attempts+1)
 		}
-		poll := gate.DefaultRetryAfter
 		if op.NextAttemptAt != nil {
-			poll = min(max(time.Until(*op.NextAttemptAt), minPollInterval), maxPollInterval)
 			t.StatusMessage += " at " + op.NextAttemptAt.UTC().Format(time.RFC3339)
 		}
-		t.PollInterval = poll.Milliseconds()
 	}
+	t.PollInterval = pollInterval(op, time.Now()).Milliseconds()
 	if op.LastError != nil {
 		t.StatusMessage += "; last error: " + string(op.LastError.Code) + ": " + op.LastError.Message
 	}
 	return t
+}
+
+// pollInterval is the poll interval of an operation's task, the same in
+// every answer that shows it (CreateTaskResult, tasks/get, tasks/list, on
+// both revisions): the time to its next attempt (200 ms to 1 min) while it
+// waits for a retry scheduled ahead; the in-flight retry advice
+// (gate.DefaultRetryAfter) while it runs or waits for a worker; 0 (none)
+// once it is terminal.
+func pollInterval(op *domain.Operation, now time.Time) time.Duration {
+	switch {
+	case op.Status.Terminal():
+		return 0
+	case op.Status == domain.StatusQueued && op.NextAttemptAt != nil && op.NextAttemptAt.After(now):
+		return min(max(op.NextAttemptAt.Sub(now), minPollInterval), maxPollInterval)
+	}
+	return gate.DefaultRetryAfter
 }
 
 // taskIDParams are the parameters of tasks/get, tasks/result and
@@ -129,6 +142,9 @@ type listTasksResult struct {
 	Tasks      []Task `json:"tasks"`
 	NextCursor string `json:"nextCursor,omitempty"`
 }
+
+// taskMethods are the methods addTaskMethods serves.
+var taskMethods = []string{"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"}
 
 // addTaskMethods serves tasks/get, tasks/result, tasks/list and
 // tasks/cancel on server.
@@ -195,7 +211,7 @@ func (s *Server) taskPayload(ctx context.Context, _ *mcp.ServerSession, p *taskI
 	}
 	if !c.Status.Terminal() {
 		if c, err = s.gate.Await(ctx, c, TaskResultWait); err != nil {
-			return nil, rpcError(jsonrpc.CodeInternalError, unavailable())
+			return nil, rpcError(jsonrpc.CodeInternalError, unavailableFor(err))
 		}
 	}
 	if !c.Status.Terminal() {
