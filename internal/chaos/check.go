@@ -549,7 +549,7 @@ func Check(ctx context.Context, src Sources, info *RunInfo, results []*Result) (
 		{"reclaims (audit `reclaimed`)", fmt.Sprintf("%d (max %d per operation; max attempts %d)", reclaims, reclaimMax, maxAttempts)},
 		{"recovery after a kill holding an applied refund", recoveryText("refund")},
 		{"recovery after a kill holding a stored mail", recoveryText("mail")},
-		{"longest gap between reaper runs (leader failover)", reaperGap.Round(time.Millisecond).String()},
+		{"longest gap between River's reaper jobs (every worker also runs a pass each interval: jobs.KeepReaping)", reaperGap.Round(time.Millisecond).String()},
 		{"test Stripe faults", fmt.Sprintf("%d refund creates: %d injected 500s, %d responses dropped, %d replays, %d key_in_use", stats.RefundCreates, stats.InjectedErrors, stats.Dropped, stats.Replays, stats.KeyInUse)},
 		{"refunds per operation at the test Stripe (min/max)", fmt.Sprintf("%d / %d (over %d succeeded refunds; %d refunds created)", refundMin, refundMax, succeeded[ToolRefund], stats.RefundsCreated)},
 		{"ledger rows per operation (max)", fmt.Sprint(ledgerMax)},
