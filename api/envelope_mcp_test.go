@@ -155,12 +155,16 @@ func TestMCPTaskCallsPassTheTransportChecks(t *testing.T) {
 	require.Equal(t, "working", created.Result.Task.Status, ans.body)
 	require.Equal(t, fuzzRows{claims: 1, jobs: 1, audit: 1}, p.rows(t))
 
-	// On the sessionless protocol too, with its _meta and headers: the same
-	// key is the same task.
+	// On the sessionless protocol, params.task is no member (the SDK drops
+	// it): without the tasks extension declared the call is a plain one,
+	// the same operation's in_flight answer; with it (taskext_test.go)
+	// the same task.
 	statelessTask := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{` + statelessMeta + `,"name":"apply_credit","arguments":` + args + `,"task":{}}}`
 	again, _ := p.compare(t, mcpRequest{header: stateless("apply_credit"), body: statelessTask})
 	require.Equal(t, http.StatusOK, again.status, "%s", again)
-	require.Contains(t, again.body, `"taskId":"`+created.Result.Task.TaskID+`"`)
+	require.NotContains(t, again.body, `"taskId"`)
+	require.Contains(t, again.body, `"operation_id":"`+created.Result.Task.TaskID+`"`)
+	require.Contains(t, again.body, `"resultType":"complete"`)
 	require.Contains(t, again.body, `"io.modelcontextprotocol/serverInfo"`)
 	require.Equal(t, 1, p.rows(t).claims)
 }

@@ -44,17 +44,46 @@ func (s *Server) taskLayer(next http.Handler) func(http.ResponseWriter, *http.Re
 		if !s.checkRequest(w, r, env) {
 			return
 		}
+		version := r.Header.Get("Mcp-Protocol-Version")
+		stateless := version >= mcpVersionStateless
+		r = r.WithContext(context.WithValue(r.Context(), revisionKey{}, version))
 		switch {
 		case env == nil || env.id == nil:
 			next.ServeHTTP(w, r) // a notification or a response: the SDK answers
+		case env.method == methodToolsCall && stateless:
+			// 2026-07-28 has no params.task (the SDK drops it): a task only
+			// for a client that declares the extension on this request.
+			if declaresTasksExtension(env.call) {
+				r = r.WithContext(context.WithValue(r.Context(), taskExtCallKey{}, true))
+			}
+			next.ServeHTTP(w, r)
 		case env.method == methodToolsCall && env.call.isTask():
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), taskCallKey{}, env.call.task)))
+		case stateless && taskRouted[env.method] && !routedToTask(r, env):
+			writeEnvelopeError(w, http.StatusBadRequest, &envelopeError{code: mcp.CodeHeaderMismatch, id: env.id,
+				msg: "header mismatch: the Mcp-Name header of " + env.method + " must be its params.taskId"})
 		case env.method == methodInitialize || env.method == methodDiscover || editedLists[env.method]:
 			s.rewrite(w, r, next, env.method)
 		default:
 			next.ServeHTTP(w, r)
 		}
 	}
+}
+
+// taskRouted are the extension's methods whose Mcp-Name header is the task
+// id (SEP-2663, "Routing Headers"), so that intermediaries can route them.
+var taskRouted = map[string]bool{"tasks/get": true, "tasks/update": true, "tasks/cancel": true}
+
+// routedToTask reports whether the request's Mcp-Name header is its
+// params.taskId.
+func routedToTask(r *http.Request, env *envelope) bool {
+	var p struct {
+		TaskID *string `json:"taskId"`
+	}
+	if env.params == nil || json.Unmarshal(env.params, &p) != nil || p.TaskID == nil {
+		return true // the method's own checks refuse the params
+	}
+	return r.Header.Get("Mcp-Name") == *p.TaskID
 }
 
 // taskCallKey is the context key of a task-augmented call's params.task.
@@ -64,9 +93,15 @@ type taskCallKey struct{}
 // layer marked as task-augmented; every other request goes on to next.
 func (s *Server) taskCalls(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		task, ok := ctx.Value(taskCallKey{}).([]byte)
 		call, isCall := req.(*mcp.CallToolRequest)
-		if !ok || method != methodToolsCall || !isCall {
+		if method != methodToolsCall || !isCall {
+			return next(ctx, method, req)
+		}
+		if ext, _ := ctx.Value(taskExtCallKey{}).(bool); ext {
+			return s.extTaskCall(ctx, next, method, call)
+		}
+		task, ok := ctx.Value(taskCallKey{}).([]byte)
+		if !ok {
 			return next(ctx, method, req)
 		}
 		return s.taskCall(ctx, call, task)

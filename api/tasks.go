@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -113,6 +114,10 @@ func pollInterval(op *domain.Operation, now time.Time) time.Duration {
 type taskIDParams struct {
 	mcp.ParamsBase
 	TaskID string `json:"taskId"`
+	// RequestState and InputResponses are the extension's (SEP-2663);
+	// this server sets no requestState and asks for no input.
+	RequestState   string          `json:"requestState,omitempty"`
+	InputResponses json.RawMessage `json:"inputResponses,omitempty"`
 }
 
 // id is the task id asked for; "" when the request had no params (the
@@ -144,17 +149,34 @@ type listTasksResult struct {
 }
 
 // taskMethods are the methods addTaskMethods serves.
-var taskMethods = []string{"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"}
+var taskMethods = []string{"tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "tasks/update"}
+
+// Task methods of one revision only: SEP-1686's tasks/result and
+// tasks/list are not the extension's, its tasks/update not SEP-1686's.
+var (
+	legacyTaskMethods    = map[string]bool{"tasks/result": true, "tasks/list": true}
+	statelessTaskMethods = map[string]bool{"tasks/update": true}
+)
 
 // addTaskMethods serves tasks/get, tasks/result, tasks/list and
 // tasks/cancel on server.
 func (s *Server) addTaskMethods(server *mcp.Server) error {
-	if err := mcp.AddReceivingCustomMethod(server, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (*taskResult, error) {
+	if err := mcp.AddReceivingCustomMethod(server, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
 		c, _, err := s.taskClaim(ctx, p.id(), false)
 		if err != nil {
 			return nil, err
 		}
+		if statelessRevision(ctx) {
+			return s.extTaskGet(ctx, c)
+		}
 		return &taskResult{Task: s.taskOf(s.describe(ctx, c))}, nil
+	}); err != nil {
+		return err
+	}
+	if err := mcp.AddReceivingCustomMethod(server, "tasks/update", func(context.Context, *mcp.ServerSession, *taskIDParams) (mcp.Result, error) {
+		// No task of ours asks for input: responses are ignored, as the
+		// extension says for keys that are not outstanding.
+		return &ackResult{ResultType: "complete"}, nil
 	}); err != nil {
 		return err
 	}
@@ -164,7 +186,12 @@ func (s *Server) addTaskMethods(server *mcp.Server) error {
 	if err := mcp.AddReceivingCustomMethod(server, "tasks/list", s.listTasks); err != nil {
 		return err
 	}
-	return mcp.AddReceivingCustomMethod(server, "tasks/cancel", s.cancelTask)
+	return mcp.AddReceivingCustomMethod(server, "tasks/cancel", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
+		if statelessRevision(ctx) {
+			return s.extTaskCancel(ctx, p)
+		}
+		return s.cancelTask(ctx, ss, p)
+	})
 }
 
 // taskClaim finds the caller's task by id. A reader needs operations:read

@@ -161,6 +161,10 @@ func (s *Server) checkRequest(w http.ResponseWriter, r *http.Request, env *envel
 		return true
 	}
 	flags, known := s.methods[env.method]
+	if stateless := r.Header.Get("Mcp-Protocol-Version") >= mcpVersionStateless; stateless && legacyTaskMethods[env.method] ||
+		!stateless && statelessTaskMethods[env.method] {
+		known = false // the other revision's
+	}
 	var e *envelopeError
 	switch {
 	case !known:
