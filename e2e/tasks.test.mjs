@@ -17,6 +17,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { EmptyResultSchema, ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 
 function requiredEnv(name) {
   const v = process.env[name];
@@ -145,6 +146,41 @@ describe('MCP tasks', () => {
       await stopWorker(worker);
     }
     await client?.close();
+  });
+
+  test('an unknown method is an McpError -32601; a foreign Origin is refused with 403', async () => {
+    await assert.rejects(client.request({ method: 'no/such/method' }, EmptyResultSchema), (err) => {
+      assert.ok(err instanceof McpError, `an McpError, not a transport error: ${err}`);
+      assert.equal(err.code, ErrorCode.MethodNotFound);
+      return true;
+    });
+    // The same over plain HTTP: a JSON-RPC error in a JSON body.
+    const headers = {
+      Authorization: `Bearer ${token}`,
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      'Mcp-Protocol-Version': '2025-11-25',
+    };
+    const unknown = await fetch(new URL('/mcp', baseURL), {
+      method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'no/such/method' }),
+    });
+    assert.equal(unknown.headers.get('content-type'), 'application/json');
+    const body = await unknown.json();
+    assert.equal(body.id, 7);
+    assert.equal(body.error.code, -32601);
+
+    const foreign = await fetch(new URL('/mcp', baseURL), {
+      method: 'POST', headers: { ...headers, Origin: 'http://evil.example.com' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/list' }),
+    });
+    assert.equal(foreign.status, 403);
+    assert.equal(foreign.headers.get('content-type'), 'application/json');
+    // And through the SDK's transport: the client cannot connect.
+    const evil = new Client({ name: 'idemgate-e2e-evil', version: '0.0.0' });
+    const transport = new StreamableHTTPClientTransport(new URL('/mcp', baseURL), {
+      requestInit: { headers: { Authorization: `Bearer ${token}`, Origin: 'http://evil.example.com' } },
+    });
+    await assert.rejects(evil.connect(transport), /403|Forbidden/);
   });
 
   test('mutations advertise optional task support; reads do not', async () => {
