@@ -196,10 +196,12 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 			return nil, err
 		}
 	}
+	warnNoSecret(cfg, logger)
 	g, err := gate.New(&gate.Config{
 		Store:    data,
 		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgstore.Unavailable},
 		Policies: tools.Policies(),
+		Secret:   []byte(cfg.Secret),
 		Logger:   logger,
 
 		TracerProvider: opts.TracerProvider,
@@ -226,6 +228,20 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	}
 	opsServer.Mount(srv.Router())
 	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, logger: logger}, nil
+}
+
+// warnNoSecret says, at the start of a process that claims, that without
+// IDEMGATE_SECRET new claims' downstream keys derive from their random
+// operation ids: an intent whose claim a lost commit forgot (a failover to
+// an asynchronous standby, a restore) would reach Stripe with a new key.
+func warnNoSecret(cfg *config.Config, logger *slog.Logger) {
+	if cfg.Secret != "" {
+		return
+	}
+	logger.Warn(config.EnvSecret+" is not set: new claims' downstream keys derive from their random operation ids, "+
+		"so an intent re-created after a lost commit (a failover to an asynchronous standby, a restore) would reach "+
+		"Stripe and the mailer with a new key and run again; set it, the same on every api process and worker "+
+		"(openssl rand -hex 32)", "setting", config.EnvSecret)
 }
 
 // tracedLogger is logger with trace_id and span_id on the lines logged
@@ -263,6 +279,7 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 		Registerer: reg,
 		Logger:     logger,
 
+		AllowedOrigins: cfg.Origins(),
 		TracerProvider: opts.TracerProvider,
 		Ready: func(ctx context.Context) error {
 			ok, err := migrated(ctx)

@@ -69,11 +69,13 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 		return nil, err
 	}
 	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: sqlitestore.Unavailable}
+	warnNoSecret(cfg, logger)
 	g, err := gate.New(&gate.Config{
 		OnTransition: metrics.Transition,
 		Store:        data,
 		Enqueuer:     enqueuer,
 		Policies:     tools.Policies(),
+		Secret:       []byte(cfg.Secret),
 		DBTimeout:    EmbeddedDBTimeout,
 		Logger:       logger,
 

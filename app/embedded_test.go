@@ -58,7 +58,7 @@ func TestEmbeddedSQLiteRefundWithDuplicateRetry(t *testing.T) {
 	require.Equal(t, domain.OutcomeReplayed, again.Outcome)
 	require.Equal(t, first.Operation.OperationID, again.Operation.OperationID)
 	require.JSONEq(t, string(first.Operation.Result), string(again.Operation.Result))
-	require.Equal(t, map[string]int{"idg_" + first.Operation.OperationID + "_0": 1}, stripeSrv.RefundsByKey())
+	require.Equal(t, map[string]int{intentKey(t, cfg.Secret, "acme", "refund_order", refund("sqlite-refund-0001", 1500), 0): 1}, stripeSrv.RefundsByKey())
 
 	conflict, isErr := callTool(t, session, "refund_order", refund("sqlite-refund-0001", 1600))
 	require.True(t, isErr)

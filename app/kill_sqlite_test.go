@@ -170,6 +170,7 @@ func TestSQLiteProcessKilledMidRefundRecoversWithinLeaseAndReaperInterval(t *tes
 	require.LessOrEqual(t, reclaimedAt.Sub(from), reaperInterval+SQLiteKillMargin,
 		"reclaimed within one reaper interval (+%s) of the lease's end or the restart, whichever came later", SQLiteKillMargin)
 
-	downstream := "idg_" + first.Operation.OperationID + "_0"
+	downstream := intentKey(t, "3f9a1c7e5b2d8046e1f7a9c3b5d2e8f041a6c9e3b7d5f2a8c0e4b6d9f1a3c5e7", "acme", "refund_order",
+		refund("refund-sqlite-kill9", 2000), 0)
 	require.Equal(t, map[string]int{downstream: 1}, stripeSrv.RefundsByKey(), "exactly one refund at Stripe")
 }

@@ -123,7 +123,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 
 	applied, release := stripeSrv.HoldNext()
 	defer release()
-	first, isErr := callTool(t, session, "refund_order", refund("refund-kill9-0001", 2000))
+	_, isErr := callTool(t, session, "refund_order", refund("refund-kill9-0001", 2000))
 	require.False(t, isErr)
 	select {
 	case <-applied:
@@ -141,7 +141,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 	t.Logf("succeeded %s after the kill (lease %s, reaper interval %s), attempts %d", elapsed.Round(time.Millisecond), lease, reaperInterval, op.Attempts)
 	require.Equal(t, 2, op.Attempts, "one lease by the killed worker, one by its successor")
 
-	downstream := "idg_" + first.Operation.OperationID + "_0"
+	downstream := intentKey(t, cfg.Secret, "acme", "refund_order", refund("refund-kill9-0001", 2000), 0)
 	require.Equal(t, map[string]int{downstream: 1}, stripeSrv.RefundsByKey(), "exactly one refund at Stripe")
 	require.Len(t, stripeSrv.Refunds(), 1)
 	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM refunds`))

@@ -85,6 +85,7 @@ func newOps[TTx any](cfg *config.Config, st opsStore, client *river.Client[TTx],
 		Store:     st,
 		Enqueuer:  &jobs.Enqueuer[TTx]{Client: client, Unavailable: unavailable},
 		Policies:  tools.Policies(),
+		Secret:    []byte(cfg.Secret),
 		DBTimeout: dbTimeout,
 		Logger:    logger,
 	})

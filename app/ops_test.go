@@ -204,7 +204,7 @@ func runAPIAndWorker(t *testing.T, cfg *config.Config, d *enginetest.DB) string 
 // its job.
 func (b *opsWorker) failDeclinedRefund(t *testing.T, key string) *domain.Operation {
 	t.Helper()
-	callPatiently(t, b.session, "refund_order", map[string]any{"order_id": "ord_declined", "amount_cents": 1000, "idempotency_key": key})
+	callPatiently(t, b.session, "refund_order", declinedRefund(key))
 	op := awaitPatiently(t, b.session, key, domain.StatusFailed)
 	require.NotNil(t, op.Error)
 	require.Equal(t, domain.CodeCardDeclined, op.Error.Code)
@@ -213,6 +213,11 @@ func (b *opsWorker) failDeclinedRefund(t *testing.T, key string) *domain.Operati
 	}, 60*time.Second, 50*time.Millisecond)
 	require.Empty(t, b.stripe.Refunds())
 	return op
+}
+
+// declinedRefund is the arguments of failDeclinedRefund's call.
+func declinedRefund(key string) map[string]any {
+	return map[string]any{"order_id": "ord_declined", "amount_cents": 1000, "idempotency_key": key}
 }
 
 // callPatiently calls a tool and, while the api answers unavailable (HTTP
@@ -313,7 +318,7 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 		require.True(t, line.NextGeneration, "card_declined: nothing happened, so the next generation")
 		require.True(t, line.FreshJob, "a fresh job, never the cancelled one a late cancellation could reach")
 		require.NotEqual(t, jobID, line.JobID)
-		nextKey := "idg_" + opID + "_1"
+		nextKey := intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", declinedRefund(key), 1)
 		require.Equal(t, nextKey, line.DownstreamKey)
 
 		op := awaitPatiently(t, b.session, key, domain.StatusSucceeded)
@@ -360,7 +365,7 @@ func TestOpsRiverUIRetryRedrivesThroughTheGate(t *testing.T) {
 		op := awaitPatiently(t, b.session, key, domain.StatusSucceeded)
 		require.Equal(t, failed.OperationID, op.OperationID)
 		require.Equal(t, failed.JobID, op.JobID, "River UI retried the operation's own job")
-		require.Equal(t, map[string]int{"idg_" + op.OperationID + "_1": 1}, b.stripe.RefundsByKey())
+		require.Equal(t, map[string]int{intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", declinedRefund(key), 1): 1}, b.stripe.RefundsByKey())
 		decisions, by := auditTrail(t, b.db, key)
 		require.Equal(t, []string{"accepted", "started", "failed", "redriven", "started", "succeeded"}, decisions)
 		require.Equal(t, "riverui", by)
@@ -580,7 +585,7 @@ func TestOpsRedriveRoute(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		line = decodeLine(t, body)
 		require.Equal(t, ops.ActionRedriven, line.Action)
-		require.Equal(t, "idg_"+declined.OperationID+"_1", line.DownstreamKey)
+		require.Equal(t, strings.TrimSuffix(declined.DownstreamKey, "_0")+"_1", line.DownstreamKey)
 		decision, user := lastAuditUser(t, s, "route-declined-1")
 		require.Equal(t, domain.DecisionRedriven, decision)
 		require.Equal(t, "oncall", user, "the token's user is the operator")
@@ -591,7 +596,7 @@ func TestOpsRedriveRoute(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		line = decodeLine(t, body)
 		require.False(t, line.NextGeneration, "an unknown outcome keeps the downstream key")
-		require.Equal(t, "idg_"+unknown.OperationID+"_0", line.DownstreamKey)
+		require.Equal(t, unknown.DownstreamKey, line.DownstreamKey)
 		_, user = lastAuditUser(t, s, "route-unknown-01")
 		require.Equal(t, opsUser, user)
 

@@ -832,7 +832,8 @@ func TestSecurityRedactionOfCardDetailsAndSecrets(t *testing.T) {
 
 	// Stripe did send card details, receipt and ARN; and refunded acme's
 	// charge only (globex's ord_9f2 is ch_456).
-	_, stored, ok := b.stripe.StoredResponse("idg_" + first.Operation.OperationID + "_0")
+	_, stored, ok := b.stripe.StoredResponse(intentKey(t, strings.Repeat("s", 32), "acme", "refund_order",
+		map[string]any{"order_id": "ord_9f2", "amount_cents": 1500, "idempotency_key": "redact-mcp-00001"}, 0))
 	require.True(t, ok)
 	var obj struct {
 		ReceiptNumber        string `json:"receipt_number"`

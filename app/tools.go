@@ -65,8 +65,12 @@ func builtinTools(cfg *config.Config, data toolData, tp trace.TracerProvider) (*
 	if err != nil {
 		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM/%s: %w", config.EnvResetLinkBase, err)
 	}
+	deps := &tools.Deps{Data: data, Orders: data, Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}
+	if a, ok := data.(tools.Auditor); ok { // the engines' stores are
+		deps.Audit = a
+	}
 	reg := tool.NewRegistry()
-	if err := tools.Register(reg, &tools.Deps{Data: data, Orders: data, Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}); err != nil {
+	if err := tools.Register(reg, deps); err != nil {
 		return nil, err
 	}
 	return reg, nil

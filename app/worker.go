@@ -87,7 +87,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	}
 	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: pgstore.Unavailable}
 	g, err := gate.New(&gate.Config{Store: data, Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger,
-		TracerProvider: opts.TracerProvider})
+		Secret: []byte(cfg.Secret), TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, err
 	}

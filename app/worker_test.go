@@ -152,7 +152,7 @@ func TestWorkerRefundSucceedsOnceAndReplays(t *testing.T) {
 	require.Equal(t, domain.OutcomeReplayed, again.Outcome)
 	require.JSONEq(t, string(first.Operation.Result), string(again.Operation.Result))
 
-	downstream := "idg_" + first.Operation.OperationID + "_0"
+	downstream := intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", refund("refund-e2e-0001", 1500), 0)
 	require.Equal(t, map[string]int{downstream: 1}, b.stripe.RefundsByKey())
 	require.Empty(t, b.stripe.ForeignKeys())
 	require.Zero(t, b.stripe.MissingKey())
@@ -195,7 +195,7 @@ func TestWorkerRetriesWhileRunningNeverRefundTwice(t *testing.T) {
 	wg.Wait()
 	release()
 	awaitStatus(t, b.session, "refund_order", "refund-held-0001", domain.StatusSucceeded)
-	require.Equal(t, 1, b.stripe.RefundsByKey()["idg_"+first.Operation.OperationID+"_0"])
+	require.Equal(t, 1, b.stripe.RefundsByKey()[intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", refund("refund-held-0001", 1000), 0)])
 	require.Len(t, b.stripe.Refunds(), 1)
 }
 
@@ -237,21 +237,21 @@ func TestWorkerTransientErrorsEndInOneRefund(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, 0)
 	b.stripe.FailNext(2, http.StatusInternalServerError)
-	first, isErr := callTool(t, b.session, "refund_order", refund("refund-flaky-0001", 700))
+	_, isErr := callTool(t, b.session, "refund_order", refund("refund-flaky-0001", 700))
 	require.False(t, isErr)
 	awaitStatus(t, b.session, "refund_order", "refund-flaky-0001", domain.StatusSucceeded)
 
 	// Applied, then the response is lost: the retry with the same key gets
 	// Stripe's stored refund, not a second one.
 	b.stripe.DropNext(1)
-	second, isErr := callTool(t, b.session, "refund_order", refund("refund-dropped-01", 800))
+	_, isErr = callTool(t, b.session, "refund_order", refund("refund-dropped-01", 800))
 	require.False(t, isErr)
 	op := awaitStatus(t, b.session, "refund_order", "refund-dropped-01", domain.StatusSucceeded)
 	require.GreaterOrEqual(t, op.Attempts, 1)
 
 	byKey := b.stripe.RefundsByKey()
-	require.Equal(t, 1, byKey["idg_"+first.Operation.OperationID+"_0"])
-	require.Equal(t, 1, byKey["idg_"+second.Operation.OperationID+"_0"])
+	require.Equal(t, 1, byKey[intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", refund("refund-flaky-0001", 700), 0)])
+	require.Equal(t, 1, byKey[intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", refund("refund-dropped-01", 800), 0)])
 	require.Len(t, b.stripe.Refunds(), 2)
 	require.Equal(t, 2, countRows(t, b.pool, `SELECT count(*) FROM refunds`))
 }
@@ -283,7 +283,9 @@ func TestWorkerCreditSeatAndMailHappenOnce(t *testing.T) {
 		MessageID string `json:"message_id"`
 	}
 	require.NoError(t, json.Unmarshal(mailOp.Result, &sent))
-	require.True(t, strings.HasPrefix(sent.MessageID, "<idg_"+mailOp.OperationID+"_0@"), sent.MessageID)
+	mailKey := intentKey(t, strings.Repeat("s", 32), "acme", "send_password_reset", mail, 0)
+	require.True(t, strings.HasPrefix(sent.MessageID, "<"+mailKey+"@"), sent.MessageID)
+	require.NotContains(t, sent.MessageID, mailOp.OperationID)
 	require.Eventually(t, func() bool {
 		n, err := b.mail.CountByMessageID(ctx, sent.MessageID)
 		return err == nil && n == 1

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -84,9 +85,12 @@ type Config struct {
 	// answering with a handle; 0 answers at once.
 	Wait time.Duration `name:"wait" env:"IDEMGATE_WAIT" default:"2s" placeholder:"DURATION" help:"how long a mutation call waits for its outcome before answering with a handle; 0 answers at once"`
 
-	// Secret derives password-reset tokens. Only binaries that call
-	// RequireSecret need it.
-	Secret string `name:"secret" env:"IDEMGATE_SECRET" envonly:"" secret:"" help:"derives password-reset tokens: at least 32 bytes, no placeholder, at least 128 bits of entropy (openssl rand -hex 32)"`
+	// Secret derives password-reset tokens (workers of the built-in tools
+	// call RequireSecret) and keys the intent keys that new claims'
+	// downstream keys derive from (the api and the embedded mode warn at
+	// start without it: downstream keys then come from random operation
+	// ids, which a lost commit forgets). The same on every process.
+	Secret string `name:"secret" env:"IDEMGATE_SECRET" envonly:"" secret:"" help:"derives password-reset tokens and keys the downstream keys Stripe and the mailer deduplicate by (set the same on every api and worker): at least 32 bytes, no placeholder, at least 128 bits of entropy (openssl rand -hex 32)"`
 
 	// WorkerAddr is where cmd/worker serves /metrics and /healthz.
 	WorkerAddr string `name:"worker-addr" env:"IDEMGATE_WORKER_ADDR" default:"127.0.0.1:9091" placeholder:"HOST:PORT" help:"where the worker serves /metrics and /healthz"`
@@ -125,6 +129,14 @@ type Config struct {
 	// statements, such as PgBouncer 1.21+ with max_prepared_statements).
 	DBPooler string `name:"db-pooler" env:"IDEMGATE_DB_POOLER" default:"none" placeholder:"MODE" help:"what DATABASE_URL connects through: none (Postgres, or a session pooler) or transaction (PgBouncer pool_mode=transaction: River polls, no prepared statements)"`
 
+	// AllowedOrigins are the origins (scheme://host[:port], comma-separated)
+	// from which a browser page may call the api's /mcp and REST routes
+	// (Origins): a request whose Origin header is another is refused with
+	// 403; a request without Origin (a non-browser client) is served.
+	// Empty: only the api's own origin (the one whose host and port are the
+	// request's Host header) and none other.
+	AllowedOrigins string `name:"allowed-origins" env:"IDEMGATE_ALLOWED_ORIGINS" placeholder:"ORIGINS" help:"comma-separated origins (scheme://host[:port]) whose browser pages may call /mcp and /v1; any other Origin header is refused with 403, requests without Origin are served; empty: the api's own origin only"`
+
 	// LogLevel is the minimum level logged: debug, info, warn or error
 	// (case-insensitive).
 	LogLevel slog.Level `name:"log-level" env:"IDEMGATE_LOG_LEVEL" default:"info" placeholder:"LEVEL" help:"minimum log level: debug, info, warn or error"`
@@ -150,6 +162,7 @@ const (
 	EnvRateLimit       = "IDEMGATE_RATE_LIMIT"
 	EnvRateBurst       = "IDEMGATE_RATE_BURST"
 	EnvDBPooler        = "IDEMGATE_DB_POOLER"
+	EnvAllowedOrigins  = "IDEMGATE_ALLOWED_ORIGINS"
 )
 
 // Defaults as constants, for packages that need one without a Config. The
@@ -243,6 +256,18 @@ func Defaults() *Config {
 	return c
 }
 
+// Origins returns AllowedOrigins as a list, each entry trimmed; nil when
+// it is empty.
+func (c *Config) Origins() []string {
+	var out []string
+	for _, o := range strings.Split(c.AllowedOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // Driver returns DriverPostgres for a postgres:// or postgresql:// URL and
 // DriverSQLite otherwise.
 func (c *Config) Driver() string {
@@ -316,7 +341,7 @@ func (c *Config) ResetLinkBaseOrDefault() string {
 // Binaries that send password-reset mail call it after loading.
 func (c *Config) RequireSecret() error {
 	if c.Secret == "" {
-		return settingErr(EnvSecret, "is required (it derives password-reset tokens); "+
+		return settingErr(EnvSecret, "is required (it derives password-reset tokens and keys the downstream keys); "+
 			"generate one with: openssl rand -hex 32")
 	}
 	return nil

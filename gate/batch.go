@@ -138,7 +138,7 @@ func (b *batcher) write(group []*claimReq) ([]*Claim, error) {
 		rows[i] = &ClaimInsertParams{
 			OperationID: refs[i].OperationID, TenantID: r.params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 			UserID: r.params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
-			TTL: r.policy.TTL, Retention: r.policy.retention(), JobID: jobIDs[i], Audit: ev,
+			IntentKey: b.g.intentKey(r.params), TTL: r.policy.TTL, Retention: r.policy.retention(), JobID: jobIDs[i], Audit: ev,
 		}
 	}
 	claims, err := tx.ClaimInsertMany(ctx, rows)

@@ -71,6 +71,16 @@ type Config struct {
 	Enqueuer Enqueuer
 	// Policies are the mutating tools. Each tool must appear once.
 	Policies []Policy
+	// Secret keys the intent keys that new claims' downstream keys derive
+	// from (IntentKeyer; the deployment's IDEMGATE_SECRET): the same intent
+	// gets the same downstream key in any database of the deployment, so an
+	// intent re-created after a lost commit (failover to an asynchronous
+	// standby, a restore) reaches the provider with the key it used before.
+	// Every process that claims must have the same secret. Default (empty):
+	// no intent keys, and downstream keys derive from the random operation
+	// id, which a lost commit forgets; the api and the embedded mode require
+	// the secret.
+	Secret []byte
 	// Waiter wakes callers waiting for an outcome. Nil is the gate's own:
 	// while calls wait, one query per PollInterval for all of them.
 	Waiter Waiter
@@ -106,6 +116,7 @@ type Gate struct {
 	store    Store
 	enqueuer Enqueuer
 	policies map[string]*Policy
+	intents  IntentKeyer
 	waiter   Waiter
 	timeout  time.Duration
 	logger   *slog.Logger
@@ -135,6 +146,7 @@ func New(cfg *Config) (*Gate, error) {
 		store:    cfg.Store,
 		enqueuer: cfg.Enqueuer,
 		policies: make(map[string]*Policy, len(cfg.Policies)),
+		intents:  NewIntentKeyer(cfg.Secret),
 		waiter:   cfg.Waiter,
 		timeout:  cfg.DBTimeout,
 		logger:   cfg.Logger,
@@ -514,7 +526,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	claim, err := apply(ctx, tx, EventInsert, nil, Facts{}, &ClaimInsertParams{
 		OperationID: operationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 		UserID: params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
-		TTL: policy.TTL, Retention: policy.retention(), JobID: jobID, Audit: ev,
+		IntentKey: g.intentKey(params), TTL: policy.TTL, Retention: policy.retention(), JobID: jobID, Audit: ev,
 	})
 	event := EventInsert
 	switch {
@@ -577,7 +589,8 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 	}
 	claim, err = apply(ctx, tx, EventTakeOver, existing, Facts{}, &ClaimTakeOverParams{
 		ID: existing.ID, OperationID: operationID, UserID: params.Actor.UserID,
-		Args: in.Canonical, ArgsHash: in.ArgsHash, TTL: policy.TTL, Retention: policy.retention(), JobID: jobID,
+		Args: in.Canonical, ArgsHash: in.ArgsHash, IntentKey: g.intentKey(params), TTL: policy.TTL,
+		Retention: policy.retention(), JobID: jobID,
 	})
 	if errors.Is(err, domain.ErrStateChanged) || errors.Is(err, domain.ErrNotFound) {
 		return nil, nil, nil, nil // another intent took it over first: loop
@@ -586,6 +599,13 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 		return nil, nil, nil, err
 	}
 	return claim, nil, existing, nil
+}
+
+// intentKey is the intent key of the call's (tenant, tool, key,
+// fingerprint), "" without a secret.
+func (g *Gate) intentKey(params *ClaimParams) string {
+	in := params.Intent
+	return g.intents.Key(params.Actor.TenantID, in.Tool, in.Key, in.ArgsHash)
 }
 
 // history looks the call's fingerprint up in its key's history: an

@@ -28,8 +28,11 @@ type Claim struct {
 	Attempts       int
 	// JobID is the one job allowed to execute this claim; zero before the
 	// job is inserted.
-	JobID         int64
-	Generation    int
+	JobID      int64
+	Generation int
+	// DownstreamKey is the provider's idempotency key of this generation:
+	// "idg_" + the intent key (the operation id for claims without one) +
+	// "_" + Generation; see DownstreamKey.
 	DownstreamKey string
 	TTL           time.Duration
 	Result        json.RawMessage
@@ -249,7 +252,10 @@ type ClaimInsertParams struct {
 	UserID         string
 	Args           json.RawMessage
 	ArgsHash       string
-	TTL            time.Duration
+	// IntentKey is the keyed hash of the intent (IntentKeyer.Key) that the
+	// claim's downstream key derives from; "" derives it from OperationID.
+	IntentKey string
+	TTL       time.Duration
 	// Retention is how long a tombstone keeps the intent after the TTL.
 	Retention time.Duration
 	// JobID is the job inserted for the claim in the same transaction.
@@ -290,8 +296,10 @@ type ClaimTakeOverParams struct {
 	UserID      string
 	Args        json.RawMessage
 	ArgsHash    string
-	TTL         time.Duration
-	Retention   time.Duration
+	// IntentKey is the new intent's (see ClaimInsertParams.IntentKey).
+	IntentKey string
+	TTL       time.Duration
+	Retention time.Duration
 	// JobID is the job inserted for the new intent in the same transaction.
 	JobID int64
 	// Now overrides the database clock; tests only.

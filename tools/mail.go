@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/domain/resetmail"
@@ -27,7 +28,7 @@ type Mail struct {
 
 // SendPasswordReset mails a password-reset link, on the tenant's own link
 // base when it has one, else the deployment's. The token is HMAC(secret,
-// downstream key), so a resent mail carries the same token, and the
+// operation key) (tokenKey), so a resent mail carries the same token, and the
 // Message-ID derives from the downstream key, so receivers can fold
 // duplicates that SMTP cannot prevent.
 func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
@@ -51,7 +52,7 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 			if err != nil {
 				return nil, tool.Transient(codeUnavailable, err)
 			}
-			token := resetmail.Token(d.Secret, op.DownstreamKey)
+			token := resetmail.Token(d.Secret, tokenKey(op))
 			sent, err := d.Mail.Send(ctx, &resetmail.Mail{To: user.Email, UserID: op.Args.UserID, DownstreamKey: op.DownstreamKey,
 				Token: token, LinkBase: base})
 			if err != nil {
@@ -62,11 +63,24 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[MailArgs], m *Mail) error {
 			return d.Data.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{
 				TenantID: op.TenantID, UserID: m.UserID, OperationID: op.OperationID,
-				TokenHash: resetmail.TokenHash(resetmail.Token(d.Secret, op.DownstreamKey)),
+				TokenHash: resetmail.TokenHash(resetmail.Token(d.Secret, tokenKey(op))),
 				MessageID: m.MessageID, ExpiresAt: m.SentAt.Add(ResetTokenTTL),
 			})
 		},
 	}
+}
+
+// tokenKey is what a reset token derives from: "idg_<operation id>_<generation>",
+// which is the downstream key of claims without an intent key (so their
+// tokens are what they were), and unique per operation. Not the
+// intent-derived downstream key itself: the same key and user may be sent
+// a reset again as a new intent once its history is forgotten, and must not
+// get the first one's token (token hashes are unique). A mail whose claim a
+// lost commit forgot is resent with the same Message-ID and a new link: the
+// first link's token row was lost with that commit.
+func tokenKey(op *tool.Op[MailArgs]) string {
+	gen := op.DownstreamKey[strings.LastIndexByte(op.DownstreamKey, '_')+1:]
+	return "idg_" + op.OperationID + "_" + gen
 }
 
 // mailError classifies a failed send: rejected (definitive, nothing sent),

@@ -5,12 +5,14 @@
 package tools
 
 import (
+	"context"
 	"errors"
 
 	"github.com/idemgate/idemgate/domain"
 
 	"github.com/idemgate/idemgate/domain/refunds"
 	"github.com/idemgate/idemgate/domain/resetmail"
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -28,12 +30,20 @@ type Deps struct {
 	Mail *resetmail.Sender
 	// Secret derives password-reset tokens (IDEMGATE_SECRET).
 	Secret []byte
+	// Audit, optional, writes the audit row of a refund adopted from an
+	// operation a lost commit forgot (the deployment's gate.Store).
+	Audit Auditor
 	// MailFailUnknownOutcome hands a password-reset mail whose outcome is
 	// unknown (the server may have taken it; SMTP cannot deduplicate) to
 	// an operator, failing the operation with outcome_unknown, instead of
 	// sending it again with the same Message-ID (the default). It applies
 	// to the reaper's expired leases too (gate.Policy.FailUnknownOutcome).
 	MailFailUnknownOutcome bool
+}
+
+// Auditor appends audit rows (gate.Executor's AuditInsert).
+type Auditor interface {
+	AuditInsert(ctx context.Context, params *gate.AuditInsertParams) error
 }
 
 // Register adds the built-in tools to reg.

@@ -3,7 +3,6 @@ package tools_test
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -82,15 +81,10 @@ func refundCase(srv *stripetest.Server) *tooltest.Case {
 		DifferField: "amount_cents",
 		Failing:     map[string]any{"order_id": "ord_declined", "amount_cents": 100},
 		FailCode:    domain.CodeCardDeclined,
-		// Refunds where they land: at the test Stripe, by our downstream
-		// key, and the refund row.
+		// Refunds where they land: at the test Stripe, by the operation
+		// their metadata names, and the refund row.
 		Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
-			atStripe := 0
-			for key, n := range srv.RefundsByKey() {
-				if strings.HasPrefix(key, "idg_"+op.OperationID+"_") {
-					atStripe += n
-				}
-			}
+			atStripe := srv.RefundsByMetadata(refunds.MetadataOperationID)[op.OperationID]
 			rows := h.Count(t, `SELECT count(*) FROM refunds WHERE operation_id = $1`, op.OperationID)
 			require.Equal(t, atStripe, rows, "refunds at Stripe and refund rows agree")
 			return atStripe

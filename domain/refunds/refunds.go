@@ -1,6 +1,6 @@
 // Package refunds makes Stripe refunds for refund_order with stripe-go v76:
 // always with our downstream key as Stripe's Idempotency-Key, the operation
-// id in the refund's metadata, stripe-go's own network retries off (ours are
+// id and the downstream key in the refund's metadata, stripe-go's own network retries off (ours are
 // bounded by the caller's deadline), and errors classified into definitive
 // and transient.
 package refunds
@@ -28,6 +28,13 @@ import (
 // MetadataOperationID is the refund metadata key naming our operation: what
 // reconciliation looks for once Stripe's 24-hour key window has passed.
 const MetadataOperationID = "idemgate_operation_id"
+
+// MetadataDownstreamKey is the refund metadata key naming the downstream
+// key (the intent key and its generation): what reconciliation finds a
+// refund of the same intent by when the operation that made it was lost
+// (its claim's commit did not survive a failover or a restore, and the
+// intent was claimed again under a new operation id).
+const MetadataDownstreamKey = "idemgate_downstream_key"
 
 // Config configures a Client.
 type Config struct {
@@ -126,7 +133,11 @@ type Refund struct {
 	AmountCents int64  `json:"amount_cents"`
 	Currency    string `json:"currency"`
 	Status      string `json:"status"`
-	OperationID string `json:"-"`
+	// OperationID and DownstreamKey are what the refund's metadata names:
+	// the operation that made it and its downstream key.
+	OperationID   string    `json:"-"`
+	DownstreamKey string    `json:"-"`
+	Created       time.Time `json:"-"`
 	// Replayed is true when Stripe answered from its idempotency cache.
 	Replayed bool `json:"-"`
 }
@@ -145,9 +156,10 @@ func (c *Client) Create(ctx context.Context, r *Request) (*Refund, error) {
 				IdempotencyKey: stripe.String(r.DownstreamKey),
 			},
 			Metadata: map[string]string{
-				MetadataOperationID: r.OperationID,
-				"idemgate_tenant":   r.TenantID,
-				"idemgate_order_id": r.OrderID,
+				MetadataOperationID:   r.OperationID,
+				MetadataDownstreamKey: r.DownstreamKey,
+				"idemgate_tenant":     r.TenantID,
+				"idemgate_order_id":   r.OrderID,
 			},
 			Charge: stripe.String(r.ChargeID),
 			Amount: stripe.Int64(r.AmountCents),
@@ -175,18 +187,47 @@ func (c *Client) Create(ctx context.Context, r *Request) (*Refund, error) {
 // metadata names operationID, or domain.ErrNotFound. Stripe cannot search
 // refunds by metadata, so this pages through the charge's refunds.
 func (c *Client) FindByOperation(ctx context.Context, chargeID, operationID string) (*Refund, error) {
-	params := &stripe.RefundListParams{Charge: stripe.String(chargeID)}
+	return c.Find(ctx, &FindParams{ChargeID: chargeID, OperationID: operationID})
+}
+
+// FindParams are the parameters of Client.Find.
+type FindParams struct {
+	ChargeID string
+	// OperationID finds the refund whose metadata names the operation.
+	OperationID string
+	// DownstreamKey, when set, also finds a refund whose metadata names
+	// the same downstream key (the same intent and generation) made by
+	// another operation, created at CreatedAfter or later: the refund of
+	// an operation whose claim a lost commit forgot.
+	DownstreamKey string
+	CreatedAfter  time.Time
+}
+
+// Find lists the charge's refunds and returns the one whose metadata names
+// p.OperationID, else one of the same downstream key (see FindParams), or
+// domain.ErrNotFound. Stripe cannot search refunds by metadata, so this
+// pages through the charge's refunds.
+func (c *Client) Find(ctx context.Context, p *FindParams) (*Refund, error) {
+	params := &stripe.RefundListParams{Charge: stripe.String(p.ChargeID)}
 	params.Context = ctx
 	params.Limit = stripe.Int64(100)
 	it := c.refunds.List(params)
+	var sameIntent *Refund
 	for it.Next() {
 		re := it.Refund()
-		if re.Metadata[MetadataOperationID] == operationID {
+		switch {
+		case re.Metadata[MetadataOperationID] == p.OperationID:
 			return view(re), nil
+		case sameIntent == nil && p.DownstreamKey != "" && re.Metadata[MetadataDownstreamKey] == p.DownstreamKey &&
+			!time.Unix(re.Created, 0).Before(p.CreatedAfter.Truncate(time.Second)):
+			sameIntent = view(re)
 		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, err
+	}
+	if sameIntent != nil {
+		return sameIntent, nil
 	}
 	return nil, domain.ErrNotFound
 }
@@ -198,6 +239,9 @@ func view(re *stripe.Refund) *Refund {
 		Currency:    string(re.Currency),
 		Status:      string(re.Status),
 		OperationID: re.Metadata[MetadataOperationID],
+
+		DownstreamKey: re.Metadata[MetadataDownstreamKey],
+		Created:       time.Unix(re.Created, 0),
 	}
 	if re.Charge != nil {
 		out.ChargeID = re.Charge.ID

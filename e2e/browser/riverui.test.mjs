@@ -166,8 +166,14 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
     assert.equal(stats.refunds_created, 1);
     assert.deepEqual(stats.refunds_by_charge, { [chargeID]: 1 });
     // card_declined means nothing happened, so the re-drive moved to the
-    // next generation's key.
-    assert.deepEqual(stats.refunds_by_key, { [`idg_${operationID}_1`]: 1 });
+    // next generation's key: the intent key (an HMAC of tenant, tool, key
+    // and arguments under IDEMGATE_SECRET, never the operation id or the
+    // client's key) with generation 1.
+    const refundKeys = Object.keys(stats.refunds_by_key);
+    assert.equal(refundKeys.length, 1, JSON.stringify(stats.refunds_by_key));
+    assert.match(refundKeys[0], /^idg_[0-9a-f]{32}_1$/);
+    assert.ok(!refundKeys[0].includes(operationID) && !refundKeys[0].includes(key), refundKeys[0]);
+    assert.equal(stats.refunds_by_key[refundKeys[0]], 1);
     assert.equal(stats.refunded_amount[chargeID], 1200);
 
     // A retry by the client replays the outcome; nothing new happens.
@@ -187,7 +193,7 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
     );
     assert.equal(detail.status, 'succeeded');
     assert.equal(detail.generation, 1);
-    assert.equal(detail.downstream_key, `idg_${operationID}_1`);
+    assert.equal(detail.downstream_key, refundKeys[0]);
     assert.deepEqual(
       detail.audit.map((e) => e.decision),
       ['accepted', 'started', 'failed', 'redriven', 'started', 'succeeded', 'replayed'],

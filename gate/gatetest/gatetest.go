@@ -52,6 +52,7 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 	maps.Copy(all, traceTests)
 	maps.Copy(all, groupTests)
 	maps.Copy(all, historyTests)
+	maps.Copy(all, intentTests)
 	for name, test := range all {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -61,13 +62,14 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 				Enqueuer: b.Enqueuer,
 				Waiter:   b.Waiter,
 				Policies: Policies(),
+				Secret:   Secret,
 				// A bound, not a timing assertion: 64 concurrent calls queue
 				// for SQLite's one connection, slowly under -race on a
 				// loaded machine.
 				DBTimeout: 30 * time.Second,
 			})
 			require.NoError(t, err)
-			test(t, &suite{Bundle: b, gate: g})
+			test(t, &suite{Bundle: b, gate: g, newBundle: newBundle})
 		})
 	}
 }
@@ -75,6 +77,20 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 type suite struct {
 	*Bundle
 	gate *gate.Gate
+	// newBundle makes another fresh store, for cases that compare two
+	// databases.
+	newBundle func(t *testing.T) *Bundle
+}
+
+// Secret is the deployment secret of the suite's gates: their claims'
+// downstream keys derive from intent keys under it.
+var Secret = []byte("gatetest: a deployment secret of 32 bytes or more")
+
+// DownstreamKey is the downstream key that generation gen of c has under
+// Secret: "idg_" + the intent key of c's tenant, tool, key and fingerprint
+// + "_" + gen.
+func DownstreamKey(c *gate.Claim, gen int) string {
+	return gate.DownstreamKey(gate.NewIntentKeyer(Secret).Key(c.TenantID, c.Tool, c.IdempotencyKey, c.ArgsHash), c.OperationID, gen)
 }
 
 // ClaimOpts are the options of Claim; nil fields take defaults.
@@ -167,7 +183,10 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NotZero(t, c.JobID)
 		require.Equal(t, "acme", c.TenantID)
 		require.Equal(t, "order-9f2-refund-1", c.IdempotencyKey)
-		require.Equal(t, "idg_"+c.OperationID+"_0", c.DownstreamKey)
+		require.Equal(t, DownstreamKey(c, 0), c.DownstreamKey)
+		require.NotContains(t, c.DownstreamKey, c.OperationID)
+		require.NotContains(t, c.DownstreamKey, c.IdempotencyKey)
+		require.Len(t, c.DownstreamKey, len("idg_")+gate.IntentKeyLen+len("_0"))
 		require.Equal(t, gate.DefaultMoneyTTL, c.TTL)
 		require.Nil(t, c.ExpiresAt)
 		require.JSONEq(t, `{"amount_cents":500,"order_id":"ord_9f2"}`, string(c.Args))
@@ -179,7 +198,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		ctx := context.Background()
 		// Two gates, as two api processes: each folds its own identical
 		// calls, and the unique index decides between them.
-		other, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Policies: Policies()})
+		other, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Policies: Policies(), Secret: Secret})
 		require.NoError(t, err)
 		gates := []*gate.Gate{s.gate, other}
 		const n = 64
@@ -291,6 +310,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NotEqual(t, a.Claim.OperationID, b.Claim.OperationID)
 		require.NotEqual(t, a.Claim.OperationID, c.Claim.OperationID)
 		require.NotEqual(t, a.Claim.DownstreamKey, b.Claim.DownstreamKey)
+		require.NotEqual(t, a.Claim.DownstreamKey, c.Claim.DownstreamKey)
 		require.Equal(t, 3, s.ClaimCount(ctx))
 		_, err := s.Store.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "initech", Tool: "refund_order", IdempotencyKey: "shared-key-1"})
 		require.ErrorIs(t, err, domain.ErrNotFound)
@@ -352,7 +372,8 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Nil(t, res.Claim.ExpiresAt)
 		require.NotEqual(t, first.Claim.JobID, res.Claim.JobID)
 		require.GreaterOrEqual(t, res.Claim.Epoch, leased.Epoch, "epoch stays monotonic across intents")
-		require.Equal(t, "idg_"+res.Claim.OperationID+"_0", res.Claim.DownstreamKey)
+		require.Equal(t, DownstreamKey(res.Claim, 0), res.Claim.DownstreamKey)
+		require.NotEqual(t, first.Claim.DownstreamKey, res.Claim.DownstreamKey, "another fingerprint, another intent key")
 		require.Equal(t, 2, s.JobCount(ctx))
 		events := audit(ctx, t, s.Store, "acme", "refund_order", "takeover-key-1")
 		require.Equal(t, []domain.Decision{domain.DecisionAccepted, domain.DecisionDenied, domain.DecisionArchived,
@@ -529,7 +550,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		next, err := s.Store.ClaimRedrive(ctx, &gate.ClaimRedriveParams{ID: c.ID, NextGeneration: true, JobID: 424242})
 		require.NoError(t, err)
 		require.Equal(t, 1, next.Generation)
-		require.Equal(t, "idg_"+c.OperationID+"_1", next.DownstreamKey)
+		require.Equal(t, DownstreamKey(c, 1), next.DownstreamKey)
 		require.Equal(t, int64(424242), next.JobID)
 		require.Nil(t, next.FirstCalledAt)
 

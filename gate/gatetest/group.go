@@ -76,7 +76,7 @@ var groupTests = map[string]func(t *testing.T, s *suite){
 		ctx := context.Background()
 		// Two gates, as two api processes: one groups its new claims, the
 		// other claims one call per transaction.
-		single, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Policies: Policies(),
+		single, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Policies: Policies(), Secret: Secret,
 			MaxClaimBatch: 1, DBTimeout: 30 * time.Second})
 		require.NoError(t, err)
 		prior := Claim(ctx, t, s.gate, &ClaimOpts{Key: "group-prior-0001"}).Claim

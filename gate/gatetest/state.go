@@ -125,7 +125,7 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 		for i := range policies {
 			policies[i].ReclaimBudget = 1
 		}
-		strict, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Policies: policies})
+		strict, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Policies: policies, Secret: Secret})
 		require.NoError(t, err)
 		c = newClaim("state-give-up-01")
 		leased = lease(ctx, t, s.Store, c, c.JobID, -time.Second)

@@ -21,7 +21,7 @@ var traceTests = map[string]func(t *testing.T, s *suite){
 		rec := tracetest.NewSpanRecorder() // synchronous: a span is recorded when it ends
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 		traced, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Waiter: s.Waiter,
-			Policies: Policies(), DBTimeout: 30 * time.Second, TracerProvider: tp})
+			Policies: Policies(), Secret: Secret, DBTimeout: 30 * time.Second, TracerProvider: tp})
 		require.NoError(t, err)
 
 		callCtx, call := tp.Tracer("test").Start(ctx, "call")

@@ -206,12 +206,37 @@ func Check(ctx context.Context, src Sources, info *RunInfo, results []*Result) (
 	if err != nil {
 		return nil, err
 	}
+	// A Message-ID is "<downstream key>@domain"; the downstream key names
+	// the intent key (or, for claims without one, the operation id), which
+	// the claims map back to their operation.
+	opOfKey := map[string]string{}
+	keyRows, err := conn.Query(ctx, `SELECT operation_id::text, downstream_key FROM idempotency_claims`)
+	if err != nil {
+		return nil, err
+	}
+	for keyRows.Next() {
+		var op, key string
+		if err := keyRows.Scan(&op, &key); err != nil {
+			keyRows.Close()
+			return nil, err
+		}
+		if k := opFromMessageID(key); k != "" {
+			opOfKey[k] = op
+		}
+	}
+	keyRows.Close()
+	if err := keyRows.Err(); err != nil {
+		return nil, err
+	}
 	mailsByMsgID := map[string]int{}
 	mailsByOp := map[string]int{}
 	msgIDsByOp := map[string]map[string]bool{}
 	for _, m := range msgs {
 		mailsByMsgID[m.MessageID]++
 		if op := opFromMessageID(m.MessageID); op != "" {
+			if known, ok := opOfKey[op]; ok {
+				op = known
+			}
 			mailsByOp[op]++
 			if msgIDsByOp[op] == nil {
 				msgIDsByOp[op] = map[string]bool{}
@@ -657,7 +682,8 @@ func trail(ctx context.Context, conn *pgx.Conn, r *Result, stripeN, ledgerN, mai
 	return b.String()
 }
 
-// opFromMessageID extracts the operation id from "idg_<uuid>_<gen>@domain".
+// opFromMessageID extracts what a downstream key names from
+// "idg_<intent key or operation id>_<gen>@domain" (or the bare key).
 func opFromMessageID(id string) string {
 	local, _, _ := strings.Cut(strings.Trim(id, "<>"), "@")
 	if !strings.HasPrefix(local, "idg_") {

@@ -41,7 +41,7 @@ func audited(audit *gate.AuditInsertParams, plain, withAudit string, args ...any
 
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
 	sql, args := audited(p.Audit, sqlClaimInsert, sqlClaimInsertAudited, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey,
-		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID)
+		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID, p.IntentKey)
 	return e.claimWrite(ctx, domain.ErrAlreadyExists, sql, args...)
 }
 
@@ -55,7 +55,7 @@ func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) 
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
 	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
-		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID)
+		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID, p.IntentKey)
 }
 
 func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
@@ -257,12 +257,14 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertP
 		retain = make([]int32, len(rows))
 		jobIDs = make([]int64, len(rows))
 		audits = make([]*gate.AuditInsertParams, 0, len(rows))
+		intent = make([]string, len(rows))
 	)
 	for i, r := range rows {
 		for j, v := range []string{r.OperationID, r.TenantID, r.Tool, r.IdempotencyKey, r.UserID, string(r.Args), r.ArgsHash} {
 			text[j] = append(text[j], v)
 		}
 		ttl[i], retain[i], jobIDs[i] = int32(r.TTL/time.Second), int32(r.Retention/time.Second), r.JobID
+		intent[i] = r.IntentKey
 		if r.Audit != nil {
 			a := *r.Audit // the row's own operation: the statement pairs them by it
 			a.OperationID, a.JobID = r.OperationID, r.JobID
@@ -271,6 +273,7 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertP
 	}
 	args := append([]any{text[0], text[1], text[2], text[3], text[4], text[5], text[6], ttl, retain, jobIDs},
 		auditArrays(audits)...)
+	args = append(args, intent)
 	written, err := list(ctx, e.q, scanClaim, sqlClaimInsertMany, args...)
 	if err != nil {
 		return nil, err

@@ -34,9 +34,9 @@ const claimComputed = `,
 // this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds, job_id)
+	ttl_seconds, retention_seconds, job_id, intent_key)
 SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text, 'queued', $8::integer, $9::integer,
-	nullif($10::bigint, 0)
+	nullif($10::bigint, 0), nullif($11::text, '')
 WHERE NOT EXISTS (
 	SELECT 1 FROM idempotency_tombstones t
 	WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7 AND t.retain_until > now()
@@ -45,21 +45,22 @@ ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
 RETURNING ` + claimColumns + `, false, false`
 
 // sqlClaimInsertMany is sqlClaimInsert for many rows (one array per
-// column, $1-$10 in sqlClaimInsert's order), inserted in the order given,
-// with the audit rows ($11-$26, one array per column in engine.AuditArgs's
-// order) of the claims it wrote only. A row whose key is taken, by a claim
+// column, $1-$10 in sqlClaimInsert's order, the intent keys $27), inserted
+// in the order given, with the audit rows ($11-$26, one array per column in
+// engine.AuditArgs's order) of the claims it wrote only. A row whose key is taken, by a claim
 // or by an earlier row, is skipped, as is one a tombstone refuses.
 var sqlClaimInsertMany = `
 WITH i AS (
 	SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]::jsonb[],
-		$7::text[], $8::integer[], $9::integer[], $10::bigint[]) WITH ORDINALITY
-		AS i(operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, ttl_seconds, retention_seconds, job_id, n)
+		$7::text[], $8::integer[], $9::integer[], $10::bigint[], $27::text[]) WITH ORDINALITY
+		AS i(operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, ttl_seconds, retention_seconds, job_id,
+			intent_key, n)
 ),
 c AS (
 	INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-		ttl_seconds, retention_seconds, job_id)
+		ttl_seconds, retention_seconds, job_id, intent_key)
 	SELECT i.operation_id, i.tenant_id, i.tool, i.idempotency_key, i.user_id, i.args, i.args_hash, 'queued',
-		i.ttl_seconds, i.retention_seconds, nullif(i.job_id, 0)
+		i.ttl_seconds, i.retention_seconds, nullif(i.job_id, 0), nullif(i.intent_key, '')
 	FROM i
 	WHERE NOT EXISTS (
 		SELECT 1 FROM idempotency_tombstones t
@@ -143,6 +144,7 @@ WITH old AS (
 )
 UPDATE idempotency_claims SET
 	operation_id = $2::uuid, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
+	intent_key = nullif($10::text, ''),
 	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = nullif($9::bigint, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = now(), updated_at = now(), expires_at = NULL
@@ -328,7 +330,7 @@ func withAudit(claimSQL string, n int, fromClaim map[int]string) string {
 
 // The writes that take their audit row along.
 var (
-	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 10, nil)
+	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 11, nil)
 	// The lease's row names the attempt and the epoch (engine.LeaseReason)
 	// and the claim's fingerprint, which the job does not carry.
 	sqlClaimLeaseAudited = withAudit(sqlClaimLease, 4, map[int]string{

@@ -70,7 +70,7 @@ func (e executor) audited(ctx context.Context, audit *gate.AuditInsertParams, fi
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
 	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
 		return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
-			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID)
+			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey)
 	})
 }
 
@@ -119,7 +119,7 @@ func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams
 			return translate(err)
 		}
 		c, err := e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
-			int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID)
+			int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID, p.IntentKey)
 		if err != nil {
 			return err
 		}

@@ -43,8 +43,8 @@ const notComputed = `, 0, 0`
 // this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds, job_id)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, nullif(?10, 0)
+	ttl_seconds, retention_seconds, job_id, intent_key)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, nullif(?10, 0), nullif(?11, '')
 WHERE NOT EXISTS (
 	SELECT 1 FROM idempotency_tombstones t
 	WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7 AND t.retain_until > ` + sqlNow + `
@@ -67,7 +67,7 @@ WHERE id = ?1`
 var sqlClaimTakeOver = `
 UPDATE idempotency_claims SET
 	operation_id = ?2, user_id = ?3, args = ?4, args_hash = ?5, ttl_seconds = ?6, retention_seconds = ?8,
-	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = nullif(?9, 0), generation = 0,
+	intent_key = nullif(?10, ''), status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = nullif(?9, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = ` + sqlNow + `, updated_at = ` + sqlNow + `, expires_at = NULL
 WHERE id = ?1 AND status IN ('succeeded', 'failed') AND expires_at <= ` + at("?7") + `
