@@ -158,7 +158,9 @@ type ReaperWorker[TTx any] struct {
 }
 
 // Work implements river.Worker.
-func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error { return w.Reap(ctx) }
+func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error {
+	return w.Reap(ctx)
+}
 
 // Reap runs one reaper pass (gate.Reap) and logs what it did: the reaper
 // job's work, and what KeepReaping runs in every worker process. Passes may
