@@ -322,6 +322,9 @@ var loadErrorTests = []struct {
 	want    []string // further fragments of the message
 }{
 	{"DatabaseURLScheme", nil, map[string]string{EnvDatabaseURL: "mysql://h/db"}, EnvDatabaseURL, []string{`"mysql://h/db"`}},
+	{"AllowedOriginsPath", nil, map[string]string{EnvAllowedOrigins: "https://app.example.com/page"}, EnvAllowedOrigins, []string{`"https://app.example.com/page"`, "scheme://host[:port]"}},
+	{"AllowedOriginsScheme", nil, map[string]string{EnvAllowedOrigins: "https://ok.example.com, ftp://h"}, EnvAllowedOrigins, []string{`"ftp://h"`}},
+	{"AllowedOriginsNull", []string{"--allowed-origins", "null"}, nil, EnvAllowedOrigins, []string{`"null"`}},
 	{"DatabaseURLSQLiteNoPath", nil, map[string]string{EnvDatabaseURL: "sqlite:"}, EnvDatabaseURL, []string{`"sqlite:"`}},
 	{"DatabaseURLSQLiteSlashesNoPath", nil, map[string]string{EnvDatabaseURL: "sqlite://"}, EnvDatabaseURL, nil},
 	{"DatabaseURLNoHost", nil, map[string]string{EnvDatabaseURL: "postgres:///db"}, EnvDatabaseURL, []string{"no host"}},
@@ -591,7 +594,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 19)
+	require.Len(t, all, 20)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -652,7 +655,9 @@ func TestHelp(t *testing.T) {
 func TestReadmeTable(t *testing.T) {
 	t.Parallel()
 
-	readme, err := os.ReadFile("../README.md")
+	// The configuration table lives in docs/configuration.md (the README
+	// links it).
+	readme, err := os.ReadFile("../docs/configuration.md")
 	require.NoError(t, err)
 	rows := map[string][]string{}
 	for _, line := range strings.Split(string(readme), "\n") {
@@ -668,7 +673,7 @@ func TestReadmeTable(t *testing.T) {
 	}
 	for _, s := range Settings() {
 		cols, ok := rows[s.Env]
-		require.True(t, ok, "README.md's configuration table has no row for %s", s.Env)
+		require.True(t, ok, "docs/configuration.md's table has no row for %s", s.Env)
 		if s.Flag != "" {
 			require.Equal(t, "`--"+s.Flag+"`", cols[1], s.Env)
 		} else {
@@ -841,4 +846,17 @@ func TestPoolMaxConns(t *testing.T) {
 			require.Equal(t, tt.want, cfg.PoolMaxConns(tt.def))
 		})
 	}
+}
+
+func TestOriginsList(t *testing.T) {
+	t.Parallel()
+	c, err := Load(nil, func(k string) string {
+		if k == EnvAllowedOrigins {
+			return " https://app.example.com , http://127.0.0.1:3000,"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"https://app.example.com", "http://127.0.0.1:3000"}, c.Origins())
+	require.Nil(t, Defaults().Origins())
 }

@@ -47,6 +47,11 @@ func (c *Config) Validate() error {
 			add(settingErr(EnvResetLinkBase, "%q %v (example: https://app.example.com/reset-password)", c.ResetLinkBase, err))
 		}
 	}
+	for _, o := range c.Origins() {
+		if !validOrigin(o) {
+			add(settingErr(EnvAllowedOrigins, "%q is not an origin: want scheme://host[:port] with scheme http or https and nothing after the port (example: https://app.example.com)", o))
+		}
+	}
 	inflightOK := validateRange(&errs, EnvInflightTimeout, c.InflightTimeout, MinInflightTimeout, MaxInflightTimeout)
 	reaperOK := validateRange(&errs, EnvReaperInterval, c.ReaperInterval, MinReaperInterval, MaxReaperInterval)
 	if inflightOK && reaperOK && c.ReaperInterval > c.InflightTimeout {
@@ -344,4 +349,12 @@ func validateStripeAPIBase(s string) *SettingError {
 		return settingErr(EnvStripeAPIBase, "%q must not have a fragment", s)
 	}
 	return nil
+}
+
+// validOrigin reports whether s is an http(s) origin: scheme://host[:port],
+// no user, path, query or fragment.
+func validOrigin(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil &&
+		u.Opaque == "" && (u.Path == "" || u.Path == "/") && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery
 }
