@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,33 +18,6 @@ import (
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/store/sqlitestore"
 )
-
-var (
-	apiBinOnce sync.Once
-	apiBin     string
-	apiBinErr  error
-)
-
-// buildAPI builds cmd/api once per test process (without -race: it is the
-// product under test).
-func buildAPI(t *testing.T) string {
-	t.Helper()
-	apiBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "idemgate-api-bin")
-		if err != nil {
-			apiBinErr = err
-			return
-		}
-		apiBin = filepath.Join(dir, "api")
-		out, err := exec.Command("go", "build", "-o", apiBin, "../cmd/api").CombinedOutput()
-		if err != nil {
-			apiBinErr = err
-			t.Logf("go build: %s", out)
-		}
-	})
-	require.NoError(t, apiBinErr)
-	return apiBin
-}
 
 // SQLiteKillMargin is what TestSQLiteProcessKilledMidRefund allows beyond
 // one reaper interval, counted from when the lease had expired and the

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,33 +19,6 @@ import (
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/store/pgstore"
 )
-
-var (
-	workerBinOnce sync.Once
-	workerBin     string
-	workerBinErr  error
-)
-
-// buildWorker builds cmd/worker once per test process (without -race: it is
-// the product under test, not this test's code).
-func buildWorker(t *testing.T) string {
-	t.Helper()
-	workerBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "idemgate-worker-bin")
-		if err != nil {
-			workerBinErr = err
-			return
-		}
-		workerBin = filepath.Join(dir, "worker")
-		out, err := exec.Command("go", "build", "-o", workerBin, "../cmd/worker").CombinedOutput()
-		if err != nil {
-			workerBinErr = err
-			t.Logf("go build: %s", out)
-		}
-	})
-	require.NoError(t, workerBinErr)
-	return workerBin
-}
 
 // startWorkerProcess runs cmd/worker as its own process.
 func startWorkerProcess(t *testing.T, env []string, logPath string) *exec.Cmd {
