@@ -20,6 +20,12 @@
 #      (IDEMGATE_TOKEN_ACME, IDEMGATE_TOKEN_ACME_READONLY, IDEMGATE_TOKEN_GLOBEX);
 #   6. stops the api, printing its log when anything failed.
 #
+#   e2e/run.sh --exec CMD [ARGS...]             steps 1 to 4, then CMD ARGS
+#                                               (with the same environment)
+#                                               instead of step 5; its exit
+#                                               status is the run's
+#                                               (scripts/conformance.sh)
+#
 # Needs: go, node 20+ and npm, psql, curl. A run in which node ran no test
 # (a pattern that matches none, say) fails.
 #
@@ -36,6 +42,14 @@ die() { log "$*"; exit 1; }
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
 	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 	exit 0
+fi
+
+exec_cmd=()
+if [[ ${1:-} == --exec ]]; then
+	shift
+	(($#)) || die "--exec needs a command"
+	exec_cmd=("$@")
+	set --
 fi
 
 # shellcheck source=e2e/lib.sh
@@ -183,6 +197,12 @@ export IDEMGATE_WORKER_BIN="$tmp/worker"
 # without them).
 E2E_WORKER_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 export E2E_WORKER_STRIPE_API_BASE=$stripe_url E2E_WORKER_SECRET
+
+if ((${#exec_cmd[@]})); then
+	log "running ${exec_cmd[*]}"
+	"${exec_cmd[@]}"
+	exit 0
+fi
 
 # ---------------------------------------------------------------------------
 # 5. the MCP TypeScript SDK client
