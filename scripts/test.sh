@@ -484,6 +484,16 @@ if ((e2e_run)); then
 	run_step "e2e browser" bash e2e/browser/run.sh postgres sqlite
 fi
 
+# (f3) The official MCP conformance suite (0.1.16, on the pinned Node 22 it
+# installs into .tmp/conformance/) against the api on a fresh database
+# (idemgate_e2e_*, through e2e/run.sh --exec), behind a token-adding proxy:
+# scripts/conformance.sh. Fails on any failure that
+# e2e/conformance/expected-failures.yml does not list and on a listed one
+# that passes. Same gating as e2e.
+if ((e2e_run)); then
+	run_step conformance bash scripts/conformance.sh
+fi
+
 # (g) Chaos: scripts/chaos.sh --short runs its own Postgres, test Stripe,
 # Mailpit, two api replicas and three workers killed with SIGKILL, and counts
 # effects; then the same through a PgBouncer in transaction pooling mode
