@@ -1,5 +1,12 @@
 package api
 
+// Shim over the go-sdk, on for exactly the release its byte-equality tests
+// ran against (fastPathSDK, v1.8.0; TestFastPathPinIsGoModsSDK holds it to
+// go.mod). Delete it when the SDK's stateless StreamableHTTPHandler serves
+// a tools/call without building a server session per request and decodes
+// the body once: when its cost per call is near this path's
+// (BenchmarkMCPToolCall; docs/benchmarks.md, "The MCP fast path").
+
 import (
 	"bytes"
 	"encoding/json"
@@ -67,23 +74,34 @@ const (
 	metaServerInfo         = mcp.MetaKeyServerInfo
 )
 
-// fastPathSDK is the go-sdk release whose answers the fast path copies
-// (and mcpfast_test.go compares against).
-const fastPathSDK = "v1.8."
+// fastPathSDK is the go-sdk release whose answers the fast path copies and
+// mcpfast_test.go compares against: exactly this version, not its minor
+// series (a patch release may change a byte of an answer). A test fails
+// when go.mod requires another: update the pin with the tests run.
+const fastPathSDK = "v1.8.0"
+
+// fastPathSwitch turns the fast path off when set to "off", for measuring
+// what it is worth (docs/benchmarks.md); it is no setting of the product.
+const fastPathSwitch = "IDEMGATE_MCP_FAST_PATH"
 
 // newFastPath returns the fast path for these tools, or nil when it must
 // stay off: MCPGODEBUG switches the SDK's compatibility behaviours, which
-// the fast path does not copy, and a binary built with another go-sdk
-// release than fastPathSDK runs everything through the SDK until the fast
-// path is checked against it. A tool whose input schema binds an argument
+// the fast path does not copy; a binary built with another go-sdk version
+// than fastPathSDK (or a replaced one) runs everything through the SDK
+// until the fast path is checked against it; IDEMGATE_MCP_FAST_PATH=off
+// (benchmarks). A tool whose input schema binds an argument
 // to an HTTP header (x-mcp-header) is left to the SDK, which checks it.
 func newFastPath(impl *mcp.Implementation, tools map[string]mcp.MethodHandler, schemas map[string]any, logger *slog.Logger) *fastPath {
 	if os.Getenv("MCPGODEBUG") != "" {
 		logger.Info("MCP fast path off: MCPGODEBUG is set")
 		return nil
 	}
+	if os.Getenv(fastPathSwitch) == "off" {
+		logger.Info("MCP fast path off: " + fastPathSwitch + "=off")
+		return nil
+	}
 	if v := sdkVersion(); !sdkVerified(v) {
-		logger.Warn("MCP fast path off: built with a go-sdk release it was not checked against", "go_sdk", v, "checked", fastPathSDK+"x")
+		logger.Warn("MCP fast path off: built with a go-sdk version it was not checked against", "go_sdk", v, "checked", fastPathSDK)
 		return nil
 	}
 	f := &fastPath{impl: impl, tools: map[string]mcp.MethodHandler{}}
@@ -97,7 +115,10 @@ func newFastPath(impl *mcp.Implementation, tools map[string]mcp.MethodHandler, s
 }
 
 // sdkVersion is the go-sdk version the binary was built with, or "" when
-// the build does not say (test binaries list no dependencies).
+// the build does not say (test binaries list no dependencies: their go-sdk
+// is go.mod's, which TestFastPathPinIsGoModsSDK holds to fastPathSDK). A
+// replacement is its module's version, or "replaced by PATH" for a
+// directory (which is no checked release).
 func sdkVersion() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -105,8 +126,11 @@ func sdkVersion() string {
 	}
 	for _, d := range bi.Deps {
 		if d.Path == "github.com/modelcontextprotocol/go-sdk" {
-			if d.Replace != nil {
-				return d.Replace.Version
+			if r := d.Replace; r != nil {
+				if r.Version == "" || r.Path != d.Path {
+					return "replaced by " + r.Path + " " + r.Version
+				}
+				return r.Version
 			}
 			return d.Version
 		}
@@ -114,9 +138,10 @@ func sdkVersion() string {
 	return ""
 }
 
-// sdkVerified reports whether the fast path may run with go-sdk version v.
+// sdkVerified reports whether the fast path may run with go-sdk version v:
+// exactly fastPathSDK, or a build that does not say (tests).
 func sdkVerified(v string) bool {
-	return v == "" || strings.HasPrefix(v, fastPathSDK)
+	return v == "" || v == fastPathSDK
 }
 
 // serve answers the request and returns true when it is a plain tools/call
