@@ -1,5 +1,12 @@
 package api
 
+// Shim: the tasks extension io.modelcontextprotocol/tasks (SEP-2663) of
+// 2026-07-28, which the go-sdk v1.8.0 does not implement. Delete it (and
+// the task layer's 2026-07-28 branch) when the SDK has the extension: its
+// capability in server/discover, CreateTaskResult from a tools/call
+// handler, and tasks/get, tasks/update and tasks/cancel over a server's
+// task store (go-sdk issue #626).
+
 import (
 	"context"
 	"encoding/json"

@@ -1,5 +1,13 @@
 package api
 
+// Shim: the 2025-11-25 tasks (SEP-1686) the go-sdk v1.8.0 lacks on the
+// server (and the routing of 2026-07-28 task calls to taskext.go). Delete
+// it when the SDK has them: a tasks capability in ServerCapabilities,
+// Tool.Execution.TaskSupport, a task-augmented tools/call (CallToolParams
+// keeping params.task, answered with CreateTaskResult by a handler the
+// server provides) and, for the 2026-07-28 branch, the SEP-2663 extension
+// (go-sdk issue #626).
+
 import (
 	"bytes"
 	"context"

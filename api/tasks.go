@@ -1,5 +1,11 @@
 package api
 
+// Shim: tasks/get, tasks/result, tasks/list and tasks/cancel of 2025-11-25
+// as custom methods, since the go-sdk v1.8.0 has no task methods. Delete
+// the protocol part when the SDK serves them over a task store the server
+// implements (go-sdk issue #626); the mapping of an operation to a task's
+// status and result would remain, as that store.
+
 import (
 	"context"
 	"encoding/json"

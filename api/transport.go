@@ -1,5 +1,14 @@
 package api
 
+// Shim: the transport rules the go-sdk v1.8.0 leaves to the server. Delete
+// it when the SDK's StreamableHTTPHandler validates Origin on every request
+// against an allowed-origins option and answers 403 (its
+// CrossOriginProtection option, deprecated in v1.8.0, is net/http's CSRF
+// check: Sec-Fetch-Site first, safe methods passed, a plain-text 403), and
+// answers every JSON-RPC request in JSON-RPC (-32601, -32602, -32600 in
+// application/json rather than a plain-text 400). The method table goes
+// with it.
+
 import (
 	"fmt"
 	"net/http"
