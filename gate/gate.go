@@ -78,8 +78,8 @@ type Config struct {
 	// standby, a restore) reaches the provider with the key it used before.
 	// Every process that claims must have the same secret. Default (empty):
 	// no intent keys, and downstream keys derive from the random operation
-	// id, which a lost commit forgets; the api and the embedded mode require
-	// the secret.
+	// id, which a lost commit forgets (the api and the embedded mode warn at
+	// start).
 	Secret []byte
 	// Waiter wakes callers waiting for an outcome. Nil is the gate's own:
 	// while calls wait, one query per PollInterval for all of them.

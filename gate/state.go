@@ -143,30 +143,30 @@ var Transitions = []Transition{
 		Condition: "no claim for (tenant, tool, key) and no history row of the same fingerprint; a group of concurrent calls' claims in one ClaimInsertMany"},
 	{Event: EventTakeOver, From: terminal, To: domain.StatusQueued, Decision: domain.DecisionAccepted, Store: Executor.ClaimTakeOver,
 		Condition: "past expires_at, and the key's history does not know the new fingerprint (read in the same transaction); new operation id, generation 0; the old fingerprint goes into the history (archived row)",
-		Guard:     func(c *Claim, _ Facts) error { return expiredOnly(c) }},
+		Guard:     expiredOnly},
 	{Event: EventLease, From: inFlight, To: domain.StatusRunning, Decision: domain.DecisionStarted, Store: Executor.ClaimLease,
 		Condition: "the claim's own job; running only with an expired lease",
-		Guard:     func(c *Claim, _ Facts) error { return noLiveLease(c) }},
+		Guard:     noLiveLease},
 	{Event: EventComplete, From: running, To: domain.StatusSucceeded, Decision: domain.DecisionSucceeded, Store: Executor.ClaimComplete,
 		Condition: "epoch held"},
 	{Event: EventApply, From: inFlight, To: domain.StatusSucceeded, Decision: domain.DecisionSucceeded, Store: Executor.ClaimComplete,
 		Condition: "Locked: locked by ClaimLock in the same transaction, epoch held; running only with an expired lease",
-		Guard:     func(c *Claim, _ Facts) error { return noLiveLease(c) }},
+		Guard:     noLiveLease},
 	{Event: EventFail, From: running, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimFail,
 		Condition: "epoch held"},
 	{Event: EventRelease, From: running, To: domain.StatusQueued, Store: Executor.ClaimRelease,
 		Condition: "epoch held; the job is retried by River"},
 	{Event: EventReclaim, From: running, To: domain.StatusQueued, Decision: domain.DecisionReclaimed, Store: Executor.ClaimReclaim,
 		Condition: "epoch held and the lease expired; a fresh job",
-		Guard:     func(c *Claim, _ Facts) error { return noLiveLease(c) }},
+		Guard:     noLiveLease},
 	{Event: EventGiveUp, From: running, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimFail,
 		Condition: "epoch held and the lease expired; outcome_unknown",
-		Guard:     func(c *Claim, _ Facts) error { return noLiveLease(c) }},
+		Guard:     noLiveLease},
 	{Event: EventRepoint, From: queued, To: domain.StatusQueued, Decision: domain.DecisionReclaimed, Store: Executor.ClaimRepoint,
 		Condition: "epoch and job held; a fresh job"},
 	{Event: EventAbandon, From: inFlight, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimAbandon,
 		Condition: "epoch and job held, no live lease; its job ended",
-		Guard:     func(c *Claim, _ Facts) error { return noLiveLease(c) }},
+		Guard:     noLiveLease},
 	{Event: EventCancel, From: queued, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimAbandon,
 		Condition: "epoch and job held; the job not fetched; not attempted unless attempts leave no effect",
 		Refused: map[domain.Status]error{domain.StatusRunning: ErrCancelStarted,
@@ -191,13 +191,13 @@ var Transitions = []Transition{
 		Condition: "expires_at <= the database's now(); no write (computed as Claim.Expired)"},
 	{Event: EventArchive, From: terminal, To: "", Decision: domain.DecisionArchived, Store: Executor.ClaimArchiveExpired,
 		Condition: "past expires_at, under one clock reading; the claim's row becomes its fingerprint's history row",
-		Guard:     func(c *Claim, _ Facts) error { return expiredOnly(c) }},
+		Guard:     expiredOnly},
 	{Event: EventForget, To: "", Decision: domain.DecisionForgotten, Store: Executor.TombstoneDeleteExpired,
 		Condition: "a history row past its retention"},
 }
 
 // noLiveLease refuses a claim whose lease a live worker holds.
-func noLiveLease(c *Claim) error {
+func noLiveLease(c *Claim, _ Facts) error {
 	if c.LeaseLive {
 		return fmt.Errorf("%w: a live worker holds the lease", ErrStateRefused)
 	}
@@ -205,7 +205,7 @@ func noLiveLease(c *Claim) error {
 }
 
 // expiredOnly refuses a claim whose replay window has not ended.
-func expiredOnly(c *Claim) error {
+func expiredOnly(c *Claim, _ Facts) error {
 	if !c.Expired {
 		return fmt.Errorf("%w: the replay window has not ended", ErrStateRefused)
 	}
