@@ -34,14 +34,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
+	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/telemetry"
-	"github.com/idemgate/idemgate/migrations"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
-	"github.com/idemgate/idemgate/store/sqlitestore"
-	"github.com/idemgate/idemgate/tenancy"
+	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/tool"
 )
 

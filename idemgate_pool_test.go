@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
 )
 

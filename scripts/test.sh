@@ -4,9 +4,9 @@
 #   scripts/test.sh                      everything: gofmt, go vet, go test -race
 #   scripts/test.sh -run Foo             extra arguments go to `go test` after
 #                                        -race -count=1
-#   PKGS='./migrations/... ./internal/...' scripts/test.sh -run Migrat
+#   PKGS='./internal/migrations/... ./internal/...' scripts/test.sh -run Migrat
 #                                        restrict vet and tests to packages
-#   scripts/test.sh -run Migrat ./migrations/...
+#   scripts/test.sh -run Migrat ./internal/migrations/...
 #                                        arguments starting with ./ or ../ are
 #                                        taken as the package list instead of PKGS
 #   scripts/test.sh --stress N [args]    the Go suite (go test -race -count=1)

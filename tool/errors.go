@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/domain"
 )
 
 // Outcome is what an effect's error says about what happened downstream.

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 )
 
 // Scopes that every deployment knows besides its tools' own.

@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
 )
 
 // Argument constraints shared by the built-in tools, for the idem struct

@@ -35,8 +35,8 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
 )
 
 // Code is a stable error code, such as "card_declined". Tools may use the

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/tool"
 )
 

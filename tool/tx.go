@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
 )
 
 // Engine names the database a Tx runs on.

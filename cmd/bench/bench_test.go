@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/procstat"
 )
 

@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/migrations"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/domain"
 )
 
 // --- 7. an external effect: refunds at the test Stripe ---

@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/domain"
 )
 
 // Markers delimit the generated part of docs/benchmarks.md; the text around

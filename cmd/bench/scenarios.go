@@ -21,12 +21,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/procstat"
-	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // Series are the measured figures; each has one row per concurrency.

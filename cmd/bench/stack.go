@@ -20,11 +20,11 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/refund"
 
-	"github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/jobs"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
+	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // tuning is applied to bare River and to idemgate alike.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/pgtest"
 )
 

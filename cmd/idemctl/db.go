@@ -10,13 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	idemgateapp "github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/migrations"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
-	"github.com/idemgate/idemgate/store/sqlitestore"
+	idemgateapp "github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
+	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 // database is an open Postgres pool or SQLite file. Every command works on

@@ -23,8 +23,8 @@ import (
 	"syscall"
 	"time"
 
-	idemgateapp "github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/config"
+	idemgateapp "github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"

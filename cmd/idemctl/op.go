@@ -10,10 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	idemgateapp "github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/ops"
+	idemgateapp "github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/ops"
 )
 
 // exitRefused is the exit code of a re-drive the gate refused (the

@@ -12,12 +12,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	idemgateapp "github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/gate/gatetest"
+	idemgateapp "github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/enginetest"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 )
 

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/tools"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 // newSeedCmd builds `idemctl seed --file F`: load a seed file (the format of

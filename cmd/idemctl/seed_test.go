@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
-	"github.com/idemgate/idemgate/tenancy"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
+	"github.com/idemgate/idemgate/internal/tenancy"
 )
 
 const seedFileJSON = `{

@@ -9,11 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/tenancy"
-	"github.com/idemgate/idemgate/tools"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 // newTokenCmd builds `idemctl token`: create, revoke and list bearer tokens.

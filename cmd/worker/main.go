@@ -15,7 +15,7 @@ import (
 	"syscall"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/tool"
 )
 

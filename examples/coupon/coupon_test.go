@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/tool"
 	"github.com/idemgate/idemgate/tool/tooltest"
 )

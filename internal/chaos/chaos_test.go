@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/internal/store"
 )
 
 func TestNewPlanIsReproducibleAndSeedable(t *testing.T) {

@@ -18,9 +18,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
-	"github.com/idemgate/idemgate/tools"
 )
 
 // Plan constants. The tenant and token exist only in the throwaway database.

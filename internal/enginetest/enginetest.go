@@ -14,13 +14,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
-	"github.com/idemgate/idemgate/store/sqlitestore"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
+	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 // Engines are the engines, as config.Config.Driver names them.

@@ -31,15 +31,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/app"
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/domain/refunds"
+	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/domain/refunds"
+	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/ops"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/stripetest"
-	"github.com/idemgate/idemgate/migrations"
-	"github.com/idemgate/idemgate/ops"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/pgstore"
 )
 
 const (

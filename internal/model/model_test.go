@@ -18,10 +18,10 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/ops"
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/ops"
+	"github.com/idemgate/idemgate/internal/store"
 )
 
 // Default runs: fixed seeds, bounded checks and steps (a few seconds per

@@ -37,7 +37,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/idemgate/idemgate/migrations"
+	"github.com/idemgate/idemgate/internal/migrations"
 )
 
 const (

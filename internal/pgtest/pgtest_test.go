@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/migrations"
 )
 
 func TestNewDB(t *testing.T) {

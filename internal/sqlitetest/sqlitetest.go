@@ -29,8 +29,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/idemgate/idemgate/migrations"
-	"github.com/idemgate/idemgate/store/sqlitestore"
+	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 // FileName is the name of the database file in each test's directory.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
-	"github.com/idemgate/idemgate/migrations"
 )
 
 func TestNewDB(t *testing.T) {

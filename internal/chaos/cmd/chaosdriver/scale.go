@@ -24,7 +24,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/chaos"
 	"github.com/idemgate/idemgate/internal/procstat"
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/internal/store"
 )
 
 // The scale run (scripts/scale.sh): the same closed-loop load of

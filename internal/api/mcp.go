@@ -1,0 +1,132 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// Version is the server version announced to MCP clients.
+const Version = "0.1.0"
+
+// mcpHandler builds the MCP server with every tool and serves it over
+// Streamable HTTP in stateless mode, so any api replica can answer any call,
+// behind singleCall (which reads the envelope, envelope.go) and the task
+// layer; the fast path (mcpfast.go) answers plain tool calls itself.
+func (s *Server) mcpHandler() (http.Handler, error) {
+	impl := &mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}
+	server := mcp.NewServer(impl, &mcp.ServerOptions{
+		Instructions: "Mutating tools take an idempotency_key: reuse it when you retry the same intent, " +
+			"never for a different one. An in_flight answer carries the operation handle: poll get_operation, " +
+			"or call the tool as an MCP task (the task id is the operation id; the same key is the same task).",
+		// The tool list never changes while the server runs.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}},
+	})
+	fastTools := map[string]mcp.MethodHandler{}
+	schemas := map[string]any{}
+	for _, spec := range s.allTools() {
+		handler := s.toolHandler(spec)
+		// The low-level AddTool does not validate arguments against the
+		// schema: our own validation runs, so every rejection carries our
+		// code and its audit row. The schemas are still published.
+		server.AddTool(&mcp.Tool{
+			Name:         spec.Name,
+			Title:        spec.Title,
+			Description:  spec.Description,
+			InputSchema:  spec.InputSchema,
+			OutputSchema: spec.OutputSchema,
+			Annotations:  annotations(spec),
+		}, handler)
+		fastTools[spec.Name] = s.recoverMCP(func(ctx context.Context, _ string, req mcp.Request) (mcp.Result, error) {
+			return handler(ctx, req.(*mcp.CallToolRequest))
+		})
+		schemas[spec.Name] = spec.InputSchema
+	}
+	var fast *fastPath
+	if !s.sdkOnlyMCP {
+		fast = newFastPath(impl, fastTools, schemas, s.logger)
+	}
+	if err := s.addTaskMethods(server); err != nil {
+		return nil, err
+	}
+	s.methods = make(map[string]int, len(sdkMethods)+len(taskMethods))
+	for m, f := range sdkMethods {
+		s.methods[m] = f
+	}
+	for _, m := range taskMethods {
+		s.methods[m] = methodParamsOptional
+	}
+	server.AddReceivingMiddleware(s.recoverMCP, s.taskCalls)
+	return singleCall(s.metrics, fast, s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+		Stateless:    true,
+		JSONResponse: true,
+		Logger:       s.logger,
+	}))), nil
+}
+
+// recoverMCP turns a panic in a handler into an internal error. The SDK
+// runs handlers on goroutines of its own, where the router's Recoverer
+// cannot catch them, and a panic there would stop the process.
+func (s *Server) recoverMCP(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				requestID := RequestIDFromContext(ctx)
+				s.logger.ErrorContext(ctx, "MCP handler panicked", "request_id", requestID, "method", method,
+					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error (request " + requestID + ")"}
+			}
+		}()
+		return next(ctx, method, req)
+	}
+}
+
+func (s *Server) toolHandler(def *tool.Spec) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		actor, ok := ActorFromContext(ctx)
+		if !ok {
+			// The authenticate middleware runs before every MCP request; a
+			// missing actor is a wiring mistake, never a client's.
+			return toolError(&callError{err: domain.Errorf(domain.CodeUnauthenticated, "", "no authenticated actor")}), nil
+		}
+		c := &call{actor: actor, requestID: RequestIDFromContext(ctx), clientRequestID: ClientRequestIDFromContext(ctx), tool: def, raw: req.Params.Arguments}
+		var (
+			out  any
+			cerr *callError
+		)
+		if def.Mutating {
+			out, cerr = s.mutate(ctx, c)
+		} else {
+			out, cerr = s.read(ctx, c)
+		}
+		if cerr != nil {
+			return toolError(cerr), nil
+		}
+		// The text and the structured content are the same JSON: marshal
+		// it once (the SDK writes a RawMessage as it is).
+		text := mustJSON(out)
+		return &mcp.CallToolResult{
+			Content:           []mcp.Content{&mcp.TextContent{Text: string(text)}},
+			StructuredContent: json.RawMessage(text),
+		}, nil
+	}
+}
+
+// toolError is a tool error result carrying our code: the agent sees it and
+// can act on it, unlike a protocol error.
+func toolError(e *callError) *mcp.CallToolResult {
+	body := e.body()
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(mustJSON(body))}},
+		StructuredContent: json.RawMessage(mustJSON(body)),
+	}
+}

@@ -1,0 +1,267 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/api"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/store"
+)
+
+// fakeResets is an in-memory store.ResetTokens: tokens by hash, each
+// redeemable once unless expired; err, when set, is every answer.
+type fakeResets struct {
+	mu      sync.Mutex
+	tokens  map[string]*fakeToken
+	err     error
+	redeems int
+}
+
+type fakeToken struct {
+	red           store.ResetTokenRedemption
+	used, expired bool
+}
+
+func (f *fakeResets) add(token string, red store.ResetTokenRedemption, expired bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokens[string(resetmail.TokenHash(token))] = &fakeToken{red: red, expired: expired}
+}
+
+func (f *fakeResets) ResetTokenRedeem(_ context.Context, hash []byte) (*store.ResetTokenRedemption, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.redeems++
+	if f.err != nil {
+		return nil, f.err
+	}
+	t, ok := f.tokens[string(hash)]
+	switch {
+	case !ok:
+		return nil, domain.ErrNotFound
+	case t.used:
+		return nil, domain.ErrAlreadyUsed
+	case t.expired:
+		return nil, domain.ErrExpired
+	}
+	t.used = true
+	red := t.red
+	return &red, nil
+}
+
+// resetToken returns a well-formed token, the same for the same n.
+func resetToken(n int) string {
+	return resetmail.Token([]byte("secret"), fmt.Sprintf("idg_test_%d", n))
+}
+
+// serveResets serves an api whose Resets is f (the rest unused) and
+// returns its URL.
+func serveResets(t *testing.T, f *fakeResets, edit func(*api.Config)) string {
+	t.Helper()
+	st := unusedStore(t)
+	g, err := gate.New(&gate.Config{Store: st, Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
+	require.NoError(t, err)
+	cfg := &api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{}, Resets: f, MaxBodyBytes: 1024}
+	if edit != nil {
+		edit(cfg)
+	}
+	s, err := api.New(cfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+type redeemAnswer struct {
+	status     int
+	header     http.Header
+	redemption api.Redemption
+	code       domain.Code
+	field      string
+}
+
+// redeem POSTs body to the redeem route, without a bearer token.
+func redeem(t *testing.T, url, body string) redeemAnswer {
+	t.Helper()
+	resp, err := http.Post(url+api.RedeemPath, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	a := redeemAnswer{status: resp.StatusCode, header: resp.Header}
+	if resp.StatusCode != http.StatusRequestEntityTooLarge { // refused by the api's body limit, before the route
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+	}
+	if resp.StatusCode == http.StatusOK {
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		require.NoError(t, json.Unmarshal(raw, &a.redemption))
+		return a
+	}
+	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), string(raw))
+	var p struct {
+		Status int `json:"status"`
+		Error  struct {
+			Code  domain.Code `json:"code"`
+			Field string      `json:"field"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &p), string(raw))
+	require.Equal(t, resp.StatusCode, p.Status)
+	a.code, a.field = p.Error.Code, p.Error.Field
+	return a
+}
+
+func tokenBody(token string) string { return `{"token":"` + token + `"}` }
+
+func TestRedeemOnceThenGone(t *testing.T) {
+	t.Parallel()
+	f := &fakeResets{tokens: map[string]*fakeToken{}}
+	f.add(resetToken(1), store.ResetTokenRedemption{TenantID: "acme", UserID: "usr_1", OperationID: "op_1"}, false)
+	f.add(resetToken(2), store.ResetTokenRedemption{TenantID: "acme", UserID: "usr_2", OperationID: "op_2"}, true)
+	url := serveResets(t, f, nil)
+
+	a := redeem(t, url, tokenBody(resetToken(1)))
+	require.Equal(t, http.StatusOK, a.status)
+	require.Equal(t, api.Redemption{TenantID: "acme", UserID: "usr_1", OperationID: "op_1"}, a.redemption)
+	for range 2 {
+		a = redeem(t, url, tokenBody(resetToken(1)))
+		require.Equal(t, http.StatusGone, a.status)
+		require.Equal(t, domain.CodeResetTokenUsed, a.code)
+		require.Equal(t, "token", a.field)
+	}
+	a = redeem(t, url, tokenBody(resetToken(2)))
+	require.Equal(t, http.StatusGone, a.status)
+	require.Equal(t, domain.CodeResetTokenExpired, a.code)
+	a = redeem(t, url, tokenBody(resetToken(3)))
+	require.Equal(t, http.StatusNotFound, a.status)
+	require.Equal(t, domain.CodeNotFound, a.code)
+}
+
+func TestRedeemRefusesMalformedRequests(t *testing.T) {
+	t.Parallel()
+	f := &fakeResets{tokens: map[string]*fakeToken{}}
+	url := serveResets(t, f, nil)
+	for body, field := range map[string]string{
+		``:             "body",
+		`[]`:           "body",
+		`{"token": 1}`: "body",
+		`{"token": "` + resetToken(1) + `", "user_id": "usr_1"}`: "body",
+		tokenBody(resetToken(1)) + ` {}`:                         "body",
+		`{}`:                                                     "token",
+		tokenBody(resetToken(1)[1:]):                             "token",
+		tokenBody(resetToken(1)[1:] + "+"):                       "token",
+		tokenBody(resetToken(1) + "A"):                           "token",
+	} {
+		a := redeem(t, url, body)
+		require.Equal(t, http.StatusBadRequest, a.status, body)
+		require.Equal(t, domain.CodeInvalidArgument, a.code, body)
+		require.Equal(t, field, a.field, body)
+	}
+	a := redeem(t, url, tokenBody(strings.Repeat("A", 2000)))
+	require.Equal(t, http.StatusRequestEntityTooLarge, a.status)
+	require.Equal(t, domain.CodeInvalidArgument, a.code)
+	require.Zero(t, f.redeems, "no malformed request reached the store")
+}
+
+func TestRedeemStoreErrors(t *testing.T) {
+	t.Parallel()
+	f := &fakeResets{err: fmt.Errorf("%w: connection refused", domain.ErrUnavailable)}
+	url := serveResets(t, f, nil)
+	a := redeem(t, url, tokenBody(resetToken(1)))
+	require.Equal(t, http.StatusServiceUnavailable, a.status)
+	require.Equal(t, domain.CodeUnavailable, a.code)
+	require.Equal(t, "1", a.header.Get("Retry-After"))
+
+	f.mu.Lock()
+	f.err = fmt.Errorf("disk on fire")
+	f.mu.Unlock()
+	a = redeem(t, url, tokenBody(resetToken(1)))
+	require.Equal(t, http.StatusInternalServerError, a.status)
+	require.Equal(t, domain.CodeInternal, a.code)
+}
+
+// TestRedeemFailuresAreLimitedPerAddress: past the burst of failures an
+// address is refused unchecked, successes included, until failures refill
+// (at one an hour here, so no refill happens during the test).
+func TestRedeemFailuresAreLimitedPerAddress(t *testing.T) {
+	t.Parallel()
+	f := &fakeResets{tokens: map[string]*fakeToken{}}
+	f.add(resetToken(1), store.ResetTokenRedemption{TenantID: "acme", UserID: "usr_1", OperationID: "op_1"}, false)
+	url := serveResets(t, f, func(c *api.Config) { c.RedeemFailureRate, c.RedeemFailureBurst = 1.0/3600, 3 })
+
+	// Successes cost nothing.
+	require.Equal(t, http.StatusOK, redeem(t, url, tokenBody(resetToken(1))).status)
+	require.Equal(t, http.StatusGone, redeem(t, url, tokenBody(resetToken(1))).status)
+	require.Equal(t, http.StatusNotFound, redeem(t, url, tokenBody(resetToken(2))).status)
+	require.Equal(t, http.StatusBadRequest, redeem(t, url, `{}`).status)
+	before := f.redeems
+	a := redeem(t, url, tokenBody(resetToken(3)))
+	require.Equal(t, http.StatusTooManyRequests, a.status)
+	require.Equal(t, domain.CodeRateLimited, a.code)
+	retry, err := time.ParseDuration(a.header.Get("Retry-After") + "s")
+	require.NoError(t, err)
+	require.Greater(t, retry, time.Hour-time.Minute)
+	require.Equal(t, before, f.redeems, "a refused address does not reach the store")
+
+	// A negative rate turns the limit off.
+	off := serveResets(t, f, func(c *api.Config) { c.RedeemFailureRate = -1 })
+	for range 30 {
+		require.Equal(t, http.StatusNotFound, redeem(t, off, tokenBody(resetToken(4))).status)
+	}
+}
+
+func TestResetPage(t *testing.T) {
+	t.Parallel()
+	url := serveResets(t, &fakeResets{tokens: map[string]*fakeToken{}}, nil)
+	resp, err := http.Get(url + api.ResetPagePath + "?token=" + resetToken(1))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
+	require.Equal(t, "no-referrer", resp.Header.Get("Referrer-Policy"))
+	if resp.StatusCode != http.StatusRequestEntityTooLarge { // refused by the api's body limit, before the route
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	require.Contains(t, csp, "default-src 'none'")
+	require.Contains(t, csp, "script-src 'sha256-")
+	require.Contains(t, csp, "connect-src 'self'")
+	page := string(body)
+	require.Contains(t, page, `<form id="redeem-form">`)
+	require.Contains(t, page, `<button id="redeem" type="submit">`)
+	require.Contains(t, page, api.RedeemPath)
+	require.NotContains(t, page, "{{", "every placeholder filled")
+	require.NotContains(t, page, resetToken(1), "the page reads the token from its URL, not from the server")
+	for _, external := range []string{"src=", "href=", "@import", "url("} {
+		require.NotContains(t, page, external, "no external assets")
+	}
+
+	// Without Resets the routes do not exist.
+	none := serveResets(t, nil, func(c *api.Config) { c.Resets = nil })
+	for _, r := range []struct{ method, path string }{{http.MethodGet, api.ResetPagePath}, {http.MethodPost, api.RedeemPath}} {
+		req, err := http.NewRequest(r.method, none+r.path, strings.NewReader(tokenBody(resetToken(1))))
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, r.path)
+	}
+}

@@ -1,0 +1,502 @@
+// Package api is idemgate's front door: the MCP server (Streamable HTTP,
+// stateless) with the mutation and read tools, their REST twins, and the
+// health routes. cmd/api wires it; everything here is testable in process.
+package api
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBodyBytes bounds a request body.
+	DefaultMaxBodyBytes = 256 << 10
+	// DefaultRateLimit is the sustained mutation calls per second allowed per
+	// tenant and tool.
+	DefaultRateLimit = 50
+	// DefaultRateBurst is the burst above the sustained rate.
+	DefaultRateBurst = 200
+)
+
+// Authenticator turns a bearer token into an actor. It returns an error
+// wrapping domain.ErrUnavailable when it cannot tell, and any other error
+// for a token it refuses.
+type Authenticator interface {
+	Authenticate(ctx context.Context, bearer string) (domain.Actor, error)
+}
+
+// Config configures a Server.
+type Config struct {
+	// Gate is the idempotency gate. Required.
+	Gate *gate.Gate
+	// Auth authenticates bearer tokens. Required.
+	Auth Authenticator
+	// Tools are the tools served besides the built-in get_operation and
+	// list_operations.
+	Tools *tool.Registry
+	// Jobs cancels River jobs in the gate's transactions (tasks/cancel).
+	// Required.
+	Jobs gate.JobControl
+	// Wait is how long a mutation waits for its outcome (IDEMGATE_WAIT).
+	Wait time.Duration
+	// DBTimeout bounds reads and audit writes. Default gate.DefaultDBTimeout.
+	DBTimeout time.Duration
+	// MaxBodyBytes bounds request bodies. Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// RateLimit and RateBurst limit mutation calls per tenant and tool.
+	// Defaults DefaultRateLimit and DefaultRateBurst; a negative RateLimit
+	// disables the limit.
+	RateLimit float64
+	RateBurst int
+	// Resets redeems password-reset tokens: POST /v1/password-resets/redeem
+	// and the page GET /reset-password. Nil leaves both routes out.
+	Resets store.ResetTokens
+	// RedeemFailureRate and RedeemFailureBurst limit failed redeems per
+	// client address: RedeemFailureBurst at once, then RedeemFailureRate
+	// per second. Defaults DefaultRedeemFailureRate and
+	// DefaultRedeemFailureBurst; a negative rate disables the limit.
+	RedeemFailureRate  float64
+	RedeemFailureBurst int
+	// Ready reports whether the service can serve (database reachable,
+	// migrations applied), for /readyz. Nil means always ready.
+	Ready func(ctx context.Context) error
+	// Registerer receives the api's metrics. Nil means a private registry.
+	Registerer prometheus.Registerer
+	// TracerProvider receives a server span per request. Nil or a no-op
+	// provider: no spans, no tracing middleware.
+	TracerProvider trace.TracerProvider
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// SDKOnlyMCP sends every MCP request through the MCP SDK's handler.
+	// Default (false): a plain tools/call of a served tool is answered by
+	// the api itself, with what the SDK would answer but without a server
+	// session per request (api/mcpfast.go); everything else goes to the
+	// SDK either way.
+	SDKOnlyMCP bool
+	// AllowedOrigins are the origins (scheme://host[:port]) from which a
+	// browser page may call /mcp and the REST routes; a request with
+	// another Origin header is refused with 403, one without Origin (a
+	// non-browser client) is served. Empty (the default): only the
+	// server's own origin, the one whose host and port are the request's
+	// Host. New refuses an entry that is not an http(s) origin.
+	AllowedOrigins []string
+}
+
+// Server serves MCP, REST and health routes.
+type Server struct {
+	gate  *gate.Gate
+	auth  Authenticator
+	tools *tool.Registry
+	// getOperation and listOperationsTool are the built-in reads.
+	getOperation       *tool.Spec
+	listOperationsTool *tool.Spec
+	// jobs cancels a cancelled task's job.
+	jobs      gate.JobControl
+	wait      time.Duration
+	dbTimeout time.Duration
+	maxBody   int64
+	ready     func(ctx context.Context) error
+	limiter   *limiter
+	metrics   *metrics
+	logger    *slog.Logger
+	router    chi.Router
+	// tracerProvider is Config.TracerProvider.
+	tracerProvider trace.TracerProvider
+	// sdkOnlyMCP is Config.SDKOnlyMCP.
+	sdkOnlyMCP bool
+	// allowedOrigins are Config.AllowedOrigins, normalized.
+	allowedOrigins map[string]bool
+	// methods are the MCP methods served: the SDK's and the custom ones,
+	// with their flags (checkRequest).
+	methods map[string]int
+
+	// resets and redeemLimit serve password-reset redemption.
+	resets      store.ResetTokens
+	redeemLimit *failureLimiter
+}
+
+// New returns a Server. It refuses to start when a mutating tool has no gate
+// policy: nothing mutates outside the gate.
+func New(cfg *Config) (*Server, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	s := newServer(cfg)
+	for _, o := range cfg.AllowedOrigins {
+		n, ok := normalizeOrigin(o)
+		if !ok {
+			return nil, fmt.Errorf("api: allowed origin %q is not an http(s) origin (scheme://host[:port])", o)
+		}
+		s.allowedOrigins[n] = true
+	}
+	var err error
+	if s.getOperation, err = s.getOperationSpec(); err != nil {
+		return nil, err
+	}
+	if s.listOperationsTool, err = s.listOperationsSpec(); err != nil {
+		return nil, err
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if s.metrics, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+	mcpHandler, err := s.mcpHandler()
+	if err != nil {
+		return nil, err
+	}
+	s.router = s.routes(mcpHandler)
+	return s, nil
+}
+
+// checkConfig refuses a Config without its required parts, with a mutating
+// tool that has no gate policy, or with a tool named like a built-in.
+func checkConfig(cfg *Config) error {
+	if cfg.Gate == nil || cfg.Auth == nil || cfg.Tools == nil || cfg.Jobs == nil {
+		return errors.New("api: Config.Gate, Config.Auth, Config.Tools and Config.Jobs are required")
+	}
+	// Nothing mutates outside the gate: every mutation needs its policy.
+	for _, name := range cfg.Tools.MutationNames() {
+		if _, ok := cfg.Gate.Policy(name); !ok {
+			return fmt.Errorf("api: mutating tool %q has no gate policy; refusing to start", name)
+		}
+	}
+	for _, name := range []string{GetOperation, ListOperations} {
+		if _, dup := cfg.Tools.Get(name); dup {
+			return fmt.Errorf("api: %s is built in; a registered tool may not take its name", name)
+		}
+	}
+	return nil
+}
+
+// newServer returns a Server with cfg's settings and the defaults of those
+// left unset; the built-in tools, metrics and routes are New's.
+func newServer(cfg *Config) *Server {
+	s := &Server{
+		gate:      cfg.Gate,
+		auth:      cfg.Auth,
+		tools:     cfg.Tools,
+		jobs:      cfg.Jobs,
+		wait:      cfg.Wait,
+		dbTimeout: cfg.DBTimeout,
+		maxBody:   cfg.MaxBodyBytes,
+		ready:     cfg.Ready,
+		logger:    cfg.Logger,
+
+		tracerProvider: cfg.TracerProvider,
+		sdkOnlyMCP:     cfg.SDKOnlyMCP,
+		allowedOrigins: map[string]bool{},
+	}
+	if s.dbTimeout == 0 {
+		s.dbTimeout = gate.DefaultDBTimeout
+	}
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	rl, burst := cfg.RateLimit, cfg.RateBurst
+	if rl == 0 {
+		rl = DefaultRateLimit
+	}
+	if burst == 0 {
+		burst = DefaultRateBurst
+	}
+	s.limiter = newLimiter(rl, burst)
+	s.resets = cfg.Resets
+	s.redeemLimit = newFailureLimiter(cmp.Or(cfg.RedeemFailureRate, DefaultRedeemFailureRate),
+		cmp.Or(cfg.RedeemFailureBurst, DefaultRedeemFailureBurst))
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Router returns the router, so that the binary can mount more routes
+// (metrics, River UI) beside the api's.
+func (s *Server) Router() chi.Router { return s.router }
+
+func (s *Server) routes(mcpHandler http.Handler) chi.Router {
+	r := chi.NewRouter()
+	r.Use(s.traced, requestID, s.accessLog, middleware.Recoverer, s.limitBody)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	r.Get("/readyz", s.readyz)
+	if s.resets != nil {
+		r.Post(RedeemPath, s.redeemResetToken)
+		r.Get(ResetPagePath, serveResetPage)
+	}
+	r.Group(func(r chi.Router) {
+		r.Use(s.checkOrigin, s.authenticate, s.readBody)
+		r.Handle("/mcp", mcpHandler)
+		r.Post("/v1/tools/{tool}", s.restTool)
+		r.Get("/v1/operations", s.restListOperations)
+		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
+	})
+	return r
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
+			s.logger.WarnContext(r.Context(), "not ready", "error", err)
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// limitBody bounds every request body.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.maxBody {
+			s.bodyTooLarge(w, r)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// readBody reads, after authentication, a body sent without a
+// Content-Length (chunked), so that one over the limit is refused here like
+// one announcing its length: 413 problem+json, whichever handler (ours or
+// the MCP SDK's) would have read it.
+func (s *Server) readBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength >= 0 || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				s.bodyTooLarge(w, r)
+				return
+			}
+			writeProblem(w, r, http.StatusBadRequest, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "the request body could not be read")})
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) bodyTooLarge(w http.ResponseWriter, r *http.Request) {
+	writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "request body is larger than %d bytes", s.maxBody)})
+}
+
+type ctxKey int
+
+const (
+	requestIDKey ctxKey = iota
+	clientRequestIDKey
+)
+
+// ActorFromContext returns the authenticated actor of a request.
+func ActorFromContext(ctx context.Context) (domain.Actor, bool) {
+	return tenancy.ActorFromContext(ctx)
+}
+
+// RequestIDFromContext returns the request id of a request.
+func RequestIDFromContext(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// requestID mints the request's id (our log lines, audit rows and the
+// X-Request-Id answer name it) and keeps the caller's own X-Request-Id
+// apart, when it is shaped like an id (domain.ValidID): a caller must
+// not choose the id that names our records.
+func requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id := "req_" + hex.EncodeToString(b[:])
+		ctx := context.WithValue(r.Context(), requestIDKey, id)
+		if client := r.Header.Get("X-Request-Id"); domain.ValidID(client) {
+			ctx = context.WithValue(ctx, clientRequestIDKey, client)
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// ClientRequestIDFromContext returns the caller's validated X-Request-Id,
+// or "".
+func ClientRequestIDFromContext(ctx context.Context) string {
+	id, _ := ctx.Value(clientRequestIDKey).(string)
+	return id
+}
+
+// requestLog is filled in by later middleware for the access log line.
+type requestLog struct {
+	tenant, user string
+}
+
+const requestLogKey ctxKey = 100
+
+// accessLog writes one structured line per request: never a token.
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		info := &requestLog{}
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), requestLogKey, info)))
+		s.logger.LogAttrs(r.Context(), slog.LevelInfo, "http request",
+			slog.String("request_id", RequestIDFromContext(r.Context())),
+			slog.String("client_request_id", ClientRequestIDFromContext(r.Context())),
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", ww.Status()),
+			slog.Duration("duration", time.Since(start)),
+			slog.String("tenant", info.tenant),
+			slog.String("user", info.user),
+		)
+	})
+}
+
+// authenticate refuses requests without a valid bearer token (401, no audit
+// row: there is no tenant) and answers 503 when it cannot tell.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := tenancy.BearerFromHeader(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
+			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "a bearer token is required")})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout)
+		actor, err := s.auth.Authenticate(ctx, token)
+		cancel()
+		if err != nil {
+			if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+				writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate", error="invalid_token"`)
+			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "the bearer token is unknown, revoked or expired")})
+			return
+		}
+		if info, ok := r.Context().Value(requestLogKey).(*requestLog); ok {
+			info.tenant, info.user = actor.TenantID, actor.UserID
+		}
+		next.ServeHTTP(w, r.WithContext(tenancy.WithActor(r.Context(), actor)))
+	})
+}
+
+// limiter is a token bucket per (tenant, tool).
+type limiter struct {
+	limit rate.Limit
+	burst int
+	mu    sync.Mutex
+	m     map[[2]string]*rate.Limiter
+}
+
+func newLimiter(perSecond float64, burst int) *limiter {
+	if perSecond < 0 {
+		return nil
+	}
+	return &limiter{limit: rate.Limit(perSecond), burst: burst, m: map[[2]string]*rate.Limiter{}}
+}
+
+// allow takes a token for (tenant, tool), or says how long to wait.
+func (l *limiter) allow(tenant, tool string) (time.Duration, bool) {
+	if l == nil {
+		return 0, true
+	}
+	l.mu.Lock()
+	lim, ok := l.m[[2]string{tenant, tool}]
+	if !ok {
+		lim = rate.NewLimiter(l.limit, l.burst)
+		l.m[[2]string{tenant, tool}] = lim
+	}
+	l.mu.Unlock()
+	r := lim.Reserve()
+	if d := r.Delay(); d > 0 {
+		r.Cancel()
+		return max(d, time.Millisecond), false
+	}
+	return 0, true
+}
+
+// metrics are the api's Prometheus series.
+type metrics struct {
+	outcomes   *prometheus.CounterVec
+	rateLimits *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	// mcpFast and mcpSDK count the POSTs to /mcp answered by the fast
+	// path and by the MCP SDK.
+	mcpFast, mcpSDK prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_gate_outcomes_total",
+			Help: "Mutation calls by tool and outcome (accepted, replayed, conflict, in_flight, denied).",
+		}, []string{"tool", "outcome"}),
+		rateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_rate_limited_total",
+			Help: "Mutation calls refused by the per-tenant rate limit, by tool.",
+		}, []string{"tool"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_call_duration_seconds",
+			Help:    "Mutation call latency by tool and result (an outcome or an error code), waiting included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"tool", "result"}),
+	}
+	mcpRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idemgate_mcp_requests_total",
+		Help: "POST requests to /mcp by the path that answered them: fast (a plain tools/call, answered without an SDK session) or sdk.",
+	}, []string{"path"})
+	m.mcpFast, m.mcpSDK = mcpRequests.WithLabelValues("fast"), mcpRequests.WithLabelValues("sdk")
+	for _, c := range []prometheus.Collector{m.outcomes, m.rateLimits, m.latency, mcpRequests} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) outcome(tool string, o domain.Outcome) {
+	m.outcomes.WithLabelValues(tool, string(o)).Inc()
+}
+func (m *metrics) rateLimited(tool string) { m.rateLimits.WithLabelValues(tool).Inc() }
+
+func (m *metrics) observe(tool, result string, d time.Duration) {
+	m.latency.WithLabelValues(tool, result).Observe(d.Seconds())
+}

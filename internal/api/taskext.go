@@ -1,0 +1,165 @@
+package api
+
+// Shim: the tasks extension io.modelcontextprotocol/tasks (SEP-2663) of
+// 2026-07-28, which the go-sdk v1.8.0 does not implement. Delete it (and
+// the task layer's 2026-07-28 branch) when the SDK has the extension: its
+// capability in server/discover, CreateTaskResult from a tools/call
+// handler, and tasks/get, tasks/update and tasks/cancel over a server's
+// task store (go-sdk issue #626).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+)
+
+// Tasks for 2026-07-28 clients: the extension io.modelcontextprotocol/tasks
+// (SEP-2663). The go-sdk (v1.8) has no task API; when it has one (go-sdk
+// issue #626: the extension's capability, CreateTaskResult and the tasks/*
+// methods), this file and the task layer's 2026-07-28 branch can go.
+//
+// One meaning on both revisions: the task id is the operation id, so the
+// same idempotency key is the same task whichever revision retries it.
+// The shapes differ:
+//   - a client declares the extension in the request's _meta client
+//     capabilities; the server decides: a mutation whose outcome is
+//     terminal within the call's wait (IDEMGATE_WAIT) answers the plain
+//     result, one that is not answers CreateTaskResult (resultType
+//     "task"); a request without the declaration never gets a task;
+//   - tasks/get answers the task with resultType "complete", and once it
+//     is terminal the result inlined: what a plain call with the key
+//     answers (a failed operation is a tool error, isError true, so its
+//     task is "completed" as the extension says; "failed" is for JSON-RPC
+//     errors, which a settled operation never is); cancelled is
+//     "cancelled";
+//   - tasks/cancel acknowledges with an empty result whatever the id, and
+//     cancels through the gate when it can (cooperative, as the extension
+//     says: a started task runs on, its status says how it ended);
+//   - tasks/update acknowledges with an empty result: no task of ours asks
+//     for input (yet);
+//   - ttlSeconds and pollIntervalMilliseconds, not ttl and pollInterval;
+//     no tasks/result and no tasks/list (-32601 on 2026-07-28).
+
+// taskExtCallKey marks a tools/call whose client declared the extension.
+type taskExtCallKey struct{}
+
+// revisionKey carries the request's Mcp-Protocol-Version to the SDK's
+// handlers.
+type revisionKey struct{}
+
+// statelessRevision reports whether ctx is a 2026-07-28 request.
+func statelessRevision(ctx context.Context) bool {
+	v, _ := ctx.Value(revisionKey{}).(string)
+	return v >= mcpVersionStateless
+}
+
+// declaresTasksExtension reports whether a call's _meta client
+// capabilities name the tasks extension (its value an object).
+func declaresTasksExtension(c *callParams) bool {
+	if c == nil || c.meta == nil {
+		return false
+	}
+	var meta struct {
+		Caps *struct {
+			Extensions map[string]json.RawMessage `json:"extensions"`
+		} `json:"io.modelcontextprotocol/clientCapabilities"`
+	}
+	// readEnvelope has refused duplicate and case-folded names in _meta.
+	if json.Unmarshal(c.meta, &meta) != nil || meta.Caps == nil {
+		return false
+	}
+	v, ok := meta.Caps.Extensions[tasksExtension]
+	return ok && len(v) > 0 && v[0] == '{'
+}
+
+// extTask is a task as the extension shapes it: CreateTaskResult
+// (resultType "task") and tasks/get's DetailedTask (resultType
+// "complete").
+type extTask struct {
+	mcp.ResultBase
+	ResultType               string `json:"resultType"`
+	TaskID                   string `json:"taskId"`
+	Status                   string `json:"status"`
+	StatusMessage            string `json:"statusMessage,omitempty"`
+	CreatedAt                string `json:"createdAt"`
+	LastUpdatedAt            string `json:"lastUpdatedAt"`
+	TTLSeconds               *int64 `json:"ttlSeconds"`
+	PollIntervalMilliseconds int64  `json:"pollIntervalMilliseconds,omitempty"`
+	// Result is the outcome of a completed task: a CallToolResult.
+	Result *mcp.CallToolResult `json:"result,omitempty"`
+}
+
+// ackResult is the empty acknowledgement of tasks/cancel and tasks/update.
+type ackResult struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+}
+
+// extTaskOf is op as the extension's task.
+func (s *Server) extTaskOf(op *domain.Operation, resultType string) *extTask {
+	t := s.taskOf(op)
+	e := &extTask{
+		ResultType: resultType, TaskID: t.TaskID, Status: t.Status, StatusMessage: t.StatusMessage,
+		CreatedAt: t.CreatedAt, LastUpdatedAt: t.LastUpdatedAt, PollIntervalMilliseconds: t.PollInterval,
+	}
+	if t.TTL != nil {
+		e.TTLSeconds = ptr(*t.TTL / 1000)
+	}
+	if e.Status == TaskFailed {
+		e.Status = TaskCompleted // a tool error is a result (see above)
+	}
+	return e
+}
+
+// extTaskCall answers a tools/call whose client declared the extension: the
+// call runs as a plain call does (the same gate, wait and answer); a
+// mutation whose outcome is not terminal when the wait ends answers its
+// task instead of the in_flight result.
+func (s *Server) extTaskCall(ctx context.Context, next mcp.MethodHandler, method string, req *mcp.CallToolRequest) (mcp.Result, error) {
+	spec, ok := s.toolByName(req.Params.Name)
+	res, err := next(ctx, method, req)
+	if !ok || !spec.Mutating || err != nil {
+		return res, err
+	}
+	result, ok := res.(*mcp.CallToolResult)
+	if !ok || result.IsError {
+		return res, err
+	}
+	raw, ok := result.StructuredContent.(json.RawMessage)
+	if !ok {
+		return res, err
+	}
+	var ans Answer
+	if json.Unmarshal(raw, &ans) != nil || ans.Operation == nil || ans.Operation.Status.Terminal() {
+		return res, err
+	}
+	return s.extTaskOf(s.withNextAttempt(ctx, ans.Operation), "task"), nil
+}
+
+// extTaskGet is tasks/get on 2026-07-28.
+func (s *Server) extTaskGet(ctx context.Context, c *gate.Claim) (mcp.Result, error) {
+	t := s.extTaskOf(s.describe(ctx, c), "complete")
+	if c.Status.Terminal() && t.Status == TaskCompleted {
+		ans, cerr := answer(&gate.ClaimResult{Outcome: domain.OutcomeReplayed, Replayed: true, Claim: c})
+		t.Result = callResult(ans, cerr)
+	}
+	return t, nil
+}
+
+// extTaskCancel is tasks/cancel on 2026-07-28: an acknowledgement whatever
+// the id; a queued task is cancelled through the gate as on 2025-11-25.
+// Only a database that cannot answer is an error.
+func (s *Server) extTaskCancel(ctx context.Context, p *taskIDParams) (mcp.Result, error) {
+	_, err := s.cancelTask(ctx, nil, p)
+	var werr *jsonrpc.Error
+	if errors.As(err, &werr) && werr.Code == jsonrpc.CodeInternalError {
+		return nil, err
+	}
+	return &ackResult{ResultType: "complete"}, nil
+}

@@ -1,0 +1,94 @@
+package api
+
+import (
+	"context"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// Limits on argument values.
+const (
+	// MaxAmountCents is the largest amount the `idem:"cents"` arguments
+	// accept.
+	MaxAmountCents = tool.MaxAmountCents
+	// MaxTextLen is the longest `idem:"text"` argument, in runes.
+	MaxTextLen = tool.MaxTextLen
+)
+
+// Scopes of the api's own routes.
+const (
+	ScopeOperationsRead = tool.ScopeOperationsRead
+	ScopeOpsAdmin       = tool.ScopeOpsAdmin
+)
+
+// GetOperation is the built-in read tool that answers an operation's
+// status by tool and key.
+const GetOperation = "get_operation"
+
+// getOperationArgs are get_operation's arguments.
+type getOperationArgs struct {
+	Tool           string `json:"tool" jsonschema:"The mutating tool the key was used with."`
+	IdempotencyKey string `json:"idempotency_key" jsonschema:"The key the mutation was called with."`
+}
+
+// getOperationSpec declares get_operation; its tool argument is one of
+// the registry's mutations.
+func (s *Server) getOperationSpec() (*tool.Spec, error) {
+	spec, err := (&tool.Read[getOperationArgs, domain.Operation]{
+		Name:        GetOperation,
+		Title:       "Get an operation by key",
+		Description: "The status and outcome of a mutation, by its tool and idempotency_key.",
+		Scope:       ScopeOperationsRead,
+		Handle: func(ctx context.Context, caller tool.Caller, a *getOperationArgs) (*domain.Operation, error) {
+			return s.operation(ctx, domain.Actor{TenantID: caller.TenantID, UserID: caller.UserID}, a.Tool, a.IdempotencyKey)
+		},
+	}).Spec()
+	if err != nil {
+		return nil, err
+	}
+	return spec, withToolEnum(spec, s.tools.MutationNames())
+}
+
+// checkToolName refuses a tool argument that names no mutating tool;
+// optional lets it be absent.
+func (s *Server) checkToolName(args map[string]any, optional bool) error {
+	name, _ := args["tool"].(string)
+	if name == "" && optional {
+		return nil
+	}
+	if spec, ok := s.tools.Get(name); !ok || !spec.Mutating {
+		return domain.Errorf(domain.CodeInvalidArgument, "tool", "must name a mutating tool, got %q", name)
+	}
+	return nil
+}
+
+// toolByName returns a tool of the registry, or a built-in read.
+func (s *Server) toolByName(name string) (*tool.Spec, bool) {
+	switch name {
+	case GetOperation:
+		return s.getOperation, true
+	case ListOperations:
+		return s.listOperationsTool, true
+	}
+	return s.tools.Get(name)
+}
+
+// allTools lists every tool the server serves.
+func (s *Server) allTools() []*tool.Spec {
+	return append(s.tools.All(), s.getOperation, s.listOperationsTool)
+}
+
+// annotations are the MCP hints of a tool, set truthfully: reads are
+// read-only; mutations are destructive but idempotent (per key), and an
+// in-transaction effect touches nothing outside idemgate's database.
+func annotations(spec *tool.Spec) *mcp.ToolAnnotations {
+	if !spec.Mutating {
+		return &mcp.ToolAnnotations{Title: spec.Title, ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: ptr(false)}
+	}
+	return &mcp.ToolAnnotations{Title: spec.Title, DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(!spec.InTx)}
+}
+
+func ptr[T any](v T) *T { return &v }

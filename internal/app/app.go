@@ -1,0 +1,325 @@
+// Package app assembles idemgate's parts from a config.Config: the database
+// pool, the gate and its store, River, the authenticator and the api. The
+// binaries in cmd/ only call it; tests use it to run the real thing in
+// process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	neturl "net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemgate/idemgate/internal/api"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/ops"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
+	"github.com/idemgate/idemgate/internal/telemetry"
+	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// API is the assembled api process.
+type API struct {
+	Pool  *pgxpool.Pool
+	Gate  *gate.Gate
+	Tools *tool.Registry
+	// Jobs cancels and retries River jobs in the gate's transactions.
+	Jobs    *jobs.Control[pgx.Tx]
+	Server  *api.Server
+	Handler http.Handler
+	// Ops is the operator routes under /ops (River UI, re-drive).
+	Ops    *ops.Server
+	logger *slog.Logger
+}
+
+// OpenPostgres opens a pool on url with timeouts that make an unreachable
+// database an error within seconds, not a hang. The process holds at most
+// maxConns connections to Postgres in all (see PoolConfig), or url's
+// pool_max_conns when it has one: the URL always wins. logger (nil: none)
+// says so when Postgres refuses connections for too many clients.
+func OpenPostgres(ctx context.Context, url string, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
+	cfg := config.Defaults()
+	cfg.DatabaseURL = url
+	return OpenPostgresConfig(ctx, cfg, maxConns, logger)
+}
+
+// OpenPostgresConfig is OpenPostgres on cfg's DATABASE_URL, in the query
+// execution mode cfg.PostgresExecMode gives (under a transaction pooler,
+// one without named prepared statements).
+func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
+	pc, err := PoolConfig(cfg, maxConns, logger)
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// ExecMode returns pgx's query execution mode named as in a URL's
+// default_query_exec_mode (config.Config.PostgresExecMode).
+func ExecMode(name string) (pgx.QueryExecMode, error) {
+	switch name {
+	case "cache_statement":
+		return pgx.QueryExecModeCacheStatement, nil
+	case "cache_describe":
+		return pgx.QueryExecModeCacheDescribe, nil
+	case "describe_exec":
+		return pgx.QueryExecModeDescribeExec, nil
+	case "exec":
+		return pgx.QueryExecModeExec, nil
+	case "simple_protocol":
+		return pgx.QueryExecModeSimpleProtocol, nil
+	}
+	return 0, fmt.Errorf("%s: unknown default_query_exec_mode %q", config.EnvDatabaseURL, name)
+}
+
+// ErrMigrateThroughPooler refuses migrations through a transaction pooler:
+// they hold a session-level advisory lock (migrations.PostgresLockKey),
+// which such a pooler may leave on a server connection for good.
+var ErrMigrateThroughPooler = errors.New(config.EnvDBPooler + "=transaction: migrations hold a session-level advisory lock, " +
+	"which a transaction pooler cannot keep; run them with " + config.EnvDatabaseURL + " pointing at Postgres itself and " +
+	config.EnvDBPooler + " unset")
+
+// PoolConfig is the pool configuration of cfg's DATABASE_URL for a process
+// that may hold total connections to Postgres in all: cfg.PoolMaxConns
+// (the URL's pool_max_conns, else total, else
+// config.DefaultPoolMaxConns). Unless the URL goes through a transaction
+// pooler, the pool itself holds one fewer: a worker's River client takes
+// one connection out of its pool for good to LISTEN (pgx's Hijack, after
+// which the pool may open another), and migrations hold their advisory
+// lock on a connection of their own. The URL's connect_timeout and
+// pool_health_check_period win over this package's 2s and 5s.
+func PoolConfig(cfg *config.Config, total int32, logger *slog.Logger) (*pgxpool.Config, error) {
+	if total <= 0 {
+		total = config.DefaultPoolMaxConns
+	}
+	total = cfg.PoolMaxConns(total)
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.EnvDatabaseURL, err)
+	}
+	if mode := cfg.PostgresExecMode(); mode != "" {
+		if pc.ConnConfig.DefaultQueryExecMode, err = ExecMode(mode); err != nil {
+			return nil, err
+		}
+	}
+	params := urlParams(cfg.DatabaseURL)
+	if !params.Has("connect_timeout") {
+		pc.ConnConfig.ConnectTimeout = 2 * time.Second
+	}
+	if !params.Has("pool_health_check_period") {
+		pc.HealthCheckPeriod = 5 * time.Second
+	}
+	pc.MaxConns = total
+	if !cfg.Pooled() && total > 1 {
+		pc.MaxConns = total - 1
+	}
+	if pc.MinConns > pc.MaxConns {
+		pc.MinConns = pc.MaxConns
+	}
+	if logger != nil {
+		pc.ConnConfig.Tracer = &refusedTracer{logger: logger, total: total}
+	}
+	return pc, nil
+}
+
+// urlParams returns a URL's query parameters (none for a key=value string).
+func urlParams(s string) neturl.Values {
+	u, err := neturl.Parse(s)
+	if err != nil {
+		return neturl.Values{}
+	}
+	return u.Query()
+}
+
+// APIOptions are what tests and embedders may change; zero fields take
+// the api's defaults.
+type APIOptions struct {
+	// RateLimit is the sustained mutation calls per second allowed per
+	// tenant and tool; negative disables the limit. Default (0): the
+	// configuration's IDEMGATE_RATE_LIMIT (config.Config.RateLimit), where
+	// 0 means off.
+	RateLimit float64
+	// RateBurst is how many calls per tenant and tool may come at once
+	// before RateLimit paces them. Default (0): IDEMGATE_RATE_BURST.
+	RateBurst int
+	// Tools are the tools to serve. Default: the built-in tools.
+	Tools *tool.Registry
+	// TracerProvider receives the api's spans (requests, claims, River
+	// inserts), and its log lines get trace ids. Nil: no tracing.
+	TracerProvider trace.TracerProvider
+}
+
+// NewAPI assembles the api on Postgres with default options. The pool is
+// the caller's: NewAPI does not close it.
+func NewAPI(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*API, error) {
+	return NewAPIWithOptions(cfg, pool, logger, nil)
+}
+
+// NewAPIWithOptions is NewAPI with options; nil opts means defaults.
+func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts *APIOptions) (*API, error) {
+	if opts == nil {
+		opts = &APIOptions{}
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if cfg.Driver() != "postgres" {
+		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build (SQLite comes with the embedded quickstart)")
+	}
+	logger = tracedLogger(logger, opts.TracerProvider)
+	// Insert-only: no queues and no workers in the api process.
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, Middleware: telemetry.RiverMiddleware(opts.TracerProvider)})
+	if err != nil {
+		return nil, fmt.Errorf("river: %w", err)
+	}
+	data := pgstore.New(pool)
+	tools := opts.Tools
+	if tools == nil {
+		if tools, err = BuiltinDeclarations(cfg, data); err != nil {
+			return nil, err
+		}
+	}
+	warnNoSecret(cfg, logger)
+	g, err := gate.New(&gate.Config{
+		Store:    data,
+		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgstore.Unavailable},
+		Policies: tools.Policies(),
+		Secret:   []byte(cfg.Secret),
+		Logger:   logger,
+
+		TracerProvider: opts.TracerProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	promReg := prometheus.NewRegistry()
+	jobControl := &jobs.Control[pgx.Tx]{Client: riverClient}
+	srv, err := newAPIServer(cfg, g, jobControl, data, tools, func(ctx context.Context) (bool, error) {
+		return migrations.PostgresStatus(ctx, pool)
+	}, opts, promReg, logger)
+	if err != nil {
+		return nil, err
+	}
+	// River UI gets an insert-only client of its own on the api's pool.
+	uiClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("river (River UI): %w", err)
+	}
+	opsServer, err := newOpsServer(cfg, g, uiClient, jobControl, srv, promReg, logger)
+	if err != nil {
+		return nil, err
+	}
+	opsServer.Mount(srv.Router())
+	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, logger: logger}, nil
+}
+
+// warnNoSecret says, at the start of a process that claims, that without
+// IDEMGATE_SECRET new claims' downstream keys derive from their random
+// operation ids: an intent whose claim a lost commit forgot (a failover to
+// an asynchronous standby, a restore) would reach Stripe with a new key.
+func warnNoSecret(cfg *config.Config, logger *slog.Logger) {
+	if cfg.Secret != "" {
+		return
+	}
+	logger.Warn(config.EnvSecret+" is not set: new claims' downstream keys derive from their random operation ids, "+
+		"so an intent re-created after a lost commit (a failover to an asynchronous standby, a restore) would reach "+
+		"Stripe and the mailer with a new key and run again; set it, the same on every api process and worker "+
+		"(openssl rand -hex 32)", "setting", config.EnvSecret)
+}
+
+// tracedLogger is logger with trace_id and span_id on the lines logged
+// with a traced context, or logger itself when tp is off.
+func tracedLogger(logger *slog.Logger, tp trace.TracerProvider) *slog.Logger {
+	if !telemetry.On(tp) {
+		return logger
+	}
+	return slog.New(telemetry.NewLogHandler(logger.Handler()))
+}
+
+// apiData is what the api reads and writes besides the gate.
+type apiData interface {
+	store.Tokens
+	store.Orders
+	store.ResetTokens
+}
+
+// newAPIServer builds the api's handler on a gate, with /metrics serving
+// reg (to which it adds the Go and process collectors).
+func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, data apiData, tools *tool.Registry, migrated func(context.Context) (bool, error),
+	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
+) (*api.Server, error) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rateLimit, rateBurst := apiRateLimit(cfg, opts)
+	srv, err := api.New(&api.Config{
+		Gate:       g,
+		Auth:       tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now),
+		Tools:      tools,
+		Jobs:       jobControl,
+		Wait:       cfg.Wait,
+		RateLimit:  rateLimit,
+		RateBurst:  rateBurst,
+		Resets:     data,
+		Registerer: reg,
+		Logger:     logger,
+
+		AllowedOrigins: cfg.Origins(),
+		TracerProvider: opts.TracerProvider,
+		Ready: func(ctx context.Context) error {
+			ok, err := migrated(ctx)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("migrations are not applied: run idemctl migrate")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv.Router().Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return srv, nil
+}
+
+// apiRateLimit is the limit for api.Config: the options' when set, else
+// the configuration's, whose 0 (off) is api.Config's negative.
+func apiRateLimit(cfg *config.Config, opts *APIOptions) (limit float64, burst int) {
+	limit, burst = opts.RateLimit, opts.RateBurst
+	if limit == 0 {
+		limit = cfg.RateLimit
+		if limit == 0 {
+			limit = -1
+		}
+	}
+	if burst == 0 {
+		burst = cfg.RateBurst
+	}
+	return limit, burst
+}
+
+// Run runs the api's background work (River UI's cached counts) until ctx
+// ends.
+func (a *API) Run(ctx context.Context) {
+	if err := a.Ops.Start(ctx); err != nil {
+		a.logger.Error("River UI's background services did not start; it counts on demand", "error", err)
+	}
+	<-ctx.Done()
+}

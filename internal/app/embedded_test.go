@@ -1,0 +1,81 @@
+package app_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/mailpit"
+	"github.com/idemgate/idemgate/internal/sqlitetest"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/sqlitestore"
+	"github.com/idemgate/idemgate/internal/stripetest"
+)
+
+// TestEmbeddedSQLiteRefundWithDuplicateRetry runs the quickstart's shape:
+// api and worker in one process on SQLite, through MCP.
+func TestEmbeddedSQLiteRefundWithDuplicateRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
+	stripeSrv.AddCharge("ch_123", 5000, "usd")
+	smtpAddr, mailAPI := mailpit.Start(t)
+	path, db := sqlitetest.NewDB(t)
+	seed := seedFile()
+	seed.Customers = []store.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}}
+	seed.Users = []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}
+	_, err := sqlitestore.New(db).Seed(ctx, seed)
+	require.NoError(t, err)
+
+	cfg := config.Defaults()
+	cfg.DatabaseURL = "sqlite:" + path
+	cfg.Wait = 10 * time.Second
+	cfg.StripeAPIKey = "sk_test_idemgate"
+	cfg.StripeAPIBase = stripeHTTP.URL
+	cfg.SMTPAddr = smtpAddr
+	cfg.Secret = strings.Repeat("e", 32)
+	e, err := app.NewEmbedded(cfg, db, nil, nil, &app.WorkerOptions{MaxWorkers: 4})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx, 10*time.Second) }()
+	url := startHTTP(t, &app.API{Handler: e.Handler})
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	session := connect(t, url, tokenAcme)
+
+	first, isErr := callTool(t, session, "refund_order", refund("sqlite-refund-0001", 1500))
+	require.False(t, isErr, "%+v", first.Error)
+	require.Equal(t, domain.OutcomeAccepted, first.Outcome)
+	require.Equal(t, domain.StatusSucceeded, first.Operation.Status)
+	again, isErr := callTool(t, session, "refund_order", refund("sqlite-refund-0001", 1500))
+	require.False(t, isErr)
+	require.Equal(t, domain.OutcomeReplayed, again.Outcome)
+	require.Equal(t, first.Operation.OperationID, again.Operation.OperationID)
+	require.JSONEq(t, string(first.Operation.Result), string(again.Operation.Result))
+	require.Equal(t, map[string]int{intentKey(t, cfg.Secret, "acme", "refund_order", refund("sqlite-refund-0001", 1500), 0): 1}, stripeSrv.RefundsByKey())
+
+	conflict, isErr := callTool(t, session, "refund_order", refund("sqlite-refund-0001", 1600))
+	require.True(t, isErr)
+	require.Equal(t, domain.CodeKeyReuseDifferentArgs, conflict.Error.Code)
+
+	mail, isErr := callTool(t, session, "send_password_reset", map[string]any{"user_id": "usr_1", "idempotency_key": "sqlite-mail-0001"})
+	require.False(t, isErr, "%+v", mail.Error)
+	require.Equal(t, domain.StatusSucceeded, mail.Operation.Status)
+	var sent struct {
+		MessageID string `json:"message_id"`
+	}
+	require.NoError(t, jsonUnmarshal(mail.Operation.Result, &sent))
+	n, err := mailpit.New(mailAPI).CountByMessageID(ctx, sent.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	var refunds int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM refunds`).Scan(&refunds))
+	require.Equal(t, 1, refunds)
+}

@@ -1,0 +1,77 @@
+package app
+
+import (
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain/refunds"
+	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// toolData is what the built-in tools read and write.
+type toolData interface {
+	store.Domain
+	store.Orders
+}
+
+// BuiltinTools returns a registry of the built-in tools (refund_order,
+// apply_credit, reset_seat, send_password_reset, get_order) on data, ready
+// for a worker: it needs STRIPE_API_KEY and IDEMGATE_SECRET. Password-reset
+// links point to cfg.ResetLinkBaseOrDefault() unless the tenant has a base
+// of its own. Building it connects to nothing.
+func BuiltinTools(cfg *config.Config, data toolData) (*tool.Registry, error) {
+	if err := CheckBuiltinWorker(cfg); err != nil {
+		return nil, err
+	}
+	return builtinTools(cfg, data, nil)
+}
+
+// BuiltinDeclarations is BuiltinTools for a process that only serves the
+// api (publishes and claims, never runs an effect): a missing Stripe key or
+// secret is not an error here.
+func BuiltinDeclarations(cfg *config.Config, data toolData) (*tool.Registry, error) {
+	return builtinTools(cfg, data, nil)
+}
+
+// CheckBuiltinWorker returns an error naming the setting that a worker of
+// the built-in tools lacks (STRIPE_API_KEY, IDEMGATE_SECRET).
+func CheckBuiltinWorker(cfg *config.Config) error {
+	// Password-reset tokens derive from the secret.
+	if err := cfg.RequireSecret(); err != nil {
+		return err
+	}
+	_, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
+	return err
+}
+
+// builtinTools is BuiltinTools without the check, their Stripe and SMTP
+// calls traced with tp (nil: not traced).
+func builtinTools(cfg *config.Config, data toolData, tp trace.TracerProvider) (*tool.Registry, error) {
+	var stripeClient *refunds.Client
+	if cfg.StripeAPIKey != "" {
+		var err error
+		if stripeClient, err = refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, TracerProvider: tp}); err != nil {
+			return nil, err
+		}
+	}
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom,
+		LinkBase: cfg.ResetLinkBaseOrDefault(), Timeout: 10 * time.Second, TracerProvider: tp})
+	if err != nil {
+		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM/%s: %w", config.EnvResetLinkBase, err)
+	}
+	deps := &tools.Deps{Data: data, Orders: data, Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}
+	if a, ok := data.(tools.Auditor); ok { // the engines' stores are
+		deps.Audit = a
+	}
+	reg := tool.NewRegistry()
+	if err := tools.Register(reg, deps); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}

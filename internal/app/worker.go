@@ -1,0 +1,215 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
+	"github.com/idemgate/idemgate/internal/telemetry"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// Worker tuning. FetchCooldown is River's floor between fetches: its
+// default 100ms caps a queue at MaxWorkers×10 jobs per second.
+const (
+	DefaultMaxWorkers        = 50
+	DefaultFetchCooldown     = 10 * time.Millisecond
+	DefaultFetchPollInterval = 250 * time.Millisecond
+)
+
+// Worker is the assembled worker process.
+type Worker struct {
+	Client *river.Client[pgx.Tx]
+	Gate   *gate.Gate
+	Runner *jobs.Runner
+	// Control cancels and retries jobs in the gate's transactions.
+	Control *jobs.Control[pgx.Tx]
+	// Handler serves /metrics and /healthz (IDEMGATE_WORKER_ADDR).
+	Handler http.Handler
+
+	reaperInterval time.Duration
+	reap           func(context.Context) error
+	logger         *slog.Logger
+}
+
+// WorkerOptions are what tests may change; nil fields take defaults.
+type WorkerOptions struct {
+	// MaxWorkers is the default queue's concurrency.
+	MaxWorkers int
+	// Tools are the tools to work. Default: the built-in tools.
+	Tools *tool.Registry
+	// TracerProvider receives the worker's spans (River jobs, the built-in
+	// tools' Stripe and SMTP calls), and its log lines get trace ids. Nil:
+	// no tracing.
+	TracerProvider trace.TracerProvider
+}
+
+// NewWorker assembles the River workers on Postgres. Start it with
+// Client.Start and stop it with Client.Stop.
+func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts *WorkerOptions) (*Worker, error) {
+	if cfg.Driver() != config.DriverPostgres {
+		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build")
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if opts == nil {
+		opts = &WorkerOptions{}
+	}
+	logger = tracedLogger(logger, opts.TracerProvider)
+	data := pgstore.New(pool)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newClaimsCollector(pgClaimCounts(pool)))
+	metrics, err := jobs.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := workerTools(cfg, data, opts)
+	if err != nil {
+		return nil, err
+	}
+	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: pgstore.Unavailable}
+	g, err := gate.New(&gate.Config{Store: data, Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger,
+		Secret: []byte(cfg.Secret), TracerProvider: opts.TracerProvider})
+	if err != nil {
+		return nil, err
+	}
+	control := &jobs.Control[pgx.Tx]{}
+	workers, runner, err := newWorkers[*riverpgxv5.Driver](cfg, g, tools, control, metrics, logger)
+	if err != nil {
+		return nil, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(cfg, workers, opts, logger))
+	if err != nil {
+		return nil, err
+	}
+	enqueuer.Client = client
+	control.Client = client
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return &Worker{Client: client, Gate: g, Runner: runner, Control: control, Handler: mux,
+		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, g, control, logger).Reap, logger: logger}, nil
+}
+
+// newWorkers builds the claim jobs' runner over the registry's mutations,
+// and River's workers for them and for the reaper and pruner, on driver
+// TDriver.
+func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g *gate.Gate, reg *tool.Registry,
+	control *jobs.Control[TTx], metrics *jobs.Metrics, logger *slog.Logger,
+) (*river.Workers, *jobs.Runner, error) {
+	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
+		Gate:            g,
+		Tools:           reg,
+		InflightTimeout: cfg.InflightTimeout,
+		Metrics:         metrics,
+		Logger:          logger,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	workers := river.NewWorkers()
+	if err := jobs.AddWorkers[TDriver](workers, runner); err != nil {
+		return nil, nil, err
+	}
+	river.AddWorker(workers, newReaper(cfg, g, control, logger))
+	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
+	return workers, runner, nil
+}
+
+// newReaper is the reaper of g's claims: River's reaper job's worker, and
+// the pass every worker process runs each interval (jobs.KeepReaping).
+func newReaper[TTx any](cfg *config.Config, g *gate.Gate, control *jobs.Control[TTx], logger *slog.Logger) *jobs.ReaperWorker[TTx] {
+	return &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout}
+}
+
+// workerTools is opts.Tools, or the built-in tools on data, traced with
+// opts.TracerProvider.
+func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tool.Registry, error) {
+	if opts.Tools != nil {
+		return opts.Tools, nil
+	}
+	if err := CheckBuiltinWorker(cfg); err != nil {
+		return nil, err
+	}
+	return builtinTools(cfg, data, opts.TracerProvider)
+}
+
+// riverConfig is the River configuration of a working client: the claim
+// queue and the maintenance queue, the periodic
+// reaper and pruner, a job timeout below the lease, River's rescuer as a
+// backstop after the reaper, and a fetch cooldown far below River's 100ms
+// default (which caps a queue at MaxWorkers x 10 jobs per second).
+func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions, logger *slog.Logger) *river.Config {
+	maxWorkers := opts.MaxWorkers
+	if maxWorkers == 0 {
+		maxWorkers = DefaultMaxWorkers
+	}
+	queues := map[string]river.QueueConfig{
+		jobs.Queue:            {MaxWorkers: maxWorkers},
+		jobs.MaintenanceQueue: {MaxWorkers: 2},
+	}
+	return &river.Config{
+		Queues:            queues,
+		Workers:           workers,
+		PeriodicJobs:      jobs.PeriodicJobs(cfg.ReaperInterval, jobs.DefaultPruneInterval),
+		FetchCooldown:     DefaultFetchCooldown,
+		FetchPollInterval: DefaultFetchPollInterval,
+		// A transaction pooler loses a LISTEN with its transaction: River
+		// then polls for jobs every FetchPollInterval and elects its leader
+		// by polling too.
+		PollOnly:   cfg.Pooled(),
+		JobTimeout: jobs.JobTimeout(cfg.InflightTimeout),
+		// The reaper brings killed workers' claims back within the lease plus
+		// one reaper interval; River's rescuer stays as a backstop after that.
+		RescueStuckJobsAfter: cfg.InflightTimeout + 2*cfg.ReaperInterval,
+		Logger:               logger,
+		Middleware:           telemetry.RiverMiddleware(opts.TracerProvider),
+	}
+}
+
+// Run starts the worker and blocks until ctx ends, then stops fetching and
+// lets running jobs finish within stopTimeout.
+func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
+	reapCtx, stopReaping := context.WithCancel(ctx)
+	defer stopReaping()
+	go jobs.KeepReaping(reapCtx, w.reap, w.reaperInterval, w.logger)
+	return runRiver(ctx, w.Client, stopTimeout)
+}
+
+// runRiver starts a River client and blocks until ctx ends, then stops it
+// softly: no new fetches, running jobs finish within stopTimeout, and only
+// then are they cancelled.
+func runRiver[TTx any](ctx context.Context, client *river.Client[TTx], stopTimeout time.Duration) error {
+	// River's own context is not ctx: cancelling it would stop River hard.
+	riverCtx, cancelRiver := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRiver()
+	if err := client.Start(riverCtx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		cancelRiver() // jobs still running past the bound are cancelled
+		return fmt.Errorf("worker: stop: %w", err)
+	}
+	return nil
+}

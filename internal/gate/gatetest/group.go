@@ -1,0 +1,159 @@
+package gatetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+)
+
+// groupTests check the group commit of new claims: the store's
+// ClaimInsertMany and the gate's groups of concurrent calls.
+var groupTests = map[string]func(t *testing.T, s *suite){
+	"ClaimInsertManyWritesOnlyFreeKeys": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		taken := Claim(ctx, t, s.gate, &ClaimOpts{Key: "many-taken-0001"}).Claim
+		row := func(key string, amount int) *gate.ClaimInsertParams {
+			return &gate.ClaimInsertParams{OperationID: uuid.NewString(), TenantID: "acme", Tool: "refund_order",
+				IdempotencyKey: key, UserID: "u1", Args: json.RawMessage(fmt.Sprintf(`{"amount_cents":%d}`, amount)),
+				ArgsHash: fmt.Sprintf("hash-%d", amount), TTL: time.Hour, Retention: 2 * time.Hour, JobID: int64(1000 + amount),
+				Audit: &gate.AuditInsertParams{TenantID: "acme", UserID: "u1", Tool: "refund_order", IdempotencyKey: key,
+					Decision: domain.DecisionAccepted, ArgsHash: fmt.Sprintf("hash-%d", amount)}}
+		}
+		rows := []*gate.ClaimInsertParams{
+			row("many-new-0001", 1),
+			row("many-taken-0001", 2), // a claim has the key
+			row("many-new-0002", 3),
+			row("many-new-0001", 4), // an earlier row took it
+		}
+		tx, err := s.Store.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		claims, err := tx.ClaimInsertMany(ctx, rows)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+
+		require.Len(t, claims, 4)
+		require.Nil(t, claims[1])
+		require.Nil(t, claims[3])
+		for _, i := range []int{0, 2} {
+			c := claims[i]
+			require.NotNil(t, c, "row %d", i)
+			require.NotZero(t, c.ID)
+			require.Equal(t, rows[i].OperationID, c.OperationID)
+			require.Equal(t, rows[i].IdempotencyKey, c.IdempotencyKey)
+			require.Equal(t, rows[i].ArgsHash, c.ArgsHash)
+			require.Equal(t, rows[i].JobID, c.JobID)
+			require.Equal(t, domain.StatusQueued, c.Status)
+			require.Equal(t, time.Hour, c.TTL)
+			require.JSONEq(t, string(rows[i].Args), string(c.Args))
+			got, err := s.Store.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: rows[i].IdempotencyKey})
+			require.NoError(t, err)
+			require.Equal(t, c.OperationID, got.OperationID)
+		}
+		still, err := s.Store.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "many-taken-0001"})
+		require.NoError(t, err)
+		require.Equal(t, taken.OperationID, still.OperationID, "the taken key keeps its claim")
+
+		// Audit rows only for the claims written, each naming its operation.
+		first := audit(ctx, t, s.Store, "acme", "refund_order", "many-new-0001")
+		require.Len(t, first, 1)
+		require.Equal(t, rows[0].OperationID, first[0].OperationID)
+		require.Equal(t, rows[0].JobID, first[0].JobID)
+		require.Len(t, audit(ctx, t, s.Store, "acme", "refund_order", "many-new-0002"), 1)
+		require.Len(t, audit(ctx, t, s.Store, "acme", "refund_order", "many-taken-0001"), 1, "only the first call's row")
+	},
+
+	"GroupCommitGivesEachCallItsOutcome": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		// Two gates, as two api processes: one groups its new claims, the
+		// other claims one call per transaction.
+		single, err := gate.New(&gate.Config{Store: s.Store, Enqueuer: s.Enqueuer, Policies: Policies(), Secret: Secret,
+			MaxClaimBatch: 1, DBTimeout: 30 * time.Second})
+		require.NoError(t, err)
+		prior := Claim(ctx, t, s.gate, &ClaimOpts{Key: "group-prior-0001"}).Claim
+		const fresh, contested, retries = 24, 16, 8
+		type call struct {
+			gate *gate.Gate
+			opts *ClaimOpts
+		}
+		var calls []call
+		for i := range fresh {
+			calls = append(calls, call{s.gate, &ClaimOpts{Key: fmt.Sprintf("group-fresh-%04d", i)}})
+		}
+		for i := range contested { // one key, each call with other arguments
+			g := s.gate
+			if i%4 == 0 {
+				g = single
+			}
+			calls = append(calls, call{g, &ClaimOpts{Key: "group-contested-0001",
+				Args: map[string]any{"order_id": "ord_9f2", "amount_cents": json.Number(fmt.Sprint(100 + i))}}})
+		}
+		for range retries {
+			calls = append(calls, call{s.gate, &ClaimOpts{Key: "group-prior-0001"}})
+		}
+		results := make([]*gate.ClaimResult, len(calls))
+		errs := make([]error, len(calls))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, c := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				results[i], errs[i] = claim(ctx, c.gate, c.opts)
+			}()
+		}
+		close(start)
+		wg.Wait()
+
+		contestedAccepted := 0
+		for i, c := range calls {
+			require.NoError(t, errs[i], "call %d", i)
+			res := results[i]
+			switch {
+			case i < fresh:
+				require.Equal(t, domain.OutcomeAccepted, res.Outcome, "fresh key %s", c.opts.Key)
+				require.Equal(t, c.opts.Key, res.Claim.IdempotencyKey)
+				require.NotZero(t, res.Claim.JobID)
+				require.Equal(t, 1, decisionsOf(ctx, t, s.Store, c.opts.Key)[domain.DecisionAccepted])
+			case i < fresh+contested:
+				switch res.Outcome {
+				case domain.OutcomeAccepted:
+					contestedAccepted++
+				case domain.OutcomeConflict:
+					require.Equal(t, domain.CodeKeyReuseDifferentArgs, res.Conflict.Code)
+					require.Equal(t, []string{"amount_cents"}, res.Conflict.Fields)
+				default:
+					t.Fatalf("contested call %d: outcome %s", i, res.Outcome)
+				}
+			default:
+				require.Equal(t, domain.OutcomeInFlight, res.Outcome)
+				require.Equal(t, prior.OperationID, res.Claim.OperationID)
+			}
+		}
+		require.Equal(t, 1, contestedAccepted, "one call of the contested key is accepted")
+		require.Equal(t, fresh+2, s.ClaimCount(ctx))
+		require.Equal(t, fresh+2, s.JobCount(ctx), "every claim has its job, and no job is left without a claim")
+		require.Len(t, audit(ctx, t, s.Store, "acme", "refund_order", "group-contested-0001"), contested)
+		require.Len(t, audit(ctx, t, s.Store, "acme", "refund_order", "group-prior-0001"), 1+retries)
+	},
+}
+
+// decisionsOf counts the audit rows of key by decision.
+func decisionsOf(ctx context.Context, t *testing.T, s gate.Store, key string) map[domain.Decision]int {
+	t.Helper()
+	n := map[domain.Decision]int{}
+	for _, e := range audit(ctx, t, s, "acme", "refund_order", key) {
+		n[e.Decision]++
+	}
+	return n
+}

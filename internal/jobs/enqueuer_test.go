@@ -1,0 +1,55 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
+)
+
+// TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction: a group's jobs
+// go in with one InsertManyTx, in the claims' order, and the jobs of rows
+// not written are deleted in the same transaction, more than River deletes
+// in one call included.
+func TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := pgtest.NewDB(t)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
+	require.NoError(t, err)
+	enq := &Enqueuer[pgx.Tx]{Client: client}
+	st := pgstore.New(pool)
+
+	const n = maxDeleteMany + 3
+	claims := make([]*gate.Claim, n)
+	for i := range claims {
+		claims[i] = &gate.Claim{OperationID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), TenantID: "acme",
+			Tool: "refund_order", IdempotencyKey: fmt.Sprintf("key-%d", i)}
+	}
+	tx, err := st.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	ids, err := enq.JobInsertMany(ctx, tx, claims)
+	require.NoError(t, err)
+	require.Len(t, ids, n)
+	var kind, opID string
+	require.NoError(t, tx.Raw().(pgx.Tx).QueryRow(ctx, `SELECT kind, args->>'operation_id' FROM river_job WHERE id = $1`, ids[7]).Scan(&kind, &opID))
+	require.Equal(t, "refund_order", kind)
+	require.Equal(t, claims[7].OperationID, opID, "ids come back in the claims' order")
+	require.NoError(t, enq.JobDeleteMany(ctx, tx, ids[1:]))
+	require.NoError(t, tx.Commit(ctx))
+
+	rows, err := pool.Query(ctx, `SELECT id FROM river_job`)
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids[0]}, left)
+}

@@ -1,0 +1,194 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/tool"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		err        error
+		code       domain.Code
+		definitive bool
+		nothing    bool
+	}{
+		{"PlainErrorIsTransient", errors.New("connection reset"), "transient", false, false},
+		{"Transient", tool.Transient("downstream_unavailable", errors.New("503")), "downstream_unavailable", false, false},
+		{"NothingHappened", tool.NothingHappened(domain.CodeCardDeclined, "declined"), domain.CodeCardDeclined, true, true},
+		{"Happened", tool.Happened("mail_rejected", "550"), "mail_rejected", true, false},
+		{"UnknownIsOutcomeUnknown", tool.Unknown(errors.New("no answer")), domain.CodeOutcomeUnknown, true, false},
+		{"WrappedToolError", fmt.Errorf("call: %w", tool.NothingHappened(domain.CodeNotFound, "no order")), domain.CodeNotFound, true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			info, definitive := classify(tc.err)
+			require.Equal(t, tc.code, info.Code)
+			require.Equal(t, tc.definitive, definitive)
+			require.Equal(t, tc.nothing, info.NothingHappened)
+			require.NotEmpty(t, info.Message)
+		})
+	}
+}
+
+func TestVerdictCountsAndGivesUpOnTheLastAttempt(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	r := &Runner{metrics: m}
+	transient := tool.Transient("downstream_unavailable", errors.New("503"))
+
+	info, failed := r.verdict(transient, jobInfo{attempt: 1, maxAttempts: MaxAttempts}, "stripe")
+	require.False(t, failed, "an early transient error is retried")
+	require.Equal(t, domain.Code("downstream_unavailable"), info.Code)
+
+	info, failed = r.verdict(transient, jobInfo{attempt: MaxAttempts, maxAttempts: MaxAttempts}, "stripe")
+	require.True(t, failed, "the last attempt's transient error fails the operation")
+	require.Equal(t, domain.CodeRetriesExhausted, info.Code)
+	require.Contains(t, info.Message, "503")
+
+	_, failed = r.verdict(tool.NothingHappened(domain.CodeCardDeclined, "declined"), jobInfo{attempt: 1, maxAttempts: MaxAttempts}, "stripe")
+	require.True(t, failed)
+
+	require.Equal(t, 2.0, testutil.ToFloat64(m.downstream.WithLabelValues("stripe", "transient")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.downstream.WithLabelValues("stripe", "definitive")))
+}
+
+func TestNotLeased(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := &gate.Claim{Status: domain.StatusSucceeded}
+
+	result, err := notLeased(t.Context(), c, gate.ErrNoRun, time.Minute, log)
+	require.Equal(t, "no_effect", result)
+	require.NoError(t, err, "a claim that needs no run ends the job")
+
+	result, err = notLeased(t.Context(), c, gate.ErrLeaseHeld, time.Minute, log)
+	require.Equal(t, "snoozed", result)
+	var snooze *river.JobSnoozeError
+	require.ErrorAs(t, err, &snooze)
+	require.Equal(t, 15*time.Second, snooze.Duration, "a quarter of the lease")
+
+	boom := errors.New("database unavailable")
+	result, err = notLeased(t.Context(), c, boom, time.Minute, log)
+	require.Equal(t, "retry", result)
+	require.ErrorIs(t, err, boom)
+}
+
+func TestRunnerConfigAndLeases(t *testing.T) {
+	t.Parallel()
+	policies := gatetest.Policies()
+	for i := range policies {
+		if policies[i].Tool == "send_password_reset" {
+			policies[i].InflightTimeout = 30 * time.Second
+		}
+	}
+	g, err := gate.New(&gate.Config{Store: nopStore{}, Enqueuer: nopEnqueuer{}, Policies: policies})
+	require.NoError(t, err)
+	reg := tool.NewRegistry()
+
+	for _, tc := range []struct {
+		cfg  *RunnerConfig
+		want string
+	}{
+		{&RunnerConfig{Tools: reg, InflightTimeout: time.Minute}, "Gate is required"},
+		{&RunnerConfig{Gate: g, InflightTimeout: time.Minute}, "Tools is required"},
+		{&RunnerConfig{Gate: g, Tools: reg}, "InflightTimeout must be positive"},
+	} {
+		_, err := NewRunner(tc.cfg)
+		require.ErrorContains(t, err, tc.want)
+	}
+	r, err := NewRunner(&RunnerConfig{Gate: g, Tools: reg, InflightTimeout: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, r.Lease("refund_order"), "the global lease")
+	require.Equal(t, 30*time.Second, r.Lease("send_password_reset"), "the tool's own lease")
+
+	// The effect ends well inside River's job timeout, which ends inside
+	// the lease: a stuck effect is cut before anyone may reclaim.
+	for _, lease := range []time.Duration{time.Second, time.Minute, 2 * time.Minute} {
+		require.Less(t, effectDeadline(lease), JobTimeout(lease))
+		require.Less(t, JobTimeout(lease), lease)
+	}
+}
+
+func TestClaimArgs(t *testing.T) {
+	t.Parallel()
+	c := &gate.Claim{ID: 7, OperationID: "op", TenantID: "acme", Tool: "refund_order", IdempotencyKey: "key-0001"}
+	args, err := ArgsFor(c)
+	require.NoError(t, err)
+	require.Equal(t, "refund_order", args.Kind(), "the job kind is the tool's name")
+	require.Equal(t, ClaimRef{ClaimID: 7, OperationID: "op", TenantID: "acme", Tool: "refund_order", IdempotencyKey: "key-0001"}, args.(ClaimArgs).ClaimRef)
+	// Decoded by River for work, the args carry no kind: the tool names it.
+	require.Equal(t, "apply_credit", ClaimArgs{ClaimRef: ClaimRef{Tool: "apply_credit"}}.Kind())
+	_, err = ArgsFor(&gate.Claim{ID: 8})
+	require.ErrorContains(t, err, "has no tool")
+	opts := InsertOpts()
+	require.Equal(t, MaxAttempts, opts.MaxAttempts)
+	require.Equal(t, Queue, opts.Queue)
+}
+
+func TestRetryable(t *testing.T) {
+	t.Parallel()
+	require.True(t, retryable(&rivertype.JobRow{State: rivertype.JobStateCancelled, Metadata: []byte(`{}`)}))
+	require.True(t, retryable(&rivertype.JobRow{State: rivertype.JobStateDiscarded, Metadata: []byte(`{"other":1}`)}))
+	require.False(t, retryable(&rivertype.JobRow{State: rivertype.JobStateRunning, Metadata: []byte(`{}`)}),
+		"River leaves a running job alone")
+	require.False(t, retryable(&rivertype.JobRow{State: rivertype.JobStateCancelled, Metadata: []byte(`{"cancel_attempted_at":"2026-12-03T00:00:00Z"}`)}),
+		"a late cancellation could reach the retried job: a fresh job instead")
+	require.False(t, retryable(&rivertype.JobRow{State: rivertype.JobStateCancelled, Metadata: []byte(`not json`)}))
+}
+
+func TestMetricsCountEveryTransitionFromZero(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	m.Transition(gate.EventReclaim)
+	m.Transition(gate.EventReclaim)
+	var nilMetrics *Metrics
+	nilMetrics.Transition(gate.EventLease) // a runner without metrics
+	require.Equal(t, 2.0, testutil.ToFloat64(m.transitions.WithLabelValues(string(gate.EventReclaim))))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var events []string
+	for _, f := range families {
+		if f.GetName() == "idemgate_claim_transitions_total" {
+			for _, s := range f.GetMetric() {
+				events = append(events, s.GetLabel()[0].GetValue())
+			}
+		}
+	}
+	written := 0
+	for _, tr := range gate.Transitions {
+		if tr.Store != nil {
+			written++
+		}
+	}
+	require.Len(t, events, written, "every event that writes is exported from the start: %s", strings.Join(events, ","))
+	require.NotContains(t, events, string(gate.EventExpire), "expiry writes nothing; archive counts it")
+}
+
+// nopStore and nopEnqueuer satisfy gate.Config for tests that never touch
+// the database.
+type nopStore struct{ gate.Store }
+
+type nopEnqueuer struct{ gate.Enqueuer }

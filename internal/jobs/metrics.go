@@ -1,0 +1,68 @@
+package jobs
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgate/idemgate/internal/gate"
+)
+
+// Metrics are the worker's Prometheus series.
+type Metrics struct {
+	downstream  *prometheus.CounterVec
+	jobDuration *prometheus.HistogramVec
+	transitions *prometheus.CounterVec
+}
+
+// NewMetrics registers the worker's series with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		downstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_downstream_calls_total",
+			Help: "Downstream calls by provider (stripe, smtp, ledger) and result (ok, definitive, transient).",
+		}, []string{"provider", "result"}),
+		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_job_duration_seconds",
+			Help:    "Claim job run time by tool and result (succeeded, failed, retry, no_effect, snoozed).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"tool", "result"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_claim_transitions_total",
+			Help: "Claim transitions committed by this process, by event (the gate's state machine: insert, take_over, lease, complete, apply, fail, release, reclaim, give_up, repoint, abandon, cancel, redrive, archive, forget).",
+		}, []string{"event"}),
+	}
+	for _, e := range gate.Transitions {
+		if e.Store != nil { // expire writes nothing: archive counts it
+			m.transitions.WithLabelValues(string(e.Event)) // every series from the start
+		}
+	}
+	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// call counts one effect by its provider (the tool declaration's
+// Provider) and result.
+func (m *Metrics) call(provider, result string) {
+	if m != nil {
+		m.downstream.WithLabelValues(provider, result).Inc()
+	}
+}
+
+func (m *Metrics) job(tool, result string, d time.Duration) {
+	if m != nil {
+		m.jobDuration.WithLabelValues(tool, result).Observe(d.Seconds())
+	}
+}
+
+// Transition counts a committed claim transition: the gate's
+// Config.OnTransition.
+func (m *Metrics) Transition(e gate.Event) {
+	if m != nil {
+		m.transitions.WithLabelValues(string(e)).Inc()
+	}
+}

@@ -1,0 +1,139 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/logtest"
+	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/internal/store/pgstore"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// cancelOnCommit is a gate.Store whose transactions cancel the running
+// job's context as their commit starts: the moment River's cancel
+// notification, sent by that very commit (JobCancelTx), can reach the
+// worker at the latest. It injects the race; it does not replace the store.
+type cancelOnCommit struct {
+	gate.Store
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+func (s *cancelOnCommit) arm(cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancel = cancel
+}
+
+func (s *cancelOnCommit) Begin(ctx context.Context) (gate.Tx, error) {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &cancelOnCommitTx{Tx: tx, s: s}, nil
+}
+
+type cancelOnCommitTx struct {
+	gate.Tx
+	s *cancelOnCommit
+}
+
+func (tx *cancelOnCommitTx) Commit(ctx context.Context) error {
+	tx.s.mu.Lock()
+	cancel := tx.s.cancel
+	tx.s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return tx.Tx.Commit(ctx)
+}
+
+type refundArgs struct {
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+// failingRefund fails definitively, as an over-refund does, after arming
+// the store: the lease is committed by then, and the next commit is the
+// failure's.
+func failingRefund(arm func()) *tool.Mutation[refundArgs, struct{}] {
+	return &tool.Mutation[refundArgs, struct{}]{
+		Name: "refund_order", Title: "Refund", Description: "A refund that fails.", Scope: "billing:refund", Provider: "stripe",
+		Call: func(context.Context, *tool.Op[refundArgs]) (*struct{}, error) {
+			arm()
+			return nil, tool.NothingHappened(domain.CodeAmountExceedsRefundable, "amount_cents exceeds what is refundable")
+		},
+	}
+}
+
+// TestFailureCancellingItsOwnJobStillLogsAndCounts: a failing operation's
+// transaction cancels its own job (JobCancelTx), and River cancels the job's
+// context once that commit lands. The outcome must still be committed,
+// logged and counted, and the job must end cancelled, not retried.
+func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := pgtest.NewDB(t)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
+	require.NoError(t, err)
+	store := &cancelOnCommit{Store: pgstore.New(pool)}
+	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &Enqueuer[pgx.Tx]{Client: client}, Policies: gatetest.Policies()})
+	require.NoError(t, err)
+
+	logger, logs := logtest.New()
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	require.NoError(t, err)
+	jobCtx, cancelJob := context.WithCancel(ctx)
+	defer cancelJob()
+	tools := tool.NewRegistry().MustAdd(failingRefund(func() { store.arm(cancelJob) }))
+	runner, err := NewRunner(&RunnerConfig{Gate: g, Tools: tools,
+		InflightTimeout: time.Minute, Metrics: metrics, Logger: logger})
+	require.NoError(t, err)
+
+	c := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "settle-race-0001"}).Claim
+	hooks := gate.JobHooks{
+		Complete: func(context.Context, gate.Tx) error { return errors.New("a failing job is not completed") },
+		Cancel: func(ctx context.Context, tx gate.Tx) error {
+			_, err := client.JobCancelTx(ctx, tx.Raw().(pgx.Tx), c.JobID)
+			return err
+		},
+	}
+	err = runner.run(jobCtx, jobInfo{id: int(c.JobID), attempt: 1, maxAttempts: 10, ref: refOf(c)}, hooks)
+
+	var cancelErr *river.JobCancelError
+	require.ErrorAs(t, err, &cancelErr, "the job ends cancelled, not retried")
+	require.Error(t, jobCtx.Err(), "the commit cancelled the job's context, as River does")
+	stored, err := pgstore.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+	require.NoError(t, err)
+	require.Equal(t, domain.StatusFailed, stored.Status)
+	require.Equal(t, domain.CodeAmountExceedsRefundable, stored.Error.Code)
+	var state string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, c.JobID).Scan(&state))
+	require.Equal(t, "cancelled", state, "cancelled in the failing transaction")
+	require.Contains(t, logs.String(), `"msg":"operation failed"`)
+	require.Equal(t, 1, testutil.CollectAndCount(metrics.jobDuration))
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.downstream.WithLabelValues("stripe", "definitive")))
+	h, err := metrics.jobDuration.GetMetricWithLabelValues("refund_order", "failed")
+	require.NoError(t, err)
+	require.Equal(t, 1, testutil.CollectAndCount(h.(prometheus.Collector)))
+}
+
+// refOf is the ClaimRef a claim's job carries.
+func refOf(c *gate.Claim) ClaimRef {
+	return ClaimRef{ClaimID: c.ID, OperationID: c.OperationID, TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey}
+}

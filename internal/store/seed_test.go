@@ -1,0 +1,157 @@
+package store_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/store"
+)
+
+// designExample is the seed file of docs/design.md, verbatim.
+const designExample = `{
+  "orders":    [{"tenant": "acme", "order_id": "ord_9f2", "charge_id": "ch_123", "amount_cents": 5000, "currency": "usd"}],
+  "customers": [{"tenant": "acme", "customer_id": "cus_1", "currency": "usd"}],
+  "seats":     [{"tenant": "acme", "seat_id": "seat_1", "user_id": "usr_1"}],
+  "users":     [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}],
+  "tokens":    [{"tenant": "acme", "user": "support-bot", "scopes": ["billing:refund"], "token": "idg_test_acme"}],
+  "tenants":   [{"tenant": "acme", "reset_link_base": "https://app.acme.example/reset-password"}]
+}`
+
+func TestParseSeed(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DesignExample", func(t *testing.T) {
+		t.Parallel()
+		f, err := store.ParseSeed(strings.NewReader(designExample))
+		require.NoError(t, err)
+		require.Equal(t, &store.SeedFile{
+			Orders:    []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
+			Customers: []store.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}},
+			Seats:     []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}},
+			Users:     []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
+			Tokens:    []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund"}, Token: "idg_test_acme"}},
+			Tenants:   []store.SeedTenant{{Tenant: "acme", ResetLinkBase: "https://app.acme.example/reset-password"}},
+		}, f)
+	})
+
+	t.Run("EveryListOptional", func(t *testing.T) {
+		t.Parallel()
+		f, err := store.ParseSeed(strings.NewReader(`{}`))
+		require.NoError(t, err)
+		require.Equal(t, &store.SeedFile{}, f)
+	})
+
+	t.Run("OptionalFields", func(t *testing.T) {
+		t.Parallel()
+		f, err := store.ParseSeed(strings.NewReader(`{
+			"seats": [{"tenant": "acme", "seat_id": "seat_2"}],
+			"tokens": [{"tenant": "acme", "user": "ops", "scopes": ["ops:admin", "operations:read"],
+			            "expires_at": "2030-01-02T03:04:05Z"}]}`))
+		require.NoError(t, err)
+		require.Empty(t, f.Seats[0].UserID)
+		require.Empty(t, f.Tokens[0].Token)
+		require.Equal(t, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), *f.Tokens[0].ExpiresAt)
+	})
+
+	t.Run("MaxAmount", func(t *testing.T) {
+		t.Parallel()
+		_, err := store.ParseSeed(strings.NewReader(
+			`{"orders": [{"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 10000000000, "currency": "eur"}]}`))
+		require.NoError(t, err)
+	})
+}
+
+// seedOrder is a seed file of a valid order and one with fields.
+func seedOrder(fields string) string {
+	return `{"orders": [{"tenant": "acme", "order_id": "ord_1", "charge_id": "ch_1", "amount_cents": 100, "currency": "usd"},` +
+		`{` + fields + `}]}`
+}
+
+// seedToken is a seed file of one token with fields.
+func seedToken(fields string) string { return `{"tokens": [{` + fields + `}]}` }
+
+// parseSeedRefusals are seed files ParseSeed refuses, with what the error
+// says.
+var parseSeedRefusals = []struct {
+	name    string
+	json    string
+	wantErr string
+}{
+	{"Empty", ``, "seed file: empty"},
+	{"NotAnObject", `[]`, "seed file: json: cannot unmarshal array"},
+	{"Malformed", `{"orders": [`, "seed file: unexpected EOF"},
+	{"TrailingData", `{} {}`, "unexpected data after the JSON object"},
+	{"UnknownTopLevelField", `{"products": []}`, `unknown field "products"`},
+	{"UnknownTenantField", `{"tenants": [{"tenant": "a", "name": "A"}]}`, `unknown field "name"`},
+	{"UnknownEntryField", `{"users": [{"tenant": "a", "user_id": "u", "email": "a@b.c", "name": "Ana"}]}`, `unknown field "name"`},
+	{"WrongType", `{"orders": [{"amount_cents": "5000"}]}`, "amount_cents"},
+
+	{"OrderTenantMissing", seedOrder(`"order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant: required"},
+	{"OrderTenantInvalid", seedOrder(`"tenant": "ac me", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant: \"ac me\" must be 1 to 64 characters"},
+	{"OrderTenantTooLong", seedOrder(`"tenant": "` + strings.Repeat("a", 65) + `", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].tenant:"},
+	{"OrderIDMissing", seedOrder(`"tenant": "a", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].order_id: required"},
+	{"OrderIDInvalid", seedOrder(`"tenant": "a", "order_id": "ord/1", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1].order_id:"},
+	{"OrderChargeMissing", seedOrder(`"tenant": "a", "order_id": "o", "amount_cents": 1, "currency": "usd"`), "orders[1].charge_id: required"},
+	{"OrderAmountMissing", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "currency": "usd"`), "orders[1].amount_cents: must be positive"},
+	{"OrderAmountZero", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 0, "currency": "usd"`), "orders[1].amount_cents: must be positive"},
+	{"OrderAmountNegative", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": -5, "currency": "usd"`), "orders[1].amount_cents: must be positive"},
+	{"OrderAmountTooLarge", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 10000000001, "currency": "usd"`), "orders[1].amount_cents: must be at most 10000000000"},
+	{"OrderCurrencyMissing", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1`), "orders[1].currency:"},
+	{"OrderCurrencyUppercase", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "USD"`), "orders[1].currency: \"USD\" must be 3 lowercase letters"},
+	{"OrderCurrencyLength", seedOrder(`"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 1, "currency": "usdt"`), "orders[1].currency:"},
+	{"OrderDuplicate", seedOrder(`"tenant": "acme", "order_id": "ord_1", "charge_id": "c", "amount_cents": 1, "currency": "usd"`), "orders[1]: duplicates orders[0]"},
+
+	{"CustomerIDMissing", `{"customers": [{"tenant": "a", "currency": "usd"}]}`, "customers[0].customer_id: required"},
+	{"CustomerTenantInvalid", `{"customers": [{"tenant": "a!", "customer_id": "c", "currency": "usd"}]}`, "customers[0].tenant:"},
+	{"CustomerCurrencyInvalid", `{"customers": [{"tenant": "a", "customer_id": "c", "currency": "us"}]}`, "customers[0].currency:"},
+	{"CustomerDuplicate", `{"customers": [{"tenant": "a", "customer_id": "c", "currency": "usd"}, {"tenant": "a", "customer_id": "c", "currency": "eur"}]}`, "customers[1]: duplicates customers[0]"},
+
+	{"SeatIDMissing", `{"seats": [{"tenant": "a"}]}`, "seats[0].seat_id: required"},
+	{"SeatTenantMissing", `{"seats": [{"seat_id": "s"}]}`, "seats[0].tenant: required"},
+	{"SeatUserInvalid", `{"seats": [{"tenant": "a", "seat_id": "s", "user_id": "u 1"}]}`, "seats[0].user_id:"},
+	{"SeatDuplicate", `{"seats": [{"tenant": "a", "seat_id": "s"}, {"tenant": "a", "seat_id": "s"}]}`, "seats[1]: duplicates seats[0]"},
+
+	{"UserIDMissing", `{"users": [{"tenant": "a", "email": "a@b.c"}]}`, "users[0].user_id: required"},
+	{"UserTenantInvalid", `{"users": [{"tenant": "", "user_id": "u", "email": "a@b.c"}]}`, "users[0].tenant: required"},
+	{"UserEmailMissing", `{"users": [{"tenant": "a", "user_id": "u"}]}`, "users[0].email: required"},
+	{"UserEmailNoAt", `{"users": [{"tenant": "a", "user_id": "u", "email": "ana.example.com"}]}`, "users[0].email: \"ana.example.com\" is not an email address"},
+	{"UserEmailDisplayName", `{"users": [{"tenant": "a", "user_id": "u", "email": "Ana <ana@example.com>"}]}`, "users[0].email:"},
+	{"UserDuplicate", `{"users": [{"tenant": "a", "user_id": "u", "email": "a@b.c"}, {"tenant": "a", "user_id": "u", "email": "d@e.f"}]}`, "users[1]: duplicates users[0]"},
+
+	{"TenantMissing", `{"tenants": [{"reset_link_base": "https://a.example.com/r"}]}`, "tenants[0].tenant: required"},
+	{"TenantInvalid", `{"tenants": [{"tenant": "a b"}]}`, "tenants[0].tenant:"},
+	{"TenantLinkBaseRelative", `{"tenants": [{"tenant": "a", "reset_link_base": "/reset"}]}`, `tenants[0].reset_link_base: "/reset" is not an absolute http or https URL`},
+	{"TenantLinkBaseAllInterfaces", `{"tenants": [{"tenant": "a", "reset_link_base": "http://0.0.0.0:8080/reset-password"}]}`, "tenants[0].reset_link_base:"},
+	{"TenantLinkBaseWithToken", `{"tenants": [{"tenant": "a", "reset_link_base": "https://a.example.com/r?token=x"}]}`, "token parameter"},
+	{"TenantDuplicate", `{"tenants": [{"tenant": "a"}, {"tenant": "a", "reset_link_base": "https://a.example.com/r"}]}`, "tenants[1]: duplicates tenants[0]"},
+
+	{"TokenTenantMissing", seedToken(`"user": "u", "scopes": ["billing:refund"]`), "tokens[0].tenant: required"},
+	{"TokenUserMissing", seedToken(`"tenant": "a", "scopes": ["billing:refund"]`), "tokens[0].user: required"},
+	{"TokenUserInvalid", seedToken(`"tenant": "a", "user": "support bot", "scopes": ["billing:refund"]`), "tokens[0].user:"},
+	{"TokenScopesMissing", seedToken(`"tenant": "a", "user": "u"`), "tokens[0].scopes: must list at least one scope"},
+	{"TokenScopesEmpty", seedToken(`"tenant": "a", "user": "u", "scopes": []`), "tokens[0].scopes: must list at least one scope"},
+	{"TokenScopeMalformed", seedToken(`"tenant": "a", "user": "u", "scopes": ["billing:refund", "everything"]`), `tokens[0].scopes: scope "everything" must look like resource:action`},
+	{"TokenScopeRepeated", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset", "seats:reset"]`), `tokens[0].scopes: scope "seats:reset" is listed twice`},
+	{"TokenValueNoPrefix", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "test_acme_1"`), "tokens[0].token: must be \"idg_\""},
+	{"TokenValueTooShort", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_abc"`), "tokens[0].token:"},
+	{"TokenValueBadChar", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_abc.def"`), "tokens[0].token:"},
+	{"TokenExpiresAtInvalid", seedToken(`"tenant": "a", "user": "u", "scopes": ["seats:reset"], "expires_at": "tomorrow"`), "seed file: parsing time"},
+	{"TokenValueDuplicate", `{"tokens": [{"tenant": "a", "user": "u", "scopes": ["seats:reset"], "token": "idg_same_value"},
+		{"tenant": "b", "user": "v", "scopes": ["seats:reset"], "token": "idg_same_value"}]}`, "tokens[1]: duplicates tokens[0]"},
+}
+
+func TestParseSeedRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tt := range parseSeedRefusals {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := store.ParseSeed(strings.NewReader(tt.json))
+			require.Error(t, err)
+			require.Nil(t, f)
+			require.Contains(t, err.Error(), tt.wantErr)
+		})
+	}
+}

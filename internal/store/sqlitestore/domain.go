@@ -1,0 +1,123 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/store/internal/engine"
+)
+
+// CustomerGet implements store.Domain.
+func (s *Store) CustomerGet(ctx context.Context, tenantID, customerID string) (*store.Customer, error) {
+	var c store.Customer
+	if err := s.db.QueryRowContext(ctx, sqlCustomerGet, tenantID, customerID).Scan(&c.TenantID, &c.CustomerID, &c.Currency); err != nil {
+		return nil, translate(err)
+	}
+	return &c, nil
+}
+
+// SeatGet implements store.Domain.
+func (s *Store) SeatGet(ctx context.Context, tenantID, seatID string) (string, error) {
+	var id string
+	if err := s.db.QueryRowContext(ctx, sqlSeatGet, tenantID, seatID).Scan(&id); err != nil {
+		return "", translate(err)
+	}
+	return id, nil
+}
+
+// UserGet implements store.Domain.
+func (s *Store) UserGet(ctx context.Context, tenantID, userID string) (*store.User, error) {
+	var u store.User
+	if err := s.db.QueryRowContext(ctx, sqlUserGet, tenantID, userID).Scan(&u.TenantID, &u.UserID, &u.Email); err != nil {
+		return nil, translate(err)
+	}
+	return &u, nil
+}
+
+// TenantResetLinkBase implements store.Domain.
+func (s *Store) TenantResetLinkBase(ctx context.Context, tenantID string) (string, error) {
+	var base string
+	err := s.db.QueryRowContext(ctx, sqlTenantResetLinkBase, tenantID).Scan(&base)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return base, translate(err)
+}
+
+// RefundRecord implements store.Domain.
+func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRecordParams) error {
+	t, err := engine.RawTx[*sql.Tx](tx)
+	if err != nil {
+		return err
+	}
+	res, err := t.ExecContext(ctx, sqlRefundInsert, p.TenantID, p.OrderID, p.OperationID, p.StripeRefundID, p.AmountCents, p.Currency, p.Status)
+	if err != nil {
+		return translate(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return translate(err) // recorded before: nothing to add
+	}
+	_, err = t.ExecContext(ctx, sqlRefundAddToOrder, p.TenantID, p.OrderID, p.AmountCents)
+	return translate(err)
+}
+
+// LedgerInsert implements store.Domain.
+func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
+	t, err := engine.RawTx[*sql.Tx](tx)
+	if err != nil {
+		return nil, err
+	}
+	var e store.LedgerEntry
+	if err := t.QueryRowContext(ctx, sqlLedgerInsert, p.TenantID, p.CustomerID, p.OperationID, p.AmountCents, p.Currency, p.Memo).Scan(&e.ID); err != nil {
+		return nil, translate(err)
+	}
+	if err := t.QueryRowContext(ctx, sqlLedgerBalance, p.TenantID, p.CustomerID).Scan(&e.BalanceCents); err != nil {
+		return nil, translate(err)
+	}
+	return &e, nil
+}
+
+// SeatReset implements store.Domain.
+func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
+	t, err := engine.RawTx[*sql.Tx](tx)
+	if err != nil {
+		return nil, err
+	}
+	var r store.SeatResetResult
+	if err := t.QueryRowContext(ctx, sqlSeatResetRecord, p.TenantID, p.SeatID, p.OperationID).Scan(&r.PreviousUserID); err != nil {
+		return nil, translate(err)
+	}
+	if err := t.QueryRowContext(ctx, sqlSeatResetFree, p.TenantID, p.SeatID).Scan(&r.ResetCount); err != nil {
+		return nil, translate(err)
+	}
+	return &r, nil
+}
+
+// ResetTokenInsert implements store.Domain.
+func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.ResetTokenInsertParams) error {
+	t, err := engine.RawTx[*sql.Tx](tx)
+	if err != nil {
+		return err
+	}
+	_, err = t.ExecContext(ctx, sqlResetTokenInsert, p.TenantID, p.UserID, p.OperationID, p.TokenHash, p.MessageID,
+		FormatTime(p.ExpiresAt))
+	return translate(err)
+}
+
+// ResetTokenRedeem implements store.ResetTokens.
+func (s *Store) ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*store.ResetTokenRedemption, error) {
+	return engine.Redeem(func() (*store.ResetTokenRedemption, error) {
+		var r store.ResetTokenRedemption
+		err := s.db.QueryRowContext(ctx, sqlResetTokenRedeem, tokenHash).Scan(&r.TenantID, &r.UserID, &r.OperationID, times{}.Time(&r.UsedAt))
+		if err != nil {
+			return nil, translate(err)
+		}
+		return &r, nil
+	}, func() (used, expired bool, err error) {
+		err = s.db.QueryRowContext(ctx, sqlResetTokenState, tokenHash).Scan(&used, &expired)
+		return used, expired, translate(err)
+	})
+}

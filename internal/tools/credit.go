@@ -1,0 +1,61 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// CreditArgs are apply_credit's arguments.
+type CreditArgs struct {
+	CustomerID  string `json:"customer_id" jsonschema:"The customer to credit." idem:"id"`
+	AmountCents int64  `json:"amount_cents" jsonschema:"Credit amount in the currency's minor unit." idem:"cents"`
+	Currency    string `json:"currency" jsonschema:"ISO 4217 code in lowercase, such as usd; must be the customer's currency." idem:"currency"`
+	Memo        string `json:"memo,omitempty" jsonschema:"Free-text memo; changing it on a retry is not a conflict." idem:"text"`
+}
+
+// Credit is apply_credit's result.
+type Credit struct {
+	LedgerEntryID string `json:"ledger_entry_id" jsonschema:"The ledger entry: the operation id."`
+	CustomerID    string `json:"customer_id"`
+	AmountCents   int64  `json:"amount_cents"`
+	Currency      string `json:"currency"`
+}
+
+// ApplyCredit adds a credit to a customer's ledger, in the transaction
+// that completes the operation.
+func ApplyCredit(d *Deps) *tool.Mutation[CreditArgs, Credit] {
+	return &tool.Mutation[CreditArgs, Credit]{
+		Name:        "apply_credit",
+		Title:       "Apply account credit",
+		Description: "Add a credit to a customer's ledger, exactly once per idempotency_key.",
+		Scope:       "billing:credit",
+		Provider:    "ledger",
+		Policy: tool.Policy{
+			TTL:            gate.DefaultMoneyTTL,
+			VolatileFields: []string{"memo"},
+			AuditFields:    []string{"customer_id", "amount_cents", "currency"},
+		},
+		InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[CreditArgs]) (*Credit, error) {
+			a := op.Args
+			var currency string
+			err := tx.QueryRow(ctx, `SELECT currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`, op.TenantID, a.CustomerID).Scan(&currency)
+			if err != nil {
+				return nil, notFound(err, "customer_id", a.CustomerID)
+			}
+			if currency != a.Currency {
+				return nil, tool.NothingHappened(domain.CodeInvalidArgument, "currency %q is not customer %s's currency %q", a.Currency, a.CustomerID, currency)
+			}
+			if _, err := d.Data.LedgerInsert(ctx, tx, &store.LedgerInsertParams{
+				TenantID: op.TenantID, CustomerID: a.CustomerID, OperationID: op.OperationID,
+				AmountCents: a.AmountCents, Currency: a.Currency, Memo: a.Memo,
+			}); err != nil {
+				return nil, err
+			}
+			return &Credit{LedgerEntryID: op.OperationID, CustomerID: a.CustomerID, AmountCents: a.AmountCents, Currency: a.Currency}, nil
+		},
+	}
+}
