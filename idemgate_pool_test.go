@@ -54,7 +54,7 @@ func TestAPIHoldsAtMostPoolMaxConns(t *testing.T) {
 	cfg.APIAddr = addr
 	cfg.Wait = 200 * time.Millisecond // waiting calls poll their claims too
 	cfg.RateLimit = 0
-	svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry(), &idemgate.Options{Builtins: true, Logger: slog.New(slog.DiscardHandler)})
+	svc, err := idemgate.Open(ctx, idemgate.ConfigFrom(cfg), tool.NewRegistry(), &idemgate.Options{Builtins: true, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(svc.Close)
 	runCtx, stop := context.WithCancel(ctx)

@@ -34,10 +34,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if cfg.Driver() != config.DriverPostgres {
+	settings, err := config.Load(os.Args[1:], os.Getenv) // read again: the engine and the log level
+	if err != nil {
+		return err
+	}
+	if settings.Driver() != config.DriverPostgres {
 		return errors.New("DATABASE_URL: set a postgres:// URL; on the embedded SQLite default the api runs the worker")
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: settings.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry(), &idemgate.Options{Builtins: true, Logger: logger})

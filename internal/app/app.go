@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
 	neturl "net/url"
@@ -32,14 +33,13 @@ import (
 	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // API is the assembled api process.
 type API struct {
 	Pool  *pgxpool.Pool
 	Gate  *gate.Gate
-	Tools *tool.Registry
+	Tools *toolspec.Registry
 	// Jobs cancels and retries River jobs in the gate's transactions.
 	Jobs    *jobs.Control[pgx.Tx]
 	Server  *api.Server
@@ -160,7 +160,7 @@ type APIOptions struct {
 	// before RateLimit paces them. Default (0): IDEMGATE_RATE_BURST.
 	RateBurst int
 	// Tools are the tools to serve. Default: the built-in tools.
-	Tools *tool.Registry
+	Tools *toolspec.Registry
 	// TracerProvider receives the api's spans (requests, claims, River
 	// inserts), and its log lines get trace ids. Nil: no tracing.
 	TracerProvider trace.TracerProvider
@@ -262,7 +262,7 @@ type apiData interface {
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
 // reg (to which it adds the Go and process collectors).
-func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, data apiData, tools *tool.Registry, migrated func(context.Context) (bool, error),
+func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, data apiData, tools *toolspec.Registry, migrated func(context.Context) (bool, error),
 	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
 ) (*api.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
 	"time"
@@ -20,7 +21,6 @@ import (
 	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store/sqlitestore"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // EmbeddedDBTimeout bounds the gate's statements on SQLite, where callers
@@ -125,7 +125,7 @@ func embeddedOptions(apiOpts *APIOptions, workerOpts *WorkerOptions) (*APIOption
 
 // buildAPI builds the api half: the api's handler with the operator routes
 // mounted on it, River UI on the process's River client.
-func (e *Embedded) buildAPI(cfg *config.Config, control *jobs.Control[*sql.Tx], data apiData, tools *tool.Registry,
+func (e *Embedded) buildAPI(cfg *config.Config, control *jobs.Control[*sql.Tx], data apiData, tools *toolspec.Registry,
 	apiOpts *APIOptions, reg *prometheus.Registry,
 ) error {
 	srv, err := newAPIServer(cfg, e.Gate, control, data, tools, func(ctx context.Context) (bool, error) {

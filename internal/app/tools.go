@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -25,7 +26,7 @@ type toolData interface {
 // for a worker: it needs STRIPE_API_KEY and IDEMGATE_SECRET. Password-reset
 // links point to cfg.ResetLinkBaseOrDefault() unless the tenant has a base
 // of its own. Building it connects to nothing.
-func BuiltinTools(cfg *config.Config, data toolData) (*tool.Registry, error) {
+func BuiltinTools(cfg *config.Config, data toolData) (*toolspec.Registry, error) {
 	if err := CheckBuiltinWorker(cfg); err != nil {
 		return nil, err
 	}
@@ -35,7 +36,7 @@ func BuiltinTools(cfg *config.Config, data toolData) (*tool.Registry, error) {
 // BuiltinDeclarations is BuiltinTools for a process that only serves the
 // api (publishes and claims, never runs an effect): a missing Stripe key or
 // secret is not an error here.
-func BuiltinDeclarations(cfg *config.Config, data toolData) (*tool.Registry, error) {
+func BuiltinDeclarations(cfg *config.Config, data toolData) (*toolspec.Registry, error) {
 	return builtinTools(cfg, data, nil)
 }
 
@@ -52,7 +53,7 @@ func CheckBuiltinWorker(cfg *config.Config) error {
 
 // builtinTools is BuiltinTools without the check, their Stripe and SMTP
 // calls traced with tp (nil: not traced).
-func builtinTools(cfg *config.Config, data toolData, tp trace.TracerProvider) (*tool.Registry, error) {
+func builtinTools(cfg *config.Config, data toolData, tp trace.TracerProvider) (*toolspec.Registry, error) {
 	var stripeClient *refunds.Client
 	if cfg.StripeAPIKey != "" {
 		var err error
@@ -73,5 +74,5 @@ func builtinTools(cfg *config.Config, data toolData, tp trace.TracerProvider) (*
 	if err := tools.Register(reg, deps); err != nil {
 		return nil, err
 	}
-	return reg, nil
+	return toolspec.Of(reg), nil
 }

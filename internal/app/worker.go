@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
 	"time"
@@ -23,7 +24,6 @@ import (
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/telemetry"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Worker tuning. FetchCooldown is River's floor between fetches: its
@@ -54,7 +54,7 @@ type WorkerOptions struct {
 	// MaxWorkers is the default queue's concurrency.
 	MaxWorkers int
 	// Tools are the tools to work. Default: the built-in tools.
-	Tools *tool.Registry
+	Tools *toolspec.Registry
 	// TracerProvider receives the worker's spans (River jobs, the built-in
 	// tools' Stripe and SMTP calls), and its log lines get trace ids. Nil:
 	// no tracing.
@@ -112,7 +112,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 // newWorkers builds the claim jobs' runner over the registry's mutations,
 // and River's workers for them and for the reaper and pruner, on driver
 // TDriver.
-func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g *gate.Gate, reg *tool.Registry,
+func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
 	control *jobs.Control[TTx], metrics *jobs.Metrics, logger *slog.Logger,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
@@ -142,7 +142,7 @@ func newReaper[TTx any](cfg *config.Config, g *gate.Gate, control *jobs.Control[
 
 // workerTools is opts.Tools, or the built-in tools on data, traced with
 // opts.TracerProvider.
-func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tool.Registry, error) {
+func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*toolspec.Registry, error) {
 	if opts.Tools != nil {
 		return opts.Tools, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"io"
 	"log/slog"
 	"strings"
@@ -115,17 +116,17 @@ func newConfig(dbURL, stripeURL string) *config.Config {
 
 // registry is apply_credit and refund_order on data, their effects wrapped
 // with the model's faults.
-func registry(t tb, data tools.Deps, f *faults) *tool.Registry {
+func registry(t tb, data tools.Deps, f *faults) *toolspec.Registry {
 	t.Helper()
 	deps := data
 	reg := tool.NewRegistry().MustAdd(tools.ApplyCredit(&deps), tools.RefundOrder(&deps))
-	out := tool.NewRegistry()
-	for _, spec := range reg.All() {
+	out := toolspec.NewRegistry()
+	for _, spec := range toolspec.Of(reg).All() {
 		cp := *spec
 		if spec.Mutating {
 			cp.Effect = &faultyEffect{inner: spec.Effect, f: f}
 		}
-		require.NoError(t, out.AddSpec(&cp))
+		require.NoError(t, out.Add(&cp))
 	}
 	return out
 }
@@ -514,11 +515,11 @@ const codeRefused = domain.CodeDownstreamRejected
 var errLost = errors.New("model: the effect's outcome was lost before the commit")
 
 type faultyEffect struct {
-	inner tool.Effect
+	inner toolspec.Effect
 	f     *faults
 }
 
-func (e *faultyEffect) Apply(ctx context.Context, tx tool.Tx, c *gate.Claim) (json.RawMessage, error) {
+func (e *faultyEffect) Apply(ctx context.Context, tx toolspec.Tx, c *gate.Claim) (json.RawMessage, error) {
 	id := faultID(c.TenantID, c.Tool, c.IdempotencyKey)
 	if e.f.failing(id) {
 		return nil, tool.NothingHappened(codeRefused, "model: the ledger refuses %s", c.IdempotencyKey)
@@ -538,7 +539,7 @@ func (e *faultyEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage
 	return res, err
 }
 
-func (e *faultyEffect) Record(ctx context.Context, tx tool.Tx, c *gate.Claim, result json.RawMessage) error {
+func (e *faultyEffect) Record(ctx context.Context, tx toolspec.Tx, c *gate.Claim, result json.RawMessage) error {
 	return e.inner.Record(ctx, tx, c, result)
 }
 

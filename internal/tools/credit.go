@@ -49,7 +49,7 @@ func ApplyCredit(d *Deps) *tool.Mutation[CreditArgs, Credit] {
 			if currency != a.Currency {
 				return nil, tool.NothingHappened(domain.CodeInvalidArgument, "currency %q is not customer %s's currency %q", a.Currency, a.CustomerID, currency)
 			}
-			if _, err := d.Data.LedgerInsert(ctx, tx, &store.LedgerInsertParams{
+			if _, err := d.Data.LedgerInsert(ctx, storeTx(tx), &store.LedgerInsertParams{
 				TenantID: op.TenantID, CustomerID: a.CustomerID, OperationID: op.OperationID,
 				AmountCents: a.AmountCents, Currency: a.Currency, Memo: a.Memo,
 			}); err != nil {

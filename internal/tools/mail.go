@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"strings"
 	"time"
 
@@ -61,7 +62,7 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 			return &Mail{UserID: op.Args.UserID, MessageID: sent.MessageID, SentAt: sent.SentAt.UTC()}, nil
 		},
 		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[MailArgs], m *Mail) error {
-			return d.Data.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{
+			return d.Data.ResetTokenInsert(ctx, storeTx(tx), &store.ResetTokenInsertParams{
 				TenantID: op.TenantID, UserID: m.UserID, OperationID: op.OperationID,
 				TokenHash: resetmail.TokenHash(resetmail.Token(d.Secret, tokenKey(op))),
 				MessageID: m.MessageID, ExpiresAt: m.SentAt.Add(ResetTokenTTL),
@@ -90,7 +91,7 @@ func tokenKey(op *tool.Op[MailArgs]) string {
 func mailError(err error, failUnknown bool) error {
 	switch {
 	case resetmail.Permanent(err):
-		return &tool.Error{Outcome: tool.OutcomeHappened, Info: errInfo("mail_rejected", err), Err: err}
+		return &toolspec.Error{Outcome: toolspec.OutcomeHappened, Info: errInfo("mail_rejected", err), Err: err}
 	case resetmail.OutcomeUnknown(err) && failUnknown:
 		return tool.Unknown(err)
 	case resetmail.OutcomeUnknown(err):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
@@ -94,7 +95,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 				})
 				if err != nil {
 					if re, err = sameIntent(ctx, d, op, order.ChargeID, now, err); err != nil {
-						var te *tool.Error
+						var te *toolspec.Error
 						if errors.As(err, &te) {
 							return nil, err
 						}
@@ -113,7 +114,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 			return &Refund{RefundID: re.ID, OrderID: a.OrderID, AmountCents: re.AmountCents, Currency: currency, Status: re.Status}, nil
 		},
 		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[RefundArgs], r *Refund) error {
-			return d.Data.RefundRecord(ctx, tx, &store.RefundRecordParams{
+			return d.Data.RefundRecord(ctx, storeTx(tx), &store.RefundRecordParams{
 				TenantID: op.TenantID, OrderID: r.OrderID, OperationID: op.OperationID, StripeRefundID: r.RefundID,
 				AmountCents: r.AmountCents, Currency: r.Currency, Status: r.Status,
 			})
@@ -153,7 +154,7 @@ func sameIntent(ctx context.Context, d *Deps, op *tool.Op[RefundArgs], chargeID 
 		// a request with its parameters). Nothing happened under this key,
 		// so a re-drive moves to the next generation.
 		info, _ := refunds.Classify(createErr)
-		return nil, &tool.Error{Outcome: tool.OutcomeNothingHappened, Info: info, Err: createErr}
+		return nil, &toolspec.Error{Outcome: toolspec.OutcomeNothingHappened, Info: info, Err: createErr}
 	}
 	return re, err
 }
@@ -191,11 +192,11 @@ func adopted(ctx context.Context, d *Deps, op *tool.Op[RefundArgs], re *refunds.
 func stripeError(err error) error {
 	info, permanent := refunds.Classify(err)
 	if !permanent {
-		return &tool.Error{Outcome: tool.OutcomeTransient, Info: info, Err: err}
+		return &toolspec.Error{Outcome: toolspec.OutcomeTransient, Info: info, Err: err}
 	}
-	outcome := tool.OutcomeHappened
+	outcome := toolspec.OutcomeHappened
 	if gate.NothingHappened(info.Code) {
-		outcome = tool.OutcomeNothingHappened
+		outcome = toolspec.OutcomeNothingHappened
 	}
-	return &tool.Error{Outcome: outcome, Info: info, Err: err}
+	return &toolspec.Error{Outcome: outcome, Info: info, Err: err}
 }

@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 		Args:          json.RawMessage(`{"amount_cents":1500,"order_id":"ord_9f2"}`),
 	}
 	now := time.Now()
-	spec, err := tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client}, func() time.Time { return now }).Spec()
+	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client}, func() time.Time { return now }))
 	require.NoError(t, err)
 	effect := spec.Effect
 
@@ -113,8 +114,8 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	}
 	now := time.Now()
 	audit := &auditRows{}
-	spec, err := tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client, Audit: audit},
-		func() time.Time { return now }).Spec()
+	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client, Audit: audit},
+		func() time.Time { return now }))
 	require.NoError(t, err)
 
 	first, err := spec.Effect.Call(ctx, claim(lostOp))
@@ -151,8 +152,8 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	// A refund of the same key made longer than the intent window before
 	// this generation's first call belongs to an earlier intent.
 	later := now.Add(tools.IntentWindow + 2*time.Hour)
-	spec, err = tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client, Audit: audit},
-		func() time.Time { return later.Add(tools.ReconcileAfter + time.Hour) }).Spec()
+	spec, err = toolspec.Derive(tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client, Audit: audit},
+		func() time.Time { return later.Add(tools.ReconcileAfter + time.Hour) }))
 	require.NoError(t, err)
 	c.FirstCalledAt = &later
 	_, err = spec.Effect.Call(ctx, c)

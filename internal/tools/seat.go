@@ -46,7 +46,7 @@ func ResetSeat(d *Deps) *tool.Mutation[SeatArgs, Seat] {
 			if err := tx.QueryRow(ctx, `SELECT seat_id FROM seats WHERE tenant_id = $1 AND seat_id = $2`, op.TenantID, op.Args.SeatID).Scan(&id); err != nil {
 				return nil, notFound(err, "seat_id", op.Args.SeatID)
 			}
-			r, err := d.Data.SeatReset(ctx, tx, &store.SeatResetParams{TenantID: op.TenantID, SeatID: op.Args.SeatID, OperationID: op.OperationID})
+			r, err := d.Data.SeatReset(ctx, storeTx(tx), &store.SeatResetParams{TenantID: op.TenantID, SeatID: op.Args.SeatID, OperationID: op.OperationID})
 			if err != nil {
 				return nil, err
 			}

@@ -7,6 +7,7 @@ package tools
 import (
 	"context"
 	"errors"
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/idemgate/idemgate/internal/domain"
 
@@ -61,7 +62,7 @@ func Scopes() []string {
 	if err := add(reg, &Deps{}); err != nil {
 		panic(err) // the declarations are fixed at compile time
 	}
-	return reg.Scopes()
+	return toolspec.Of(reg).Scopes()
 }
 
 func add(reg *tool.Registry, d *Deps) error {
@@ -91,3 +92,7 @@ const (
 func errInfo(code string, err error) domain.ErrorInfo {
 	return domain.ErrorInfo{Code: domain.Code(code), Message: err.Error()}
 }
+
+// storeTx is the store transaction behind an effect's tx.
+// TODO(builtins): the built-ins' SQL moves into the tools (tool.Tx only).
+func storeTx(tx tool.Tx) store.Tx { return tx.(store.Tx) }
