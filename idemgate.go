@@ -36,6 +36,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/store/pgstore"
@@ -112,8 +113,7 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 		s.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	}
 	var data interface {
-		store.Domain
-		store.Orders
+		gate.Store
 		store.Tokens
 	}
 	switch cfg.Driver() {
@@ -159,12 +159,18 @@ func (s *Service) Close() {
 	}
 }
 
-// Migrate applies River's and idemgate's migrations, then the service's
-// own. It is safe to run repeatedly and from several processes.
+// Migrate applies River's and idemgate's migrations, then the built-in
+// tools' (with Options.Builtins), then the service's own. It is safe to run
+// repeatedly and from several processes.
 func (s *Service) Migrate(ctx context.Context) error {
 	if s.db != nil {
 		if _, err := migrations.MigrateSQLite(ctx, s.db, s.logger); err != nil {
 			return err
+		}
+		if s.opts.Builtins {
+			if _, err := app.MigrateBuiltinsSQLite(ctx, s.db, s.logger); err != nil {
+				return err
+			}
 		}
 		if s.opts.SQLiteMigrations != nil {
 			_, err := migrations.MigrateAppSQLite(ctx, s.db, s.opts.SQLiteMigrations, s.logger)
@@ -177,6 +183,11 @@ func (s *Service) Migrate(ctx context.Context) error {
 	}
 	if _, err := migrations.MigratePostgres(ctx, s.pool, s.logger); err != nil {
 		return err
+	}
+	if s.opts.Builtins {
+		if _, err := app.MigrateBuiltinsPostgres(ctx, s.pool, s.logger); err != nil {
+			return err
+		}
 	}
 	if s.opts.PostgresMigrations != nil {
 		_, err := migrations.MigrateAppPostgres(ctx, s.pool, s.opts.PostgresMigrations, s.logger)
