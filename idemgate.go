@@ -38,6 +38,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/store/pgstore"
@@ -120,8 +121,7 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 		s.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.cfg.LogLevel}))
 	}
 	var data interface {
-		store.Domain
-		store.Orders
+		gate.Store
 		store.Tokens
 	}
 	switch s.cfg.Driver() {
@@ -167,12 +167,18 @@ func (s *Service) Close() {
 	}
 }
 
-// Migrate applies River's and idemgate's migrations, then the service's
-// own. It is safe to run repeatedly and from several processes.
+// Migrate applies River's and idemgate's migrations, then the built-in
+// tools' (with Options.Builtins), then the service's own. It is safe to run
+// repeatedly and from several processes.
 func (s *Service) Migrate(ctx context.Context) error {
 	if s.db != nil {
 		if _, err := migrations.MigrateSQLite(ctx, s.db, s.logger); err != nil {
 			return err
+		}
+		if s.opts.Builtins {
+			if _, err := app.MigrateBuiltinsSQLite(ctx, s.db, s.logger); err != nil {
+				return err
+			}
 		}
 		if fsys := s.ownMigrations(tool.SQLite); fsys != nil {
 			_, err := migrations.MigrateAppSQLite(ctx, s.db, fsys, s.logger)
@@ -185,6 +191,11 @@ func (s *Service) Migrate(ctx context.Context) error {
 	}
 	if _, err := migrations.MigratePostgres(ctx, s.pool, s.logger); err != nil {
 		return err
+	}
+	if s.opts.Builtins {
+		if _, err := app.MigrateBuiltinsPostgres(ctx, s.pool, s.logger); err != nil {
+			return err
+		}
 	}
 	if fsys := s.ownMigrations(tool.Postgres); fsys != nil {
 		_, err := migrations.MigrateAppPostgres(ctx, s.pool, fsys, s.logger)

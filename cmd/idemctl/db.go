@@ -88,12 +88,31 @@ func (d *database) ops(a *app) (*idemgateapp.Ops, error) {
 	return idemgateapp.NewOpsSQLite(a.cfg, d.db, a.logger)
 }
 
-func (d *database) migrate(ctx context.Context, a *app) (*migrations.Result, error) {
+// migrated is what migrate applied: River's and idemgate's migrations,
+// then the built-in tools' (in their own version table).
+type migrated struct {
+	*migrations.Result
+	BuiltinsApplied int `json:"builtins_applied"`
+}
+
+func (d *database) migrate(ctx context.Context, a *app) (*migrated, error) {
+	var (
+		res = &migrated{}
+		err error
+	)
 	if d.pool != nil {
 		if a.cfg.Pooled() {
 			return nil, idemgateapp.ErrMigrateThroughPooler
 		}
-		return migrations.MigratePostgres(ctx, d.pool, a.logger)
+		if res.Result, err = migrations.MigratePostgres(ctx, d.pool, a.logger); err != nil {
+			return nil, err
+		}
+		res.BuiltinsApplied, err = idemgateapp.MigrateBuiltinsPostgres(ctx, d.pool, a.logger)
+		return res, err
 	}
-	return migrations.MigrateSQLite(ctx, d.db, a.logger)
+	if res.Result, err = migrations.MigrateSQLite(ctx, d.db, a.logger); err != nil {
+		return nil, err
+	}
+	res.BuiltinsApplied, err = idemgateapp.MigrateBuiltinsSQLite(ctx, d.db, a.logger)
+	return res, err
 }

@@ -253,11 +253,11 @@ func tracedLogger(logger *slog.Logger, tp trace.TracerProvider) *slog.Logger {
 	return slog.New(telemetry.NewLogHandler(logger.Handler()))
 }
 
-// apiData is what the api reads and writes besides the gate.
+// apiData is what the api reads and writes besides the gate: tokens, and
+// reset links, which the built-in tools redeem on the gate's store.
 type apiData interface {
+	gate.Store
 	store.Tokens
-	store.Orders
-	store.ResetTokens
 }
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
@@ -275,7 +275,7 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 		Wait:       cfg.Wait,
 		RateLimit:  rateLimit,
 		RateBurst:  rateBurst,
-		Resets:     data,
+		Resets:     resetTokens(data),
 		Registerer: reg,
 		Logger:     logger,
 

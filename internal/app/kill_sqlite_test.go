@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/store/sqlitestore"
@@ -50,6 +51,8 @@ func TestSQLiteProcessKilledMidRefundRecoversWithinLeaseAndReaperInterval(t *tes
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	_, err = migrations.MigrateSQLite(ctx, db, nil)
+	require.NoError(t, err)
+	_, err = app.MigrateBuiltinsSQLite(ctx, db, nil)
 	require.NoError(t, err)
 	_, err = sqlitestore.New(db).Seed(ctx, seedFile())
 	require.NoError(t, err)

@@ -1,8 +1,11 @@
 package app
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"github.com/idemgate/idemgate/internal/toolspec"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -10,15 +13,35 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/domain/resetmail"
-	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// toolData is what the built-in tools read and write.
-type toolData interface {
-	store.Domain
-	store.Orders
+// toolData is the store the built-in tools run their reads on (StoreDB).
+type toolData = gate.Store
+
+// StoreDB is the built-in tools' tools.DB on a gate store: each call a
+// transaction of the store's (gate.Store.Begin), committed when fn
+// succeeds. Whatever the engine, the tools see a tool.Tx.
+func StoreDB(st gate.Store) tools.DB {
+	return func(ctx context.Context, fn func(tx tool.Tx) error) error {
+		gtx, err := st.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = gtx.Rollback(ctx) }()
+		tx, err := toolspec.WrapTx(gtx)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return gtx.Commit(ctx)
+	}
 }
 
 // BuiltinTools returns a registry of the built-in tools (refund_order,
@@ -66,7 +89,7 @@ func builtinTools(cfg *config.Config, data toolData, tp trace.TracerProvider) (*
 	if err != nil {
 		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM/%s: %w", config.EnvResetLinkBase, err)
 	}
-	deps := &tools.Deps{Data: data, Orders: data, Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}
+	deps := &tools.Deps{DB: StoreDB(data), Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}
 	if a, ok := data.(tools.Auditor); ok { // the engines' stores are
 		deps.Audit = a
 	}
@@ -75,4 +98,22 @@ func builtinTools(cfg *config.Config, data toolData, tp trace.TracerProvider) (*
 		return nil, err
 	}
 	return toolspec.Of(reg), nil
+}
+
+// resetTokens redeems the reset links of the built-in send_password_reset
+// on st.
+func resetTokens(st gate.Store) *tools.ResetTokens {
+	return &tools.ResetTokens{DB: StoreDB(st)}
+}
+
+// MigrateBuiltinsPostgres applies the built-in tools' migrations
+// (tools.Migrations) after idemgate's, in their own version table
+// (tools.VersionTable), and reports how many it applied.
+func MigrateBuiltinsPostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int, error) {
+	return migrations.MigrateLinePostgres(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, logger)
+}
+
+// MigrateBuiltinsSQLite is MigrateBuiltinsPostgres on SQLite.
+func MigrateBuiltinsSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (int, error) {
+	return migrations.MigrateLineSQLite(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, logger)
 }

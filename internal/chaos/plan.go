@@ -87,7 +87,7 @@ func agentScopes() []string {
 func NewPlan(seed int64, n int, duration time.Duration) (*Plan, *store.SeedFile) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6368616f73)) // "chaos"
 	p := &Plan{Seed: seed, Duration: duration}
-	f := &store.SeedFile{
+	f := &store.SeedFile{LoadRows: tools.SeedRows,
 		Tokens: []store.SeedToken{{
 			Tenant: Tenant, User: "chaos-agent", Token: Token,
 			Scopes: agentScopes(),

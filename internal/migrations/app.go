@@ -20,10 +20,19 @@ const AppTable = "app_goose_db_version"
 
 // MigrateAppPostgres applies a team's own goose SQL migrations (fsys, files
 // such as 00001_coupons.sql) after idemgate's, under the same advisory lock,
-// and reports how many it applied.
-func MigrateAppPostgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, logger *slog.Logger) (_ int, retErr error) {
-	if pool == nil || fsys == nil {
-		return 0, errors.New("migrations: pool and fsys are required")
+// and reports how many it applied. It is MigrateLinePostgres with AppTable.
+func MigrateAppPostgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, logger *slog.Logger) (int, error) {
+	return MigrateLinePostgres(ctx, pool, fsys, AppTable, logger)
+}
+
+// MigrateLinePostgres applies one line of goose SQL migrations besides
+// idemgate's own (fsys, files such as 00001_coupons.sql), recorded in its
+// own version table, under idemgate's advisory lock, and reports how many
+// it applied. A team's migrations use AppTable; the built-in tools' their
+// own table.
+func MigrateLinePostgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, table string, logger *slog.Logger) (_ int, retErr error) {
+	if pool == nil || fsys == nil || table == "" {
+		return 0, errors.New("migrations: pool, fsys and table are required")
 	}
 	unlock, err := lockPostgres(ctx, pool)
 	if err != nil {
@@ -32,51 +41,58 @@ func MigrateAppPostgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, log
 	defer func() { retErr = errors.Join(retErr, unlock()) }()
 	db := stdlib.OpenDBFromPool(pool) // closing db leaves the pool open
 	defer db.Close()
-	return upApp(ctx, database.DialectPostgres, db, fsys, logger)
+	return upLine(ctx, database.DialectPostgres, db, fsys, table, logger)
 }
 
 // MigrateAppSQLite applies a team's own goose SQL migrations to a SQLite
 // database from sqlitestore.Open, after idemgate's, one version at a time
 // as MigrateSQLite does, so that concurrent migrators apply each version
-// once.
+// once. It is MigrateLineSQLite with AppTable.
 func MigrateAppSQLite(ctx context.Context, db *sql.DB, fsys fs.FS, logger *slog.Logger) (int, error) {
-	if db == nil || fsys == nil {
-		return 0, errors.New("migrations: db and fsys are required")
+	return MigrateLineSQLite(ctx, db, fsys, AppTable, logger)
+}
+
+// MigrateLineSQLite is MigrateLinePostgres on a SQLite database from
+// sqlitestore.Open: one version at a time, as MigrateSQLite applies its
+// own, so that concurrent migrators apply each version once.
+func MigrateLineSQLite(ctx context.Context, db *sql.DB, fsys fs.FS, table string, logger *slog.Logger) (int, error) {
+	if db == nil || fsys == nil || table == "" {
+		return 0, errors.New("migrations: db, fsys and table are required")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	provider, err := newSQLiteProviderFS(db, fsys, AppTable, logger)
+	provider, err := newSQLiteProviderFS(db, fsys, table, logger)
 	if err != nil {
-		return 0, fmt.Errorf("migrations: app migrations: %w", err)
+		return 0, fmt.Errorf("migrations: %s migrations: %w", table, err)
 	}
-	return stepSQLite(ctx, logger, "app", func() (bool, error) {
+	return stepSQLite(ctx, logger, table, func() (bool, error) {
 		_, err := provider.UpByOne(ctx)
 		if errors.Is(err, goose.ErrNoNextVersion) {
 			return false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("migrations: app up: %w", err)
+			return false, fmt.Errorf("migrations: %s up: %w", table, err)
 		}
 		return true, nil
 	})
 }
 
-func upApp(ctx context.Context, dialect database.Dialect, db *sql.DB, fsys fs.FS, logger *slog.Logger) (int, error) {
+func upLine(ctx context.Context, dialect database.Dialect, db *sql.DB, fsys fs.FS, table string, logger *slog.Logger) (int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	store, err := database.NewStore(dialect, AppTable)
+	store, err := database.NewStore(dialect, table)
 	if err != nil {
 		return 0, err
 	}
 	provider, err := goose.NewProvider("", db, fsys, goose.WithStore(store), goose.WithDisableGlobalRegistry(true), goose.WithSlog(logger))
 	if err != nil {
-		return 0, fmt.Errorf("migrations: app migrations: %w", err)
+		return 0, fmt.Errorf("migrations: %s migrations: %w", table, err)
 	}
 	res, err := provider.Up(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("migrations: app up: %w", err)
+		return 0, fmt.Errorf("migrations: %s up: %w", table, err)
 	}
 	return len(res), nil
 }

@@ -144,7 +144,7 @@ func stripeClient(t tb, url string) *refunds.Client {
 
 func seedCustomers(t tb, s store.Seeder) {
 	t.Helper()
-	f := &store.SeedFile{}
+	f := &store.SeedFile{LoadRows: tools.SeedRows}
 	for _, tn := range tenants {
 		f.Customers = append(f.Customers, store.SeedCustomer{Tenant: tn, CustomerID: customerID, Currency: "usd"})
 	}
@@ -162,7 +162,7 @@ func newPostgres(t *testing.T) *harness {
 	data := pgstore.New(pool)
 	seedCustomers(t, data)
 	f := &faults{}
-	reg := registry(t, tools.Deps{Data: data, Orders: data, Stripe: stripeClient(t, stripeHTTP.URL)}, f)
+	reg := registry(t, tools.Deps{DB: app.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig(dbURL, stripeHTTP.URL)
 	w, err := app.NewWorker(cfg, pool, quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
@@ -222,7 +222,7 @@ func newSQLite(t *testing.T) *harness {
 	data := sqlitestore.New(db)
 	seedCustomers(t, data)
 	f := &faults{}
-	reg := registry(t, tools.Deps{Data: data, Orders: data, Stripe: stripeClient(t, stripeHTTP.URL)}, f)
+	reg := registry(t, tools.Deps{DB: app.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig("sqlite:"+path, stripeHTTP.URL)
 	e, err := app.NewEmbedded(cfg, db, quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)

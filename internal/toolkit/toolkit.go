@@ -70,8 +70,7 @@ type Options struct {
 
 // Data is the harness database's store, for Options.Build.
 type Data interface {
-	store.Domain
-	store.Orders
+	gate.Store
 	store.Tokens
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
@@ -21,7 +22,7 @@ import (
 // The built-in tools checked with the same kit a team uses for its own.
 
 func seedFile() *store.SeedFile {
-	return &store.SeedFile{
+	return &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{
 			{Tenant: toolkit.Tenant, OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1_000_000, Currency: "usd"},
 			{Tenant: toolkit.Tenant, OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"},
@@ -36,7 +37,7 @@ func seedFile() *store.SeedFile {
 func build(stripe *refunds.Client) func(toolkit.Data) *toolspec.Registry {
 	return func(data toolkit.Data) *toolspec.Registry {
 		reg := tool.NewRegistry()
-		d := &tools.Deps{Data: data, Orders: data, Stripe: stripe}
+		d := &tools.Deps{DB: app.StoreDB(data), Stripe: stripe}
 		reg.MustAdd(tools.ApplyCredit(d), tools.ResetSeat(d))
 		if stripe != nil {
 			reg.MustAdd(tools.RefundOrder(d))
