@@ -2,8 +2,9 @@
 // operation status, re-drive and prune.
 //
 // This file holds the root command, the configuration every subcommand
-// shares and the wiring; each subcommand lives in a file of its own and is
-// registered in newRootCmd. Output meant for programs goes to stdout as JSON;
+// shares and the wiring (github.com/alecthomas/kong, like the api's and the
+// worker's configuration); help.go formats --help; each subcommand lives in
+// a file of its own and is registered in cli. Output meant for programs goes to stdout as JSON;
 // logs and errors go to stderr.
 //
 // Exit codes: 0 success, 1 failure, 2 invalid usage or configuration,
@@ -26,8 +27,8 @@ import (
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 
+	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/spf13/cobra"
 )
 
 // Exit codes.
@@ -46,9 +47,12 @@ func main() {
 
 // run executes idemctl with args and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCmd(stdout, stderr)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	return runIO(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// runIO is run reading standard input from stdin.
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := execute(ctx, args, stdin, stdout, stderr)
 	if err == nil {
 		return exitOK
 	}
@@ -64,48 +68,84 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-// app is what every subcommand shares: the configuration, the output
-// streams and the logger.
+// app is what every subcommand shares: the configuration, the streams and
+// the logger. Commands' Run methods receive it, and the context, from kong.
 type app struct {
 	cfg    *config.Config
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	logger *slog.Logger
 }
 
-// newRootCmd builds the command tree. New subcommands are added here.
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
-	a := &app{
-		stdout: stdout,
-		stderr: stderr,
-		logger: slog.New(slog.NewTextHandler(stderr, nil)),
-	}
-	root := &cobra.Command{
-		Use:           "idemctl",
-		Short:         "Operate an idemgate deployment",
-		Long:          "Operate an idemgate deployment.\n\n" + configHelp(),
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return a.loadConfig(cmd)
-		},
-	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+// cli is the command tree. New subcommands are added here, in alphabetical
+// order (help lists them in this order).
+type cli struct {
 	// The default is resolved at run time rather than shown in --help, so
-	// that a password in DATABASE_URL never reaches the help text.
-	db, _ := config.LookupSetting(config.EnvDatabaseURL)
-	root.PersistentFlags().String(db.Flag, "", db.Help+" (default $"+db.Env+")")
+	// that a password in DATABASE_URL never reaches the help text. Nil when
+	// not given.
+	DatabaseURL *string `name:"database-url" placeholder:"URL" help:"${database_url_help}"`
 
-	root.AddCommand(
-		newMigrateCmd(a),
-		newSeedCmd(a),
-		newTokenCmd(a),
-		newOpCmd(a),
-		newPruneCmd(a),
+	Help    helpCmd    `cmd:"" usage:"[command...]" help:"Help about any command"`
+	Migrate migrateCmd `cmd:"" help:"Apply River's and idemgate's database migrations"`
+	Op      opCmd      `cmd:"" help:"Show, list and re-drive operations"`
+	Prune   pruneCmd   `cmd:"" usage:"[--max-batches N]" help:"Archive expired terminal claims into their keys' history now"`
+	Seed    seedCmd    `cmd:"" usage:"--file F" help:"Load tenants' tokens, orders, customers, seats, users and settings from a seed file"`
+	Token   tokenCmd   `cmd:"" help:"Create, revoke and list bearer tokens"`
+}
+
+// execute parses args, loads the configuration and runs the command. A
+// command that has subcommands, given none, prints its help.
+func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	var c cli
+	helped := false
+	k, err := kong.New(&c,
+		kong.Name("idemctl"),
+		kong.Description("Operate an idemgate deployment.\n\n"+configHelp()),
+		kong.Writers(stdout, stderr),
+		// --since -1h reaches parseSince, which says why it is wrong.
+		kong.WithHyphenPrefixedParameters(true),
+		kong.Exit(func(int) { helped = true }),
+		kong.Vars(helpVars()),
+		kong.ValueFormatter(helpValue),
+		kong.Help(printHelp),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: true}),
+		kong.Bind(a),
+		kong.BindTo(ctx, (*context.Context)(nil)),
 	)
-	return root
+	if err != nil {
+		return err
+	}
+	kctx, err := k.Parse(args)
+	switch {
+	case helped:
+		return nil
+	case err != nil:
+		return parseError(err)
+	}
+	if _, ok := kctx.Selected().Target.Addr().Interface().(*helpCmd); !ok {
+		if err := a.loadConfig(c.DatabaseURL); err != nil {
+			return err
+		}
+	}
+	return kctx.Run()
+}
+
+// parseError prints the help of a command given without its subcommand
+// (and run exits 0); any other parse error is a usage error.
+func parseError(err error) error {
+	var perr *kong.ParseError
+	if errors.As(err, &perr) && perr.Context != nil && perr.Context.Error == nil {
+		node := perr.Context.Selected()
+		if node == nil {
+			node = perr.Context.Model.Node
+		}
+		if len(node.Children) > 0 {
+			return perr.Context.PrintUsage(false)
+		}
+	}
+	return &usageError{err}
 }
 
 // idemctlSettings are the settings idemctl's commands use.
@@ -131,10 +171,10 @@ func configHelp() string {
 // loadConfig reads the shared configuration with package config:
 // --database-url when given, else the environment, else the defaults.
 // Invalid settings are a usage error naming the setting.
-func (a *app) loadConfig(cmd *cobra.Command) error {
+func (a *app) loadConfig(databaseURL *string) error {
 	var args []string
-	if f := cmd.Flags().Lookup("database-url"); f != nil && f.Changed {
-		args = append(args, "--database-url="+f.Value.String())
+	if databaseURL != nil {
+		args = append(args, "--database-url="+*databaseURL)
 	}
 	cfg, err := config.Load(args, os.Getenv)
 	if err != nil {

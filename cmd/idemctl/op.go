@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/alecthomas/kong"
 
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain"
@@ -35,21 +36,17 @@ const (
 	maxListLimit     = 1000
 )
 
-// newOpCmd builds `idemctl op`: get, list and re-drive operations.
-func newOpCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "op",
-		Short: "Show, list and re-drive operations",
-		Args:  cobra.NoArgs,
-	}
-	cmd.AddCommand(newOpGetCmd(a), newOpListCmd(a), newOpRedriveCmd(a))
-	return cmd
+// opCmd is `idemctl op`: get, list and re-drive operations.
+type opCmd struct {
+	Get     opGetCmd     `cmd:"" usage:"--tenant T --tool X --key K" help:"Print an operation with its audit trail as JSON"`
+	List    opListCmd    `cmd:"" usage:"--tenant T [--status failed] [--tool X] [--since 1h] [--limit N]" help:"List a tenant's operations as JSON lines"`
+	Redrive opRedriveCmd `cmd:"" usage:"--tenant T --tool X (--key K | --status failed --since 1h) --reason R [--operator NAME] [--dry-run]" help:"Re-drive failed operations through the gate"`
 }
 
 // openOps opens the database and assembles the operators' parts on it. The
 // caller closes the database.
-func (a *app) openOps(cmd *cobra.Command) (*database, *idemgateapp.Ops, error) {
-	d, err := a.openExistingDatabase(cmd.Context())
+func (a *app) openOps(ctx context.Context) (*database, *idemgateapp.Ops, error) {
+	d, err := a.openExistingDatabase(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -61,229 +58,229 @@ func (a *app) openOps(cmd *cobra.Command) (*database, *idemgateapp.Ops, error) {
 	return d, o, nil
 }
 
-// newOpGetCmd builds `idemctl op get`: one operation with its audit trail.
-func newOpGetCmd(a *app) *cobra.Command {
-	var tenant, tool, key string
-	cmd := &cobra.Command{
-		Use:   "get --tenant T --tool X --key K",
-		Short: "Print an operation with its audit trail as JSON",
-		Long: "Print the operation of (tenant, tool, idempotency key) as one JSON object: the client's view\n" +
-			"(operation_id, status, attempts, job_id, result or error, times) plus tenant_id, user_id, args_hash,\n" +
-			"generation, downstream_key, epoch, lease_expires_at and last_error, with its whole audit trail\n" +
-			"under \"audit\", oldest first. Exits 1 when there is no such operation.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(map[string]string{"--tenant": tenant, "--tool": tool, "--key": key}); err != nil {
-				return err
-			}
-			if err := validTenant(tenant); err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			db, err := a.openExistingDatabase(ctx)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			d, err := ops.GetOperation(ctx, db.data(), tenant, tool, key)
-			if errors.Is(err, domain.ErrNotFound) {
-				return fmt.Errorf("op get: no operation %s/%s in tenant %q", tool, key, tenant)
-			}
-			if err != nil {
-				return fmt.Errorf("op get: %w", err)
-			}
-			return json.NewEncoder(a.stdout).Encode(d)
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&tenant, "tenant", "", "tenant (required)")
-	f.StringVar(&tool, "tool", "", "tool, such as refund_order (required)")
-	f.StringVar(&key, "key", "", "the client's idempotency key (required)")
-	return cmd
+// opGetCmd is `idemctl op get`: one operation with its audit trail.
+type opGetCmd struct {
+	Tenant string `help:"tenant (required)"`
+	Tool   string `help:"tool, such as refund_order (required)"`
+	Key    string `help:"the client's idempotency key (required)"`
 }
 
-// newOpListCmd builds `idemctl op list`: a tenant's operations as JSON lines.
-func newOpListCmd(a *app) *cobra.Command {
-	var (
-		tenant, tool, status, since string
-		limit                       int
-	)
-	cmd := &cobra.Command{
-		Use:   "list --tenant T [--status failed] [--tool X] [--since 1h] [--limit N]",
-		Short: "List a tenant's operations as JSON lines",
-		Long: "List a tenant's operations, most recently updated first, one JSON object per line (the fields\n" +
-			"of op get, without the audit trail).",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tenant == "" {
-				return &usageError{errors.New("--tenant is required")}
-			}
-			if err := validTenant(tenant); err != nil {
-				return err
-			}
-			st, err := parseStatus(status)
-			if err != nil {
-				return err
-			}
-			sinceAt, err := parseSince(since, time.Now())
-			if err != nil {
-				return err
-			}
-			if limit < 1 || limit > maxListLimit {
-				return &usageError{fmt.Errorf("--limit: must be within 1 and %d, got %d", maxListLimit, limit)}
-			}
-			ctx := cmd.Context()
-			db, err := a.openExistingDatabase(ctx)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			p := &gate.ClaimListParams{TenantID: tenant, Tool: tool, Status: st, Limit: limit}
-			if !sinceAt.IsZero() {
-				p.Since = &sinceAt
-			}
-			claims, err := db.data().ClaimList(ctx, p)
-			if err != nil {
-				return fmt.Errorf("op list: %w", err)
-			}
-			enc := json.NewEncoder(a.stdout)
-			for _, c := range claims {
-				if err := enc.Encode(ops.ViewOperation(c)); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&tenant, "tenant", "", "tenant (required)")
-	f.StringVar(&tool, "tool", "", "only this tool's operations")
-	f.StringVar(&status, "status", "", "only operations in this status: queued, running, succeeded or failed")
-	f.StringVar(&since, "since", "", "only operations updated since then: a duration ago (1h, 30m) or an RFC 3339 time")
-	f.IntVar(&limit, "limit", defaultListLimit, fmt.Sprintf("at most this many operations (1 to %d)", maxListLimit))
-	return cmd
+func (*opGetCmd) Help() string {
+	return "Print the operation of (tenant, tool, idempotency key) as one JSON object: the client's view\n" +
+		"(operation_id, status, attempts, job_id, result or error, times) plus tenant_id, user_id, args_hash,\n" +
+		"generation, downstream_key, epoch, lease_expires_at and last_error, with its whole audit trail\n" +
+		"under \"audit\", oldest first. Exits 1 when there is no such operation."
 }
 
-// newOpRedriveCmd builds `idemctl op redrive`.
-func newOpRedriveCmd(a *app) *cobra.Command {
-	var (
-		tenant, tool, key, status, since, reason, operator string
-		limit                                              int
-		dryRun                                             bool
-	)
-	cmd := &cobra.Command{
-		Use:   "redrive --tenant T --tool X (--key K | --status failed --since 1h) --reason R [--operator NAME] [--dry-run]",
-		Short: "Re-drive failed operations through the gate",
-		Long: "Re-drive a failed operation through the gate: it goes back to queued, its job runs again (or a\n" +
-			"fresh one when River has cleaned it), and a redriven audit row names the operator and the reason.\n" +
-			"The downstream key is kept when the earlier outcome is unknown, so the provider deduplicates, and\n" +
-			"moves to the next generation only after a definitive \"nothing happened\" (card declined, say).\n" +
-			"\n" +
-			"With --key, one operation; a succeeded (or still queued or running) one is refused with exit code 3,\n" +
-			"and so is one its agent or tenant cancelled: a cancellation is final (the agent starts a new intent\n" +
-			"with a new key). A refusal writes a denied audit row naming the operator.\n" +
-			"With --status failed --since D instead, every failed operation of the tenant and tool updated since\n" +
-			"then, newest first, up to --limit; refused ones are reported and the rest go on.\n" +
-			"--dry-run lists what would happen and changes nothing.\n" +
-			"\n" +
-			"Prints one JSON object per operation: operation_id, tool, key, action (redriven, would_redrive or\n" +
-			"refused), status, next_generation, fresh_job, job_id, downstream_key and reason.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(map[string]string{"--tenant": tenant, "--tool": tool, "--reason": reason}); err != nil {
-				return err
-			}
-			if err := validTenant(tenant); err != nil {
-				return err
-			}
-			if err := ops.ValidateReason(reason); err != nil {
-				return &usageError{fmt.Errorf("--reason: %w", err)}
-			}
-			if !cmd.Flags().Changed("operator") {
-				operator = defaultOperator()
-			}
-			if err := ops.ValidateOperator(operator); err != nil {
-				return &usageError{fmt.Errorf("--operator: %w", err)}
-			}
-			setMode := status != "" || since != ""
-			switch {
-			case key != "" && setMode:
-				return &usageError{errors.New("give either --key or --status failed --since D, not both")}
-			case key == "" && !setMode:
-				return &usageError{errors.New("give --key K for one operation, or --status failed --since D for a set")}
-			case setMode && status != string(domain.StatusFailed):
-				return &usageError{errors.New("--status: only failed operations are re-driven; give --status failed")}
-			case setMode && since == "":
-				return &usageError{errors.New("--since is required with --status failed (a set re-drive is bounded in time)")}
-			case !setMode && cmd.Flags().Changed("limit"):
-				return &usageError{errors.New("--limit applies to a set re-drive (--status failed --since D)")}
-			case limit < 1 || limit > ops.MaxRedriveLimit:
-				return &usageError{fmt.Errorf("--limit: must be within 1 and %d, got %d", ops.MaxRedriveLimit, limit)}
-			}
-			var sinceAt time.Time
-			if setMode {
-				var err error
-				if sinceAt, err = parseSince(since, time.Now()); err != nil {
-					return err
-				}
-			}
-
-			db, o, err := a.openOps(cmd)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			ctx := cmd.Context()
-			enc := json.NewEncoder(a.stdout)
-
-			if !setMode {
-				line, err := o.Redriver.Redrive(ctx, &ops.RedriveParams{
-					TenantID: tenant, Tool: tool, Key: key, Operator: operator, Reason: reason, DryRun: dryRun,
-				})
-				switch {
-				case ops.Refused(err):
-					if encErr := enc.Encode(line); encErr != nil {
-						return encErr
-					}
-					return &exitError{code: exitRefused, err: fmt.Errorf("op redrive: %s/%s is %s: %w", tool, key, line.Status, err)}
-				case errors.Is(err, domain.ErrNotFound):
-					return fmt.Errorf("op redrive: no operation %s/%s in tenant %q", tool, key, tenant)
-				case err != nil:
-					return fmt.Errorf("op redrive: %w", err)
-				}
-				a.logger.Info("op redrive", "operation_id", line.OperationID, "action", line.Action,
-					"next_generation", line.NextGeneration, "fresh_job", line.FreshJob, "operator", operator)
-				return enc.Encode(line)
-			}
-
-			res, err := o.Redriver.RedriveSet(ctx, &ops.RedriveSetParams{
-				TenantID: tenant, Tool: tool, Since: sinceAt, Limit: limit,
-				Operator: operator, Reason: reason, DryRun: dryRun,
-			}, func(line *ops.RedriveLine) error { return enc.Encode(line) })
-			if res != nil {
-				a.logger.Info("op redrive", "matched", res.Matched, "redriven", res.Redriven, "refused", res.Refused,
-					"dry_run", dryRun, "operator", operator)
-				if res.LimitReached {
-					a.logger.Warn("op redrive: --limit reached; more failed operations may be left: run it again", "limit", limit)
-				}
-			}
-			if err != nil {
-				return fmt.Errorf("op redrive: %w", err)
-			}
-			return nil
-		},
+func (c *opGetCmd) Run(ctx context.Context, a *app) error {
+	if err := requireFlags(map[string]string{"--tenant": c.Tenant, "--tool": c.Tool, "--key": c.Key}); err != nil {
+		return err
 	}
-	f := cmd.Flags()
-	f.StringVar(&tenant, "tenant", "", "tenant (required)")
-	f.StringVar(&tool, "tool", "", "tool, such as refund_order (required)")
-	f.StringVar(&key, "key", "", "the idempotency key of the one operation to re-drive")
-	f.StringVar(&status, "status", "", "with --since: re-drive a set; only failed is accepted")
-	f.StringVar(&since, "since", "", "with --status failed: operations that failed since then: a duration ago (1h) or an RFC 3339 time")
-	f.IntVar(&limit, "limit", ops.DefaultRedriveLimit, fmt.Sprintf("at most this many operations in a set (1 to %d)", ops.MaxRedriveLimit))
-	f.StringVar(&reason, "reason", "", fmt.Sprintf("why, for the audit trail (required, at most %d characters)", ops.MaxReasonLen))
-	f.StringVar(&operator, "operator", "", "who, for the audit trail (default $USER, or idemctl)")
-	f.BoolVar(&dryRun, "dry-run", false, "list what would be re-driven and change nothing")
-	return cmd
+	if err := validTenant(c.Tenant); err != nil {
+		return err
+	}
+	db, err := a.openExistingDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	d, err := ops.GetOperation(ctx, db.data(), c.Tenant, c.Tool, c.Key)
+	if errors.Is(err, domain.ErrNotFound) {
+		return fmt.Errorf("op get: no operation %s/%s in tenant %q", c.Tool, c.Key, c.Tenant)
+	}
+	if err != nil {
+		return fmt.Errorf("op get: %w", err)
+	}
+	return json.NewEncoder(a.stdout).Encode(d)
+}
+
+// opListCmd is `idemctl op list`: a tenant's operations as JSON lines.
+type opListCmd struct {
+	Tenant string `help:"tenant (required)"`
+	Tool   string `help:"only this tool's operations"`
+	Status string `help:"only operations in this status: queued, running, succeeded or failed"`
+	Since  string `help:"only operations updated since then: a duration ago (1h, 30m) or an RFC 3339 time"`
+	Limit  int    `default:"${default_list_limit}" placeholder:"N" help:"at most this many operations (1 to ${max_list_limit})"`
+}
+
+func (*opListCmd) Help() string {
+	return "List a tenant's operations, most recently updated first, one JSON object per line (the fields\n" +
+		"of op get, without the audit trail)."
+}
+
+func (c *opListCmd) Run(ctx context.Context, a *app) error {
+	p, err := c.params()
+	if err != nil {
+		return err
+	}
+	db, err := a.openExistingDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	claims, err := db.data().ClaimList(ctx, p)
+	if err != nil {
+		return fmt.Errorf("op list: %w", err)
+	}
+	enc := json.NewEncoder(a.stdout)
+	for _, c := range claims {
+		if err := enc.Encode(ops.ViewOperation(c)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// params checks the flags of op list.
+func (c *opListCmd) params() (*gate.ClaimListParams, error) {
+	if c.Tenant == "" {
+		return nil, &usageError{errors.New("--tenant is required")}
+	}
+	if err := validTenant(c.Tenant); err != nil {
+		return nil, err
+	}
+	st, err := parseStatus(c.Status)
+	if err != nil {
+		return nil, err
+	}
+	since, err := parseSince(c.Since, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if c.Limit < 1 || c.Limit > maxListLimit {
+		return nil, &usageError{fmt.Errorf("--limit: must be within 1 and %d, got %d", maxListLimit, c.Limit)}
+	}
+	p := &gate.ClaimListParams{TenantID: c.Tenant, Tool: c.Tool, Status: st, Limit: c.Limit}
+	if !since.IsZero() {
+		p.Since = &since
+	}
+	return p, nil
+}
+
+// opRedriveCmd is `idemctl op redrive`: flags for
+// ops.Redriver.RedriveSelection, whose lines it prints.
+type opRedriveCmd struct {
+	Tenant   string  `help:"tenant (required)"`
+	Tool     string  `help:"tool, such as refund_order (required)"`
+	Key      string  `help:"the idempotency key of the one operation to re-drive"`
+	Status   string  `help:"with --since: re-drive a set; only failed is accepted"`
+	Since    string  `help:"with --status failed: operations that failed since then: a duration ago (1h) or an RFC 3339 time"`
+	Limit    int     `default:"${default_redrive_limit}" placeholder:"N" help:"at most this many operations in a set (1 to ${max_redrive_limit})"`
+	Reason   string  `help:"why, for the audit trail (required, at most ${max_reason_len} characters)"`
+	Operator *string `placeholder:"NAME" help:"who, for the audit trail (default $USER, or idemctl)"`
+	DryRun   bool    `help:"list what would be re-driven and change nothing"`
+}
+
+func (*opRedriveCmd) Help() string {
+	return "Re-drive a failed operation through the gate: it goes back to queued, its job runs again (or a\n" +
+		"fresh one when River has cleaned it), and a redriven audit row names the operator and the reason.\n" +
+		"The downstream key is kept when the earlier outcome is unknown, so the provider deduplicates, and\n" +
+		"moves to the next generation only after a definitive \"nothing happened\" (card declined, say).\n" +
+		"\n" +
+		"With --key, one operation; a succeeded (or still queued or running) one is refused with exit code 3,\n" +
+		"and so is one its agent or tenant cancelled: a cancellation is final (the agent starts a new intent\n" +
+		"with a new key). A refusal writes a denied audit row naming the operator.\n" +
+		"With --status failed --since D instead, every failed operation of the tenant and tool updated since\n" +
+		"then, newest first, up to --limit; refused ones are reported and the rest go on.\n" +
+		"--dry-run lists what would happen and changes nothing.\n" +
+		"\n" +
+		"Prints one JSON object per operation: operation_id, tool, key, action (redriven, would_redrive or\n" +
+		"refused), status, next_generation, fresh_job, job_id, downstream_key and reason."
+}
+
+func (c *opRedriveCmd) Run(ctx context.Context, kctx *kong.Context, a *app) error {
+	p, err := c.params(kctx)
+	if err != nil {
+		return err
+	}
+	db, o, err := a.openOps(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	enc := json.NewEncoder(a.stdout)
+	res, err := o.Redriver.RedriveSelection(ctx, p, func(line *ops.RedriveLine) error { return enc.Encode(line) })
+	a.logRedrive(p, res, err)
+	switch {
+	case ops.Refused(err):
+		return &exitError{code: exitRefused, err: fmt.Errorf("op redrive: %w", err)}
+	case errors.Is(err, domain.ErrNotFound):
+		return fmt.Errorf("op redrive: no operation %s/%s in tenant %q", p.Tool, p.Key, p.TenantID)
+	case err != nil:
+		return fmt.Errorf("op redrive: %w", err)
+	}
+	return nil
+}
+
+// params turns the flags into the re-drive's parameters, checked before
+// the database is opened.
+func (c *opRedriveCmd) params(kctx *kong.Context) (*ops.RedriveSelectionParams, error) {
+	if err := requireFlags(map[string]string{"--tenant": c.Tenant, "--tool": c.Tool, "--reason": c.Reason}); err != nil {
+		return nil, err
+	}
+	if err := validTenant(c.Tenant); err != nil {
+		return nil, err
+	}
+	p := &ops.RedriveSelectionParams{TenantID: c.Tenant, Tool: c.Tool, Key: c.Key, Status: domain.Status(c.Status),
+		Operator: defaultOperator(), Reason: c.Reason, DryRun: c.DryRun}
+	if c.Operator != nil {
+		p.Operator = *c.Operator
+	}
+	if flagGiven(kctx, "limit") {
+		p.Limit = &c.Limit
+	}
+	if c.Since != "" {
+		since, err := parseSince(c.Since, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		p.Since = since
+	}
+	if err := p.Validate(); err != nil {
+		return nil, redriveUsage(err)
+	}
+	return p, nil
+}
+
+// redriveUsage says a re-drive's invalid parameters in terms of the flags.
+func redriveUsage(err error) error {
+	var pe *ops.ParamError
+	switch {
+	case errors.Is(err, ops.ErrSelectionKeyAndSet):
+		err = errors.New("give either --key or --status failed --since D, not both")
+	case errors.Is(err, ops.ErrSelectionEmpty):
+		err = errors.New("give --key K for one operation, or --status failed --since D for a set")
+	case errors.Is(err, ops.ErrSelectionNotFailed):
+		err = errors.New("--status: only failed operations are re-driven; give --status failed")
+	case errors.Is(err, ops.ErrSelectionNoSince):
+		err = errors.New("--since is required with --status failed (a set re-drive is bounded in time)")
+	case errors.Is(err, ops.ErrSelectionLimitWithKey):
+		err = errors.New("--limit applies to a set re-drive (--status failed --since D)")
+	case errors.As(err, &pe):
+		err = fmt.Errorf("--%s: %w", pe.Param, pe.Err)
+	}
+	return &usageError{err}
+}
+
+// logRedrive logs what a re-drive did: the one operation re-driven, or a
+// set's counts (and a warning when it reached its limit).
+func (a *app) logRedrive(p *ops.RedriveSelectionParams, res *ops.RedriveSelectionResult, err error) {
+	switch {
+	case res == nil:
+	case res.Set != nil:
+		a.logger.Info("op redrive", "matched", res.Set.Matched, "redriven", res.Set.Redriven, "refused", res.Set.Refused,
+			"dry_run", p.DryRun, "operator", p.Operator)
+		if res.Set.LimitReached {
+			limit := ops.DefaultRedriveLimit
+			if p.Limit != nil {
+				limit = *p.Limit
+			}
+			a.logger.Warn("op redrive: --limit reached; more failed operations may be left: run it again", "limit", limit)
+		}
+	case err == nil && res.Line != nil:
+		a.logger.Info("op redrive", "operation_id", res.Line.OperationID, "action", res.Line.Action,
+			"next_generation", res.Line.NextGeneration, "fresh_job", res.Line.FreshJob, "operator", p.Operator)
+	}
 }
 
 // defaultOperator is $USER when it is a valid operator name, else idemctl.

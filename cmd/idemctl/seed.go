@@ -1,58 +1,53 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 
-	"github.com/spf13/cobra"
-
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
 )
 
-// newSeedCmd builds `idemctl seed --file F`: load a seed file (the format of
-// docs/design.md) in one transaction and print a JSON summary. Idempotent: rows
-// that exist are left unchanged; tokens without a fixed value are minted on
-// every run, and only their secrets are printed.
-func newSeedCmd(a *app) *cobra.Command {
-	var file string
-	cmd := &cobra.Command{
-		Use:   "seed --file F",
-		Short: "Load tenants' tokens, orders, customers, seats, users and settings from a seed file",
-		Long: "Load a seed file (see docs/design.md, \"Operators and the edge\") in one transaction and print one JSON line:\n" +
-			`{"orders":{"created":N,"existing":M},…,"tokens":{…},"tenants":{…},"created_tokens":[{"index":I,"id":…,"token":…}]}.` + "\n" +
-			"Idempotent: existing rows are left as they are, even where the file differs. Entries of \"tokens\"\n" +
-			"with a fixed \"token\" value are created once; those without one are minted on every run, and their\n" +
-			"secrets (shown this once) are listed in created_tokens. --file - reads standard input.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return &usageError{errors.New("--file is required")}
-			}
-			f, err := readSeed(cmd.InOrStdin(), file, a.cfg.OperatorTenant)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			d, err := a.openDatabase(ctx)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+// seedCmd is `idemctl seed --file F`: load a seed file (the format of
+// docs/design.md) in one transaction and print a JSON summary. Idempotent:
+// rows that exist are left unchanged; tokens without a fixed value are
+// minted on every run, and only their secrets are printed.
+type seedCmd struct {
+	File string `help:"seed file to load, or - for standard input (required)"`
+}
 
-			res, err := d.data().Seed(ctx, f)
-			if err != nil {
-				return fmt.Errorf("seed %s: %w", file, err)
-			}
-			return json.NewEncoder(a.stdout).Encode(res)
-		},
+func (*seedCmd) Help() string {
+	return "Load a seed file (see docs/design.md, \"Operators and the edge\") in one transaction and print one JSON line:\n" +
+		`{"orders":{"created":N,"existing":M},…,"tokens":{…},"tenants":{…},"created_tokens":[{"index":I,"id":…,"token":…}]}.` + "\n" +
+		"Idempotent: existing rows are left as they are, even where the file differs. Entries of \"tokens\"\n" +
+		"with a fixed \"token\" value are created once; those without one are minted on every run, and their\n" +
+		"secrets (shown this once) are listed in created_tokens. --file - reads standard input."
+}
+
+func (c *seedCmd) Run(ctx context.Context, a *app) error {
+	if c.File == "" {
+		return &usageError{errors.New("--file is required")}
 	}
-	cmd.Flags().StringVar(&file, "file", "", "seed file to load, or - for standard input (required)")
-	return cmd
+	f, err := readSeed(a.stdin, c.File, a.cfg.OperatorTenant)
+	if err != nil {
+		return err
+	}
+	d, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	res, err := d.data().Seed(ctx, f)
+	if err != nil {
+		return fmt.Errorf("seed %s: %w", c.File, err)
+	}
+	return json.NewEncoder(a.stdout).Encode(res)
 }
 
 // readSeed parses the seed file named by name ("-" is stdin). A file that

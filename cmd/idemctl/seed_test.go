@@ -102,12 +102,10 @@ func TestSeedCommandStdinAndErrors(t *testing.T) {
 	ctx := t.Context()
 	dbURL, pool := pgtest.NewDB(t)
 
-	// --file - reads standard input; the cobra root is driven directly here.
+	// --file - reads standard input, which runIO takes here.
 	var stdout, stderr bytes.Buffer
-	root := newRootCmd(&stdout, &stderr)
-	root.SetIn(strings.NewReader(`{"users": [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}]}`))
-	root.SetArgs([]string{"--database-url", dbURL, "seed", "--file", "-"})
-	require.NoError(t, root.ExecuteContext(ctx), stderr.String())
+	stdin := strings.NewReader(`{"users": [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}]}`)
+	require.Equal(t, exitOK, runIO(ctx, []string{"--database-url", dbURL, "seed", "--file", "-"}, stdin, &stdout, &stderr), stderr.String())
 	var fromStdin store.SeedResult
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &fromStdin))
 	require.Equal(t, store.SeedCount{Created: 1}, fromStdin.Users)

@@ -1,13 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
@@ -16,81 +15,75 @@ import (
 	"github.com/idemgate/idemgate/internal/tools"
 )
 
-// newTokenCmd builds `idemctl token`: create, revoke and list bearer tokens.
-func newTokenCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "token",
-		Short: "Create, revoke and list bearer tokens",
-		Args:  cobra.NoArgs,
-	}
-	cmd.AddCommand(newTokenCreateCmd(a), newTokenRevokeCmd(a), newTokenListCmd(a))
-	return cmd
+// tokenCmd is `idemctl token`: create, revoke and list bearer tokens.
+type tokenCmd struct {
+	Create tokenCreateCmd `cmd:"" usage:"--tenant T --user U --scopes a,b [--expires-in 720h]" help:"Create a bearer token and print its secret"`
+	Revoke tokenRevokeCmd `cmd:"" usage:"ID" help:"Revoke a bearer token and print it as JSON"`
+	List   tokenListCmd   `cmd:"" usage:"--tenant T" help:"List a tenant's bearer tokens as JSON lines"`
 }
 
-// newTokenCreateCmd builds `idemctl token create`: mint a token, store its
-// hash, and print the secret alone on stdout (it is shown this once); the
-// token's id goes to stderr.
-func newTokenCreateCmd(a *app) *cobra.Command {
-	var (
-		tenant, user string
-		scopes       []string
-		expiresIn    time.Duration
-		operator     bool
-	)
-	cmd := &cobra.Command{
-		Use:   "create --tenant T --user U --scopes a,b [--expires-in 720h]",
-		Short: "Create a bearer token and print its secret",
-		Long: "Create a bearer token for a tenant and user with the given scopes, and print its secret alone on\n" +
-			"stdout: it is stored only as a hash and shown this once. The token's id goes to stderr.\n" +
-			"Known scopes: " + strings.Join(tools.Scopes(), ", ") + ".",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			opsTenant := a.cfg.OperatorTenant
-			switch {
-			case operator && tenant != "":
-				return &usageError{errors.New("--operator and --tenant exclude each other: an operator token belongs to the operator tenant")}
-			case operator:
-				tenant = opsTenant
-			case tenant == opsTenant:
-				return &usageError{fmt.Errorf("--tenant: %q is the operator tenant (%s), whose tokens open River UI over every tenant; "+
-					"create one with --operator", tenant, config.EnvOperatorTenant)}
-			}
-			if err := validateTokenFlags(tenant, user, scopes, expiresIn); err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			d, err := a.openDatabase(ctx)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+// tokenCreateCmd is `idemctl token create`: mint a token, store its hash,
+// and print the secret alone on stdout (it is shown this once); the token's
+// id goes to stderr.
+type tokenCreateCmd struct {
+	Tenant    string        `help:"tenant the token acts for (required unless --operator)"`
+	Operator  bool          `help:"a token of the operator tenant (${operator_tenant_env}, default ${default_operator_tenant}), for River UI with scope ${scope_ops_admin}"`
+	User      string        `help:"user or bot the token is issued to (required)"`
+	Scopes    []string      `help:"comma-separated scopes (required): ${scopes}"`
+	ExpiresIn time.Duration `help:"lifetime, such as 720h (default: the token does not expire)"`
+}
 
-			secret, id, err := tenancy.NewToken()
-			if err != nil {
-				return err
-			}
-			p := &store.TokenInsertParams{ID: id, TenantID: tenant, UserID: user, Scopes: scopes, Hash: tenancy.HashToken(secret)}
-			if expiresIn > 0 {
-				at := time.Now().Add(expiresIn).UTC()
-				p.ExpiresAt = &at
-			}
-			tok, err := d.data().TokenInsert(ctx, p)
-			if err != nil {
-				return fmt.Errorf("token create: %w", err)
-			}
-			a.logger.Info("token created", "id", tok.ID, "tenant", tok.TenantID, "user", tok.UserID,
-				"scopes", strings.Join(tok.Scopes, ","), "expires_at", formatOptTime(tok.ExpiresAt))
-			_, err = fmt.Fprintln(a.stdout, secret)
-			return err
-		},
+func (*tokenCreateCmd) Help() string {
+	return "Create a bearer token for a tenant and user with the given scopes, and print its secret alone on\n" +
+		"stdout: it is stored only as a hash and shown this once. The token's id goes to stderr.\n" +
+		"Known scopes: " + strings.Join(tools.Scopes(), ", ") + "."
+}
+
+func (c *tokenCreateCmd) Run(ctx context.Context, a *app) error {
+	if err := c.tenant(a.cfg.OperatorTenant); err != nil {
+		return err
 	}
-	f := cmd.Flags()
-	f.StringVar(&tenant, "tenant", "", "tenant the token acts for (required unless --operator)")
-	f.BoolVar(&operator, "operator", false, "a token of the operator tenant ($"+config.EnvOperatorTenant+", default "+config.DefaultOperatorTenant+"), for River UI with scope "+tenancy.ScopeOpsAdmin)
-	f.StringVar(&user, "user", "", "user or bot the token is issued to (required)")
-	f.StringSliceVar(&scopes, "scopes", nil, "comma-separated scopes (required): "+strings.Join(tools.Scopes(), ", "))
-	f.DurationVar(&expiresIn, "expires-in", 0, "lifetime, such as 720h (default: the token does not expire)")
-	return cmd
+	if err := validateTokenFlags(c.Tenant, c.User, c.Scopes, c.ExpiresIn); err != nil {
+		return err
+	}
+	d, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	secret, id, err := tenancy.NewToken()
+	if err != nil {
+		return err
+	}
+	p := &store.TokenInsertParams{ID: id, TenantID: c.Tenant, UserID: c.User, Scopes: c.Scopes, Hash: tenancy.HashToken(secret)}
+	if c.ExpiresIn > 0 {
+		at := time.Now().Add(c.ExpiresIn).UTC()
+		p.ExpiresAt = &at
+	}
+	tok, err := d.data().TokenInsert(ctx, p)
+	if err != nil {
+		return fmt.Errorf("token create: %w", err)
+	}
+	a.logger.Info("token created", "id", tok.ID, "tenant", tok.TenantID, "user", tok.UserID,
+		"scopes", strings.Join(tok.Scopes, ","), "expires_at", formatOptTime(tok.ExpiresAt))
+	_, err = fmt.Fprintln(a.stdout, secret)
+	return err
+}
+
+// tenant sets c.Tenant to the operator tenant for --operator, and refuses
+// the operator tenant given as an ordinary one.
+func (c *tokenCreateCmd) tenant(opsTenant string) error {
+	switch {
+	case c.Operator && c.Tenant != "":
+		return &usageError{errors.New("--operator and --tenant exclude each other: an operator token belongs to the operator tenant")}
+	case c.Operator:
+		c.Tenant = opsTenant
+	case c.Tenant == opsTenant:
+		return &usageError{fmt.Errorf("--tenant: %q is the operator tenant (%s), whose tokens open River UI over every tenant; "+
+			"create one with --operator", c.Tenant, config.EnvOperatorTenant)}
+	}
+	return nil
 }
 
 func validateTokenFlags(tenant, user string, scopes []string, expiresIn time.Duration) error {
@@ -112,77 +105,70 @@ func validateTokenFlags(tenant, user string, scopes []string, expiresIn time.Dur
 	return nil
 }
 
-// newTokenRevokeCmd builds `idemctl token revoke ID`: revoke a token and
-// print it as JSON. Revoking a revoked token prints it unchanged.
-func newTokenRevokeCmd(a *app) *cobra.Command {
-	var tenant string
-	cmd := &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke a bearer token and print it as JSON",
-		Long: "Revoke a bearer token and print it as one JSON line. Running servers stop accepting it within\n" +
-			"their token cache TTL (5s by default). Revoking a revoked token prints it unchanged.",
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			d, err := a.openDatabase(ctx)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-
-			tok, err := d.data().TokenRevoke(ctx, &store.TokenRevokeParams{ID: args[0], TenantID: tenant})
-			if errors.Is(err, domain.ErrNotFound) {
-				if tenant != "" {
-					return fmt.Errorf("token revoke: no token %q in tenant %q", args[0], tenant)
-				}
-				return fmt.Errorf("token revoke: no token %q", args[0])
-			}
-			if err != nil {
-				return fmt.Errorf("token revoke: %w", err)
-			}
-			return json.NewEncoder(a.stdout).Encode(viewToken(tok))
-		},
-	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only revoke the token if it belongs to this tenant")
-	return cmd
+// tokenRevokeCmd is `idemctl token revoke ID`: revoke a token and print it
+// as JSON. Revoking a revoked token prints it unchanged.
+type tokenRevokeCmd struct {
+	ID     string `arg:"" name:"id" help:"the token's id"`
+	Tenant string `help:"only revoke the token if it belongs to this tenant"`
 }
 
-// newTokenListCmd builds `idemctl token list --tenant T`: one JSON line per
-// token, oldest first, revoked and expired ones included.
-func newTokenListCmd(a *app) *cobra.Command {
-	var tenant string
-	cmd := &cobra.Command{
-		Use:   "list --tenant T",
-		Short: "List a tenant's bearer tokens as JSON lines",
-		Long: "List a tenant's bearer tokens, oldest first, one JSON object per line:\n" +
-			"id, tenant, user, scopes, created_at, expires_at, revoked_at. Secrets and hashes are never shown.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tenant == "" {
-				return &usageError{errors.New("--tenant is required")}
-			}
-			ctx := cmd.Context()
-			d, err := a.openDatabase(ctx)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+func (*tokenRevokeCmd) Help() string {
+	return "Revoke a bearer token and print it as one JSON line. Running servers stop accepting it within\n" +
+		"their token cache TTL (5s by default). Revoking a revoked token prints it unchanged."
+}
 
-			toks, err := d.data().TokenList(ctx, &store.TokenListParams{TenantID: tenant})
-			if err != nil {
-				return fmt.Errorf("token list: %w", err)
-			}
-			enc := json.NewEncoder(a.stdout)
-			for _, tok := range toks {
-				if err := enc.Encode(viewToken(tok)); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+func (c *tokenRevokeCmd) Run(ctx context.Context, a *app) error {
+	d, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
 	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant whose tokens to list (required)")
-	return cmd
+	defer d.Close()
+
+	tok, err := d.data().TokenRevoke(ctx, &store.TokenRevokeParams{ID: c.ID, TenantID: c.Tenant})
+	if errors.Is(err, domain.ErrNotFound) {
+		if c.Tenant != "" {
+			return fmt.Errorf("token revoke: no token %q in tenant %q", c.ID, c.Tenant)
+		}
+		return fmt.Errorf("token revoke: no token %q", c.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("token revoke: %w", err)
+	}
+	return json.NewEncoder(a.stdout).Encode(viewToken(tok))
+}
+
+// tokenListCmd is `idemctl token list --tenant T`: one JSON line per
+// token, oldest first, revoked and expired ones included.
+type tokenListCmd struct {
+	Tenant string `help:"tenant whose tokens to list (required)"`
+}
+
+func (*tokenListCmd) Help() string {
+	return "List a tenant's bearer tokens, oldest first, one JSON object per line:\n" +
+		"id, tenant, user, scopes, created_at, expires_at, revoked_at. Secrets and hashes are never shown."
+}
+
+func (c *tokenListCmd) Run(ctx context.Context, a *app) error {
+	if c.Tenant == "" {
+		return &usageError{errors.New("--tenant is required")}
+	}
+	d, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	toks, err := d.data().TokenList(ctx, &store.TokenListParams{TenantID: c.Tenant})
+	if err != nil {
+		return fmt.Errorf("token list: %w", err)
+	}
+	enc := json.NewEncoder(a.stdout)
+	for _, tok := range toks {
+		if err := enc.Encode(viewToken(tok)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tokenView is how idemctl prints a token: never its hash or secret.

@@ -27,8 +27,8 @@ type cliResult struct {
 	stderr string
 }
 
-// idemctl runs the command tree in-process against dbURL (newRootCmd with
-// SetArgs and SetOut, through run) and returns its exit code and output.
+// idemctl runs the command tree in-process against dbURL (through run) and
+// returns its exit code and output.
 func idemctl(ctx context.Context, t *testing.T, dbURL string, args ...string) cliResult {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
@@ -170,7 +170,7 @@ func TestTokenCommandsUsage(t *testing.T) {
 		// ordinary tenant to create tokens for.
 		{"OperatorTenantAsOrdinary", []string{"token", "create", "--tenant", "ops", "--user", "u", "--scopes", "ops:admin"}, "is the operator tenant"},
 		{"OperatorAndTenant", []string{"token", "create", "--operator", "--tenant", "acme", "--user", "u", "--scopes", "ops:admin"}, "exclude each other"},
-		{"RevokeNoID", []string{"token", "revoke"}, "accepts 1 arg"},
+		{"RevokeNoID", []string{"token", "revoke"}, `expected "<id>"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,193 @@
+package ops_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	idemgateapp "github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/enginetest"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/ops"
+)
+
+// selectionBundle is a fresh database on one engine with the operators'
+// parts on it, as idemctl assembles them.
+type selectionBundle struct {
+	db  *enginetest.DB
+	ops *idemgateapp.Ops
+}
+
+func setupSelection(t *testing.T, engine string) *selectionBundle {
+	t.Helper()
+	d := enginetest.New(t, engine, nil)
+	cfg := config.Defaults()
+	cfg.DatabaseURL = d.URL
+	var o *idemgateapp.Ops
+	var err error
+	if d.Pool != nil {
+		o, err = idemgateapp.NewOps(cfg, d.Pool, nil)
+	} else {
+		o, err = idemgateapp.NewOpsSQLite(cfg, d.SQL, nil)
+	}
+	require.NoError(t, err)
+	return &selectionBundle{db: d, ops: o}
+}
+
+// claim makes a refund claim with its job, succeeded or failed with code
+// (its job cancelled, as the worker does).
+func (b *selectionBundle) claim(t *testing.T, key string, code domain.Code) *gate.Claim {
+	t.Helper()
+	ctx := context.Background()
+	c := gatetest.Claim(ctx, t, b.ops.Gate, &gatetest.ClaimOpts{Key: key}).Claim
+	s := b.ops.Gate.Store()
+	c, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+	require.NoError(t, err)
+	if code == "" {
+		c, err = s.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"refund_id":"re_1"}`)})
+		require.NoError(t, err)
+		return c
+	}
+	failed, err := s.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: domain.ErrorInfo{Code: code, Message: string(code)}})
+	require.NoError(t, err)
+	tx, err := s.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, b.ops.Jobs.JobCancelTx(ctx, tx, c.JobID))
+	require.NoError(t, tx.Commit(ctx))
+	return failed
+}
+
+// redrive runs RedriveSelection and collects the lines it emitted.
+func (b *selectionBundle) redrive(t *testing.T, p *ops.RedriveSelectionParams) ([]*ops.RedriveLine, *ops.RedriveSelectionResult, error) {
+	t.Helper()
+	var lines []*ops.RedriveLine
+	res, err := b.ops.Redriver.RedriveSelection(t.Context(), p, func(l *ops.RedriveLine) error {
+		lines = append(lines, l)
+		return nil
+	})
+	return lines, res, err
+}
+
+func TestRedriveSelection(t *testing.T) {
+	t.Parallel()
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		b := setupSelection(t, engine)
+		declined := b.claim(t, "sel-declined-001", domain.CodeCardDeclined)
+		unknown := b.claim(t, "sel-unknown-0001", domain.CodeOutcomeUnknown)
+		succeeded := b.claim(t, "sel-succeeded-01", "")
+		one := func(key string, dryRun bool) *ops.RedriveSelectionParams {
+			return &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order", Key: key,
+				Operator: "alice", Reason: "card fixed", DryRun: dryRun}
+		}
+
+		t.Run("DryRunChangesNothing", func(t *testing.T) {
+			lines, res, err := b.redrive(t, one(declined.IdempotencyKey, true))
+			require.NoError(t, err)
+			require.Len(t, lines, 1)
+			require.Same(t, lines[0], res.Line)
+			require.Nil(t, res.Set)
+			require.Equal(t, ops.ActionWouldRedrive, res.Line.Action)
+			require.Equal(t, domain.StatusFailed, res.Line.Status)
+			require.True(t, res.Line.NextGeneration, "card declined: nothing happened")
+			c, err := b.ops.Gate.Store().ClaimGetByKey(t.Context(), &gate.ClaimGetByKeyParams{
+				TenantID: "acme", Tool: "refund_order", IdempotencyKey: declined.IdempotencyKey})
+			require.NoError(t, err)
+			require.Equal(t, domain.StatusFailed, c.Status)
+		})
+
+		t.Run("RefusedIsEmittedAndNamed", func(t *testing.T) {
+			lines, res, err := b.redrive(t, one(succeeded.IdempotencyKey, false))
+			require.True(t, ops.Refused(err), "%v", err)
+			require.ErrorIs(t, err, gate.ErrRedriveSucceeded)
+			require.ErrorContains(t, err, "refund_order/sel-succeeded-01 is succeeded: ")
+			require.Len(t, lines, 1)
+			require.Equal(t, ops.ActionRefused, res.Line.Action)
+		})
+
+		t.Run("UnknownEmitsNothing", func(t *testing.T) {
+			lines, _, err := b.redrive(t, one("sel-no-such-key", false))
+			require.ErrorIs(t, err, domain.ErrNotFound)
+			require.Empty(t, lines)
+		})
+
+		// The set: the two failed ones, newest first; the succeeded one is
+		// not in it. Then the window holds nothing failed.
+		limit := 5
+		set := &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order", Status: domain.StatusFailed,
+			Since: time.Now().Add(-time.Hour), Limit: &limit, Operator: "bob", Reason: "stripe outage over"}
+		lines, res, err := b.redrive(t, set)
+		require.NoError(t, err)
+		require.Nil(t, res.Line)
+		require.Equal(t, &ops.RedriveSetResult{Matched: 2, Redriven: 2}, res.Set)
+		require.Len(t, lines, 2)
+		keys := []string{lines[0].Key, lines[1].Key}
+		require.ElementsMatch(t, []string{declined.IdempotencyKey, unknown.IdempotencyKey}, keys)
+		for _, l := range lines {
+			require.Equal(t, ops.ActionRedriven, l.Action)
+			require.Equal(t, domain.StatusQueued, l.Status)
+		}
+		lines, res, err = b.redrive(t, set)
+		require.NoError(t, err)
+		require.Empty(t, lines)
+		require.Equal(t, &ops.RedriveSetResult{}, res.Set)
+	})
+}
+
+func TestRedriveSelectionValidate(t *testing.T) {
+	t.Parallel()
+	zero, many, five := 0, ops.MaxRedriveLimit+1, 5
+	since := time.Now().Add(-time.Hour)
+	for _, tt := range []struct {
+		name    string
+		change  func(p *ops.RedriveSelectionParams)
+		wantErr error
+		param   string
+	}{
+		{name: "Key"},
+		{name: "Set", change: func(p *ops.RedriveSelectionParams) {
+			p.Key, p.Status, p.Since, p.Limit = "", domain.StatusFailed, since, &five
+		}},
+		{name: "NoTenant", change: func(p *ops.RedriveSelectionParams) { p.TenantID = "" }, param: "tenant"},
+		{name: "NoReason", change: func(p *ops.RedriveSelectionParams) { p.Reason = "" }, param: "reason"},
+		{name: "BadOperator", change: func(p *ops.RedriveSelectionParams) { p.Operator = "a b" }, param: "operator"},
+		{name: "KeyAndSet", change: func(p *ops.RedriveSelectionParams) { p.Status = domain.StatusFailed }, wantErr: ops.ErrSelectionKeyAndSet},
+		{name: "Neither", change: func(p *ops.RedriveSelectionParams) { p.Key = "" }, wantErr: ops.ErrSelectionEmpty},
+		{name: "SucceededSet", change: func(p *ops.RedriveSelectionParams) {
+			p.Key, p.Status, p.Since = "", domain.StatusSucceeded, since
+		}, wantErr: ops.ErrSelectionNotFailed},
+		{name: "SetNoSince", change: func(p *ops.RedriveSelectionParams) { p.Key, p.Status = "", domain.StatusFailed }, wantErr: ops.ErrSelectionNoSince},
+		{name: "LimitWithKey", change: func(p *ops.RedriveSelectionParams) { p.Limit = &five }, wantErr: ops.ErrSelectionLimitWithKey},
+		{name: "ZeroLimit", change: func(p *ops.RedriveSelectionParams) {
+			p.Key, p.Status, p.Since, p.Limit = "", domain.StatusFailed, since, &zero
+		}, param: "limit"},
+		{name: "LimitTooLarge", change: func(p *ops.RedriveSelectionParams) {
+			p.Key, p.Status, p.Since, p.Limit = "", domain.StatusFailed, since, &many
+		}, param: "limit"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order", Key: "k", Operator: "alice", Reason: "r"}
+			if tt.change != nil {
+				tt.change(p)
+			}
+			err := p.Validate()
+			switch {
+			case tt.wantErr != nil:
+				require.ErrorIs(t, err, tt.wantErr)
+			case tt.param != "":
+				var pe *ops.ParamError
+				require.True(t, errors.As(err, &pe), "%v", err)
+				require.Equal(t, tt.param, pe.Param)
+			default:
+				require.NoError(t, err)
+			}
+		})
+	}
+}
