@@ -87,7 +87,7 @@ type cli struct {
 	DatabaseURL *string `name:"database-url" placeholder:"URL" help:"${database_url_help}"`
 
 	Help    helpCmd    `cmd:"" usage:"[command...]" help:"Help about any command"`
-	Migrate migrateCmd `cmd:"" help:"Apply River's and idemgate's database migrations"`
+	Migrate migrateCmd `cmd:"" help:"Apply River's, idemgate's and the built-in tools' database migrations"`
 	Op      opCmd      `cmd:"" help:"Show, list and re-drive operations"`
 	Prune   pruneCmd   `cmd:"" usage:"[--max-batches N]" help:"Archive expired terminal claims into their keys' history now"`
 	Seed    seedCmd    `cmd:"" usage:"--file F" help:"Load tenants' tokens, orders, customers, seats, users and settings from a seed file"`

@@ -12,7 +12,7 @@
 // surrounding whitespace in any value is ignored.
 //
 // Binaries call Load (cmd/api and cmd/worker through idemgate.LoadConfig);
-// idemctl, built on cobra, calls Load with the flags it shares. Load
+// idemctl, a kong application of its own, calls Load with the flags it shares. Load
 // validates, and Validate can be called again after a caller changes
 // fields. Invalid configuration is reported as one *SettingError per bad
 // setting (joined with errors.Join), each naming the environment variable,

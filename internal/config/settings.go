@@ -9,7 +9,7 @@ import (
 )
 
 // Setting describes one configuration setting, read from Config's tags, for
-// help texts of commands built on other flag libraries (idemctl on cobra).
+// the help texts of commands that parse their own flags (idemctl).
 type Setting struct {
 	Field   string // Config's field, e.g. "Wait"
 	Env     string // environment variable, e.g. "IDEMGATE_WAIT"
