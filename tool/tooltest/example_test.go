@@ -1,0 +1,50 @@
+package tooltest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idemgate/idemgate/idemtype"
+	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/tool/tooltest"
+)
+
+type couponArgs struct {
+	CustomerID string `json:"customer_id" idem:"id"`
+	PercentOff int64  `json:"percent_off" idem:"min=1,max=100"`
+}
+
+type coupon struct {
+	CouponID string `json:"coupon_id"`
+}
+
+var issueCoupon = &tool.Mutation[couponArgs, coupon]{
+	Name: "issue_coupon", Title: "Issue a coupon", Description: "One coupon per idempotency_key.", Scope: "coupons:issue",
+	InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[couponArgs]) (*coupon, error) {
+		// The tool's own table, created by its own migrations
+		// (tooltest.Options.Migrations); counted by Effects below.
+		_, err := tx.Exec(ctx, `INSERT INTO coupons (tenant_id, operation_id, customer_id, percent_off) VALUES ($1, $2, $3, $4)`,
+			op.TenantID, op.OperationID, op.Args.CustomerID, op.Args.PercentOff)
+		return &coupon{CouponID: op.OperationID}, err
+	},
+}
+
+// Check runs the guarantees on a tool in a test of its own: here on the
+// embedded engine (tooltest.Postgres on a fresh Postgres database alike).
+// It needs a *testing.T, so this example is compiled, not run; the same
+// test runs in examples/coupon on both engines.
+func ExampleCheck() {
+	_ = func(t *testing.T) { // func TestIssueCoupon(t *testing.T)
+		reg := tool.NewRegistry().MustAdd(issueCoupon)
+		h := tooltest.SQLite(t, reg, &tooltest.Options{Migrations: nil /* your func(engine string) fs.FS */})
+		tooltest.Check(t, h, &tooltest.Case{
+			Tool:        "issue_coupon",
+			Args:        map[string]any{"customer_id": "cus_1", "percent_off": 10},
+			Differ:      map[string]any{"customer_id": "cus_1", "percent_off": 20},
+			DifferField: "percent_off",
+			Effects: func(t testing.TB, h *tooltest.Harness, op *idemtype.Operation) int {
+				return h.Count(t, `SELECT count(*) FROM coupons WHERE operation_id = $1`, op.OperationID)
+			},
+		})
+	}
+}
