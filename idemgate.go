@@ -36,10 +36,9 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/tool"
@@ -72,7 +71,7 @@ type Options struct {
 	Builtins bool
 	// PostgresMigrations and SQLiteMigrations are the service's own goose
 	// SQL migrations (for its own tables), applied by Migrate after
-	// idemgate's, with their own version table (migrations.AppTable).
+	// idemgate's, with their own version table (engine.AppTable).
 	PostgresMigrations fs.FS
 	SQLiteMigrations   fs.FS
 	// TracerProvider receives the spans of ServeAPI, RunWorker and RunAll.
@@ -98,7 +97,7 @@ type Service struct {
 // nothing else. Close the Service when done. On Postgres the process opens
 // at most DATABASE_URL's pool_max_conns connections in all, River's LISTEN
 // and the migration lock included, or config.DefaultPoolMaxConns without it
-// (app.PoolConfig).
+// (pgengine.PoolConfig).
 func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (*Service, error) {
 	if cfg == nil || reg == nil {
 		return nil, errors.New("idemgate: Open needs a Config and a Registry")
@@ -118,19 +117,19 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 	}
 	switch cfg.Driver() {
 	case config.DriverSQLite:
-		db, err := sqlitestore.Open(cfg.SQLitePath())
+		db, err := sqliteengine.Open(cfg.SQLitePath())
 		if err != nil {
 			return nil, fmt.Errorf("DATABASE_URL: %w", err)
 		}
 		s.db = db
-		data = sqlitestore.New(db)
+		data = sqliteengine.New(db)
 	default:
-		pool, err := app.OpenPostgresConfig(ctx, cfg, config.DefaultPoolMaxConns, s.logger)
+		pool, err := pgengine.OpenPostgresConfig(ctx, cfg, config.DefaultPoolMaxConns, s.logger)
 		if err != nil {
 			return nil, err
 		}
 		s.pool = pool
-		data = pgstore.New(pool)
+		data = pgengine.New(pool)
 	}
 	s.tokens = data
 	if s.opts.Builtins {
@@ -163,23 +162,23 @@ func (s *Service) Close() {
 // own. It is safe to run repeatedly and from several processes.
 func (s *Service) Migrate(ctx context.Context) error {
 	if s.db != nil {
-		if _, err := migrations.MigrateSQLite(ctx, s.db, s.logger); err != nil {
+		if _, err := sqliteengine.Migrate(ctx, s.db, s.logger); err != nil {
 			return err
 		}
 		if s.opts.SQLiteMigrations != nil {
-			_, err := migrations.MigrateAppSQLite(ctx, s.db, s.opts.SQLiteMigrations, s.logger)
+			_, err := sqliteengine.MigrateApp(ctx, s.db, s.opts.SQLiteMigrations, s.logger)
 			return err
 		}
 		return nil
 	}
 	if s.cfg.Pooled() {
-		return app.ErrMigrateThroughPooler
+		return pgengine.ErrMigrateThroughPooler
 	}
-	if _, err := migrations.MigratePostgres(ctx, s.pool, s.logger); err != nil {
+	if _, err := pgengine.Migrate(ctx, s.pool, s.logger); err != nil {
 		return err
 	}
 	if s.opts.PostgresMigrations != nil {
-		_, err := migrations.MigrateAppPostgres(ctx, s.pool, s.opts.PostgresMigrations, s.logger)
+		_, err := pgengine.MigrateApp(ctx, s.pool, s.opts.PostgresMigrations, s.logger)
 		return err
 	}
 	return nil

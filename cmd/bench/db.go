@@ -15,10 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 const (
@@ -98,7 +97,7 @@ func newDBServer(ctx context.Context, adminURL string) (*dbServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = migrations.MigratePostgres(ctx, pool, nil)
+	_, err = pgengine.Migrate(ctx, pool, nil)
 	pool.Close()
 	if err != nil {
 		return nil, fmt.Errorf("migrate template %s: %w", name, err)
@@ -168,7 +167,7 @@ func (db *benchDB) seed(ctx context.Context) error {
 		f.Orders = append(f.Orders, store.SeedOrder{Tenant: benchTenant, OrderID: orderID(i), ChargeID: fmt.Sprintf("ch_bench_%03d", i),
 			AmountCents: orderCents, Currency: "usd"})
 	}
-	_, err = pgstore.New(pool).Seed(ctx, f)
+	_, err = pgengine.New(pool).Seed(ctx, f)
 	return err
 }
 
@@ -185,7 +184,7 @@ func (db *benchDB) drop() {
 }
 
 // openPool opens a pool of maxConns connections on the database, the way
-// app.OpenPostgres does, and opens them all now so that connection set-up
+// pgengine.OpenPostgres does, and opens them all now so that connection set-up
 // is not measured.
 func (db *benchDB) openPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(db.url)

@@ -22,9 +22,9 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // tuning is applied to bare River and to idemgate alike.
@@ -217,7 +217,7 @@ func (bareArgs) Kind() string { return "bench_bare_credit" }
 type bareWorker struct {
 	river.WorkerDefaults[bareArgs]
 	pool *pgxpool.Pool
-	data *pgstore.Store
+	data *pgengine.Store
 }
 
 // sqlBareCurrency is apply_credit's currency check (tools/credit.go).
@@ -287,7 +287,7 @@ func newStripeRefunds(base string) *refund.Client {
 type bareRefundWorker struct {
 	river.WorkerDefaults[bareRefundArgs]
 	pool    *pgxpool.Pool
-	data    *pgstore.Store
+	data    *pgengine.Store
 	refunds *refund.Client
 }
 
@@ -367,9 +367,9 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	}
 	workers := river.NewWorkers()
 	if o.stripeBase != "" {
-		river.AddWorker(workers, &bareRefundWorker{pool: s.workerPool, data: pgstore.New(s.workerPool), refunds: newStripeRefunds(o.stripeBase)})
+		river.AddWorker(workers, &bareRefundWorker{pool: s.workerPool, data: pgengine.New(s.workerPool), refunds: newStripeRefunds(o.stripeBase)})
 	} else {
-		river.AddWorker(workers, &bareWorker{pool: s.workerPool, data: pgstore.New(s.workerPool)})
+		river.AddWorker(workers, &bareWorker{pool: s.workerPool, data: pgengine.New(s.workerPool)})
 	}
 	inflight := config.DefaultInflightTimeout
 	s.worker, err = river.NewClient(riverpgxv5.New(s.workerPool), &river.Config{

@@ -12,11 +12,11 @@ import (
 
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 // database is an open Postgres pool or SQLite file. Every command works on
@@ -43,7 +43,7 @@ func (a *app) openDatabase(ctx context.Context) (*database, error) {
 		}
 		return &database{pool: pool}, nil
 	}
-	db, err := sqlitestore.Open(a.cfg.SQLitePath())
+	db, err := sqliteengine.Open(a.cfg.SQLitePath())
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +74,9 @@ func (d *database) Close() {
 
 func (d *database) data() data {
 	if d.pool != nil {
-		return pgstore.New(d.pool)
+		return pgengine.New(d.pool)
 	}
-	return sqlitestore.New(d.db)
+	return sqliteengine.New(d.db)
 }
 
 // ops assembles the gate with an insert-only River client, as the api
@@ -88,12 +88,12 @@ func (d *database) ops(a *app) (*idemgateapp.Ops, error) {
 	return idemgateapp.NewOpsSQLite(a.cfg, d.db, a.logger)
 }
 
-func (d *database) migrate(ctx context.Context, a *app) (*migrations.Result, error) {
+func (d *database) migrate(ctx context.Context, a *app) (*engine.Result, error) {
 	if d.pool != nil {
 		if a.cfg.Pooled() {
-			return nil, idemgateapp.ErrMigrateThroughPooler
+			return nil, pgengine.ErrMigrateThroughPooler
 		}
-		return migrations.MigratePostgres(ctx, d.pool, a.logger)
+		return pgengine.Migrate(ctx, d.pool, a.logger)
 	}
-	return migrations.MigrateSQLite(ctx, d.db, a.logger)
+	return sqliteengine.Migrate(ctx, d.db, a.logger)
 }

@@ -34,10 +34,10 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
 
@@ -53,7 +53,7 @@ func mcpPairSetup(tb testing.TB) *mcpPair {
 	tb.Helper()
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(tb)
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	_, err := data.Seed(ctx, &store.SeedFile{
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
 		Tokens: []store.SeedToken{

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	neturl "net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,12 +23,11 @@ import (
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/tool"
@@ -47,105 +45,6 @@ type API struct {
 	// Ops is the operator routes under /ops (River UI, re-drive).
 	Ops    *ops.Server
 	logger *slog.Logger
-}
-
-// OpenPostgres opens a pool on url with timeouts that make an unreachable
-// database an error within seconds, not a hang. The process holds at most
-// maxConns connections to Postgres in all (see PoolConfig), or url's
-// pool_max_conns when it has one: the URL always wins. logger (nil: none)
-// says so when Postgres refuses connections for too many clients.
-func OpenPostgres(ctx context.Context, url string, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
-	cfg := config.Defaults()
-	cfg.DatabaseURL = url
-	return OpenPostgresConfig(ctx, cfg, maxConns, logger)
-}
-
-// OpenPostgresConfig is OpenPostgres on cfg's DATABASE_URL, in the query
-// execution mode cfg.PostgresExecMode gives (under a transaction pooler,
-// one without named prepared statements).
-func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
-	pc, err := PoolConfig(cfg, maxConns, logger)
-	if err != nil {
-		return nil, err
-	}
-	return pgxpool.NewWithConfig(ctx, pc)
-}
-
-// ExecMode returns pgx's query execution mode named as in a URL's
-// default_query_exec_mode (config.Config.PostgresExecMode).
-func ExecMode(name string) (pgx.QueryExecMode, error) {
-	switch name {
-	case "cache_statement":
-		return pgx.QueryExecModeCacheStatement, nil
-	case "cache_describe":
-		return pgx.QueryExecModeCacheDescribe, nil
-	case "describe_exec":
-		return pgx.QueryExecModeDescribeExec, nil
-	case "exec":
-		return pgx.QueryExecModeExec, nil
-	case "simple_protocol":
-		return pgx.QueryExecModeSimpleProtocol, nil
-	}
-	return 0, fmt.Errorf("%s: unknown default_query_exec_mode %q", config.EnvDatabaseURL, name)
-}
-
-// ErrMigrateThroughPooler refuses migrations through a transaction pooler:
-// they hold a session-level advisory lock (migrations.PostgresLockKey),
-// which such a pooler may leave on a server connection for good.
-var ErrMigrateThroughPooler = errors.New(config.EnvDBPooler + "=transaction: migrations hold a session-level advisory lock, " +
-	"which a transaction pooler cannot keep; run them with " + config.EnvDatabaseURL + " pointing at Postgres itself and " +
-	config.EnvDBPooler + " unset")
-
-// PoolConfig is the pool configuration of cfg's DATABASE_URL for a process
-// that may hold total connections to Postgres in all: cfg.PoolMaxConns
-// (the URL's pool_max_conns, else total, else
-// config.DefaultPoolMaxConns). Unless the URL goes through a transaction
-// pooler, the pool itself holds one fewer: a worker's River client takes
-// one connection out of its pool for good to LISTEN (pgx's Hijack, after
-// which the pool may open another), and migrations hold their advisory
-// lock on a connection of their own. The URL's connect_timeout and
-// pool_health_check_period win over this package's 2s and 5s.
-func PoolConfig(cfg *config.Config, total int32, logger *slog.Logger) (*pgxpool.Config, error) {
-	if total <= 0 {
-		total = config.DefaultPoolMaxConns
-	}
-	total = cfg.PoolMaxConns(total)
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", config.EnvDatabaseURL, err)
-	}
-	if mode := cfg.PostgresExecMode(); mode != "" {
-		if pc.ConnConfig.DefaultQueryExecMode, err = ExecMode(mode); err != nil {
-			return nil, err
-		}
-	}
-	params := urlParams(cfg.DatabaseURL)
-	if !params.Has("connect_timeout") {
-		pc.ConnConfig.ConnectTimeout = 2 * time.Second
-	}
-	if !params.Has("pool_health_check_period") {
-		pc.HealthCheckPeriod = 5 * time.Second
-	}
-	pc.MaxConns = total
-	if !cfg.Pooled() && total > 1 {
-		pc.MaxConns = total - 1
-	}
-	if pc.MinConns > pc.MaxConns {
-		pc.MinConns = pc.MaxConns
-	}
-	if logger != nil {
-		pc.ConnConfig.Tracer = &refusedTracer{logger: logger, total: total}
-	}
-	return pc, nil
-}
-
-// urlParams returns a URL's query parameters (none for a key=value string).
-func urlParams(s string) neturl.Values {
-	u, err := neturl.Parse(s)
-	if err != nil {
-		return neturl.Values{}
-	}
-	return u.Query()
 }
 
 // APIOptions are what tests and embedders may change; zero fields take
@@ -189,7 +88,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	tools := opts.Tools
 	if tools == nil {
 		if tools, err = BuiltinDeclarations(cfg, data); err != nil {
@@ -199,7 +98,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	warnNoSecret(cfg, logger)
 	g, err := gate.New(&gate.Config{
 		Store:    data,
-		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgstore.Unavailable},
+		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgengine.Unavailable},
 		Policies: tools.Policies(),
 		Secret:   []byte(cfg.Secret),
 		Logger:   logger,
@@ -212,7 +111,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	promReg := prometheus.NewRegistry()
 	jobControl := &jobs.Control[pgx.Tx]{Client: riverClient}
 	srv, err := newAPIServer(cfg, g, jobControl, data, tools, func(ctx context.Context) (bool, error) {
-		return migrations.PostgresStatus(ctx, pool)
+		return pgengine.Status(ctx, pool)
 	}, opts, promReg, logger)
 	if err != nil {
 		return nil, err

@@ -15,8 +15,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // costTracer counts what idemgate asks of Postgres: round trips (every
@@ -152,7 +152,7 @@ func TestCostPerCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL, seedPool := pgtest.NewDB(t)
-	_, err := pgstore.New(seedPool).Seed(ctx, seedFile())
+	_, err := pgengine.New(seedPool).Seed(ctx, seedFile())
 	require.NoError(t, err)
 	tracer := &costTracer{open: map[*pgx.Conn]*txCost{}}
 	pool := tracedPool(t, dbURL, tracer)

@@ -15,11 +15,10 @@ import (
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/ops"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -46,7 +45,7 @@ type Embedded struct {
 }
 
 // NewEmbedded assembles the api and the worker on the SQLite database db
-// (from sqlitestore.Open, migrated). The database is the caller's.
+// (from sqliteengine.Open, migrated). The database is the caller's.
 func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *APIOptions, workerOpts *WorkerOptions) (*Embedded, error) {
 	if cfg.Driver() != config.DriverSQLite {
 		return nil, errors.New("DATABASE_URL: the embedded deployment runs on SQLite (unset DATABASE_URL or sqlite:PATH)")
@@ -57,7 +56,7 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	apiOpts, workerOpts = embeddedOptions(apiOpts, workerOpts)
 	tp := apiOpts.TracerProvider
 	logger = tracedLogger(logger, tp)
-	data := sqlitestore.New(db)
+	data := sqliteengine.New(db)
 	tools, err := workerTools(cfg, data, workerOpts)
 	if err != nil {
 		return nil, err
@@ -68,7 +67,7 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	if err != nil {
 		return nil, err
 	}
-	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: sqlitestore.Unavailable}
+	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: sqliteengine.Unavailable}
 	warnNoSecret(cfg, logger)
 	g, err := gate.New(&gate.Config{
 		OnTransition: metrics.Transition,
@@ -129,7 +128,7 @@ func (e *Embedded) buildAPI(cfg *config.Config, control *jobs.Control[*sql.Tx], 
 	apiOpts *APIOptions, reg *prometheus.Registry,
 ) error {
 	srv, err := newAPIServer(cfg, e.Gate, control, data, tools, func(ctx context.Context) (bool, error) {
-		return migrations.SQLiteStatus(ctx, e.DB)
+		return sqliteengine.Status(ctx, e.DB)
 	}, apiOpts, reg, e.logger)
 	if err != nil {
 		return err

@@ -14,9 +14,9 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/stripetest"
 )
 
@@ -54,7 +54,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 	stripeSrv.AddCharge("ch_123", 5000, "usd")
 	smtpAddr, _ := mailpit.Start(t)
 	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 20})
-	_, err := pgstore.New(pool).Seed(ctx, seedFile())
+	_, err := pgengine.New(pool).Seed(ctx, seedFile())
 	require.NoError(t, err)
 
 	cfg := config.Defaults()

@@ -15,11 +15,11 @@ import (
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 // Ops is what operators' tools need, on either engine: the gate with an
@@ -33,10 +33,10 @@ type Ops struct {
 }
 
 // OpsSQLiteDBTimeout bounds each of the operators' transactions on SQLite.
-// It is longer than sqlitestore.BusyTimeout: a command waits for the write
+// It is longer than sqliteengine.BusyTimeout: a command waits for the write
 // lock a running api holds, and fails with domain.ErrUnavailable when the
 // lock stays busy past BusyTimeout.
-const OpsSQLiteDBTimeout = sqlitestore.BusyTimeout + 5*time.Second
+const OpsSQLiteDBTimeout = sqliteengine.BusyTimeout + 5*time.Second
 
 // opsStore is what the operators' gate runs on.
 type opsStore interface {
@@ -54,11 +54,11 @@ func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, 
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
-	return newOps(cfg, pgstore.New(pool), client, pgstore.Unavailable, 0, logger)
+	return newOps(cfg, pgengine.New(pool), client, pgengine.Unavailable, 0, logger)
 }
 
 // NewOpsSQLite assembles the operators' parts on the SQLite database db
-// (from sqlitestore.Open), which a running api may share: its transactions
+// (from sqliteengine.Open), which a running api may share: its transactions
 // wait for the write lock (OpsSQLiteDBTimeout). The database is the
 // caller's.
 func NewOpsSQLite(cfg *config.Config, db *sql.DB, logger *slog.Logger) (*Ops, error) {
@@ -69,7 +69,7 @@ func NewOpsSQLite(cfg *config.Config, db *sql.DB, logger *slog.Logger) (*Ops, er
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
 	}
-	return newOps(cfg, sqlitestore.New(db), client, sqlitestore.Unavailable, OpsSQLiteDBTimeout, logger)
+	return newOps(cfg, sqliteengine.New(db), client, sqliteengine.Unavailable, OpsSQLiteDBTimeout, logger)
 }
 
 // newOps builds the gate on st with client inserting and controlling its

@@ -15,11 +15,11 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 // resetStore is what these tests write reset tokens with.
@@ -38,7 +38,7 @@ type resetBundle struct {
 func setupResetsPostgres(t *testing.T) *resetBundle {
 	t.Helper()
 	b := setup(t, nil)
-	return seedResetUser(t, &resetBundle{url: b.url, store: pgstore.New(b.pool)})
+	return seedResetUser(t, &resetBundle{url: b.url, store: pgengine.New(b.pool)})
 }
 
 func setupResetsSQLite(t *testing.T) *resetBundle {
@@ -50,7 +50,7 @@ func setupResetsSQLite(t *testing.T) *resetBundle {
 	cfg.Secret = strings.Repeat("r", 32)
 	e, err := app.NewEmbedded(cfg, db, nil, nil, nil) // the worker is not run
 	require.NoError(t, err)
-	return seedResetUser(t, &resetBundle{url: startHTTP(t, &app.API{Handler: e.Handler}), store: sqlitestore.New(db)})
+	return seedResetUser(t, &resetBundle{url: startHTTP(t, &app.API{Handler: e.Handler}), store: sqliteengine.New(db)})
 }
 
 func seedResetUser(t *testing.T, b *resetBundle) *resetBundle {

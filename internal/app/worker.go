@@ -19,9 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -74,7 +74,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		opts = &WorkerOptions{}
 	}
 	logger = tracedLogger(logger, opts.TracerProvider)
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newClaimsCollector(pgClaimCounts(pool)))
 	metrics, err := jobs.NewMetrics(reg)
@@ -85,7 +85,7 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if err != nil {
 		return nil, err
 	}
-	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: pgstore.Unavailable}
+	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: pgengine.Unavailable}
 	g, err := gate.New(&gate.Config{Store: data, Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger,
 		Secret: []byte(cfg.Secret), TracerProvider: opts.TracerProvider})
 	if err != nil {

@@ -72,7 +72,7 @@ func InsertOpts() *river.InsertOpts {
 type Enqueuer[TTx any] struct {
 	Client *river.Client[TTx]
 	// Unavailable, when set, tells a database outage from other insert
-	// errors (pgstore.Unavailable, sqlitestore.Unavailable): those are wrapped
+	// errors (pgengine.Unavailable, sqliteengine.Unavailable): those are wrapped
 	// in domain.ErrUnavailable so that callers answer "unavailable, retry"
 	// rather than "internal".
 	Unavailable func(error) bool

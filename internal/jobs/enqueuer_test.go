@@ -10,9 +10,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction: a group's jobs
@@ -26,7 +26,7 @@ func TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction(t *testing.T) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 	require.NoError(t, err)
 	enq := &Enqueuer[pgx.Tx]{Client: client}
-	st := pgstore.New(pool)
+	st := pgengine.New(pool)
 
 	const n = maxDeleteMany + 3
 	claims := make([]*gate.Claim, n)

@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -90,7 +90,7 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	_, pool := pgtest.NewDB(t)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	store := &cancelOnCommit{Store: pgstore.New(pool)}
+	store := &cancelOnCommit{Store: pgengine.New(pool)}
 	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &Enqueuer[pgx.Tx]{Client: client}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 
@@ -118,7 +118,7 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	var cancelErr *river.JobCancelError
 	require.ErrorAs(t, err, &cancelErr, "the job ends cancelled, not retried")
 	require.Error(t, jobCtx.Err(), "the commit cancelled the job's context, as River does")
-	stored, err := pgstore.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+	stored, err := pgengine.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
 	require.NoError(t, err)
 	require.Equal(t, domain.StatusFailed, stored.Status)
 	require.Equal(t, domain.CodeAmountExceedsRefundable, stored.Error.Code)

@@ -22,14 +22,14 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
@@ -158,7 +158,7 @@ func newPostgres(t *testing.T) *harness {
 	ctx := context.Background()
 	stripeSrv, stripeHTTP := stripetest.Start(t, &stripetest.Options{AutoChargeAmount: chargeAmount})
 	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 16})
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	seedCustomers(t, data)
 	f := &faults{}
 	reg := registry(t, tools.Deps{Data: data, Orders: data, Stripe: stripeClient(t, stripeHTTP.URL)}, f)
@@ -218,7 +218,7 @@ func newSQLite(t *testing.T) *harness {
 	t.Helper()
 	stripeSrv, stripeHTTP := stripetest.Start(t, &stripetest.Options{AutoChargeAmount: chargeAmount})
 	path, db := sqlitetest.NewDB(t)
-	data := sqlitestore.New(db)
+	data := sqliteengine.New(db)
 	seedCustomers(t, data)
 	f := &faults{}
 	reg := registry(t, tools.Deps{Data: data, Orders: data, Stripe: stripeClient(t, stripeHTTP.URL)}, f)
@@ -231,7 +231,7 @@ func newSQLite(t *testing.T) *harness {
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
 			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
-			tenant, toolName, key, sqlitestore.FormatTime(time.Now().Add(-time.Second)))
+			tenant, toolName, key, sqliteengine.FormatTime(time.Now().Add(-time.Second)))
 		return err
 	}
 	h.expireIn = func(ctx context.Context, tenant, toolName, key string, d time.Duration) (func(context.Context) (bool, error), error) {

@@ -30,14 +30,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
-
-	"github.com/idemgate/idemgate/internal/migrations"
 )
 
 const (
@@ -350,7 +349,7 @@ func migrateURL(ctx context.Context, dbURL string) error {
 		return err
 	}
 	defer pool.Close()
-	_, err = migrations.MigratePostgres(ctx, pool, nil)
+	_, err = pgengine.Migrate(ctx, pool, nil)
 	return err
 }
 
@@ -363,11 +362,11 @@ func migrateURL(ctx context.Context, dbURL string) error {
 // does not reuses the old. Template names use its first 12 hex digits.
 func Fingerprint() (string, error) {
 	h := sha256.New()
-	err := fs.WalkDir(migrations.PostgresFS(), ".", func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(pgengine.MigrationsFS(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		b, err := fs.ReadFile(migrations.PostgresFS(), path)
+		b, err := fs.ReadFile(pgengine.MigrationsFS(), path)
 		if err != nil {
 			return err
 		}

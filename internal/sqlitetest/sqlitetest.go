@@ -29,8 +29,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/idemgate/idemgate/internal/migrations"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 )
 
 // FileName is the name of the database file in each test's directory.
@@ -50,7 +49,7 @@ func TemplateDir() string {
 
 // NewDB returns a fresh, fully migrated database file for t (River's and
 // idemgate's migrations applied): its path and a *sql.DB opened on it with
-// sqlitestore.Open. The database is closed and its directory removed when t
+// sqliteengine.Open. The database is closed and its directory removed when t
 // ends.
 func NewDB(t testing.TB) (path string, db *sql.DB) {
 	t.Helper()
@@ -66,7 +65,7 @@ func NewDB(t testing.TB) (path string, db *sql.DB) {
 }
 
 // NewEmptyDB returns a fresh database file with no migrations applied, and
-// a *sql.DB opened on it with sqlitestore.Open, closed when t ends.
+// a *sql.DB opened on it with sqliteengine.Open, closed when t ends.
 // Migration tests use it.
 func NewEmptyDB(t testing.TB) (path string, db *sql.DB) {
 	t.Helper()
@@ -83,7 +82,7 @@ func Open(t testing.TB, path string) *sql.DB {
 
 func open(t testing.TB, path string) *sql.DB {
 	t.Helper()
-	db, err := sqlitestore.Open(path)
+	db, err := sqliteengine.Open(path)
 	if err != nil {
 		t.Fatalf("sqlitetest: %v", err)
 	}
@@ -126,12 +125,12 @@ func ensureTemplate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(scratch)
-	db, err := sqlitestore.Open(filepath.Join(scratch, FileName))
+	db, err := sqliteengine.Open(filepath.Join(scratch, FileName))
 	if err != nil {
 		return "", err
 	}
 	defer db.Close()
-	if _, err := migrations.MigrateSQLite(ctx, db, nil); err != nil {
+	if _, err := sqliteengine.Migrate(ctx, db, nil); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
 	tmp := filepath.Join(scratch, "template.sqlite3")
@@ -170,7 +169,7 @@ func copyFile(src, dst string) (retErr error) {
 // migration. Template names use its first 12 hex digits.
 func Fingerprint() (string, error) {
 	h := sha256.New()
-	fsys := migrations.SQLiteFS()
+	fsys := sqliteengine.MigrationsFS()
 	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

@@ -36,15 +36,14 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -112,10 +111,10 @@ func Postgres(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 40})
 	if opts.PostgresMigrations != nil {
-		_, err := migrations.MigrateAppPostgres(ctx, pool, opts.PostgresMigrations, nil)
+		_, err := pgengine.MigrateApp(ctx, pool, opts.PostgresMigrations, nil)
 		require.NoError(t, err)
 	}
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
 	h := &Harness{Engine: tool.Postgres, faults: &faults{}}
@@ -163,10 +162,10 @@ func SQLite(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	ctx := context.Background()
 	path, db := sqlitetest.NewDB(t)
 	if opts.SQLiteMigrations != nil {
-		_, err := migrations.MigrateAppSQLite(ctx, db, opts.SQLiteMigrations, nil)
+		_, err := sqliteengine.MigrateApp(ctx, db, opts.SQLiteMigrations, nil)
 		require.NoError(t, err)
 	}
-	data := sqlitestore.New(db)
+	data := sqliteengine.New(db)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
 	h := &Harness{Engine: tool.SQLite, faults: &faults{}}
@@ -183,7 +182,7 @@ func SQLite(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
 			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
-			tenant, toolName, key, sqlitestore.FormatTime(time.Now().Add(-time.Second)))
+			tenant, toolName, key, sqliteengine.FormatTime(time.Now().Add(-time.Second)))
 		return err
 	}
 	runCtx, cancel := context.WithCancel(ctx)

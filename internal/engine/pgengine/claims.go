@@ -1,4 +1,4 @@
-package pgstore
+package pgengine
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store/internal/engine"
 )
 
 // The gate's statements: executor implements gate.Executor.
@@ -21,10 +21,10 @@ func (e executor) claimRow(ctx context.Context, sql string, args ...any) (*Claim
 }
 
 // claimWrite runs a conditional write that returns the claim it changed,
-// or failed when its condition matched no row (see engine.Conditional).
+// or failed when its condition matched no row (see enginesql.Conditional).
 func (e executor) claimWrite(ctx context.Context, failed error, sql string, args ...any) (*Claim, error) {
 	c, err := e.claimRow(ctx, sql, args...)
-	return engine.Conditional(c, err, failed)
+	return enginesql.Conditional(c, err, failed)
 }
 
 // Claim is an alias so that the queries read naturally.
@@ -36,7 +36,7 @@ func audited(audit *gate.AuditInsertParams, plain, withAudit string, args ...any
 	if audit == nil {
 		return plain, args
 	}
-	return withAudit, append(args, engine.AuditArgs(audit, nullJSON)...)
+	return withAudit, append(args, enginesql.AuditArgs(audit, nullJSON)...)
 }
 
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
@@ -61,12 +61,12 @@ func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams
 func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
 	sql, args := audited(p.Audit, sqlClaimLease, sqlClaimLeaseAudited, p.OperationID, p.JobID, p.Lease.Seconds(), p.Now)
 	c, err := e.claimRow(ctx, sql, args...)
-	return engine.Leased(c, err, e.leaseRead(ctx, p))
+	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
 }
 
 func (e executor) ClaimLock(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimLock, p.OperationID, p.JobID, p.Now)
-	return engine.Leased(c, err, e.leaseRead(ctx, p))
+	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
 }
 
 // leaseRead reads the claim a lease or lock did not match, to tell why.
@@ -191,7 +191,7 @@ func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveE
 }
 
 func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
-	t, err := engine.ScanTombstone(e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash, p.Now), times{})
+	t, err := enginesql.ScanTombstone(e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash, p.Now), times{})
 	return t, translate(err)
 }
 
@@ -204,7 +204,7 @@ func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneD
 }
 
 func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
-	_, err := e.q.Exec(ctx, sqlAuditInsert, engine.AuditArgs(p, nullJSON)...)
+	_, err := e.q.Exec(ctx, sqlAuditInsert, enginesql.AuditArgs(p, nullJSON)...)
 	return translate(err)
 }
 
@@ -217,7 +217,7 @@ func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertP
 }
 
 // auditArrays are the parameters of rows as one array per column, in
-// engine.AuditArgs's order.
+// enginesql.AuditArgs's order.
 func auditArrays(rows []*gate.AuditInsertParams) []any {
 	var (
 		text    [10][]string // every column but the nullable and numeric ones
@@ -278,7 +278,7 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertP
 	if err != nil {
 		return nil, err
 	}
-	return engine.InOrder(rows, written), nil
+	return enginesql.InOrder(rows, written), nil
 }
 
 func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
@@ -292,10 +292,10 @@ func (times) Time(dst *time.Time) any { return dst }
 
 func (times) NullTime(dst **time.Time) any { return dst }
 
-func scanClaim(row engine.Row) (*Claim, error) { return engine.ScanClaim(row, times{}) }
+func scanClaim(row enginesql.Row) (*Claim, error) { return enginesql.ScanClaim(row, times{}) }
 
-func scanAuditEvent(row engine.Row) (*gate.AuditEvent, error) {
-	return engine.ScanAuditEvent(row, times{})
+func scanAuditEvent(row enginesql.Row) (*gate.AuditEvent, error) {
+	return enginesql.ScanAuditEvent(row, times{})
 }
 
 // nullJSON passes an empty document as SQL NULL.

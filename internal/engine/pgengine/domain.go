@@ -1,4 +1,4 @@
-package pgstore
+package pgengine
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/internal/engine"
 )
 
 // CustomerGet implements store.Domain.
@@ -49,7 +49,7 @@ func (s *Store) TenantResetLinkBase(ctx context.Context, tenantID string) (strin
 
 // RefundRecord implements store.Domain.
 func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRecordParams) error {
-	t, err := engine.RawTx[pgx.Tx](tx)
+	t, err := enginesql.RawTx[pgx.Tx](tx)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRe
 
 // LedgerInsert implements store.Domain.
 func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
-	t, err := engine.RawTx[pgx.Tx](tx)
+	t, err := enginesql.RawTx[pgx.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerIn
 
 // SeatReset implements store.Domain.
 func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
-	t, err := engine.RawTx[pgx.Tx](tx)
+	t, err := enginesql.RawTx[pgx.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetPa
 
 // ResetTokenInsert implements store.Domain.
 func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.ResetTokenInsertParams) error {
-	t, err := engine.RawTx[pgx.Tx](tx)
+	t, err := enginesql.RawTx[pgx.Tx](tx)
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.Rese
 
 // ResetTokenRedeem implements store.ResetTokens.
 func (s *Store) ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*store.ResetTokenRedemption, error) {
-	return engine.Redeem(func() (*store.ResetTokenRedemption, error) {
+	return enginesql.Redeem(func() (*store.ResetTokenRedemption, error) {
 		var r store.ResetTokenRedemption
 		err := s.pool.QueryRow(ctx, sqlResetTokenRedeem, tokenHash).Scan(&r.TenantID, &r.UserID, &r.OperationID, &r.UsedAt)
 		if err != nil {

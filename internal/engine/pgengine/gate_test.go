@@ -1,4 +1,4 @@
-package pgstore_test
+package pgengine_test
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 func count(t *testing.T, db interface {
@@ -34,7 +34,7 @@ func TestGateConformance(t *testing.T) {
 		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 		require.NoError(t, err)
 		b := &gatetest.Bundle{
-			Store:    pgstore.New(pool),
+			Store:    pgengine.New(pool),
 			Enqueuer: gatetest.RiverEnqueuer[pgx.Tx]{Client: client},
 			Control:  &jobs.Control[pgx.Tx]{Client: client},
 			JobState: func(ctx context.Context, id int64) string {

@@ -1,11 +1,4 @@
-// Package migrations holds idemgate's own SQL migrations, embedded in the
-// binary, and applies them together with River's.
-//
-// Each storage engine has its own directory of goose-format SQL files
-// (postgres/ today; sqlite/ holds the SQLite migrations (see sqlite.go)) and its own Migrate function. River's
-// schema is never copied here: it is applied from the River version in go.mod
-// through rivermigrate, always before ours, so our tables may refer to River's.
-package migrations
+package pgengine
 
 import (
 	"context"
@@ -17,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -25,51 +19,43 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-// embedded holds every engine's migration files. A future sqlite/ directory is
-// added to this pattern and read through its own fs.Sub.
+// embedded holds the Postgres migration files: goose-format SQL for
+// idemgate's own tables. River's schema is never copied here: rivermigrate
+// applies it, from the River version in go.mod, always before ours.
 //
-//go:embed postgres/*.sql
+//go:embed migrations/*.sql
 var embedded embed.FS
 
-// PostgresLockKey is the pg_advisory_lock key MigratePostgres holds while it
+// MigrateLockKey is the pg_advisory_lock key Migrate holds while it
 // migrates, so that replicas starting at once apply migrations one at a time.
 // It is fixed forever: changing it would let an old and a new binary migrate
 // concurrently.
-const PostgresLockKey int64 = 0x1de3_6a7e_0000_0001
+const MigrateLockKey int64 = 0x1de3_6a7e_0000_0001
 
-// Result reports what one Migrate call applied.
-type Result struct {
-	// RiverApplied is the number of River migrations applied by this call.
-	RiverApplied int `json:"river_applied"`
-	// IdemgateApplied is the number of idemgate (goose) migrations applied by
-	// this call.
-	IdemgateApplied int `json:"idemgate_applied"`
-}
-
-// PostgresFS returns the Postgres migration files (the contents of postgres/),
+// MigrationsFS returns the Postgres migration files (the contents of migrations/),
 // for tools that need to inspect them, such as the test template fingerprint.
-func PostgresFS() fs.FS {
-	sub, err := fs.Sub(embedded, "postgres")
+func MigrationsFS() fs.FS {
+	sub, err := fs.Sub(embedded, "migrations")
 	if err != nil {
-		// fs.Sub only fails on an invalid path; "postgres" is a constant.
+		// fs.Sub only fails on an invalid path; "migrations" is a constant.
 		panic(err)
 	}
 	return sub
 }
 
-// MigratePostgres applies River's pending migrations and then idemgate's
+// Migrate applies River's pending migrations and then idemgate's
 // pending migrations to the database behind pool, and reports how many of each
 // it applied. It is safe to call repeatedly (a second call applies nothing)
 // and from several processes at once: callers serialize on the session
-// advisory lock PostgresLockKey.
+// advisory lock MigrateLockKey.
 //
 // The lock is held on a connection opened from the pool's configuration but
 // outside the pool, so waiting callers never hold pool connections that the
 // lock holder needs (several goroutines sharing one small pool cannot
 // deadlock). A nil logger discards River's and goose's logs.
-func MigratePostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (_ *Result, retErr error) {
+func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (_ *engine.Result, retErr error) {
 	if pool == nil {
-		return nil, errors.New("migrations: pool is nil")
+		return nil, errors.New("pgengine: migrations: pool is nil")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -81,15 +67,15 @@ func MigratePostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logge
 	}
 	defer func() { retErr = errors.Join(retErr, unlock()) }()
 
-	res := &Result{}
+	res := &engine.Result{}
 
 	riverMigrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
 	if err != nil {
-		return nil, fmt.Errorf("migrations: river migrator: %w", err)
+		return nil, fmt.Errorf("pgengine: migrations: river migrator: %w", err)
 	}
 	riverRes, err := riverMigrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
 	if err != nil {
-		return nil, fmt.Errorf("migrations: river up: %w", err)
+		return nil, fmt.Errorf("pgengine: migrations: river up: %w", err)
 	}
 	res.RiverApplied = len(riverRes.Versions)
 
@@ -101,7 +87,7 @@ func MigratePostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logge
 	}
 	gooseRes, err := provider.Up(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("migrations: idemgate up: %w", err)
+		return nil, fmt.Errorf("pgengine: migrations: idemgate up: %w", err)
 	}
 	res.IdemgateApplied = len(gooseRes)
 
@@ -111,24 +97,24 @@ func MigratePostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logge
 	return res, nil
 }
 
-// PostgresStatus reports whether every River migration and every idemgate
+// Status reports whether every River migration and every idemgate
 // migration known to this binary has been applied to the database behind
 // pool. It only reads: on a database never migrated it answers false without
 // creating goose's version table. An error means the state could not be read
 // (including a database migrated by a newer River than this binary's).
-func PostgresStatus(ctx context.Context, pool *pgxpool.Pool) (ok bool, err error) {
+func Status(ctx context.Context, pool *pgxpool.Pool) (ok bool, err error) {
 	if pool == nil {
-		return false, errors.New("migrations: pool is nil")
+		return false, errors.New("pgengine: migrations: pool is nil")
 	}
 	discard := slog.New(slog.DiscardHandler)
 
 	riverMigrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: discard})
 	if err != nil {
-		return false, fmt.Errorf("migrations: river migrator: %w", err)
+		return false, fmt.Errorf("pgengine: migrations: river migrator: %w", err)
 	}
 	existing, err := riverMigrator.ExistingVersions(ctx)
 	if err != nil {
-		return false, fmt.Errorf("migrations: river existing versions: %w", err)
+		return false, fmt.Errorf("pgengine: migrations: river existing versions: %w", err)
 	}
 	applied := make(map[int]bool, len(existing))
 	for _, m := range existing {
@@ -144,7 +130,7 @@ func PostgresStatus(ctx context.Context, pool *pgxpool.Pool) (ok bool, err error
 	// so that a readiness probe never writes.
 	var versionTable *string
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", goose.DefaultTablename).Scan(&versionTable); err != nil {
-		return false, fmt.Errorf("migrations: look up %s: %w", goose.DefaultTablename, err)
+		return false, fmt.Errorf("pgengine: migrations: look up %s: %w", goose.DefaultTablename, err)
 	}
 	if versionTable == nil {
 		return false, nil
@@ -158,44 +144,44 @@ func PostgresStatus(ctx context.Context, pool *pgxpool.Pool) (ok bool, err error
 	}
 	pending, err := provider.HasPending(ctx)
 	if err != nil {
-		return false, fmt.Errorf("migrations: idemgate pending: %w", err)
+		return false, fmt.Errorf("pgengine: migrations: idemgate pending: %w", err)
 	}
 	return !pending, nil
 }
 
 // newPostgresProvider returns a goose provider over our embedded Postgres
-// files. goose's own locker stays off: MigratePostgres holds PostgresLockKey.
+// files. goose's own locker stays off: Migrate holds MigrateLockKey.
 func newPostgresProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, PostgresFS(),
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, MigrationsFS(),
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithSlog(logger),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("migrations: goose provider: %w", err)
+		return nil, fmt.Errorf("pgengine: migrations: goose provider: %w", err)
 	}
 	return provider, nil
 }
 
-// lockPostgres takes PostgresLockKey on a connection of its own and returns
+// lockPostgres takes MigrateLockKey on a connection of its own and returns
 // the function that releases the lock and closes that connection.
 func lockPostgres(ctx context.Context, pool *pgxpool.Pool) (unlock func() error, err error) {
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
 	if err != nil {
-		return nil, fmt.Errorf("migrations: connect for advisory lock: %w", err)
+		return nil, fmt.Errorf("pgengine: migrations: connect for advisory lock: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", PostgresLockKey); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", MigrateLockKey); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return nil, errors.Join(fmt.Errorf("migrations: take advisory lock: %w", err), conn.Close(closeCtx))
+		return nil, errors.Join(fmt.Errorf("pgengine: migrations: take advisory lock: %w", err), conn.Close(closeCtx))
 	}
 	return func() error {
 		// Unlock even when ctx is already cancelled; closing the connection
 		// would release the lock anyway, but say so explicitly.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, unlockErr := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", PostgresLockKey)
+		_, unlockErr := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", MigrateLockKey)
 		if unlockErr != nil {
-			unlockErr = fmt.Errorf("migrations: release advisory lock: %w", unlockErr)
+			unlockErr = fmt.Errorf("pgengine: migrations: release advisory lock: %w", unlockErr)
 		}
 		return errors.Join(unlockErr, conn.Close(ctx))
 	}, nil

@@ -1,4 +1,4 @@
-package migrations_test
+package pgengine_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 )
 
@@ -21,16 +22,16 @@ var ourTables = []string{
 	"customers", "ledger_entries", "users", "seats", "seat_resets", "password_reset_tokens",
 }
 
-type testBundle struct {
+type migrateBundle struct {
 	dbURL string
 	pool  *pgxpool.Pool
 }
 
-// setup returns an empty database (no River, no goose tables) and a pool on it.
-func setup(t *testing.T, maxConns int32) *testBundle {
+// migrateSetup returns an empty database (no River, no goose tables) and a pool on it.
+func migrateSetup(t *testing.T, maxConns int32) *migrateBundle {
 	t.Helper()
 	dbURL := pgtest.NewEmptyDB(t)
-	return &testBundle{dbURL: dbURL, pool: openPool(t, dbURL, maxConns)}
+	return &migrateBundle{dbURL: dbURL, pool: openPool(t, dbURL, maxConns)}
 }
 
 func openPool(t *testing.T, dbURL string, maxConns int32) *pgxpool.Pool {
@@ -50,42 +51,42 @@ func TestMigratePostgres(t *testing.T) {
 	t.Run("TwiceSecondIsNoop", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		bundle := setup(t, 4)
+		bundle := migrateSetup(t, 4)
 
-		ok, err := migrations.PostgresStatus(ctx, bundle.pool)
+		ok, err := pgengine.Status(ctx, bundle.pool)
 		require.NoError(t, err)
 		require.False(t, ok)
 
-		res, err := migrations.MigratePostgres(ctx, bundle.pool, nil)
+		res, err := pgengine.Migrate(ctx, bundle.pool, nil)
 		require.NoError(t, err)
 		require.Equal(t, riverMigrationCount(t), res.RiverApplied)
 		require.Equal(t, ourMigrationCount(t), res.IdemgateApplied)
 		requireSchemaComplete(ctx, t, bundle.pool)
 
-		res, err = migrations.MigratePostgres(ctx, bundle.pool, nil)
+		res, err = pgengine.Migrate(ctx, bundle.pool, nil)
 		require.NoError(t, err)
-		require.Equal(t, &migrations.Result{}, res)
+		require.Equal(t, &engine.Result{}, res)
 		requireSchemaComplete(ctx, t, bundle.pool)
 	})
 
 	t.Run("ConcurrentReplicas", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		bundle := setup(t, 4)
+		bundle := migrateSetup(t, 4)
 
 		// Four replicas, each with its own pool, migrating the same empty
 		// database at once.
 		const replicas = 4
-		results := make([]*migrations.Result, replicas)
+		results := make([]*engine.Result, replicas)
 		errs := make([]error, replicas)
 		var wg sync.WaitGroup
 		for i := range replicas {
 			pool := openPool(t, bundle.dbURL, 2)
-			wg.Go(func() { results[i], errs[i] = migrations.MigratePostgres(ctx, pool, nil) })
+			wg.Go(func() { results[i], errs[i] = pgengine.Migrate(ctx, pool, nil) })
 		}
 		wg.Wait()
 
-		total := migrations.Result{}
+		total := engine.Result{}
 		for i := range replicas {
 			require.NoError(t, errs[i], "replica %d", i)
 			total.RiverApplied += results[i].RiverApplied
@@ -102,12 +103,12 @@ func TestMigratePostgres(t *testing.T) {
 		ctx := t.Context()
 		// One pool of one connection shared by four goroutines: the lock
 		// must not be held on a pool connection, or this deadlocks.
-		bundle := setup(t, 1)
+		bundle := migrateSetup(t, 1)
 
 		var wg sync.WaitGroup
 		errs := make([]error, 4)
 		for i := range errs {
-			wg.Go(func() { _, errs[i] = migrations.MigratePostgres(ctx, bundle.pool, nil) })
+			wg.Go(func() { _, errs[i] = pgengine.Migrate(ctx, bundle.pool, nil) })
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -118,18 +119,18 @@ func TestMigratePostgres(t *testing.T) {
 
 	t.Run("CancelledContext", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, 2)
+		bundle := migrateSetup(t, 2)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		_, err := migrations.MigratePostgres(ctx, bundle.pool, nil)
+		_, err := pgengine.Migrate(ctx, bundle.pool, nil)
 		require.ErrorIs(t, err, context.Canceled)
 	})
 
 	t.Run("NilPool", func(t *testing.T) {
 		t.Parallel()
-		_, err := migrations.MigratePostgres(t.Context(), nil, nil)
+		_, err := pgengine.Migrate(t.Context(), nil, nil)
 		require.Error(t, err)
-		_, err = migrations.PostgresStatus(t.Context(), nil)
+		_, err = pgengine.Status(t.Context(), nil)
 		require.Error(t, err)
 	})
 }
@@ -140,7 +141,7 @@ func TestPostgresStatus(t *testing.T) {
 	t.Run("Migrated", func(t *testing.T) {
 		t.Parallel()
 		_, pool := pgtest.NewDB(t)
-		ok, err := migrations.PostgresStatus(t.Context(), pool)
+		ok, err := pgengine.Status(t.Context(), pool)
 		require.NoError(t, err)
 		require.True(t, ok)
 	})
@@ -148,13 +149,13 @@ func TestPostgresStatus(t *testing.T) {
 	t.Run("RiverOnly", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		bundle := setup(t, 4)
+		bundle := migrateSetup(t, 4)
 		migrator, err := rivermigrate.New(riverpgxv5.New(bundle.pool), nil)
 		require.NoError(t, err)
 		_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		require.NoError(t, err)
 
-		ok, err := migrations.PostgresStatus(ctx, bundle.pool)
+		ok, err := pgengine.Status(ctx, bundle.pool)
 		require.NoError(t, err)
 		require.False(t, ok)
 	})
@@ -166,7 +167,7 @@ func TestPostgresStatus(t *testing.T) {
 		_, err := pool.Exec(ctx, "DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)")
 		require.NoError(t, err)
 
-		ok, err := migrations.PostgresStatus(ctx, pool)
+		ok, err := pgengine.Status(ctx, pool)
 		require.NoError(t, err)
 		require.False(t, ok)
 	})
@@ -178,7 +179,7 @@ func TestPostgresStatus(t *testing.T) {
 		_, err := pool.Exec(ctx, "DELETE FROM river_migration WHERE version = (SELECT max(version) FROM river_migration)")
 		require.NoError(t, err)
 
-		ok, err := migrations.PostgresStatus(ctx, pool)
+		ok, err := pgengine.Status(ctx, pool)
 		require.NoError(t, err)
 		require.False(t, ok)
 	})
@@ -200,14 +201,14 @@ func requireSchemaComplete(ctx context.Context, t *testing.T, pool *pgxpool.Pool
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM river_migration").Scan(&riverVersions))
 	require.Equal(t, riverMigrationCount(t), riverVersions)
 
-	ok, err := migrations.PostgresStatus(ctx, pool)
+	ok, err := pgengine.Status(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, ok)
 }
 
 func ourMigrationCount(t *testing.T) int {
 	t.Helper()
-	files, err := fs.Glob(migrations.PostgresFS(), "*.sql")
+	files, err := fs.Glob(pgengine.MigrationsFS(), "*.sql")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	return len(files)

@@ -1,8 +1,10 @@
-// Package pgstore is idemgate's Postgres engine, on pgx. Its Store
+// Package pgengine is idemgate's Postgres driver, on pgx: its Store
 // implements both gate.Store (claims, tombstones, audit, River job reads)
 // and package store's interfaces (tokens, orders, seeding, domain rows) on
-// one pool; domain writes join the gate transaction (Tx) they are given.
-// Listener is the gate's LISTEN/NOTIFY waiter.
+// one pool, and domain writes join the gate transaction (Tx) they are
+// given. It also owns the pool's configuration (pool.go), the migrations
+// (migrations/ and migrate.go, under an advisory lock) and River's
+// riverpgxv5 driver.
 //
 // Errors are translated at the boundary: no rows is domain.ErrNotFound, a
 // unique violation domain.ErrAlreadyExists, an unreachable database
@@ -12,7 +14,7 @@
 // claim statements share one column list and a clock-override expression
 // (computed), which sqlc, taking each query as written, cannot share; and
 // the SQLite twin needs text-time helpers, on sqlc support its docs call beta.
-package pgstore
+package pgengine
 
 import (
 	"context"
@@ -26,8 +28,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store/internal/engine"
 )
 
 // Store is the Postgres engine on a pool: a gate.Store and every
@@ -37,12 +39,12 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-var _ engine.Store = (*Store)(nil)
+var _ enginesql.Store = (*Store)(nil)
 
 // New returns a Store on pool. It panics if pool is nil.
 func New(pool *pgxpool.Pool) *Store {
 	if pool == nil {
-		panic("pgstore.New: pool is nil")
+		panic("pgengine.New: pool is nil")
 	}
 	return &Store{executor: executor{q: pool}, pool: pool}
 }
@@ -94,10 +96,10 @@ type executor struct {
 }
 
 // errs tells pgx's errors apart for translate.
-var errs = engine.Errors{NoRows: pgx.ErrNoRows, Duplicate: uniqueViolation, Unavailable: Unavailable}
+var errs = enginesql.Errors{NoRows: pgx.ErrNoRows, Duplicate: uniqueViolation, Unavailable: Unavailable}
 
 // translate maps the driver's errors to domain's sentinels (see
-// engine.Errors.Translate).
+// enginesql.Errors.Translate).
 func translate(err error) error { return errs.Translate(err) }
 
 // uniqueViolation reports a unique violation and names its constraint.
@@ -128,12 +130,12 @@ func Unavailable(err error) bool {
 }
 
 // list runs a query on q and scans its rows with scan.
-func list[T any](ctx context.Context, q querier, scan func(engine.Row) (T, error), sql string, args ...any) ([]T, error) {
+func list[T any](ctx context.Context, q querier, scan func(enginesql.Row) (T, error), sql string, args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, translate(err)
 	}
 	defer rows.Close()
-	out, err := engine.Collect(rows, scan)
+	out, err := enginesql.Collect(rows, scan)
 	return out, translate(err)
 }

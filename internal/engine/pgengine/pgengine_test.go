@@ -1,4 +1,4 @@
-package pgstore_test
+package pgengine_test
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/store/storetest"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
@@ -28,7 +28,7 @@ type testBundle struct {
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	_, pool := pgtest.NewDB(t)
-	s := pgstore.New(pool)
+	s := pgengine.New(pool)
 	return t.Context(), &testBundle{pool: pool, Bundle: &storetest.Bundle{
 		Store: s,
 		Begin: s.Begin,
@@ -56,7 +56,7 @@ func TestTokenUnavailable(t *testing.T) {
 	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/nothing?sslmode=disable&connect_timeout=2")
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	_, err = pgstore.New(pool).TokenGetByHash(ctx, tenancy.HashToken("idg_whatever"))
+	_, err = pgengine.New(pool).TokenGetByHash(ctx, tenancy.HashToken("idg_whatever"))
 	require.ErrorIs(t, err, domain.ErrUnavailable)
 }
 

@@ -1,4 +1,4 @@
-package pgstore
+package pgengine_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 )
 
@@ -57,13 +58,13 @@ func TestHotLookupsUseTheUniqueIndexesWithoutStatistics(t *testing.T) {
 	c := conn.Conn()
 
 	require.Equal(t, []string{"idempotency_claims_identity"},
-		planIndexes(ctx, t, c, sqlClaimGetByKey, "acme", "refund_order", "key-1", nil))
+		planIndexes(ctx, t, c, pgengine.SQLClaimGetByKey, "acme", "refund_order", "key-1", nil))
 	require.Equal(t, []string{"idempotency_claims_operation_id_key"},
-		planIndexes(ctx, t, c, sqlClaimGetByOperation, "acme", "00000000-0000-4000-8000-000000000001", nil))
+		planIndexes(ctx, t, c, pgengine.SQLClaimGetByOperation, "acme", "00000000-0000-4000-8000-000000000001", nil))
 
 	// The newest-first listing can still use its partial index.
 	_, err = conn.Exec(ctx, "SET enable_seqscan = off")
 	require.NoError(t, err)
 	require.Equal(t, []string{"idempotency_claims_tenant_newest_idx"},
-		planIndexes(ctx, t, c, sqlClaimListNewest, "acme", "", "", nil, int64(0), 50))
+		planIndexes(ctx, t, c, pgengine.SQLClaimListNewest, "acme", "", "", nil, int64(0), 50))
 }

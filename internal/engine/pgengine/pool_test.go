@@ -1,4 +1,4 @@
-package app_test
+package pgengine_test
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 )
 
 // The pool's size follows DATABASE_URL's pool_max_conns, which no default
@@ -50,7 +50,7 @@ func TestPoolConfigHonoursPoolMaxConns(t *testing.T) {
 				cfg.DBPooler = tt.pooler
 			}
 			require.NoError(t, cfg.Validate())
-			pc, err := app.PoolConfig(cfg, tt.def, nil)
+			pc, err := pgengine.PoolConfig(cfg, tt.def, nil)
 			require.NoError(t, err)
 			require.Equal(t, tt.wantPool, pc.MaxConns)
 			require.Equal(t, tt.timeout, pc.ConnConfig.ConnectTimeout)
@@ -63,25 +63,25 @@ func TestPoolConfigHonoursPoolMaxConns(t *testing.T) {
 func TestTooManyClientsNamesTheSetting(t *testing.T) {
 	t.Parallel()
 	refused := &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: "sorry, too many clients already"}
-	err := app.ExplainConnError(fmt.Errorf("connect: %w", refused))
+	err := pgengine.ExplainConnError(fmt.Errorf("connect: %w", refused))
 	require.ErrorIs(t, err, refused)
 	require.Contains(t, err.Error(), "too many clients")
 	require.Contains(t, err.Error(), "pool_max_conns in DATABASE_URL")
 	other := errors.New("connection refused")
-	require.Equal(t, other, app.ExplainConnError(other))
+	require.Equal(t, other, pgengine.ExplainConnError(other))
 
 	// A server that refuses every connection: a stand-in that answers the
 	// startup message with 53300, as Postgres does at max_connections.
 	addr := refusingServer(t)
 	var logs bytes.Buffer
-	pool, err := app.OpenPostgres(t.Context(), "postgres://u@"+addr+"/db?sslmode=disable&pool_max_conns=3",
+	pool, err := pgengine.OpenPostgres(t.Context(), "postgres://u@"+addr+"/db?sslmode=disable&pool_max_conns=3",
 		0, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	err = pool.Ping(ctx)
-	require.True(t, app.TooManyClients(err), "%v", err)
+	require.True(t, pgengine.TooManyClients(err), "%v", err)
 	require.Contains(t, logs.String(), "too many clients")
 	require.Contains(t, logs.String(), "pool_max_conns")
 }

@@ -1,4 +1,4 @@
-package pgstore
+package pgengine
 
 import (
 	"fmt"
@@ -47,7 +47,7 @@ RETURNING ` + claimColumns + `, false, false`
 // sqlClaimInsertMany is sqlClaimInsert for many rows (one array per
 // column, $1-$10 in sqlClaimInsert's order, the intent keys $27), inserted
 // in the order given, with the audit rows ($11-$26, one array per column in
-// engine.AuditArgs's order) of the claims it wrote only. A row whose key is taken, by a claim
+// enginesql.AuditArgs's order) of the claims it wrote only. A row whose key is taken, by a claim
 // or by an earlier row, is skipped, as is one a tombstone refuses.
 var sqlClaimInsertMany = `
 WITH i AS (
@@ -298,7 +298,7 @@ INSERT INTO audit_events (` + auditColumns + `)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 
 // sqlAuditInsertMany appends many rows in one statement: one array per
-// column, in engine.AuditArgs's order.
+// column, in enginesql.AuditArgs's order.
 const sqlAuditInsertMany = `
 INSERT INTO audit_events (` + auditColumns + `)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[]::uuid[],
@@ -306,13 +306,13 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
 	$14::double precision[], $15::text[], $16::text[])`
 
 // auditTypes are the types of the audit row's parameters, in
-// engine.AuditArgs's order; the reason is the tenth.
+// enginesql.AuditArgs's order; the reason is the tenth.
 var auditTypes = []string{"text", "text", "text", "text", "text", "text", "uuid", "bigint",
 	"text", "text", "text", "jsonb", "jsonb", "double precision", "text", "text"}
 
 // withAudit wraps claimSQL, a write of n parameters returning one claim,
 // so that the same statement appends an audit row when it writes: its 16
-// parameters ($n+1 on, engine.AuditArgs's order) follow claimSQL's.
+// parameters ($n+1 on, enginesql.AuditArgs's order) follow claimSQL's.
 // fromClaim replaces parameters by SQL expressions over the written claim
 // c, by index in that order.
 func withAudit(claimSQL string, n int, fromClaim map[int]string) string {
@@ -331,7 +331,7 @@ func withAudit(claimSQL string, n int, fromClaim map[int]string) string {
 // The writes that take their audit row along.
 var (
 	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 11, nil)
-	// The lease's row names the attempt and the epoch (engine.LeaseReason)
+	// The lease's row names the attempt and the epoch (enginesql.LeaseReason)
 	// and the claim's fingerprint, which the job does not carry.
 	sqlClaimLeaseAudited = withAudit(sqlClaimLease, 4, map[int]string{
 		9: "'attempt ' || c.attempts || ', epoch ' || c.epoch", 10: "c.args_hash"})

@@ -1,4 +1,4 @@
-package pgstore
+package pgengine
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/internal/engine"
 )
 
 // TokenInsert implements store.Tokens.
 func (s *Store) TokenInsert(ctx context.Context, p *store.TokenInsertParams) (*store.Token, error) {
-	if err := engine.CheckTokenInsert(p); err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
+	if err := enginesql.CheckTokenInsert(p); err != nil {
+		return nil, fmt.Errorf("pgengine: %w", err)
 	}
 	t, err := scanToken(s.pool.QueryRow(ctx, sqlTokenInsert, tokenArgs(p)...))
 	return t, translate(err)
@@ -32,7 +32,7 @@ func tokenGetByHash(ctx context.Context, q querier, hash []byte) (*store.Token, 
 // TokenRevoke implements store.Tokens.
 func (s *Store) TokenRevoke(ctx context.Context, p *store.TokenRevokeParams) (*store.Token, error) {
 	if p.ID == "" {
-		return nil, errors.New("pgstore: TokenRevoke: ID is required")
+		return nil, errors.New("pgengine: TokenRevoke: ID is required")
 	}
 	t, err := scanToken(s.pool.QueryRow(ctx, sqlTokenRevoke, p.ID, p.TenantID))
 	return t, translate(err)
@@ -41,7 +41,7 @@ func (s *Store) TokenRevoke(ctx context.Context, p *store.TokenRevokeParams) (*s
 // TokenList implements store.Tokens.
 func (s *Store) TokenList(ctx context.Context, p *store.TokenListParams) ([]*store.Token, error) {
 	if p.TenantID == "" {
-		return nil, errors.New("pgstore: TokenList: TenantID is required")
+		return nil, errors.New("pgengine: TokenList: TenantID is required")
 	}
 	out, err := list(ctx, s.pool, scanToken, sqlTokenList, p.TenantID)
 	if out == nil && err == nil {
@@ -67,7 +67,7 @@ func (s *Store) OrderGet(ctx context.Context, p *store.OrderGetParams) (*store.O
 // store.Seeder). Concurrent seeds of the same file are safe: ON CONFLICT DO
 // NOTHING lets one of them create each row.
 func (s *Store) Seed(ctx context.Context, f *store.SeedFile) (*store.SeedResult, error) {
-	return engine.Seed(ctx, f, func(ctx context.Context) (engine.SeedTx, error) {
+	return enginesql.Seed(ctx, f, func(ctx context.Context) (enginesql.SeedTx, error) {
 		tx, err := s.Begin(ctx)
 		if err != nil {
 			return nil, err
@@ -76,7 +76,7 @@ func (s *Store) Seed(ctx context.Context, f *store.SeedFile) (*store.SeedResult,
 	}, &seedStatements)
 }
 
-var seedStatements = engine.SeedStatements{
+var seedStatements = enginesql.SeedStatements{
 	Order: sqlSeedOrder, Customer: sqlSeedCustomer, Seat: sqlSeedSeat, User: sqlSeedUser, Tenant: sqlSeedTenant,
 	Token: sqlTokenInsert, TokenFixed: sqlSeedTokenFixed,
 }
@@ -100,7 +100,7 @@ func tokenArgs(p *store.TokenInsertParams) []any {
 	return []any{p.ID, p.TenantID, p.UserID, nonNil(p.Scopes), p.Hash, p.ExpiresAt}
 }
 
-func scanToken(row engine.Row) (*store.Token, error) {
+func scanToken(row enginesql.Row) (*store.Token, error) {
 	var t store.Token
 	if err := row.Scan(&t.ID, &t.TenantID, &t.UserID, &t.Scopes, &t.Hash, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt); err != nil {
 		return nil, err

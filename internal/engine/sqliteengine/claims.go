@@ -1,4 +1,4 @@
-package sqlitestore
+package sqliteengine
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store/internal/engine"
 )
 
 // The gate's statements: executor implements gate.Executor.
@@ -24,10 +24,10 @@ func (e executor) claimRow(ctx context.Context, query string, args ...any) (*Cla
 }
 
 // claimWrite runs a conditional write that returns the claim it changed,
-// or failed when its condition matched no row (see engine.Conditional).
+// or failed when its condition matched no row (see enginesql.Conditional).
 func (e executor) claimWrite(ctx context.Context, failed error, query string, args ...any) (*Claim, error) {
 	c, err := e.claimRow(ctx, query, args...)
-	return engine.Conditional(c, err, failed)
+	return enginesql.Conditional(c, err, failed)
 }
 
 // audited runs write and then, when it wrote and audit is set, appends the
@@ -130,15 +130,15 @@ func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams
 }
 
 func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
-	return e.audited(ctx, p.Audit, engine.FillLeaseAudit, func(e executor) (*Claim, error) {
+	return e.audited(ctx, p.Audit, enginesql.FillLeaseAudit, func(e executor) (*Claim, error) {
 		c, err := e.claimRow(ctx, sqlClaimLease, p.OperationID, p.JobID, seconds(p.Lease), nullTime(p.Now))
-		return engine.Leased(c, err, e.leaseRead(ctx, p))
+		return enginesql.Leased(c, err, e.leaseRead(ctx, p))
 	})
 }
 
 func (e executor) ClaimLock(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimLock, p.OperationID, p.JobID, nullTime(p.Now))
-	return engine.Leased(c, err, e.leaseRead(ctx, p))
+	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
 }
 
 // leaseRead reads the claim a lease or lock did not match, to tell why.
@@ -242,7 +242,7 @@ func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTermin
 		return nil, err
 	}
 	rows, err := e.query(ctx, sqlClaimListTerminal, string(ids))
-	return list(rows, err, func(row engine.Row) (int64, error) {
+	return list(rows, err, func(row enginesql.Row) (int64, error) {
 		var id int64
 		return id, row.Scan(&id)
 	})
@@ -280,7 +280,7 @@ func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveE
 }
 
 func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
-	t, err := engine.ScanTombstone(e.queryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash,
+	t, err := enginesql.ScanTombstone(e.queryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash,
 		nullTime(p.Now)), times{})
 	return t, translate(err)
 }
@@ -289,7 +289,7 @@ func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneD
 	n := 0
 	err := e.withTx(ctx, func(e executor) error {
 		rows, err := e.query(ctx, sqlTombstoneDeleteExpired, p.Limit, nullTime(p.Now))
-		gone, err := list(rows, err, func(row engine.Row) (*gate.AuditInsertParams, error) {
+		gone, err := list(rows, err, func(row enginesql.Row) (*gate.AuditInsertParams, error) {
 			var status, code string
 			ev := &gate.AuditInsertParams{UserID: gate.WorkerUser, Decision: domain.DecisionForgotten,
 				Reason: "retention ended; the fingerprint may run again under this key"}
@@ -315,7 +315,7 @@ type historyRow struct {
 	status, errorCode, expiredAt, retainUntil  string
 }
 
-func scanHistory(row engine.Row) (*historyRow, error) {
+func scanHistory(row enginesql.Row) (*historyRow, error) {
 	var h historyRow
 	if err := row.Scan(&h.tenantID, &h.tool, &h.key, &h.argsHash, &h.operationID, &h.jobID, &h.status, &h.errorCode,
 		&h.expiredAt, &h.retainUntil); err != nil {
@@ -367,7 +367,7 @@ func (e executor) withTx(ctx context.Context, fn func(e executor) error) error {
 }
 
 func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
-	_, err := e.exec(ctx, sqlAuditInsert, engine.AuditArgs(p, nullJSON)...)
+	_, err := e.exec(ctx, sqlAuditInsert, enginesql.AuditArgs(p, nullJSON)...)
 	return translate(err)
 }
 
@@ -396,20 +396,20 @@ func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyPara
 	return list(rows, err, scanAuditEvent)
 }
 
-func scanClaim(row engine.Row) (*Claim, error) { return engine.ScanClaim(row, times{}) }
+func scanClaim(row enginesql.Row) (*Claim, error) { return enginesql.ScanClaim(row, times{}) }
 
-func scanAuditEvent(row engine.Row) (*gate.AuditEvent, error) {
-	return engine.ScanAuditEvent(row, times{})
+func scanAuditEvent(row enginesql.Row) (*gate.AuditEvent, error) {
+	return enginesql.ScanAuditEvent(row, times{})
 }
 
 // list scans every row with scan, and closes rows: the connection, SQLite's
 // only one, is free again when it returns. err is the query's error.
-func list[T any](rows *sql.Rows, err error, scan func(engine.Row) (T, error)) ([]T, error) {
+func list[T any](rows *sql.Rows, err error, scan func(enginesql.Row) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
 	defer rows.Close()
-	out, err := engine.Collect(rows, scan)
+	out, err := enginesql.Collect(rows, scan)
 	return out, translate(err)
 }
 

@@ -1,12 +1,12 @@
-package sqlitestore
+package sqliteengine
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/internal/engine"
 )
 
 // CustomerGet implements store.Domain.
@@ -48,7 +48,7 @@ func (s *Store) TenantResetLinkBase(ctx context.Context, tenantID string) (strin
 
 // RefundRecord implements store.Domain.
 func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRecordParams) error {
-	t, err := engine.RawTx[*sql.Tx](tx)
+	t, err := enginesql.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func (s *Store) RefundRecord(ctx context.Context, tx store.Tx, p *store.RefundRe
 
 // LedgerInsert implements store.Domain.
 func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerInsertParams) (*store.LedgerEntry, error) {
-	t, err := engine.RawTx[*sql.Tx](tx)
+	t, err := enginesql.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (s *Store) LedgerInsert(ctx context.Context, tx store.Tx, p *store.LedgerIn
 
 // SeatReset implements store.Domain.
 func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetParams) (*store.SeatResetResult, error) {
-	t, err := engine.RawTx[*sql.Tx](tx)
+	t, err := enginesql.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (s *Store) SeatReset(ctx context.Context, tx store.Tx, p *store.SeatResetPa
 
 // ResetTokenInsert implements store.Domain.
 func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.ResetTokenInsertParams) error {
-	t, err := engine.RawTx[*sql.Tx](tx)
+	t, err := enginesql.RawTx[*sql.Tx](tx)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (s *Store) ResetTokenInsert(ctx context.Context, tx store.Tx, p *store.Rese
 
 // ResetTokenRedeem implements store.ResetTokens.
 func (s *Store) ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*store.ResetTokenRedemption, error) {
-	return engine.Redeem(func() (*store.ResetTokenRedemption, error) {
+	return enginesql.Redeem(func() (*store.ResetTokenRedemption, error) {
 		var r store.ResetTokenRedemption
 		err := s.db.QueryRowContext(ctx, sqlResetTokenRedeem, tokenHash).Scan(&r.TenantID, &r.UserID, &r.OperationID, times{}.Time(&r.UsedAt))
 		if err != nil {

@@ -1,4 +1,4 @@
-package sqlitestore_test
+package sqliteengine_test
 
 import (
 	"testing"
@@ -6,9 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/store/storetest"
 )
 
@@ -45,7 +45,7 @@ func TestDomainSQLite(t *testing.T) {
 		var lastReset string
 		require.NoError(t, b.db.QueryRowContext(ctx, "SELECT user_id, last_reset_at FROM seats WHERE tenant_id = 'acme' AND seat_id = 'seat_1'").Scan(&userID, &lastReset))
 		require.Nil(t, userID)
-		at, err := sqlitestore.ParseTime(lastReset)
+		at, err := sqliteengine.ParseTime(lastReset)
 		require.NoError(t, err)
 		require.WithinDuration(t, time.Now(), at, time.Minute)
 	})
@@ -59,6 +59,6 @@ func TestDomainSQLite(t *testing.T) {
 		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx gate.Tx) error { return b.Store.ResetTokenInsert(ctx, tx, p) }))
 		var expires string
 		require.NoError(t, b.db.QueryRowContext(ctx, "SELECT expires_at FROM password_reset_tokens").Scan(&expires))
-		require.Equal(t, sqlitestore.FormatTime(p.ExpiresAt), expires)
+		require.Equal(t, sqliteengine.FormatTime(p.ExpiresAt), expires)
 	})
 }

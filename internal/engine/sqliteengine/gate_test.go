@@ -1,4 +1,4 @@
-package sqlitestore_test
+package sqliteengine_test
 
 import (
 	"context"
@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 func count(t *testing.T, db *sql.DB, query string) func(context.Context) int {
@@ -37,7 +37,7 @@ func newBundle(t *testing.T) *gatetest.Bundle {
 	client, err := river.NewClient(riversqlite.New(db), &river.Config{}) // insert-only
 	require.NoError(t, err)
 	return &gatetest.Bundle{
-		Store:    sqlitestore.New(db),
+		Store:    sqliteengine.New(db),
 		Enqueuer: gatetest.RiverEnqueuer[*sql.Tx]{Client: client},
 		Control:  &jobs.Control[*sql.Tx]{Client: client},
 		JobState: func(ctx context.Context, id int64) string {
@@ -51,7 +51,7 @@ func newBundle(t *testing.T) *gatetest.Bundle {
 			require.NoError(t, err)
 		},
 		SetClaimUpdatedAt: func(ctx context.Context, id int64, at time.Time) {
-			_, err := db.ExecContext(ctx, "UPDATE idempotency_claims SET updated_at = ? WHERE id = ?", sqlitestore.FormatTime(at), id)
+			_, err := db.ExecContext(ctx, "UPDATE idempotency_claims SET updated_at = ? WHERE id = ?", sqliteengine.FormatTime(at), id)
 			require.NoError(t, err)
 		},
 		JobCount:   count(t, db, "SELECT count(*) FROM river_job"),
@@ -70,7 +70,7 @@ func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
-	s := sqlitestore.New(db)
+	s := sqliteengine.New(db)
 	tx, err := s.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
@@ -92,7 +92,7 @@ func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
 		Scan(&lease, &first, &created))
 	require.Equal(t, "2030-01-02T03:05:35.123Z", lease)
 	require.Equal(t, "2030-01-02T03:04:05.123Z", first)
-	require.Len(t, created, len(sqlitestore.TimeFormat))
+	require.Len(t, created, len(sqliteengine.TimeFormat))
 	require.Equal(t, time.Date(2030, 1, 2, 3, 5, 35, 123000000, time.UTC), *leased.LeaseExpiresAt)
 	require.Equal(t, time.UTC, leased.CreatedAt.Location())
 	require.WithinDuration(t, time.Now(), leased.CreatedAt, time.Minute)
@@ -126,7 +126,7 @@ func TestAuditIsAppendOnly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
-	s := sqlitestore.New(db)
+	s := sqliteengine.New(db)
 	require.NoError(t, s.AuditInsert(ctx, &gate.AuditInsertParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "k-append-1", Decision: domain.DecisionDenied}))
 	_, err := db.ExecContext(ctx, "UPDATE audit_events SET reason = 'x'")
 	require.ErrorContains(t, err, "append-only")
@@ -141,7 +141,7 @@ func TestRollbackAfterCommitIsNoop(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
-	tx, err := sqlitestore.New(db).Begin(ctx)
+	tx, err := sqliteengine.New(db).Begin(ctx)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, tx.Rollback(ctx))
@@ -154,9 +154,9 @@ func TestBusyFileIsUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	path, db := sqlitetest.NewDB(t)
-	other := sqlitestore.New(sqlitetest.Open(t, path))
+	other := sqliteengine.New(sqlitetest.Open(t, path))
 
-	holder, err := sqlitestore.New(db).Begin(ctx)
+	holder, err := sqliteengine.New(db).Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = holder.Rollback(ctx) }()
 
@@ -165,7 +165,7 @@ func TestBusyFileIsUnavailable(t *testing.T) {
 	start := time.Now()
 	_, err = other.Begin(shortCtx)
 	require.ErrorIs(t, err, domain.ErrUnavailable)
-	require.Less(t, time.Since(start), sqlitestore.BusyTimeout/2)
+	require.Less(t, time.Since(start), sqliteengine.BusyTimeout/2)
 
 	// SQLITE_BUSY itself, after the busy timeout (shortened on the other
 	// process's only connection).
@@ -180,7 +180,7 @@ func TestConcurrentWritersOnTwoConnectionsDoNotFail(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	path, db := sqlitetest.NewDB(t)
-	stores := []*sqlitestore.Store{sqlitestore.New(db), sqlitestore.New(sqlitetest.Open(t, path))}
+	stores := []*sqliteengine.Store{sqliteengine.New(db), sqliteengine.New(sqlitetest.Open(t, path))}
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := range 40 {
@@ -232,7 +232,7 @@ func TestOpen(t *testing.T) {
 		require.NoError(t, db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync))
 		require.Equal(t, "wal", journal)
 		require.Equal(t, 1, fk)
-		require.Equal(t, int(sqlitestore.BusyTimeout.Milliseconds()), busy)
+		require.Equal(t, int(sqliteengine.BusyTimeout.Milliseconds()), busy)
 		require.Equal(t, 1, sync, "NORMAL")
 		require.Equal(t, 1, db.Stats().MaxOpenConnections)
 	})
@@ -241,7 +241,7 @@ func TestOpen(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "a dir?x=1#frag%20", "db.sqlite3")
 		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
-		db, err := sqlitestore.Open(path)
+		db, err := sqliteengine.Open(path)
 		require.NoError(t, err)
 		defer db.Close()
 		_, err = db.ExecContext(t.Context(), "CREATE TABLE t (x INTEGER)")
@@ -251,13 +251,13 @@ func TestOpen(t *testing.T) {
 
 	t.Run("MissingDirectoryIsUnavailable", func(t *testing.T) {
 		t.Parallel()
-		_, err := sqlitestore.Open(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3"))
+		_, err := sqliteengine.Open(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3"))
 		require.ErrorIs(t, err, domain.ErrUnavailable)
 	})
 
 	t.Run("EmptyPath", func(t *testing.T) {
 		t.Parallel()
-		_, err := sqlitestore.Open("")
+		_, err := sqliteengine.Open("")
 		require.ErrorContains(t, err, "path is empty")
 	})
 }
@@ -267,7 +267,7 @@ func TestOpen(t *testing.T) {
 // package jobs does.
 type claimWorker struct {
 	river.WorkerDefaults[gatetest.JobArgs]
-	store *sqlitestore.Store
+	store *sqliteengine.Store
 }
 
 func (w *claimWorker) Work(ctx context.Context, job *river.Job[gatetest.JobArgs]) error {
@@ -305,7 +305,7 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
-	s := sqlitestore.New(db)
+	s := sqliteengine.New(db)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &claimWorker{store: s})
 	client, err := river.NewClient(riversqlite.New(db), &river.Config{

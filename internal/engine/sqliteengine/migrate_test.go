@@ -1,4 +1,4 @@
-package migrations_test
+package sqliteengine_test
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 )
 
@@ -26,19 +27,19 @@ func TestMigrateSQLite(t *testing.T) {
 		ctx := t.Context()
 		_, db := sqlitetest.NewEmptyDB(t)
 
-		ok, err := migrations.SQLiteStatus(ctx, db)
+		ok, err := sqliteengine.Status(ctx, db)
 		require.NoError(t, err)
 		require.False(t, ok)
 
-		res, err := migrations.MigrateSQLite(ctx, db, nil)
+		res, err := sqliteengine.Migrate(ctx, db, nil)
 		require.NoError(t, err)
 		require.Equal(t, sqliteRiverMigrationCount(t), res.RiverApplied)
 		require.Equal(t, sqliteMigrationCount(t), res.IdemgateApplied)
 		requireSQLiteSchemaComplete(ctx, t, db)
 
-		res, err = migrations.MigrateSQLite(ctx, db, nil)
+		res, err = sqliteengine.Migrate(ctx, db, nil)
 		require.NoError(t, err)
-		require.Equal(t, &migrations.Result{}, res)
+		require.Equal(t, &engine.Result{}, res)
 		requireSQLiteSchemaComplete(ctx, t, db)
 	})
 
@@ -52,7 +53,7 @@ func TestMigrateSQLite(t *testing.T) {
 		dbs := []*sql.DB{db, db, sqlitetest.Open(t, path), sqlitetest.Open(t, path), sqlitetest.Open(t, path)}
 		var (
 			wg      sync.WaitGroup
-			results = make([]*migrations.Result, len(dbs))
+			results = make([]*engine.Result, len(dbs))
 			errs    = make([]error, len(dbs))
 			start   = make(chan struct{})
 		)
@@ -61,7 +62,7 @@ func TestMigrateSQLite(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				results[i], errs[i] = migrations.MigrateSQLite(ctx, d, nil)
+				results[i], errs[i] = sqliteengine.Migrate(ctx, d, nil)
 			}()
 		}
 		close(start)
@@ -97,20 +98,20 @@ func TestMigrateSQLite(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		_, db := sqlitetest.NewDB(t)
-		provider, err := goose.NewProvider(goose.DialectSQLite3, db, migrations.SQLiteFS(), goose.WithDisableGlobalRegistry(true))
+		provider, err := goose.NewProvider(goose.DialectSQLite3, db, sqliteengine.MigrationsFS(), goose.WithDisableGlobalRegistry(true))
 		require.NoError(t, err)
 		_, err = provider.DownTo(ctx, 0)
 		require.NoError(t, err)
 		for _, table := range ourTables {
 			require.False(t, sqliteTableExists(ctx, t, db, table), "table %s left after down", table)
 		}
-		ok, err := migrations.SQLiteStatus(ctx, db)
+		ok, err := sqliteengine.Status(ctx, db)
 		require.NoError(t, err)
 		require.False(t, ok)
 
-		res, err := migrations.MigrateSQLite(ctx, db, nil)
+		res, err := sqliteengine.Migrate(ctx, db, nil)
 		require.NoError(t, err)
-		require.Equal(t, &migrations.Result{IdemgateApplied: sqliteMigrationCount(t)}, res)
+		require.Equal(t, &engine.Result{IdemgateApplied: sqliteMigrationCount(t)}, res)
 		requireSQLiteSchemaComplete(ctx, t, db)
 	})
 
@@ -119,15 +120,15 @@ func TestMigrateSQLite(t *testing.T) {
 		_, db := sqlitetest.NewEmptyDB(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		_, err := migrations.MigrateSQLite(ctx, db, nil)
+		_, err := sqliteengine.Migrate(ctx, db, nil)
 		require.ErrorIs(t, err, context.Canceled)
 	})
 
 	t.Run("NilDB", func(t *testing.T) {
 		t.Parallel()
-		_, err := migrations.MigrateSQLite(t.Context(), nil, nil)
+		_, err := sqliteengine.Migrate(t.Context(), nil, nil)
 		require.Error(t, err)
-		_, err = migrations.SQLiteStatus(t.Context(), nil)
+		_, err = sqliteengine.Status(t.Context(), nil)
 		require.Error(t, err)
 	})
 }
@@ -138,7 +139,7 @@ func TestSQLiteStatus(t *testing.T) {
 	t.Run("Migrated", func(t *testing.T) {
 		t.Parallel()
 		_, db := sqlitetest.NewDB(t)
-		ok, err := migrations.SQLiteStatus(t.Context(), db)
+		ok, err := sqliteengine.Status(t.Context(), db)
 		require.NoError(t, err)
 		require.True(t, ok)
 	})
@@ -147,7 +148,7 @@ func TestSQLiteStatus(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		_, db := sqlitetest.NewEmptyDB(t)
-		ok, err := migrations.SQLiteStatus(ctx, db)
+		ok, err := sqliteengine.Status(ctx, db)
 		require.NoError(t, err)
 		require.False(t, ok)
 		var n int
@@ -164,7 +165,7 @@ func TestSQLiteStatus(t *testing.T) {
 		_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		require.NoError(t, err)
 
-		ok, err := migrations.SQLiteStatus(ctx, db)
+		ok, err := sqliteengine.Status(ctx, db)
 		require.NoError(t, err)
 		require.False(t, ok)
 	})
@@ -176,7 +177,7 @@ func TestSQLiteStatus(t *testing.T) {
 		_, err := db.ExecContext(ctx, "DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)")
 		require.NoError(t, err)
 
-		ok, err := migrations.SQLiteStatus(ctx, db)
+		ok, err := sqliteengine.Status(ctx, db)
 		require.NoError(t, err)
 		require.False(t, ok)
 	})
@@ -188,7 +189,7 @@ func TestSQLiteStatus(t *testing.T) {
 		_, err := db.ExecContext(ctx, "DELETE FROM river_migration WHERE version = (SELECT max(version) FROM river_migration)")
 		require.NoError(t, err)
 
-		ok, err := migrations.SQLiteStatus(ctx, db)
+		ok, err := sqliteengine.Status(ctx, db)
 		require.NoError(t, err)
 		require.False(t, ok)
 	})
@@ -208,7 +209,7 @@ func requireSQLiteSchemaComplete(ctx context.Context, t *testing.T, db *sql.DB) 
 	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM river_migration").Scan(&riverVersions))
 	require.Equal(t, sqliteRiverMigrationCount(t), riverVersions)
 
-	ok, err := migrations.SQLiteStatus(ctx, db)
+	ok, err := sqliteengine.Status(ctx, db)
 	require.NoError(t, err)
 	require.True(t, ok)
 }
@@ -222,7 +223,7 @@ func sqliteTableExists(ctx context.Context, t *testing.T, db *sql.DB, table stri
 
 func sqliteMigrationCount(t *testing.T) int {
 	t.Helper()
-	files, err := fs.Glob(migrations.SQLiteFS(), "*.sql")
+	files, err := fs.Glob(sqliteengine.MigrationsFS(), "*.sql")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	return len(files)
@@ -233,6 +234,12 @@ func sqliteRiverMigrationCount(t *testing.T) int {
 	migrator, err := rivermigrate.New(riversqlite.New(nil), nil)
 	require.NoError(t, err)
 	return len(migrator.AllVersions())
+}
+
+// ourTables are the tables 00001_init.sql creates.
+var ourTables = []string{
+	"idempotency_claims", "audit_events", "api_tokens", "orders", "refunds",
+	"customers", "ledger_entries", "users", "seats", "seat_resets", "password_reset_tokens",
 }
 
 // A team's own SQLite migrations, applied by several migrators at once,
@@ -254,7 +261,7 @@ func TestMigrateAppSQLiteConcurrent(t *testing.T) {
 	for i, d := range dbs {
 		wg.Go(func() {
 			<-start
-			applied[i], errs[i] = migrations.MigrateAppSQLite(ctx, d, fsys, nil)
+			applied[i], errs[i] = sqliteengine.MigrateApp(ctx, d, fsys, nil)
 		})
 	}
 	close(start)
@@ -266,6 +273,6 @@ func TestMigrateAppSQLiteConcurrent(t *testing.T) {
 	}
 	require.Equal(t, versions, total, "each version applied once in all")
 	var rows int
-	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+migrations.AppTable+" WHERE version_id > 0").Scan(&rows))
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+engine.AppTable+" WHERE version_id > 0").Scan(&rows))
 	require.Equal(t, versions, rows, "one row per version")
 }

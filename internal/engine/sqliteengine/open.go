@@ -1,4 +1,4 @@
-package sqlitestore
+package sqliteengine
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func FormatTime(t time.Time) string {
 func ParseTime(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("sqlitestore: stored time %q: %w", s, err)
+		return time.Time{}, fmt.Errorf("sqliteengine: stored time %q: %w", s, err)
 	}
 	return t.UTC(), nil
 }
@@ -51,7 +51,7 @@ func (t textTime) Scan(src any) error {
 		*t.dst = v.UTC()
 		return nil
 	}
-	return fmt.Errorf("sqlitestore: stored time is %T, not text", src)
+	return fmt.Errorf("sqliteengine: stored time is %T, not text", src)
 }
 
 func (t textTime) parse(s string) (err error) {
@@ -125,11 +125,11 @@ func DSN(path string) string {
 // up to BusyTimeout for the write lock.
 func Open(path string) (*sql.DB, error) {
 	if path == "" {
-		return nil, errors.New("sqlitestore: database path is empty")
+		return nil, errors.New("sqliteengine: database path is empty")
 	}
 	db, err := sql.Open(DriverName, DSN(path))
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+		return nil, fmt.Errorf("sqliteengine: open %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
 	// Keep the one connection: reopening runs the pragmas again.
@@ -141,7 +141,7 @@ func Open(path string) (*sql.DB, error) {
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, translate(err))
+		return nil, fmt.Errorf("sqliteengine: open %s: %w", path, translate(err))
 	}
 	return db, nil
 }

@@ -1,9 +1,10 @@
-// Package sqlitestore is idemgate's SQLite engine, on database/sql with the
-// pure-Go modernc.org/sqlite driver, sharing its *sql.DB with River's
+// Package sqliteengine is idemgate's SQLite driver, on database/sql with
+// the pure-Go modernc.org/sqlite driver, sharing its *sql.DB with River's
 // riversqlite driver. Its Store implements both gate.Store (claims,
 // tombstones, audit, River job reads) and package store's interfaces
 // (tokens, orders, seeding, domain rows); domain writes join the gate
-// transaction (Tx) they are given.
+// transaction (Tx) they are given. It also owns the migrations
+// (migrations/ and migrate.go, one version at a time).
 //
 // Open the database with Open: it sets WAL, a busy timeout, foreign keys,
 // BEGIN IMMEDIATE transactions and a single connection, which is what one
@@ -22,7 +23,7 @@
 // statements are assembled from shared pieces (the claim column list and
 // the clock and text-time helpers at, plus, computed), which sqlc, taking
 // each query as written, cannot share; its docs list SQLite support as beta.
-package sqlitestore
+package sqliteengine
 
 import (
 	"context"
@@ -33,8 +34,8 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store/internal/engine"
 )
 
 // querier is what a pool and a transaction have in common.
@@ -53,13 +54,13 @@ type Store struct {
 	db *sql.DB
 }
 
-var _ engine.Store = (*Store)(nil)
+var _ enginesql.Store = (*Store)(nil)
 
 // New returns a Store on db, which should come from Open (or at least use
 // DSN's settings). It panics if db is nil.
 func New(db *sql.DB) *Store {
 	if db == nil {
-		panic("sqlitestore.New: db is nil")
+		panic("sqliteengine.New: db is nil")
 	}
 	stmts := &stmtCache{db: db, m: map[string]*sql.Stmt{}, inFlight: map[string]bool{}}
 	s := &Store{db: db}
@@ -162,10 +163,10 @@ func (e executor) exec(ctx context.Context, query string, args ...any) (sql.Resu
 }
 
 // errs tells database/sql's and SQLite's errors apart for translate.
-var errs = engine.Errors{NoRows: sql.ErrNoRows, Duplicate: constraintViolation, Unavailable: Unavailable}
+var errs = enginesql.Errors{NoRows: sql.ErrNoRows, Duplicate: constraintViolation, Unavailable: Unavailable}
 
 // translate maps the driver's errors to domain's sentinels (see
-// engine.Errors.Translate).
+// enginesql.Errors.Translate).
 func translate(err error) error { return errs.Translate(err) }
 
 // constraintViolation reports a unique or primary key violation and

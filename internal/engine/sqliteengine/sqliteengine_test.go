@@ -1,4 +1,4 @@
-package sqlitestore_test
+package sqliteengine_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/store/storetest"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
@@ -25,7 +25,7 @@ type testBundle struct {
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	_, db := sqlitetest.NewDB(t)
-	s := sqlitestore.New(db)
+	s := sqliteengine.New(db)
 	t.Cleanup(func() { _ = s.Close() })
 	return t.Context(), &testBundle{db: db, Bundle: &storetest.Bundle{
 		Store: s,
@@ -35,7 +35,7 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 			require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n))
 			return n
 		},
-		// SQLite keeps milliseconds (sqlitestore.TimeFormat).
+		// SQLite keeps milliseconds (sqliteengine.TimeFormat).
 		TimeResolution: time.Millisecond,
 	}}
 }
@@ -53,9 +53,9 @@ func TestTokenUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	// A file that cannot be opened: its directory does not exist.
-	db, err := sql.Open(sqlitestore.DriverName, sqlitestore.DSN(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3")))
+	db, err := sql.Open(sqliteengine.DriverName, sqliteengine.DSN(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	_, err = sqlitestore.New(db).TokenGetByHash(ctx, tenancy.HashToken("idg_whatever"))
+	_, err = sqliteengine.New(db).TokenGetByHash(ctx, tenancy.HashToken("idg_whatever"))
 	require.ErrorIs(t, err, domain.ErrUnavailable)
 }

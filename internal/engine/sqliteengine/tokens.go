@@ -1,4 +1,4 @@
-package sqlitestore
+package sqliteengine
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/internal/engine"
 )
 
 // TokenInsert implements store.Tokens.
 func (s *Store) TokenInsert(ctx context.Context, p *store.TokenInsertParams) (*store.Token, error) {
-	if err := engine.CheckTokenInsert(p); err != nil {
-		return nil, fmt.Errorf("sqlitestore: %w", err)
+	if err := enginesql.CheckTokenInsert(p); err != nil {
+		return nil, fmt.Errorf("sqliteengine: %w", err)
 	}
 	args, err := tokenArgs(p)
 	if err != nil {
@@ -37,7 +37,7 @@ func tokenGetByHash(ctx context.Context, q querier, hash []byte) (*store.Token, 
 // TokenRevoke implements store.Tokens.
 func (s *Store) TokenRevoke(ctx context.Context, p *store.TokenRevokeParams) (*store.Token, error) {
 	if p.ID == "" {
-		return nil, errors.New("sqlitestore: TokenRevoke: ID is required")
+		return nil, errors.New("sqliteengine: TokenRevoke: ID is required")
 	}
 	t, err := scanToken(s.db.QueryRowContext(ctx, sqlTokenRevoke, p.ID, p.TenantID))
 	return t, translate(err)
@@ -46,7 +46,7 @@ func (s *Store) TokenRevoke(ctx context.Context, p *store.TokenRevokeParams) (*s
 // TokenList implements store.Tokens.
 func (s *Store) TokenList(ctx context.Context, p *store.TokenListParams) ([]*store.Token, error) {
 	if p.TenantID == "" {
-		return nil, errors.New("sqlitestore: TokenList: TenantID is required")
+		return nil, errors.New("sqliteengine: TokenList: TenantID is required")
 	}
 	rows, err := s.db.QueryContext(ctx, sqlTokenList, p.TenantID)
 	out, err := list(rows, err, scanToken)
@@ -71,7 +71,7 @@ func (s *Store) OrderGet(ctx context.Context, p *store.OrderGetParams) (*store.O
 // only writer) that inserts the missing rows and leaves existing ones
 // unchanged (see store.Seeder).
 func (s *Store) Seed(ctx context.Context, f *store.SeedFile) (*store.SeedResult, error) {
-	return engine.Seed(ctx, f, func(ctx context.Context) (engine.SeedTx, error) {
+	return enginesql.Seed(ctx, f, func(ctx context.Context) (enginesql.SeedTx, error) {
 		tx, err := s.begin(ctx)
 		if err != nil {
 			return nil, err
@@ -80,7 +80,7 @@ func (s *Store) Seed(ctx context.Context, f *store.SeedFile) (*store.SeedResult,
 	}, &seedStatements)
 }
 
-var seedStatements = engine.SeedStatements{
+var seedStatements = enginesql.SeedStatements{
 	Order: sqlSeedOrder, Customer: sqlSeedCustomer, Seat: sqlSeedSeat, User: sqlSeedUser, Tenant: sqlSeedTenant,
 	Token: sqlTokenInsert, TokenFixed: sqlSeedTokenFixed,
 }
@@ -117,7 +117,7 @@ func tokenArgs(p *store.TokenInsertParams) ([]any, error) {
 	return []any{p.ID, p.TenantID, p.UserID, string(b), p.Hash, nullTime(p.ExpiresAt)}, nil
 }
 
-func scanToken(row engine.Row) (*store.Token, error) {
+func scanToken(row enginesql.Row) (*store.Token, error) {
 	var (
 		t      store.Token
 		scopes string
@@ -127,7 +127,7 @@ func scanToken(row engine.Row) (*store.Token, error) {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
-		return nil, fmt.Errorf("sqlitestore: token %s scopes: %w", t.ID, err)
+		return nil, fmt.Errorf("sqliteengine: token %s scopes: %w", t.ID, err)
 	}
 	if t.Scopes == nil {
 		t.Scopes = []string{}

@@ -1,5 +1,5 @@
-// Package engine holds what idemgate's two SQL engines, store/pgstore and
-// store/sqlitestore, share besides their SQL and their driver: the scan of
+// Package enginesql holds what idemgate's two SQL drivers, pgengine and
+// sqliteengine, share besides their SQL and their driver: the scan of
 // the gate's rows in the column order both select, the translation of
 // driver errors to domain's sentinels (Errors), the outcomes the gate's
 // contract gives conditional claim writes (Conditional, Leased), and
@@ -8,7 +8,7 @@
 // It imports no driver: a row is anything with Scan, and time, the one
 // column type the engines store differently, goes through the engine's
 // Times.
-package engine
+package enginesql
 
 import (
 	"encoding/json"
