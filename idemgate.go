@@ -21,7 +21,6 @@ package idemgate
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,13 +30,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
@@ -88,8 +86,10 @@ type Service struct {
 	reg    *tool.Registry
 	opts   Options
 	logger *slog.Logger
-	pool   *pgxpool.Pool // Postgres
-	db     *sql.DB       // SQLite
+	// drv is the engine DATABASE_URL names, picked once by Open.
+	drv engine.Driver
+	// own are the service's own migrations for drv's engine.
+	own    fs.FS
 	tokens store.Tokens
 }
 
@@ -110,27 +110,13 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	}
-	var data interface {
-		store.Domain
-		store.Orders
-		store.Tokens
+	drv, err := drivers.Open(ctx, cfg, &drivers.Options{MaxConns: config.DefaultPoolMaxConns, Logger: s.logger})
+	if err != nil {
+		return nil, err
 	}
-	switch cfg.Driver() {
-	case config.DriverSQLite:
-		db, err := sqliteengine.Open(cfg.SQLitePath())
-		if err != nil {
-			return nil, fmt.Errorf("DATABASE_URL: %w", err)
-		}
-		s.db = db
-		data = sqliteengine.New(db)
-	default:
-		pool, err := pgengine.OpenPostgresConfig(ctx, cfg, config.DefaultPoolMaxConns, s.logger)
-		if err != nil {
-			return nil, err
-		}
-		s.pool = pool
-		data = pgengine.New(pool)
-	}
+	s.drv = drv
+	s.own = drivers.Choose(cfg, s.opts.PostgresMigrations, s.opts.SQLiteMigrations)
+	data := drv.Store()
 	s.tokens = data
 	if s.opts.Builtins {
 		builtins, err := app.BuiltinDeclarations(cfg, data)
@@ -149,36 +135,16 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 }
 
 // Close closes the database.
-func (s *Service) Close() {
-	if s.pool != nil {
-		s.pool.Close()
-	}
-	if s.db != nil {
-		_ = s.db.Close()
-	}
-}
+func (s *Service) Close() { s.drv.Close() }
 
 // Migrate applies River's and idemgate's migrations, then the service's
 // own. It is safe to run repeatedly and from several processes.
 func (s *Service) Migrate(ctx context.Context) error {
-	if s.db != nil {
-		if _, err := sqliteengine.Migrate(ctx, s.db, s.logger); err != nil {
-			return err
-		}
-		if s.opts.SQLiteMigrations != nil {
-			_, err := sqliteengine.MigrateApp(ctx, s.db, s.opts.SQLiteMigrations, s.logger)
-			return err
-		}
-		return nil
-	}
-	if s.cfg.Pooled() {
-		return pgengine.ErrMigrateThroughPooler
-	}
-	if _, err := pgengine.Migrate(ctx, s.pool, s.logger); err != nil {
+	if _, err := s.drv.Migrate(ctx, s.logger); err != nil {
 		return err
 	}
-	if s.opts.PostgresMigrations != nil {
-		_, err := pgengine.MigrateApp(ctx, s.pool, s.opts.PostgresMigrations, s.logger)
+	if s.own != nil {
+		_, err := s.drv.MigrateApp(ctx, s.own, s.logger)
 		return err
 	}
 	return nil
@@ -205,7 +171,7 @@ func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes .
 // at /ops and /healthz, /readyz, /metrics on IDEMGATE_API_ADDR until ctx
 // ends. On SQLite the worker runs in this process too.
 func (s *Service) ServeAPI(ctx context.Context) error {
-	if s.db != nil {
+	if s.drv.EmbeddedWorker() {
 		return s.RunAll(ctx)
 	}
 	tp, stop, err := s.traces(ctx, telemetry.ServiceAPI)
@@ -213,7 +179,7 @@ func (s *Service) ServeAPI(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
+	a, err := app.NewAPIWithOptions(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -224,8 +190,8 @@ func (s *Service) ServeAPI(ctx context.Context) error {
 // ends, serving /metrics and /healthz on IDEMGATE_WORKER_ADDR. Postgres
 // only: on SQLite the worker runs inside ServeAPI.
 func (s *Service) RunWorker(ctx context.Context) error {
-	if s.db != nil {
-		return errors.New("DATABASE_URL: on SQLite the worker runs inside the api process (ServeAPI)")
+	if s.drv.EmbeddedWorker() {
+		return errors.New("DATABASE_URL: on " + string(s.drv.Engine()) + " the worker runs inside the api process (ServeAPI)")
 	}
 	if err := s.checkWorker(); err != nil {
 		return err
@@ -235,7 +201,7 @@ func (s *Service) RunWorker(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
+	w, err := app.NewWorker(s.cfg, s.drv, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -261,19 +227,19 @@ func (s *Service) RunAll(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	if s.db != nil {
-		e, err := app.NewEmbedded(s.cfg, s.db, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp}, &app.WorkerOptions{Tools: s.reg})
+	if s.drv.EmbeddedWorker() {
+		e, err := app.NewEmbedded(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp}, &app.WorkerOptions{Tools: s.reg})
 		if err != nil {
 			return err
 		}
-		s.logger.Info("embedded mode: SQLite with the worker in this process", "path", s.cfg.SQLitePath())
+		s.logger.Info("embedded mode: the worker in this process", "engine", s.drv.Engine())
 		return s.serve(ctx, e.Handler, func(ctx context.Context) error { return e.Run(ctx, StopTimeout) })
 	}
-	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
+	a, err := app.NewAPIWithOptions(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
-	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
+	w, err := app.NewWorker(s.cfg, s.drv, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

@@ -93,7 +93,7 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	// The per-tenant rate limit (50 calls/s, burst 200, by default) is off:
 	// one tenant drives all the load here, and the limiter would be measured
 	// instead of the gate.
-	s.api, err = app.NewAPIWithOptions(cfg, s.apiPool, logger, &app.APIOptions{
+	s.api, err = app.NewAPIWithOptions(cfg, pgengine.NewDriver(s.apiPool, cfg), logger, &app.APIOptions{
 		RateLimit: -1,
 	})
 	if err != nil {
@@ -135,7 +135,7 @@ func newIdemWorker(ctx context.Context, db *benchDB, tn tuning, logger *slog.Log
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

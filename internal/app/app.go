@@ -1,5 +1,6 @@
-// Package app assembles idemgate's parts from a config.Config: the database
-// pool, the gate and its store, River, the authenticator and the api. The
+// Package app assembles idemgate's parts from a config.Config and an
+// engine.Driver: the gate on the driver's store, River on its River
+// driver, the authenticator and the api. The
 // binaries in cmd/ only call it; tests use it to run the real thing in
 // process.
 package app
@@ -12,20 +13,16 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/telemetry"
@@ -35,11 +32,11 @@ import (
 
 // API is the assembled api process.
 type API struct {
-	Pool  *pgxpool.Pool
-	Gate  *gate.Gate
-	Tools *tool.Registry
+	Driver engine.Driver
+	Gate   *gate.Gate
+	Tools  *tool.Registry
 	// Jobs cancels and retries River jobs in the gate's transactions.
-	Jobs    *jobs.Control[pgx.Tx]
+	Jobs    engine.River
 	Server  *api.Server
 	Handler http.Handler
 	// Ops is the operator routes under /ops (River UI, re-drive).
@@ -65,32 +62,34 @@ type APIOptions struct {
 	TracerProvider trace.TracerProvider
 }
 
-// NewAPI assembles the api on Postgres with default options. The pool is
-// the caller's: NewAPI does not close it.
-func NewAPI(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*API, error) {
-	return NewAPIWithOptions(cfg, pool, logger, nil)
+// NewAPI assembles the api of a deployment whose worker runs apart (not
+// drv.EmbeddedWorker; see NewEmbedded otherwise) with default options. The
+// driver is the caller's: NewAPI does not close it.
+func NewAPI(cfg *config.Config, drv engine.Driver, logger *slog.Logger) (*API, error) {
+	return NewAPIWithOptions(cfg, drv, logger, nil)
 }
 
 // NewAPIWithOptions is NewAPI with options; nil opts means defaults.
-func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts *APIOptions) (*API, error) {
+func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts *APIOptions) (*API, error) {
 	if opts == nil {
 		opts = &APIOptions{}
 	}
 	if logger == nil {
 		logger = slog.Default()
 	}
-	if cfg.Driver() != "postgres" {
-		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build (SQLite comes with the embedded quickstart)")
+	if drv.EmbeddedWorker() {
+		return nil, errors.New("DATABASE_URL: on " + string(drv.Engine()) + " the api runs with the worker in one process (NewEmbedded)")
 	}
 	logger = tracedLogger(logger, opts.TracerProvider)
 	// Insert-only: no queues and no workers in the api process.
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, Middleware: telemetry.RiverMiddleware(opts.TracerProvider)})
-	if err != nil {
-		return nil, fmt.Errorf("river: %w", err)
+	riverClient := drv.NewRiver()
+	if err := riverClient.Open(&river.Config{Logger: logger, Middleware: telemetry.RiverMiddleware(opts.TracerProvider)}); err != nil {
+		return nil, err
 	}
-	data := pgengine.New(pool)
+	data := drv.Store()
 	tools := opts.Tools
 	if tools == nil {
+		var err error
 		if tools, err = BuiltinDeclarations(cfg, data); err != nil {
 			return nil, err
 		}
@@ -98,7 +97,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	warnNoSecret(cfg, logger)
 	g, err := gate.New(&gate.Config{
 		Store:    data,
-		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgengine.Unavailable},
+		Enqueuer: riverClient,
 		Policies: tools.Policies(),
 		Secret:   []byte(cfg.Secret),
 		Logger:   logger,
@@ -109,24 +108,21 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		return nil, err
 	}
 	promReg := prometheus.NewRegistry()
-	jobControl := &jobs.Control[pgx.Tx]{Client: riverClient}
-	srv, err := newAPIServer(cfg, g, jobControl, data, tools, func(ctx context.Context) (bool, error) {
-		return pgengine.Status(ctx, pool)
-	}, opts, promReg, logger)
+	srv, err := newAPIServer(cfg, g, riverClient, data, tools, drv.Migrated, opts, promReg, logger)
 	if err != nil {
 		return nil, err
 	}
 	// River UI gets an insert-only client of its own on the api's pool.
-	uiClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("river (River UI): %w", err)
+	uiClient := drv.NewRiver()
+	if err := uiClient.Open(&river.Config{Logger: logger}); err != nil {
+		return nil, fmt.Errorf("River UI: %w", err)
 	}
-	opsServer, err := newOpsServer(cfg, g, uiClient, jobControl, srv, promReg, logger)
+	opsServer, err := newOpsServer(cfg, g, uiClient, riverClient, srv, promReg, logger)
 	if err != nil {
 		return nil, err
 	}
 	opsServer.Mount(srv.Router())
-	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, logger: logger}, nil
+	return &API{Driver: drv, Gate: g, Tools: tools, Jobs: riverClient, Server: srv, Handler: srv, Ops: opsServer, logger: logger}, nil
 }
 
 // warnNoSecret says, at the start of a process that claims, that without

@@ -159,7 +159,7 @@ func TestCostPerCall(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPIWithOptions(cfg, pool, nil, &app.APIOptions{RateLimit: -1})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), nil, &app.APIOptions{RateLimit: -1})
 	require.NoError(t, err)
 	url := serveAPI(ctx, t, a)
 
@@ -194,7 +194,7 @@ func TestCostPerCall(t *testing.T) {
 	// none of them.
 	cfg.StripeAPIKey, cfg.StripeAPIBase = "sk_test_cost", "http://127.0.0.1:1"
 	cfg.Secret = strings.Repeat("s", 32)
-	w, err := app.NewWorker(cfg, pool, nil, &app.WorkerOptions{MaxWorkers: 2})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 2})
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -40,7 +40,7 @@ func TestEmbeddedSQLiteRefundWithDuplicateRetry(t *testing.T) {
 	cfg.StripeAPIBase = stripeHTTP.URL
 	cfg.SMTPAddr = smtpAddr
 	cfg.Secret = strings.Repeat("e", 32)
-	e, err := app.NewEmbedded(cfg, db, nil, nil, &app.WorkerOptions{MaxWorkers: 4})
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, nil, &app.WorkerOptions{MaxWorkers: 4})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

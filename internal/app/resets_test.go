@@ -48,7 +48,7 @@ func setupResetsSQLite(t *testing.T) *resetBundle {
 	cfg.DatabaseURL = "sqlite:" + path
 	cfg.StripeAPIKey = stripeKey
 	cfg.Secret = strings.Repeat("r", 32)
-	e, err := app.NewEmbedded(cfg, db, nil, nil, nil) // the worker is not run
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, nil, nil) // the worker is not run
 	require.NoError(t, err)
 	return seedResetUser(t, &resetBundle{url: startHTTP(t, &app.API{Handler: e.Handler}), store: sqliteengine.New(db)})
 }
@@ -71,7 +71,7 @@ func (b *resetBundle) issue(t *testing.T, operationID string, expiresIn time.Dur
 	tx, err := b.store.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, b.store.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1",
+	require.NoError(t, b.store.ResetTokenInsert(ctx, tx.(store.Tx), &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1",
 		OperationID: operationID, TokenHash: resetmail.TokenHash(token), MessageID: "<" + key + "@localhost>",
 		ExpiresAt: time.Now().Add(expiresIn)}))
 	require.NoError(t, tx.Commit(ctx))

@@ -213,7 +213,7 @@ func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *to
 		return notLeased(ctx, locked, err, params.Lease, log)
 	}
 	log = log.With("epoch", locked.Epoch, "attempt", locked.Attempts+1)
-	ttx, err := tool.WrapTx(tx)
+	ttx, err := toolTx(tx)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return "retry", err
@@ -266,7 +266,7 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spe
 	p := &gate.CompleteParams{Tx: tx, Locked: spec.InTx, Claim: claim, Result: stored, Job: hooks}
 	if !spec.InTx {
 		p.Record = func(ctx context.Context, tx gate.Tx, done *gate.Claim) error {
-			ttx, err := tool.WrapTx(tx)
+			ttx, err := toolTx(tx)
 			if err != nil {
 				return err
 			}
@@ -331,7 +331,11 @@ func (w *Worker[TDriver, TTx]) Timeout(job *river.Job[ClaimArgs]) time.Duration 
 func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArgs]) error {
 	hooks := gate.JobHooks{
 		Complete: func(ctx context.Context, tx gate.Tx) error {
-			_, err := river.JobCompleteTx[TDriver](ctx, tx.Raw().(TTx), job)
+			dtx, err := driverTx[TTx](tx)
+			if err != nil {
+				return err
+			}
+			_, err = river.JobCompleteTx[TDriver](ctx, dtx, job)
 			return err
 		},
 		Cancel: func(ctx context.Context, tx gate.Tx) error {
@@ -339,7 +343,11 @@ func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArg
 			if err != nil {
 				return err
 			}
-			_, err = client.JobCancelTx(ctx, tx.Raw().(TTx), job.ID)
+			dtx, err := driverTx[TTx](tx)
+			if err != nil {
+				return err
+			}
+			_, err = client.JobCancelTx(ctx, dtx, job.ID)
 			return err
 		},
 	}

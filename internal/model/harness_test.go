@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -163,10 +164,10 @@ func newPostgres(t *testing.T) *harness {
 	f := &faults{}
 	reg := registry(t, tools.Deps{Data: data, Orders: data, Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig(dbURL, stripeHTTP.URL)
-	w, err := app.NewWorker(cfg, pool, quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
-	h := &harness{engine: "postgres", gate: w.Gate, store: w.Gate.Store(), data: data, client: w.Client, control: w.Control,
-		redriver: &ops.Redriver{Gate: w.Gate, Jobs: w.Control}, stripe: stripeSrv, faults: f}
+	h := &harness{engine: "postgres", gate: w.Gate, store: w.Gate.Store(), data: data, client: w.Client.(interface{ Client() *river.Client[pgx.Tx] }).Client(), control: w.Client,
+		redriver: &ops.Redriver{Gate: w.Gate, Jobs: w.Client}, stripe: stripeSrv, faults: f}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
 			WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND expires_at IS NOT NULL`, tenant, toolName, key)
@@ -223,10 +224,11 @@ func newSQLite(t *testing.T) *harness {
 	f := &faults{}
 	reg := registry(t, tools.Deps{Data: data, Orders: data, Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig("sqlite:"+path, stripeHTTP.URL)
-	e, err := app.NewEmbedded(cfg, db, quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
-	control := &jobs.Control[*sql.Tx]{Client: e.Client}
-	h := &harness{engine: "sqlite", gate: e.Gate, store: e.Gate.Store(), data: data, client: e.Client, control: control,
+	control := e.Client
+	h := &harness{engine: "sqlite", gate: e.Gate, store: e.Gate.Store(), data: data,
+		client: e.Client.(interface{ Client() *river.Client[*sql.Tx] }).Client(), control: control,
 		redriver: &ops.Redriver{Gate: e.Gate, Jobs: control}, stripe: stripeSrv, faults: f}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4

@@ -19,7 +19,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -39,7 +38,6 @@ import (
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
@@ -124,11 +122,12 @@ func Postgres(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	}
 	cfg := newConfig(dbURL, opts)
 	wreg := h.faults.wrap(t, reg)
-	a, err := app.NewAPIWithOptions(cfg, pool, nil, &app.APIOptions{Tools: wreg, RateLimit: -1})
+	drv := pgengine.NewDriver(pool, cfg)
+	a, err := app.NewAPIWithOptions(cfg, drv, nil, &app.APIOptions{Tools: wreg, RateLimit: -1})
 	require.NoError(t, err)
-	w, err := app.NewWorker(cfg, pool, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10})
+	w, err := app.NewWorker(cfg, drv, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10})
 	require.NoError(t, err)
-	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: w.Control}
+	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: w.Client}
 	h.gate = w.Gate
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
@@ -175,9 +174,9 @@ func SQLite(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	}
 	cfg := newConfig("sqlite:"+path, opts)
 	wreg := h.faults.wrap(t, reg)
-	e, err := app.NewEmbedded(cfg, db, nil, &app.APIOptions{Tools: wreg, RateLimit: -1}, &app.WorkerOptions{Tools: wreg, MaxWorkers: 4})
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, &app.APIOptions{Tools: wreg, RateLimit: -1}, &app.WorkerOptions{Tools: wreg, MaxWorkers: 4})
 	require.NoError(t, err)
-	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: &jobs.Control[*sql.Tx]{Client: e.Client}}
+	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: e.Client}
 	h.gate = e.Gate
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4

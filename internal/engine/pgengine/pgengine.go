@@ -28,8 +28,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // Store is the Postgres engine on a pool: a gate.Store and every
@@ -39,7 +42,7 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-var _ enginesql.Store = (*Store)(nil)
+var _ engine.Store = (*Store)(nil)
 
 // New returns a Store on pool. It panics if pool is nil.
 func New(pool *pgxpool.Pool) *Store {
@@ -61,7 +64,7 @@ func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
 	return &Tx{executor: executor{q: tx}, tx: tx}, nil
 }
 
-// Tx is a Postgres gate.Tx.
+// Tx is a Postgres gate.Tx, and the tool.Tx effects see.
 type Tx struct {
 	executor
 	tx pgx.Tx
@@ -79,9 +82,40 @@ func (t *Tx) Rollback(ctx context.Context) error {
 	return translate(err)
 }
 
-// Raw returns the pgx.Tx, for River's InsertTx and JobCompleteTx and for
-// domain writes.
+// DriverTx returns the pgx.Tx, for River's InsertTx and JobCompleteTx
+// (jobs.DriverTx).
+func (t *Tx) DriverTx() pgx.Tx { return t.tx }
+
+// Raw returns the pgx.Tx, for domain writes (tool.Tx).
 func (t *Tx) Raw() any { return t.tx }
+
+// Exec implements tool.Tx.
+func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// QueryRow implements tool.Tx.
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) tool.Row {
+	return toolRow{t.tx.QueryRow(ctx, query, args...)}
+}
+
+// Engine implements tool.Tx.
+func (t *Tx) Engine() tool.Engine { return tool.Postgres }
+
+// toolRow is a tool.Row: no row is domain.ErrNotFound.
+type toolRow struct{ row pgx.Row }
+
+func (r toolRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.ErrNotFound
+	}
+	return err
+}
 
 // querier is what a pool and a transaction have in common.
 type querier interface {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/store/storetest"
@@ -31,7 +30,7 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	s := pgengine.New(pool)
 	return t.Context(), &testBundle{pool: pool, Bundle: &storetest.Bundle{
 		Store: s,
-		Begin: s.Begin,
+		Begin: storetest.Begin(s),
 		Count: func(ctx context.Context, table string) int {
 			var n int
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
@@ -70,7 +69,7 @@ func TestDomainPostgres(t *testing.T) {
 		ctx, b := setup(t)
 		storetest.SeedDomain(ctx, t, b.Store)
 		refund := func(order string, cents int64) *pgconn.PgError {
-			err := storetest.InTx(ctx, t, b.Bundle, func(tx gate.Tx) error {
+			err := storetest.InTx(ctx, t, b.Bundle, func(tx storetest.Tx) error {
 				return b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: order,
 					OperationID: storetest.OperationID(1), StripeRefundID: "re_1", AmountCents: cents, Currency: "usd", Status: "succeeded"})
 			})
@@ -88,7 +87,7 @@ func TestDomainPostgres(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)
 		storetest.SeedDomain(ctx, t, b.Store)
-		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx gate.Tx) error {
+		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx storetest.Tx) error {
 			_, err := b.Store.SeatReset(ctx, tx, &store.SeatResetParams{TenantID: "acme", SeatID: "seat_1", OperationID: storetest.OperationID(1)})
 			return err
 		}))
@@ -105,7 +104,7 @@ func TestDomainPostgres(t *testing.T) {
 		storetest.SeedDomain(ctx, t, b.Store)
 		p := &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1", OperationID: storetest.OperationID(1),
 			TokenHash: []byte("0123456789abcdef0123456789abcdef"), MessageID: "<m@idemgate>", ExpiresAt: time.Now().Add(time.Hour)}
-		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx gate.Tx) error { return b.Store.ResetTokenInsert(ctx, tx, p) }))
+		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx storetest.Tx) error { return b.Store.ResetTokenInsert(ctx, tx, p) }))
 		var expires time.Time
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT expires_at FROM password_reset_tokens").Scan(&expires))
 		require.Equal(t, p.ExpiresAt.UTC().Truncate(time.Microsecond), expires.UTC())

@@ -554,3 +554,6 @@ RETURNING tenant_id, user_id, operation_id::text, used_at`
 // expired (no row: no such token).
 const sqlResetTokenState = `
 SELECT used_at IS NOT NULL, expires_at <= now() FROM password_reset_tokens WHERE token_hash = $1`
+
+// sqlClaimCounts counts the claims by status (Driver.ClaimCounts).
+const sqlClaimCounts = `SELECT status, count(*) FROM idempotency_claims GROUP BY status`

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/store/storetest"
 )
@@ -22,7 +21,7 @@ func TestDomainSQLite(t *testing.T) {
 		ctx, b := setup(t)
 		storetest.SeedDomain(ctx, t, b.Store)
 		refund := func(order string, cents int64) error {
-			return storetest.InTx(ctx, t, b.Bundle, func(tx gate.Tx) error {
+			return storetest.InTx(ctx, t, b.Bundle, func(tx storetest.Tx) error {
 				return b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: order,
 					OperationID: storetest.OperationID(1), StripeRefundID: "re_1", AmountCents: cents, Currency: "usd", Status: "succeeded"})
 			})
@@ -37,7 +36,7 @@ func TestDomainSQLite(t *testing.T) {
 		t.Parallel()
 		ctx, b := setup(t)
 		storetest.SeedDomain(ctx, t, b.Store)
-		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx gate.Tx) error {
+		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx storetest.Tx) error {
 			_, err := b.Store.SeatReset(ctx, tx, &store.SeatResetParams{TenantID: "acme", SeatID: "seat_1", OperationID: storetest.OperationID(1)})
 			return err
 		}))
@@ -56,7 +55,7 @@ func TestDomainSQLite(t *testing.T) {
 		storetest.SeedDomain(ctx, t, b.Store)
 		p := &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1", OperationID: storetest.OperationID(1),
 			TokenHash: []byte("0123456789abcdef0123456789abcdef"), MessageID: "<m@idemgate>", ExpiresAt: time.Now().Add(time.Hour)}
-		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx gate.Tx) error { return b.Store.ResetTokenInsert(ctx, tx, p) }))
+		require.NoError(t, storetest.InTx(ctx, t, b.Bundle, func(tx storetest.Tx) error { return b.Store.ResetTokenInsert(ctx, tx, p) }))
 		var expires string
 		require.NoError(t, b.db.QueryRowContext(ctx, "SELECT expires_at FROM password_reset_tokens").Scan(&expires))
 		require.Equal(t, sqliteengine.FormatTime(p.ExpiresAt), expires)

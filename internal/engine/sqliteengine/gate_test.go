@@ -292,7 +292,7 @@ func (w *claimWorker) Work(ctx context.Context, job *river.Job[gatetest.JobArgs]
 	if _, err := tx.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"ok":true}`)}); err != nil {
 		return err
 	}
-	if _, err := river.JobCompleteTx[*riversqlite.Driver](ctx, tx.Raw().(*sql.Tx), job); err != nil {
+	if _, err := river.JobCompleteTx[*riversqlite.Driver](ctx, tx.(*sqliteengine.Tx).DriverTx(), job); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

@@ -448,3 +448,6 @@ RETURNING tenant_id, user_id, operation_id, used_at`
 // expired (no row: no such token).
 const sqlResetTokenState = `
 SELECT used_at IS NOT NULL, expires_at <= ` + sqlNow + ` FROM password_reset_tokens WHERE token_hash = ?1`
+
+// sqlClaimCounts counts the claims by status (Driver.ClaimCounts).
+const sqlClaimCounts = `SELECT status, count(*) FROM idempotency_claims GROUP BY status`

@@ -34,8 +34,11 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // querier is what a pool and a transaction have in common.
@@ -54,7 +57,7 @@ type Store struct {
 	db *sql.DB
 }
 
-var _ enginesql.Store = (*Store)(nil)
+var _ engine.Store = (*Store)(nil)
 
 // New returns a Store on db, which should come from Open (or at least use
 // DSN's settings). It panics if db is nil.
@@ -96,7 +99,7 @@ func (s *Store) begin(ctx context.Context) (*Tx, error) {
 	return &Tx{executor: executor{q: tx, tx: tx, stmts: s.stmts, store: s}, tx: tx}, nil
 }
 
-// Tx is a SQLite gate.Tx.
+// Tx is a SQLite gate.Tx, and the tool.Tx effects see.
 type Tx struct {
 	executor
 	tx *sql.Tx
@@ -114,9 +117,40 @@ func (t *Tx) Rollback(context.Context) error {
 	return translate(err)
 }
 
-// Raw returns the *sql.Tx, for River's InsertTx and JobCompleteTx and for
-// domain writes.
+// DriverTx returns the *sql.Tx, for River's InsertTx and JobCompleteTx
+// (jobs.DriverTx).
+func (t *Tx) DriverTx() *sql.Tx { return t.tx }
+
+// Raw returns the *sql.Tx, for domain writes (tool.Tx).
 func (t *Tx) Raw() any { return t.tx }
+
+// Exec implements tool.Tx.
+func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// QueryRow implements tool.Tx.
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) tool.Row {
+	return toolRow{t.tx.QueryRowContext(ctx, query, args...)}
+}
+
+// Engine implements tool.Tx.
+func (t *Tx) Engine() tool.Engine { return tool.SQLite }
+
+// toolRow is a tool.Row: no row is domain.ErrNotFound.
+type toolRow struct{ row *sql.Row }
+
+func (r toolRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return domain.ErrNotFound
+	}
+	return err
+}
 
 // executor runs the gate's statements on the database or in a transaction.
 type executor struct {

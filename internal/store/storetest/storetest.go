@@ -31,18 +31,41 @@ type Store interface {
 	store.ResetTokens
 }
 
+// Tx is an engine's gate transaction, which Domain writes join.
+type Tx interface {
+	gate.Tx
+	store.Tx
+}
+
 // Bundle is what an engine's test gives the suite: a fresh, migrated store
 // of its own and the little the interfaces cannot do.
 type Bundle struct {
 	Store Store
 	// Begin begins a transaction of the engine's gate.Store, which Domain
 	// writes join.
-	Begin func(ctx context.Context) (gate.Tx, error)
+	Begin func(ctx context.Context) (Tx, error)
 	// Count returns how many rows table holds.
 	Count func(ctx context.Context, table string) int
 	// TimeResolution is what the engine keeps of a time: time.Microsecond
 	// for Postgres, time.Millisecond for SQLite.
 	TimeResolution time.Duration
+}
+
+// Begin is Bundle.Begin for a store whose transactions are also store.Tx,
+// as every engine's are.
+func Begin(s gate.Store) func(ctx context.Context) (Tx, error) {
+	return func(ctx context.Context) (Tx, error) {
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		stx, ok := tx.(Tx)
+		if !ok {
+			_ = tx.Rollback(ctx)
+			return nil, fmt.Errorf("storetest: %T is not a store.Tx", tx)
+		}
+		return stx, nil
+	}
 }
 
 // Exercise runs the suite. newBundle must return an isolated store each
@@ -79,7 +102,7 @@ func SeedDomain(ctx context.Context, t *testing.T, s store.Seeder) {
 
 // InTx runs fn in a transaction from b.Begin and commits it; fn's error
 // rolls it back and is returned.
-func InTx(ctx context.Context, t *testing.T, b *Bundle, fn func(tx gate.Tx) error) error {
+func InTx(ctx context.Context, t *testing.T, b *Bundle, fn func(tx Tx) error) error {
 	t.Helper()
 	tx, err := b.Begin(ctx)
 	require.NoError(t, err)
@@ -243,7 +266,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 	"OrderGet": func(ctx context.Context, t *testing.T, b *Bundle) {
 		_, err := b.Store.Seed(ctx, parseSeed(t, `{"orders": [{"tenant": "acme", "order_id": "ord_1", "charge_id": "ch_1", "amount_cents": 5000, "currency": "usd"}]}`))
 		require.NoError(t, err)
-		require.NoError(t, InTx(ctx, t, b, func(tx gate.Tx) error {
+		require.NoError(t, InTx(ctx, t, b, func(tx Tx) error {
 			return b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_1",
 				OperationID: OperationID(1), StripeRefundID: "re_1", AmountCents: 1200, Currency: "usd", Status: "succeeded"})
 		}))
@@ -432,7 +455,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		p := &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_9f2", OperationID: OperationID(1), StripeRefundID: "re_1",
 			AmountCents: 1200, Currency: "usd", Status: "succeeded"}
 		for range 2 { // the same Stripe refund twice is recorded once
-			require.NoError(t, InTx(ctx, t, b, func(tx gate.Tx) error { return b.Store.RefundRecord(ctx, tx, p) }))
+			require.NoError(t, InTx(ctx, t, b, func(tx Tx) error { return b.Store.RefundRecord(ctx, tx, p) }))
 		}
 		require.EqualValues(t, 1200, refunded())
 		require.Equal(t, 1, b.Count(ctx, "refunds"))
@@ -449,12 +472,12 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		// More than the order's amount, and an unknown order, are refused
 		// (which constraint says so is the engine's: see its tests) and
 		// change nothing.
-		err = InTx(ctx, t, b, func(tx gate.Tx) error {
+		err = InTx(ctx, t, b, func(tx Tx) error {
 			return b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_9f2",
 				OperationID: OperationID(2), StripeRefundID: "re_3", AmountCents: 4000, Currency: "usd", Status: "succeeded"})
 		})
 		require.Error(t, err)
-		err = InTx(ctx, t, b, func(tx gate.Tx) error {
+		err = InTx(ctx, t, b, func(tx Tx) error {
 			return b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_none",
 				OperationID: OperationID(3), StripeRefundID: "re_4", AmountCents: 1, Currency: "usd", Status: "succeeded"})
 		})
@@ -467,7 +490,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		SeedDomain(ctx, t, b.Store)
 		insert := func(customer string, op int, cents int64) (*store.LedgerEntry, error) {
 			var e *store.LedgerEntry
-			err := InTx(ctx, t, b, func(tx gate.Tx) error {
+			err := InTx(ctx, t, b, func(tx Tx) error {
 				var err error
 				e, err = b.Store.LedgerInsert(ctx, tx, &store.LedgerInsertParams{TenantID: "acme", CustomerID: customer,
 					OperationID: OperationID(op), AmountCents: cents, Currency: "usd", Memo: "goodwill"})
@@ -495,7 +518,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		SeedDomain(ctx, t, b.Store)
 		reset := func(seat string, op int) (*store.SeatResetResult, error) {
 			var r *store.SeatResetResult
-			err := InTx(ctx, t, b, func(tx gate.Tx) error {
+			err := InTx(ctx, t, b, func(tx Tx) error {
 				var err error
 				r, err = b.Store.SeatReset(ctx, tx, &store.SeatResetParams{TenantID: "acme", SeatID: seat, OperationID: OperationID(op)})
 				return err
@@ -521,7 +544,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 			TokenHash: []byte("0123456789abcdef0123456789abcdef"), MessageID: "<idg_" + OperationID(1) + "_0@idemgate>",
 			ExpiresAt: time.Now().Add(time.Hour)}
 		for range 2 { // a resent mail stores its token once
-			require.NoError(t, InTx(ctx, t, b, func(tx gate.Tx) error { return b.Store.ResetTokenInsert(ctx, tx, p) }))
+			require.NoError(t, InTx(ctx, t, b, func(tx Tx) error { return b.Store.ResetTokenInsert(ctx, tx, p) }))
 		}
 		require.Equal(t, 1, b.Count(ctx, "password_reset_tokens"))
 	},
@@ -601,7 +624,7 @@ func insertResetToken(ctx context.Context, t *testing.T, b *Bundle, n int, expir
 	t.Helper()
 	SeedDomain(ctx, t, b.Store)
 	hash := resetTokenHash(n)
-	require.NoError(t, InTx(ctx, t, b, func(tx gate.Tx) error {
+	require.NoError(t, InTx(ctx, t, b, func(tx Tx) error {
 		return b.Store.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1",
 			OperationID: OperationID(n), TokenHash: hash, MessageID: fmt.Sprintf("<idg_%s_0@idemgate>", OperationID(n)),
 			ExpiresAt: time.Now().Add(expiresIn)})

@@ -21,17 +21,6 @@ import (
 	"github.com/idemgate/idemgate/internal/store"
 )
 
-// Store is what each engine's Store implements: the gate's store and every
-// interface of package store.
-type Store interface {
-	gate.Store
-	store.Tokens
-	store.Orders
-	store.Seeder
-	store.Domain
-	store.ResetTokens
-}
-
 // Row is one row to scan: pgx.Row, pgx.Rows, *sql.Row or *sql.Rows.
 type Row interface {
 	Scan(dest ...any) error
