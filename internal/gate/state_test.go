@@ -23,7 +23,7 @@ func storeMethod(t *testing.T, tr gate.Transition) string {
 	require.Equal(t, reflect.Func, v.Kind(), "%s", tr.Event)
 	require.Equal(t, reflect.TypeFor[gate.Executor](), v.Type().In(0), "%s: Store takes the Executor first", tr.Event)
 	name := runtime.FuncForPC(v.Pointer()).Name()
-	const prefix = "github.com/idemgate/idemgate/gate.Executor."
+	const prefix = "github.com/idemgate/idemgate/internal/gate.Executor."
 	require.True(t, strings.HasPrefix(name, prefix), "%s: Store is %s, not a method expression of Executor", tr.Event, name)
 	return strings.TrimPrefix(name, prefix)
 }

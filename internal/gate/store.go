@@ -102,7 +102,8 @@ type AuditEvent struct {
 }
 
 // Store is what the gate needs of a database. The engine drivers
-// (engine/pgengine, engine/sqliteengine) implement it; gate/gatetest exercises any implementation.
+// (engine/pgengine, engine/sqliteengine) implement it; gate/gatetest
+// exercises any implementation.
 type Store interface {
 	Executor
 	// Begin starts a READ COMMITTED (or the engine's nearest) transaction.

@@ -45,11 +45,11 @@ func (s *cancelOnCommit) Begin(ctx context.Context) (gate.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cancelOnCommitTx{Tx: tx, s: s}, nil
+	return &cancelOnCommitTx{Tx: tx.(*pgengine.Tx), s: s}, nil
 }
 
 type cancelOnCommitTx struct {
-	gate.Tx
+	*pgengine.Tx
 	s *cancelOnCommit
 }
 
@@ -110,7 +110,7 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	hooks := gate.JobHooks{
 		Complete: func(context.Context, gate.Tx) error { return errors.New("a failing job is not completed") },
 		Cancel: func(ctx context.Context, tx gate.Tx) error {
-			_, err := client.JobCancelTx(ctx, tx.(*pgengine.Tx).DriverTx(), c.JobID)
+			_, err := client.JobCancelTx(ctx, tx.(jobs.DriverTx[pgx.Tx]).DriverTx(), c.JobID)
 			return err
 		},
 	}
