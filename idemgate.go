@@ -23,6 +23,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
+	"github.com/idemgate/idemgate/tool"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -39,12 +41,14 @@ import (
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Config is every process's configuration: DATABASE_URL, IDEMGATE_API_ADDR
-// and the rest (see package config for each setting and its default).
-type Config = config.Config
+// and the rest, read by LoadConfig (docs/configuration.md lists each
+// setting and its default; -h prints them).
+type Config struct {
+	c *config.Config
+}
 
 // ErrHelp is LoadConfig's error for -h or --help, after it printed every
 // setting to standard output: exit 0 on it.
@@ -54,11 +58,15 @@ var ErrHelp = config.ErrHelp
 // Invalid settings are an error that names the setting; -h or --help prints
 // the settings and returns ErrHelp.
 func LoadConfig(args []string) (*Config, error) {
-	return config.Load(args, os.Getenv)
+	c, err := config.Load(args, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return &Config{c: c}, nil
 }
 
-// StopTimeout is how long running jobs may finish when a worker stops.
-const StopTimeout = 30 * time.Second
+// stopTimeout is how long running jobs may finish when a worker stops.
+const stopTimeout = 30 * time.Second
 
 // Options are a Service's optional parts. The zero value is valid.
 type Options struct {
@@ -67,11 +75,11 @@ type Options struct {
 	// Builtins adds idemgate's built-in tools (refund_order, apply_credit,
 	// reset_seat, send_password_reset, get_order) to the registry.
 	Builtins bool
-	// PostgresMigrations and SQLiteMigrations are the service's own goose
-	// SQL migrations (for its own tables), applied by Migrate after
-	// idemgate's, with their own version table (engine.AppTable).
-	PostgresMigrations fs.FS
-	SQLiteMigrations   fs.FS
+	// Migrations returns the service's own goose SQL migrations for an
+	// engine (tool.Postgres or tool.SQLite), for its own tables; Migrate
+	// applies them after idemgate's, with their own version table
+	// (app_goose_db_version). Nil, or a nil FS: none.
+	Migrations func(engine string) fs.FS
 	// TracerProvider receives the spans of ServeAPI, RunWorker and RunAll.
 	// Nil: each of them reads the OTEL_* variables, exports over OTLP/HTTP
 	// when they ask for it (service idemgate-api or idemgate-worker), and
@@ -82,14 +90,12 @@ type Options struct {
 // Service is one deployment's database and tools, from which the api and
 // the worker are run.
 type Service struct {
-	cfg    *Config
-	reg    *tool.Registry
+	cfg    *config.Config
+	reg    *toolspec.Registry
 	opts   Options
 	logger *slog.Logger
 	// drv is the engine DATABASE_URL names, picked once by Open.
-	drv engine.Driver
-	// own are the service's own migrations for drv's engine.
-	own    fs.FS
+	drv    engine.Driver
 	tokens store.Tokens
 }
 
@@ -102,30 +108,29 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 	if cfg == nil || reg == nil {
 		return nil, errors.New("idemgate: Open needs a Config and a Registry")
 	}
-	s := &Service{cfg: cfg, reg: reg}
+	s := &Service{cfg: cfg.c, reg: toolspec.Of(reg)}
 	if opts != nil {
 		s.opts = *opts
 	}
 	s.logger = s.opts.Logger
 	if s.logger == nil {
-		s.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+		s.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.cfg.LogLevel}))
 	}
-	drv, err := drivers.Open(ctx, cfg, &drivers.Options{MaxConns: config.DefaultPoolMaxConns, Logger: s.logger})
+	drv, err := drivers.Open(ctx, s.cfg, &drivers.Options{MaxConns: config.DefaultPoolMaxConns, Logger: s.logger})
 	if err != nil {
 		return nil, err
 	}
 	s.drv = drv
-	s.own = drivers.Choose(cfg, s.opts.PostgresMigrations, s.opts.SQLiteMigrations)
 	data := drv.Store()
 	s.tokens = data
 	if s.opts.Builtins {
-		builtins, err := app.BuiltinDeclarations(cfg, data)
+		builtins, err := app.BuiltinDeclarations(s.cfg, data)
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
 		for _, spec := range builtins.All() {
-			if err := reg.AddSpec(spec); err != nil {
+			if err := s.reg.Add(spec); err != nil {
 				s.Close()
 				return nil, err
 			}
@@ -137,17 +142,32 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 // Close closes the database.
 func (s *Service) Close() { s.drv.Close() }
 
-// Migrate applies River's and idemgate's migrations, then the service's
-// own. It is safe to run repeatedly and from several processes.
+// Migrate applies River's and idemgate's migrations, then the built-in
+// tools' (with Options.Builtins), then the service's own. It is safe to run
+// repeatedly and from several processes.
 func (s *Service) Migrate(ctx context.Context) error {
 	if _, err := s.drv.Migrate(ctx, s.logger); err != nil {
 		return err
 	}
-	if s.own != nil {
-		_, err := s.drv.MigrateApp(ctx, s.own, s.logger)
+	if s.opts.Builtins {
+		if _, err := app.MigrateBuiltins(ctx, s.drv, s.logger); err != nil {
+			return err
+		}
+	}
+	if fsys := s.ownMigrations(s.drv.Engine()); fsys != nil {
+		_, err := s.drv.MigrateApp(ctx, fsys, s.logger)
 		return err
 	}
 	return nil
+}
+
+// ownMigrations is Options.Migrations for engine (the driver's, as
+// tool.Tx.Engine names it), or nil.
+func (s *Service) ownMigrations(engine string) fs.FS {
+	if s.opts.Migrations == nil {
+		return nil
+	}
+	return s.opts.Migrations(engine)
 }
 
 // CreateToken mints a bearer token for tenant and user with scopes (each
@@ -191,7 +211,7 @@ func (s *Service) ServeAPI(ctx context.Context) error {
 // only: on SQLite the worker runs inside ServeAPI.
 func (s *Service) RunWorker(ctx context.Context) error {
 	if s.drv.EmbeddedWorker() {
-		return errors.New("DATABASE_URL: on " + string(s.drv.Engine()) + " the worker runs inside the api process (ServeAPI)")
+		return errors.New("DATABASE_URL: on " + s.drv.Engine() + " the worker runs inside the api process (ServeAPI)")
 	}
 	if err := s.checkWorker(); err != nil {
 		return err
@@ -213,7 +233,7 @@ func (s *Service) RunWorker(ctx context.Context) error {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	s.logger.Info("worker starting", "metrics", "http://"+ln.Addr().String()+"/metrics", "config", s.cfg)
-	return w.Run(ctx, StopTimeout)
+	return w.Run(ctx, stopTimeout)
 }
 
 // RunAll runs the api and the worker in this process until ctx ends, on
@@ -233,7 +253,7 @@ func (s *Service) RunAll(ctx context.Context) error {
 			return err
 		}
 		s.logger.Info("embedded mode: the worker in this process", "engine", s.drv.Engine())
-		return s.serve(ctx, e.Handler, func(ctx context.Context) error { return e.Run(ctx, StopTimeout) })
+		return s.serve(ctx, e.Handler, func(ctx context.Context) error { return e.Run(ctx, stopTimeout) })
 	}
 	a, err := app.NewAPIWithOptions(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
@@ -246,15 +266,15 @@ func (s *Service) RunAll(ctx context.Context) error {
 	return s.serve(ctx, a.Handler, func(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() { defer close(done); a.Run(ctx) }()
-		err := w.Run(ctx, StopTimeout)
+		err := w.Run(ctx, stopTimeout)
 		<-done
 		return err
 	})
 }
 
-// TraceFlushTimeout bounds the export of the last spans when a process
+// traceFlushTimeout bounds the export of the last spans when a process
 // stops.
-const TraceFlushTimeout = 5 * time.Second
+const traceFlushTimeout = 5 * time.Second
 
 // traces is Options.TracerProvider, or the one the OTEL_* variables ask
 // for with service as the default name; stop flushes and stops the latter.
@@ -270,7 +290,7 @@ func (s *Service) traces(ctx context.Context, service string) (tp trace.TracerPr
 		s.logger.Info("traces: exporting over OTLP/HTTP as the OTEL_* variables say", "default_service", service)
 	}
 	return t.TracerProvider(), func() {
-		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TraceFlushTimeout)
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
 		defer cancel()
 		if err := t.Shutdown(flushCtx); err != nil {
 			s.logger.Warn("traces: the last spans were not exported", "error", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -32,7 +33,7 @@ func TestAPIHoldsAtMostPoolMaxConns(t *testing.T) {
 	const maxConns, calls = 4, 64
 	ctx := t.Context()
 	dbURL, seedPool := pgtest.NewDB(t)
-	_, err := pgengine.New(seedPool).Seed(ctx, &store.SeedFile{
+	_, err := pgengine.New(seedPool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1 << 30, Currency: "usd"}},
 		Tokens: []store.SeedToken{{Tenant: "acme", User: "bot", Scopes: []string{"billing:refund"}, Token: "idg_test_pool_bot"}},
 	})
@@ -54,7 +55,7 @@ func TestAPIHoldsAtMostPoolMaxConns(t *testing.T) {
 	cfg.APIAddr = addr
 	cfg.Wait = 200 * time.Millisecond // waiting calls poll their claims too
 	cfg.RateLimit = 0
-	svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry(), &idemgate.Options{Builtins: true, Logger: slog.New(slog.DiscardHandler)})
+	svc, err := idemgate.Open(ctx, idemgate.ConfigFrom(cfg), tool.NewRegistry(), &idemgate.Options{Builtins: true, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(svc.Close)
 	runCtx, stop := context.WithCancel(ctx)

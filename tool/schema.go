@@ -21,22 +21,22 @@ import (
 // Argument constraints shared by the built-in tools, for the idem struct
 // tag's short forms.
 const (
-	// IDPattern is what ids (orders, customers, seats, users) look like:
+	// idPattern is what ids (orders, customers, seats, users) look like:
 	// the tag `idem:"id"`.
-	IDPattern = domain.IDPattern
-	// CurrencyPattern is an ISO 4217 code in Stripe's lowercase form: the
+	idPattern = domain.IDPattern
+	// currencyPattern is an ISO 4217 code in Stripe's lowercase form: the
 	// tag `idem:"currency"`.
-	CurrencyPattern = `^[a-z]{3}$`
-	// MaxTextLen is the longest free text, in characters: the tag
+	currencyPattern = `^[a-z]{3}$`
+	// maxTextLen is the longest free text, in characters: the tag
 	// `idem:"text"`.
-	MaxTextLen = 500
-	// MaxAmountCents is the largest amount in minor units: the tag
-	// `idem:"cents"` (1 to MaxAmountCents).
-	MaxAmountCents = 1_000_000_000
+	maxTextLen = 500
+	// maxAmountCents is the largest amount in minor units: the tag
+	// `idem:"cents"` (1 to maxAmountCents).
+	maxAmountCents = 1_000_000_000
 )
 
-// KeyField is the argument every mutation takes.
-const KeyField = "idempotency_key"
+// keyField is the argument every mutation takes.
+const keyField = "idempotency_key"
 
 // keyDescription is the idempotency key's published description.
 const keyDescription = "Client-chosen key, 8 to 128 characters of [A-Za-z0-9._:-]. Retrying with the same key and arguments returns the first outcome; never reuse a key for another intent."
@@ -88,8 +88,8 @@ func inputSchema[A any](mutating bool) (*objectSchema, error) {
 		if name == "" {
 			continue
 		}
-		if name == KeyField && mutating {
-			return nil, fmt.Errorf("field %s: %s is added by idemgate; do not declare it", f.Name, KeyField)
+		if name == keyField && mutating {
+			return nil, fmt.Errorf("field %s: %s is added by idemgate; do not declare it", f.Name, keyField)
 		}
 		ps, ok := s.Properties[name]
 		if !ok {
@@ -103,12 +103,12 @@ func inputSchema[A any](mutating bool) (*objectSchema, error) {
 		}
 	}
 	if mutating {
-		s.Properties[KeyField] = &jsonschema.Schema{
+		s.Properties[keyField] = &jsonschema.Schema{
 			Type: "string", MinLength: ptr(gate.KeyMinLen), MaxLength: ptr(gate.KeyMaxLen),
 			Pattern: "^[A-Za-z0-9._:-]+$", Description: keyDescription,
 		}
-		s.Required = append(s.Required, KeyField)
-		s.PropertyOrder = append(s.PropertyOrder, KeyField)
+		s.Required = append(s.Required, keyField)
+		s.PropertyOrder = append(s.PropertyOrder, keyField)
 	}
 	s.AdditionalProperties = &jsonschema.Schema{Not: &jsonschema.Schema{}}
 	published, err := json.Marshal(s)
@@ -230,13 +230,13 @@ func applyTag(s *jsonschema.Schema, tag string) error {
 		}
 		switch key {
 		case "id":
-			s.Pattern = IDPattern
+			s.Pattern = idPattern
 		case "currency":
-			s.Pattern = CurrencyPattern
+			s.Pattern = currencyPattern
 		case "text":
-			s.MaxLength = ptr(MaxTextLen)
+			s.MaxLength = ptr(maxTextLen)
 		case "cents":
-			s.Minimum, s.Maximum = ptr(1.0), ptr(float64(MaxAmountCents))
+			s.Minimum, s.Maximum = ptr(1.0), ptr(float64(maxAmountCents))
 		case "min", "max":
 			f, err := num()
 			if err != nil {
@@ -282,7 +282,7 @@ func compile(s *jsonschema.Schema, published json.RawMessage) (*objectSchema, er
 	}
 	for name, ps := range s.Properties {
 		p := &prop{name: name, typ: ps.Type, required: required[name], minLen: ps.MinLength, maxLen: ps.MaxLength,
-			min: ps.Minimum, max: ps.Maximum, isKey: name == KeyField}
+			min: ps.Minimum, max: ps.Maximum, isKey: name == keyField}
 		if ps.Pattern != "" {
 			re, err := regexp.Compile(ps.Pattern)
 			if err != nil {
@@ -303,9 +303,9 @@ func compile(s *jsonschema.Schema, published json.RawMessage) (*objectSchema, er
 
 func patternHint(pattern string) string {
 	switch pattern {
-	case IDPattern:
+	case idPattern:
 		return "must be " + domain.IDRule
-	case CurrencyPattern:
+	case currencyPattern:
 		return "must be a lowercase ISO 4217 code such as usd"
 	}
 	return "must match " + pattern

@@ -37,11 +37,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/toolspec"
 )
-
-// Code is a stable error code, such as "card_declined". Tools may use the
-// built-in codes (domain.Code constants) or their own snake_case codes.
-type Code = domain.Code
 
 // namePattern is what tool names look like: MCP's recommended characters.
 var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
@@ -52,7 +49,7 @@ var scopePattern = regexp.MustCompile(`^[a-z][a-z0-9_.-]*:[a-z][a-z0-9_.-]*$`)
 // Policy is a mutation's gate policy. Zero fields take the defaults.
 type Policy struct {
 	// TTL is how long a finished operation keeps answering replays.
-	// Default 24h; between gate.MinTTL and gate.MaxTTL.
+	// Default DefaultTTL (24h); at least a minute, at most 30 days.
 	TTL time.Duration
 	// VolatileFields are arguments left out of the fingerprint: a retry
 	// that changes only them is not a conflict (a free-text reason).
@@ -65,13 +62,13 @@ type Policy struct {
 	// Retention is how long after the TTL the intent is remembered: the
 	// same key with the same arguments answers idempotency_key_expired
 	// naming the original operation and is never run again. Default
-	// gate.DefaultRetention (30 days); negative keeps nothing.
+	// 30 days; negative keeps nothing.
 	Retention time.Duration
 	// Lease overrides the in-flight lease (IDEMGATE_INFLIGHT_TIMEOUT) of
 	// an external effect. An external effect's deadline is ¾ of it.
 	Lease time.Duration
 	// ReclaimBudget is how many leases the reaper lets an operation take
-	// before it fails with outcome_unknown. Default gate.DefaultReclaimBudget.
+	// before it fails with outcome_unknown. Default 5.
 	ReclaimBudget int
 	// FailUnknownOutcome fails an expired lease with outcome_unknown at
 	// once instead of running the effect again: for a downstream that
@@ -149,75 +146,17 @@ type Read[A, R any] struct {
 	Title       string
 	Description string
 	Scope       string
-	// Handle answers the call. Return domain.ErrNotFound (or an error from
+	// Handle answers the call. Return ErrNotFound (or an error from
 	// NotFound) when the thing asked for does not exist for the caller.
 	Handle func(ctx context.Context, caller Caller, args *A) (*R, error)
 }
 
-// Tool is a declaration: a *Mutation or a *Read. The assembly reads it
-// through Spec.
+// Tool is a declaration: a *Mutation or a *Read. Add it to a Registry.
 type Tool interface {
-	// Spec returns the derived specification, or an error naming the
-	// declaration's first invalid field.
-	Spec() (*Spec, error)
+	spec() (*toolspec.Spec, error)
 }
 
-// Spec is what the assembly derives from a declaration.
-type Spec struct {
-	Name        string
-	Title       string
-	Description string
-	Scope       string
-	// Mutating is true for a Mutation.
-	Mutating bool
-	// InTx is true for an in-transaction mutation.
-	InTx bool
-	// Provider labels the downstream in metrics.
-	Provider string
-	// InputSchema and OutputSchema are the published JSON Schemas.
-	InputSchema  json.RawMessage
-	OutputSchema json.RawMessage
-	// Policy is the gate policy of a mutation.
-	Policy *gate.Policy
-	// Effect runs a mutation's effect (the worker calls it).
-	Effect Effect
-	// Serve answers a read tool's call with validated arguments.
-	Serve func(ctx context.Context, caller Caller, args json.RawMessage) (any, error)
-
-	schema *objectSchema
-	check  func(raw json.RawMessage) error
-}
-
-// Validate checks decoded arguments (gate.DecodeArgs) against the tool's
-// schema and its Check: unknown, missing, mistyped and out-of-range
-// arguments are *domain.Error with code invalid_argument and the field.
-// The idempotency key is left to the gate, which has its own codes.
-func (s *Spec) Validate(args map[string]any) error {
-	if err := s.schema.validate(args); err != nil {
-		return err
-	}
-	if s.check == nil {
-		return nil
-	}
-	raw, err := json.Marshal(args)
-	if err != nil {
-		return domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
-	}
-	return s.check(raw)
-}
-
-// Effect is a mutation's effect with its types erased, for the worker.
-type Effect interface {
-	// Apply runs an in-transaction effect inside tx and returns the result.
-	Apply(ctx context.Context, tx Tx, c *gate.Claim) (json.RawMessage, error)
-	// Call runs an external effect outside any transaction.
-	Call(ctx context.Context, c *gate.Claim) (json.RawMessage, error)
-	// Record writes an external effect's rows in the completing transaction.
-	Record(ctx context.Context, tx Tx, c *gate.Claim, result json.RawMessage) error
-}
-
-// Spec implements Tool.
-func (m *Mutation[A, R]) Spec() (*Spec, error) {
+func (m *Mutation[A, R]) spec() (*toolspec.Spec, error) {
 	if err := checkNames(m.Name, m.Title, m.Description, m.Scope); err != nil {
 		return nil, err
 	}
@@ -264,26 +203,33 @@ func (m *Mutation[A, R]) Spec() (*Spec, error) {
 			provider = "external"
 		}
 	}
-	spec := &Spec{
+	spec := &toolspec.Spec{
 		Name: m.Name, Title: m.Title, Description: m.Description, Scope: m.Scope,
 		Mutating: true, InTx: m.InTx != nil, Provider: provider,
 		InputSchema: in.published, OutputSchema: out, Policy: policy,
-		Effect: &effect[A, R]{m: m}, schema: in,
+		Effect: &effect[A, R]{m: m},
 	}
-	if m.Check != nil {
-		spec.check = func(raw json.RawMessage) error {
-			var a A
-			if err := json.Unmarshal(raw, &a); err != nil {
-				return domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
-			}
-			return m.Check(&a)
+	spec.Check = func(args map[string]any) error {
+		if err := in.validate(args); err != nil {
+			return err
 		}
+		if m.Check == nil {
+			return nil
+		}
+		raw, err := json.Marshal(args)
+		if err != nil {
+			return domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
+		}
+		var a A
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
+		}
+		return m.Check(&a)
 	}
 	return spec, nil
 }
 
-// Spec implements Tool.
-func (r *Read[A, R]) Spec() (*Spec, error) {
+func (r *Read[A, R]) spec() (*toolspec.Spec, error) {
 	if err := checkNames(r.Name, r.Title, r.Description, r.Scope); err != nil {
 		return nil, err
 	}
@@ -298,15 +244,15 @@ func (r *Read[A, R]) Spec() (*Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: result: %w", r.Name, err)
 	}
-	return &Spec{
+	return &toolspec.Spec{
 		Name: r.Name, Title: r.Title, Description: r.Description, Scope: r.Scope,
-		InputSchema: in.published, OutputSchema: out, schema: in,
-		Serve: func(ctx context.Context, caller Caller, raw json.RawMessage) (any, error) {
+		InputSchema: in.published, OutputSchema: out, Check: in.validate,
+		Serve: func(ctx context.Context, caller toolspec.Caller, raw json.RawMessage) (any, error) {
 			var a A
 			if err := json.Unmarshal(raw, &a); err != nil {
 				return nil, domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
 			}
-			res, err := r.Handle(ctx, caller, &a)
+			res, err := r.Handle(ctx, Caller(caller), &a)
 			if err != nil {
 				return nil, err
 			}
@@ -342,7 +288,7 @@ func (e *effect[A, R]) op(c *gate.Claim) (*Op[A], error) {
 	return op, nil
 }
 
-func (e *effect[A, R]) Apply(ctx context.Context, tx Tx, c *gate.Claim) (json.RawMessage, error) {
+func (e *effect[A, R]) Apply(ctx context.Context, tx toolspec.Tx, c *gate.Claim) (json.RawMessage, error) {
 	if e.m.InTx == nil {
 		return nil, fmt.Errorf("tool %s: not an in-transaction effect", e.m.Name)
 	}
@@ -372,7 +318,7 @@ func (e *effect[A, R]) Call(ctx context.Context, c *gate.Claim) (json.RawMessage
 	return marshalResult(e.m.Name, res)
 }
 
-func (e *effect[A, R]) Record(ctx context.Context, tx Tx, c *gate.Claim, result json.RawMessage) error {
+func (e *effect[A, R]) Record(ctx context.Context, tx toolspec.Tx, c *gate.Claim, result json.RawMessage) error {
 	if e.m.Record == nil {
 		return nil
 	}
@@ -398,6 +344,6 @@ func marshalResult[R any](name string, res *R) (json.RawMessage, error) {
 	return b, nil
 }
 
-// ErrNotFound is what a read tool's Handle returns for a missing thing;
-// the caller gets not_found.
+// ErrNotFound is what a read tool's Handle returns for a missing thing (the
+// caller gets not_found), and what Row.Scan returns when there is no row.
 var ErrNotFound = domain.ErrNotFound

@@ -44,7 +44,7 @@ func decoded(t *testing.T, raw string) map[string]any {
 
 func TestSpecDerivesSchemasAndPolicy(t *testing.T) {
 	t.Parallel()
-	spec, err := issueCoupon().Spec()
+	spec, err := tool.SpecOf(issueCoupon())
 	require.NoError(t, err)
 	require.True(t, spec.Mutating)
 	require.True(t, spec.InTx)
@@ -79,7 +79,7 @@ func TestSpecDerivesSchemasAndPolicy(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	spec, err := issueCoupon().Spec()
+	spec, err := tool.SpecOf(issueCoupon())
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name, raw string
@@ -121,7 +121,7 @@ func TestDeclarationErrors(t *testing.T) {
 	bad := func(mut func(m *tool.Mutation[couponArgs, coupon])) error {
 		m := issueCoupon()
 		mut(m)
-		_, err := m.Spec()
+		_, err := tool.SpecOf(m)
 		return err
 	}
 	require.ErrorContains(t, bad(func(m *tool.Mutation[couponArgs, coupon]) { m.Name = "Issue-Coupon" }), "Name")
@@ -136,14 +136,14 @@ func TestDeclarationErrors(t *testing.T) {
 	type withKey struct {
 		Key string `json:"idempotency_key"`
 	}
-	_, err := (&tool.Mutation[withKey, coupon]{Name: "k", Title: "K", Description: "K", Scope: "a:b",
-		InTx: func(context.Context, tool.Tx, *tool.Op[withKey]) (*coupon, error) { return nil, nil }}).Spec()
+	_, err := tool.SpecOf(&tool.Mutation[withKey, coupon]{Name: "k", Title: "K", Description: "K", Scope: "a:b",
+		InTx: func(context.Context, tool.Tx, *tool.Op[withKey]) (*coupon, error) { return nil, nil }})
 	require.ErrorContains(t, err, "added by idemgate")
 
 	reg := tool.NewRegistry()
 	require.NoError(t, reg.Add(issueCoupon()))
 	require.ErrorContains(t, reg.Add(issueCoupon()), "registered twice")
-	require.Equal(t, []string{"coupons:issue", "operations:read", "ops:admin"}, reg.Scopes())
+	require.Equal(t, []string{"coupons:issue", "operations:read", "ops:admin"}, tool.ScopesOf(reg))
 }
 
 // A team's own mutation: arguments and result as structs, an
@@ -177,10 +177,7 @@ func Example() {
 	if err := reg.Add(issueCoupon); err != nil {
 		panic(err)
 	}
-	spec, _ := reg.Get("issue_coupon")
-	fmt.Println(spec.Name, spec.Scope, spec.InTx, spec.Policy.TTL)
-	fmt.Println(reg.Scopes())
+	fmt.Println(reg.Add(issueCoupon))
 	// Output:
-	// issue_coupon coupons:issue true 24h0m0s
-	// [coupons:issue operations:read ops:admin]
+	// tool issue_coupon: registered twice
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/app"
 	"net/url"
 	"strconv"
 	"time"
@@ -98,6 +99,9 @@ func newDBServer(ctx context.Context, adminURL string) (*dbServer, error) {
 		return nil, err
 	}
 	_, err = pgengine.Migrate(ctx, pool, nil)
+	if err == nil {
+		_, err = app.MigrateBuiltinsPostgres(ctx, pool, nil) // the built-in tools' tables
+	}
 	pool.Close()
 	if err != nil {
 		return nil, fmt.Errorf("migrate template %s: %w", name, err)

@@ -24,7 +24,6 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/store"
 )
 
 // tuning is applied to bare River and to idemgate alike.
@@ -210,23 +209,36 @@ type bareArgs struct {
 func (bareArgs) Kind() string { return "bench_bare_credit" }
 
 // bareWorker runs apply_credit's own domain statements (the customer's
-// currency checked, the ledger entry inserted by the store's LedgerInsert,
-// which returns the balance) and completes the job in the same
+// currency checked, the ledger entry inserted as tools/credit.go inserts
+// it) and completes the job in the same
 // transaction: the tool's effect without the gate, so that the ratio
 // prices the gate alone.
 type bareWorker struct {
 	river.WorkerDefaults[bareArgs]
 	pool *pgxpool.Pool
-	data *pgengine.Store
 }
 
 // sqlBareCurrency is apply_credit's currency check (tools/credit.go).
 const sqlBareCurrency = `SELECT currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`
 
-// pgxTx is a pgx.Tx as the store's domain methods take it.
-type pgxTx struct{ pgx.Tx }
+// sqlBareLedger is apply_credit's ledger insert (internal/tools/credit.go).
+const sqlBareLedger = `INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
+	VALUES ($1, $2, $3, $4, $5, $6)`
 
-func (t pgxTx) Raw() any { return t.Tx }
+// sqlBareOrder is refund_order's order read (internal/tools/order.go).
+const sqlBareOrder = `SELECT charge_id, amount_cents, refunded_cents, currency FROM orders WHERE tenant_id = $1 AND order_id = $2`
+
+// sqlBareRefund is refund_order's record on Postgres (internal/tools/refund.go).
+const sqlBareRefund = `
+WITH ins AS (
+	INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)
+	ON CONFLICT (stripe_refund_id) DO NOTHING
+	RETURNING tenant_id, order_id, amount_cents
+)
+UPDATE orders o SET refunded_cents = o.refunded_cents + ins.amount_cents
+FROM ins
+WHERE o.tenant_id = ins.tenant_id AND o.order_id = ins.order_id`
 
 func (w *bareWorker) Work(ctx context.Context, job *river.Job[bareArgs]) error {
 	tx, err := w.pool.Begin(ctx)
@@ -241,8 +253,7 @@ func (w *bareWorker) Work(ctx context.Context, job *river.Job[bareArgs]) error {
 	if currency != "usd" {
 		return fmt.Errorf("customer %s's currency is %s", job.Args.CustomerID, currency)
 	}
-	if _, err := w.data.LedgerInsert(ctx, pgxTx{tx}, &store.LedgerInsertParams{TenantID: job.Args.TenantID,
-		CustomerID: job.Args.CustomerID, OperationID: uuid.NewString(), AmountCents: job.Args.AmountCents, Currency: "usd"}); err != nil {
+	if _, err := tx.Exec(ctx, sqlBareLedger, job.Args.TenantID, job.Args.CustomerID, uuid.NewString(), job.Args.AmountCents, "usd", ""); err != nil {
 		return err
 	}
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
@@ -279,25 +290,27 @@ func newStripeRefunds(base string) *refund.Client {
 }
 
 // bareRefundWorker does what refund_order does, without the gate: it reads
-// the order with the store's OrderGet (its charge, what is still
+// the order as refund_order does (its charge, what is still
 // refundable), makes the refund at Stripe with an Idempotency-Key and the
 // same metadata, then records the refund row and the order's refunded
-// amount with the store's RefundRecord and completes the job with
+// amount with refund_order's statement and completes the job with
 // JobCompleteTx in one transaction.
 type bareRefundWorker struct {
 	river.WorkerDefaults[bareRefundArgs]
 	pool    *pgxpool.Pool
-	data    *pgengine.Store
 	refunds *refund.Client
 }
 
 func (w *bareRefundWorker) Work(ctx context.Context, job *river.Job[bareRefundArgs]) error {
 	a := job.Args
-	order, err := w.data.OrderGet(ctx, &store.OrderGetParams{TenantID: a.TenantID, OrderID: a.OrderID})
-	if err != nil {
+	var (
+		charge, currency      string
+		amount, refundedCents int64
+	)
+	if err := w.pool.QueryRow(ctx, sqlBareOrder, a.TenantID, a.OrderID).Scan(&charge, &amount, &refundedCents, &currency); err != nil {
 		return err
 	}
-	charge, currency, refundable := order.ChargeID, order.Currency, order.AmountCents-order.RefundedCents
+	refundable := amount - refundedCents
 	if a.AmountCents > refundable {
 		return river.JobCancel(fmt.Errorf("amount_cents %d exceeds the %d still refundable on order %s", a.AmountCents, refundable, a.OrderID))
 	}
@@ -323,8 +336,7 @@ func (w *bareRefundWorker) Work(ctx context.Context, job *river.Job[bareRefundAr
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if err := w.data.RefundRecord(ctx, pgxTx{tx}, &store.RefundRecordParams{TenantID: a.TenantID, OrderID: a.OrderID,
-		OperationID: opID.String(), StripeRefundID: re.ID, AmountCents: re.Amount, Currency: currency, Status: string(re.Status)}); err != nil {
+	if _, err := tx.Exec(ctx, sqlBareRefund, a.TenantID, a.OrderID, opID.String(), re.ID, re.Amount, currency, string(re.Status)); err != nil {
 		return err
 	}
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
@@ -367,9 +379,9 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	}
 	workers := river.NewWorkers()
 	if o.stripeBase != "" {
-		river.AddWorker(workers, &bareRefundWorker{pool: s.workerPool, data: pgengine.New(s.workerPool), refunds: newStripeRefunds(o.stripeBase)})
+		river.AddWorker(workers, &bareRefundWorker{pool: s.workerPool, refunds: newStripeRefunds(o.stripeBase)})
 	} else {
-		river.AddWorker(workers, &bareWorker{pool: s.workerPool, data: pgengine.New(s.workerPool)})
+		river.AddWorker(workers, &bareWorker{pool: s.workerPool})
 	}
 	inflight := config.DefaultInflightTimeout
 	s.worker, err = river.NewClient(riverpgxv5.New(s.workerPool), &river.Config{

@@ -66,6 +66,21 @@ func (d *database) ops(a *app) (*idemgateapp.Ops, error) {
 	return idemgateapp.NewOps(a.cfg, d.drv, a.logger)
 }
 
-func (d *database) migrate(ctx context.Context, a *app) (*engine.Result, error) {
-	return d.drv.Migrate(ctx, a.logger)
+// migrated is what migrate applied: River's and idemgate's migrations,
+// then the built-in tools' (in their own version table).
+type migrated struct {
+	*engine.Result
+	BuiltinsApplied int `json:"builtins_applied"`
+}
+
+func (d *database) migrate(ctx context.Context, a *app) (*migrated, error) {
+	var (
+		res = &migrated{}
+		err error
+	)
+	if res.Result, err = d.drv.Migrate(ctx, a.logger); err != nil {
+		return nil, err
+	}
+	res.BuiltinsApplied, err = idemgateapp.MigrateBuiltins(ctx, d.drv, a.logger)
+	return res, err
 }

@@ -143,7 +143,7 @@ func TestMigrateSeedAndTokensOnSQLite(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	res = idemctl(ctx, t, dbURL, "migrate")
 	require.Equal(t, 0, res.code, res.stderr)
-	require.JSONEq(t, `{"river_applied":0,"idemgate_applied":0}`, res.stdout)
+	require.JSONEq(t, `{"river_applied":0,"idemgate_applied":0,"builtins_applied":0}`, res.stdout)
 
 	seed := writeFile(t, "seed.json", `{"orders":[{"tenant":"acme","order_id":"ord_1","charge_id":"ch_1","amount_cents":100,"currency":"usd"}],
 		"tokens":[{"tenant":"acme","user":"bot","scopes":["billing:refund"],"token":"idg_sqlite_demo"}]}`)

@@ -46,8 +46,8 @@ var IssueCoupon = &tool.Mutation[IssueCouponArgs, Coupon]{
 var migrationFiles embed.FS
 
 // Migrations returns the example's own migrations for one engine.
-func Migrations(engine tool.Engine) fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations/"+string(engine))
+func Migrations(engine string) fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations/"+engine)
 	if err != nil {
 		panic(err) // the directories are embedded
 	}

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/idemtype"
 	"github.com/idemgate/idemgate/tool"
 	"github.com/idemgate/idemgate/tool/tooltest"
 )
@@ -14,7 +14,7 @@ func couponCase() *tooltest.Case {
 		Args:        map[string]any{"customer_id": "cus_1", "percent_off": 10},
 		Differ:      map[string]any{"customer_id": "cus_1", "percent_off": 20},
 		DifferField: "percent_off",
-		Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
+		Effects: func(t testing.TB, h *tooltest.Harness, op *idemtype.Operation) int {
 			return h.Count(t, `SELECT count(*) FROM coupons WHERE operation_id = $1`, op.OperationID)
 		},
 	}
@@ -23,13 +23,13 @@ func couponCase() *tooltest.Case {
 func TestIssueCouponOnPostgres(t *testing.T) {
 	t.Parallel()
 	reg := tool.NewRegistry().MustAdd(IssueCoupon)
-	h := tooltest.Postgres(t, reg, &tooltest.Options{PostgresMigrations: Migrations(tool.Postgres)})
+	h := tooltest.Postgres(t, reg, &tooltest.Options{Migrations: Migrations})
 	tooltest.Check(t, h, couponCase())
 }
 
 func TestIssueCouponOnSQLite(t *testing.T) {
 	t.Parallel()
 	reg := tool.NewRegistry().MustAdd(IssueCoupon)
-	h := tooltest.SQLite(t, reg, &tooltest.Options{SQLiteMigrations: Migrations(tool.SQLite)})
+	h := tooltest.SQLite(t, reg, &tooltest.Options{Migrations: Migrations})
 	tooltest.Check(t, h, couponCase())
 }

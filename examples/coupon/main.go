@@ -43,10 +43,7 @@ func run() error {
 	if err := reg.Add(IssueCoupon); err != nil {
 		return err
 	}
-	svc, err := idemgate.Open(ctx, cfg, reg, &idemgate.Options{
-		PostgresMigrations: Migrations(tool.Postgres),
-		SQLiteMigrations:   Migrations(tool.SQLite),
-	})
+	svc, err := idemgate.Open(ctx, cfg, reg, &idemgate.Options{Migrations: Migrations})
 	if err != nil {
 		return err
 	}

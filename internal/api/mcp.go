@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"net/http"
 	"runtime/debug"
 
@@ -11,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Version is the server version announced to MCP clients.
@@ -89,7 +89,7 @@ func (s *Server) recoverMCP(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-func (s *Server) toolHandler(def *tool.Spec) mcp.ToolHandler {
+func (s *Server) toolHandler(def *toolspec.Spec) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		actor, ok := ActorFromContext(ctx)
 		if !ok {

@@ -39,6 +39,7 @@ import (
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 type mcpPair struct {
@@ -54,7 +55,7 @@ func mcpPairSetup(tb testing.TB) *mcpPair {
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(tb)
 	data := pgengine.New(pool)
-	_, err := data.Seed(ctx, &store.SeedFile{
+	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
 		Tokens: []store.SeedToken{
 			{Tenant: "acme", User: "fuzz", Scopes: []string{"billing:refund", "billing:credit", "seats:reset", "users:password_reset", "operations:read"}, Token: fuzzTokenAll},

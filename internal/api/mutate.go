@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"strings"
 	"time"
@@ -16,7 +17,6 @@ import (
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/telemetry"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Answer is what a mutation call answers with, over MCP and REST alike.
@@ -74,7 +74,7 @@ type call struct {
 	requestID string
 	// clientRequestID is the caller's X-Request-Id, stored apart.
 	clientRequestID string
-	tool            *tool.Spec
+	tool            *toolspec.Spec
 	// raw are the JSON arguments as received.
 	raw []byte
 	// noWait answers at once instead of waiting up to the server's Wait
@@ -276,7 +276,7 @@ func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}
-	out, err := c.tool.Serve(ctx, tool.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID}, raw)
+	out, err := c.tool.Serve(ctx, toolspec.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID}, raw)
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}

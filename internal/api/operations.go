@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,8 +48,8 @@ type OperationPage struct {
 
 // listOperationsSpec declares list_operations; its tool argument is one of
 // the registry's mutations.
-func (s *Server) listOperationsSpec() (*tool.Spec, error) {
-	spec, err := (&tool.Read[listOperationsArgs, OperationPage]{
+func (s *Server) listOperationsSpec() (*toolspec.Spec, error) {
+	spec, err := derive(&tool.Read[listOperationsArgs, OperationPage]{
 		Name:        ListOperations,
 		Title:       "List operations",
 		Description: "The caller's operations, newest first, optionally of one tool or status; pass next_cursor as cursor for the next page.",
@@ -56,7 +57,7 @@ func (s *Server) listOperationsSpec() (*tool.Spec, error) {
 		Handle: func(ctx context.Context, caller tool.Caller, a *listOperationsArgs) (*OperationPage, error) {
 			return s.listOperations(ctx, caller.TenantID, a.Tool, domain.Status(a.Status), int(a.Limit), a.Cursor)
 		},
-	}).Spec()
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +65,7 @@ func (s *Server) listOperationsSpec() (*tool.Spec, error) {
 }
 
 // withToolEnum publishes names as the enum of the spec's tool argument.
-func withToolEnum(spec *tool.Spec, names []string) error {
+func withToolEnum(spec *toolspec.Spec, names []string) error {
 	var schema map[string]any
 	if err := json.Unmarshal(spec.InputSchema, &schema); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,7 +28,6 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Defaults of Config.
@@ -56,7 +56,7 @@ type Config struct {
 	Auth Authenticator
 	// Tools are the tools served besides the built-in get_operation and
 	// list_operations.
-	Tools *tool.Registry
+	Tools *toolspec.Registry
 	// Jobs cancels River jobs in the gate's transactions (tasks/cancel).
 	// Required.
 	Jobs gate.JobControl
@@ -109,10 +109,10 @@ type Config struct {
 type Server struct {
 	gate  *gate.Gate
 	auth  Authenticator
-	tools *tool.Registry
+	tools *toolspec.Registry
 	// getOperation and listOperationsTool are the built-in reads.
-	getOperation       *tool.Spec
-	listOperationsTool *tool.Spec
+	getOperation       *toolspec.Spec
+	listOperationsTool *toolspec.Spec
 	// jobs cancels a cancelled task's job.
 	jobs      gate.JobControl
 	wait      time.Duration

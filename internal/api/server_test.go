@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -16,7 +17,6 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/tool"
 )
 
 type noAuth struct{}
@@ -60,7 +60,7 @@ func unusedStore(t *testing.T) *pgengine.Store {
 }
 
 // builtinTools is the built-in tools' registry on st.
-func builtinTools(t *testing.T, st *pgengine.Store) *tool.Registry {
+func builtinTools(t *testing.T, st *pgengine.Store) *toolspec.Registry {
 	t.Helper()
 	reg, err := app.BuiltinDeclarations(config.Defaults(), st)
 	require.NoError(t, err)

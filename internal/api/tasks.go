@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // MCP tasks (protocol revision 2025-11-25). The task id is the operation
@@ -202,7 +202,7 @@ func (s *Server) addTaskMethods(server *mcp.Server) error {
 
 // taskClaim finds the caller's task by id. A reader needs operations:read
 // or the tool's own scope; a canceller (write) the tool's scope.
-func (s *Server) taskClaim(ctx context.Context, taskID string, write bool) (*gate.Claim, *tool.Spec, error) {
+func (s *Server) taskClaim(ctx context.Context, taskID string, write bool) (*gate.Claim, *toolspec.Spec, error) {
 	actor, ok := ActorFromContext(ctx)
 	if !ok {
 		return nil, nil, rpcError(jsonrpc.CodeInternalError, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "", "no authenticated actor")})

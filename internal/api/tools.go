@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -9,19 +11,10 @@ import (
 	"github.com/idemgate/idemgate/tool"
 )
 
-// Limits on argument values.
-const (
-	// MaxAmountCents is the largest amount the `idem:"cents"` arguments
-	// accept.
-	MaxAmountCents = tool.MaxAmountCents
-	// MaxTextLen is the longest `idem:"text"` argument, in runes.
-	MaxTextLen = tool.MaxTextLen
-)
-
 // Scopes of the api's own routes.
 const (
 	ScopeOperationsRead = tool.ScopeOperationsRead
-	ScopeOpsAdmin       = tool.ScopeOpsAdmin
+	ScopeOpsAdmin       = tokenspec.ScopeOpsAdmin
 )
 
 // GetOperation is the built-in read tool that answers an operation's
@@ -36,8 +29,8 @@ type getOperationArgs struct {
 
 // getOperationSpec declares get_operation; its tool argument is one of
 // the registry's mutations.
-func (s *Server) getOperationSpec() (*tool.Spec, error) {
-	spec, err := (&tool.Read[getOperationArgs, domain.Operation]{
+func (s *Server) getOperationSpec() (*toolspec.Spec, error) {
+	spec, err := derive(&tool.Read[getOperationArgs, domain.Operation]{
 		Name:        GetOperation,
 		Title:       "Get an operation by key",
 		Description: "The status and outcome of a mutation, by its tool and idempotency_key.",
@@ -45,7 +38,7 @@ func (s *Server) getOperationSpec() (*tool.Spec, error) {
 		Handle: func(ctx context.Context, caller tool.Caller, a *getOperationArgs) (*domain.Operation, error) {
 			return s.operation(ctx, domain.Actor{TenantID: caller.TenantID, UserID: caller.UserID}, a.Tool, a.IdempotencyKey)
 		},
-	}).Spec()
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +59,7 @@ func (s *Server) checkToolName(args map[string]any, optional bool) error {
 }
 
 // toolByName returns a tool of the registry, or a built-in read.
-func (s *Server) toolByName(name string) (*tool.Spec, bool) {
+func (s *Server) toolByName(name string) (*toolspec.Spec, bool) {
 	switch name {
 	case GetOperation:
 		return s.getOperation, true
@@ -77,14 +70,14 @@ func (s *Server) toolByName(name string) (*tool.Spec, bool) {
 }
 
 // allTools lists every tool the server serves.
-func (s *Server) allTools() []*tool.Spec {
+func (s *Server) allTools() []*toolspec.Spec {
 	return append(s.tools.All(), s.getOperation, s.listOperationsTool)
 }
 
 // annotations are the MCP hints of a tool, set truthfully: reads are
 // read-only; mutations are destructive but idempotent (per key), and an
 // in-transaction effect touches nothing outside idemgate's database.
-func annotations(spec *tool.Spec) *mcp.ToolAnnotations {
+func annotations(spec *toolspec.Spec) *mcp.ToolAnnotations {
 	if !spec.Mutating {
 		return &mcp.ToolAnnotations{Title: spec.Title, ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: ptr(false)}
 	}
@@ -92,3 +85,6 @@ func annotations(spec *tool.Spec) *mcp.ToolAnnotations {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// derive returns the spec of one of the api's own tools.
+func derive(t tool.Tool) (*toolspec.Spec, error) { return toolspec.Derive(t) }

@@ -26,6 +26,7 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 const (
@@ -42,7 +43,7 @@ type testBundle struct {
 
 func seedFile() *store.SeedFile {
 	all := []string{"billing:refund", "billing:credit", "seats:reset", "users:password_reset", "operations:read"}
-	return &store.SeedFile{
+	return &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{
 			{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"},
 			{Tenant: "globex", OrderID: "ord_9f2", ChargeID: "ch_456", AmountCents: 7000, Currency: "usd"},

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
 	"time"
@@ -27,14 +28,13 @@ import (
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // API is the assembled api process.
 type API struct {
 	Driver engine.Driver
 	Gate   *gate.Gate
-	Tools  *tool.Registry
+	Tools  *toolspec.Registry
 	// Jobs cancels and retries River jobs in the gate's transactions.
 	Jobs    engine.River
 	Server  *api.Server
@@ -56,7 +56,7 @@ type APIOptions struct {
 	// before RateLimit paces them. Default (0): IDEMGATE_RATE_BURST.
 	RateBurst int
 	// Tools are the tools to serve. Default: the built-in tools.
-	Tools *tool.Registry
+	Tools *toolspec.Registry
 	// TracerProvider receives the api's spans (requests, claims, River
 	// inserts), and its log lines get trace ids. Nil: no tracing.
 	TracerProvider trace.TracerProvider
@@ -148,16 +148,16 @@ func tracedLogger(logger *slog.Logger, tp trace.TracerProvider) *slog.Logger {
 	return slog.New(telemetry.NewLogHandler(logger.Handler()))
 }
 
-// apiData is what the api reads and writes besides the gate.
+// apiData is what the api reads and writes besides the gate: tokens, and
+// reset links, which the built-in tools redeem on the gate's store.
 type apiData interface {
+	gate.Store
 	store.Tokens
-	store.Orders
-	store.ResetTokens
 }
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
 // reg (to which it adds the Go and process collectors).
-func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, data apiData, tools *tool.Registry, migrated func(context.Context) (bool, error),
+func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, data apiData, tools *toolspec.Registry, migrated func(context.Context) (bool, error),
 	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
 ) (*api.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -170,7 +170,7 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 		Wait:       cfg.Wait,
 		RateLimit:  rateLimit,
 		RateBurst:  rateBurst,
-		Resets:     data,
+		Resets:     resetTokens(data),
 		Registerer: reg,
 		Logger:     logger,
 

@@ -15,7 +15,7 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/toolspec"
 )
 
 // EmbeddedDBTimeout bounds the gate's statements in the embedded
@@ -120,7 +120,7 @@ func embeddedOptions(apiOpts *APIOptions, workerOpts *WorkerOptions) (*APIOption
 
 // buildAPI builds the api half: the api's handler with the operator routes
 // mounted on it, River UI on the process's River client.
-func (e *Embedded) buildAPI(cfg *config.Config, data apiData, tools *tool.Registry,
+func (e *Embedded) buildAPI(cfg *config.Config, data apiData, tools *toolspec.Registry,
 	apiOpts *APIOptions, reg *prometheus.Registry,
 ) error {
 	srv, err := newAPIServer(cfg, e.Gate, e.Client, data, tools, e.Driver.Migrated, apiOpts, reg, e.logger)

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,12 +22,12 @@ func intentKey(t *testing.T, secret, tenant, tool string, args map[string]any, g
 	require.NoError(t, err)
 	decoded, err := gate.DecodeArgs(raw)
 	require.NoError(t, err)
-	decls := map[string]interface{ Spec() (*toolapi.Spec, error) }{
+	decls := map[string]toolapi.Tool{
 		"refund_order": tools.RefundOrder(&tools.Deps{}), "apply_credit": tools.ApplyCredit(&tools.Deps{}),
 		"reset_seat": tools.ResetSeat(&tools.Deps{}), "send_password_reset": tools.SendPasswordReset(&tools.Deps{}),
 	}
 	require.Contains(t, decls, tool)
-	spec, err := decls[tool].Spec()
+	spec, err := toolspec.Derive(decls[tool])
 	require.NoError(t, err)
 	volatile := spec.Policy.VolatileFields
 	_, hash, err := gate.Fingerprint(decoded, volatile)

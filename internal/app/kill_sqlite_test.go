@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/stripetest"
@@ -49,6 +50,8 @@ func TestSQLiteProcessKilledMidRefundRecoversWithinLeaseAndReaperInterval(t *tes
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	_, err = sqliteengine.Migrate(ctx, db, nil)
+	require.NoError(t, err)
+	_, err = app.MigrateBuiltinsSQLite(ctx, db, nil)
 	require.NoError(t, err)
 	_, err = sqliteengine.New(db).Seed(ctx, seedFile())
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 // linkPattern is a reset link in a mail's text.
@@ -73,7 +74,7 @@ func TestPasswordResetLinkEndToEnd(t *testing.T) {
 	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM password_reset_tokens WHERE used_at IS NOT NULL`))
 
 	// globex has a base of its own; its token redeems here all the same.
-	_, err = pgengine.New(b.pool).Seed(t.Context(), &store.SeedFile{
+	_, err = pgengine.New(b.pool).Seed(t.Context(), &store.SeedFile{LoadRows: tools.SeedRows,
 		Users:   []store.SeedUser{{Tenant: "globex", UserID: "usr_9", Email: "gil@example.com"}},
 		Tenants: []store.SeedTenant{{Tenant: "globex", ResetLinkBase: "https://app.globex.example/reset?lang=en"}},
 	})

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,12 +21,13 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // resetStore is what these tests write reset tokens with.
 type resetStore interface {
 	store.Seeder
-	store.Domain
 	Begin(ctx context.Context) (gate.Tx, error)
 }
 
@@ -55,7 +57,7 @@ func setupResetsSQLite(t *testing.T) *resetBundle {
 
 func seedResetUser(t *testing.T, b *resetBundle) *resetBundle {
 	t.Helper()
-	_, err := b.store.Seed(t.Context(), &store.SeedFile{Users: []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}})
+	_, err := b.store.Seed(t.Context(), &store.SeedFile{LoadRows: tools.SeedRows, Users: []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}})
 	require.NoError(t, err)
 	return b
 }
@@ -68,13 +70,19 @@ func (b *resetBundle) issue(t *testing.T, operationID string, expiresIn time.Dur
 	ctx := t.Context()
 	key := "idg_" + operationID + "_0"
 	token := resetmail.Token([]byte(strings.Repeat("r", 32)), key)
-	tx, err := b.store.Begin(ctx)
+	gtx, err := b.store.Begin(ctx)
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, b.store.ResetTokenInsert(ctx, tx.(store.Tx), &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1",
-		OperationID: operationID, TokenHash: resetmail.TokenHash(token), MessageID: "<" + key + "@localhost>",
-		ExpiresAt: time.Now().Add(expiresIn)}))
-	require.NoError(t, tx.Commit(ctx))
+	defer func() { _ = gtx.Rollback(ctx) }()
+	tx, err := toolspec.WrapTx(gtx)
+	require.NoError(t, err)
+	var expires any = time.Now().Add(expiresIn)
+	if tx.Engine() == tool.SQLite {
+		expires = sqliteengine.FormatTime(time.Now().Add(expiresIn))
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
+		VALUES ('acme', 'usr_1', $1, $2, $3, $4)`, operationID, resetmail.TokenHash(token), "<"+key+"@localhost>", expires)
+	require.NoError(t, err)
+	require.NoError(t, gtx.Commit(ctx))
 	return token
 }
 

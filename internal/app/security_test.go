@@ -547,7 +547,7 @@ func TestSecurityLimitsOverMCP(t *testing.T) {
 		// Amounts (negative and fractional: TestMCPRejectionsCarryCodesAndOneAuditRow).
 		{"AmountZero", "refund_order", refundRaw(`"limit-amount-01"`, "0"), domain.CodeInvalidArgument, "amount_cents"},
 		{"AmountMinusZero", "refund_order", refundRaw(`"limit-amount-02"`, "-0"), domain.CodeInvalidArgument, "amount_cents"},
-		{"AmountOverMax", "refund_order", refundRaw(`"limit-amount-03"`, strconv.Itoa(api.MaxAmountCents+1)), domain.CodeInvalidArgument, "amount_cents"},
+		{"AmountOverMax", "refund_order", refundRaw(`"limit-amount-03"`, strconv.Itoa(maxAmountCents+1)), domain.CodeInvalidArgument, "amount_cents"},
 		{"AmountOverMaxExponent", "refund_order", refundRaw(`"limit-amount-04"`, "1e10"), domain.CodeInvalidArgument, "amount_cents"},
 		{"AmountAbove2e53", "refund_order", refundRaw(`"limit-amount-05"`, "9007199254740993"), domain.CodeInvalidArgument, "amount_cents"},
 		{"AmountString", "refund_order", refundRaw(`"limit-amount-07"`, `"1500"`), domain.CodeInvalidArgument, "amount_cents"},
@@ -607,7 +607,7 @@ func TestSecurityLimitsOverMCP(t *testing.T) {
 	for _, raw := range []string{
 		refundRaw(`"k1234567"`, "100"),
 		refundRaw(q(strings.Repeat("K", 128)), "100"),
-		refundRaw(`"limit-boundary-1"`, strconv.Itoa(api.MaxAmountCents)),
+		refundRaw(`"limit-boundary-1"`, strconv.Itoa(maxAmountCents)),
 		refundRaw(`"limit-boundary-2"`, "1e3"),
 		`{"order_id":` + q(strings.Repeat("o", 64)) + `,"amount_cents":1,"reason":` + q(strings.Repeat("é", 500)) + `,"idempotency_key":"limit-boundary-3"}`,
 	} {
@@ -891,3 +891,6 @@ func withZero(m map[string]int, keys ...string) map[string]int {
 	}
 	return m
 }
+
+// maxAmountCents is the largest amount `idem:"cents"` accepts.
+const maxAmountCents = 1_000_000_000

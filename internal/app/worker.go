@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
 	"time"
@@ -19,7 +20,6 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/telemetry"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Worker tuning. FetchCooldown is River's floor between fetches: its
@@ -50,7 +50,7 @@ type WorkerOptions struct {
 	// MaxWorkers is the default queue's concurrency.
 	MaxWorkers int
 	// Tools are the tools to work. Default: the built-in tools.
-	Tools *tool.Registry
+	Tools *toolspec.Registry
 	// TracerProvider receives the worker's spans (River jobs, the built-in
 	// tools' Stripe and SMTP calls), and its log lines get trace ids. Nil:
 	// no tracing.
@@ -105,7 +105,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 // newWorkers builds the claim jobs' runner over the registry's mutations,
 // and River's workers for them (on client's River driver) and for the
 // reaper and pruner.
-func newWorkers(cfg *config.Config, g *gate.Gate, reg *tool.Registry,
+func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
 	client engine.River, metrics *jobs.Metrics, logger *slog.Logger,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
@@ -135,7 +135,7 @@ func newReaper(cfg *config.Config, g *gate.Gate, control gate.JobControl, logger
 
 // workerTools is opts.Tools, or the built-in tools on data, traced with
 // opts.TracerProvider.
-func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tool.Registry, error) {
+func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*toolspec.Registry, error) {
 	if opts.Tools != nil {
 		return opts.Tools, nil
 	}

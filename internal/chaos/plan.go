@@ -13,6 +13,7 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -20,7 +21,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Plan constants. The tenant and token exist only in the throwaway database.
@@ -78,7 +78,7 @@ func DefaultOps(d time.Duration) int {
 // agentScopes are what the chaos agent's token grants: every scope of the
 // built-in tools and operations:read, not ops:admin.
 func agentScopes() []string {
-	return slices.DeleteFunc(tools.Scopes(), func(s string) bool { return s == tool.ScopeOpsAdmin })
+	return slices.DeleteFunc(tools.Scopes(), func(s string) bool { return s == tokenspec.ScopeOpsAdmin })
 }
 
 // NewPlan builds the workload for seed and n operations, and the seed file
@@ -87,7 +87,7 @@ func agentScopes() []string {
 func NewPlan(seed int64, n int, duration time.Duration) (*Plan, *store.SeedFile) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6368616f73)) // "chaos"
 	p := &Plan{Seed: seed, Duration: duration}
-	f := &store.SeedFile{
+	f := &store.SeedFile{LoadRows: tools.SeedRows,
 		Tokens: []store.SeedToken{{
 			Tenant: Tenant, User: "chaos-agent", Token: Token,
 			Scopes: agentScopes(),

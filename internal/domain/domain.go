@@ -7,9 +7,9 @@
 package domain
 
 import (
-	"encoding/json"
 	"slices"
-	"time"
+
+	"github.com/idemgate/idemgate/idemtype"
 )
 
 // Actor is who a request acts for. It comes from the bearer token, never
@@ -30,25 +30,20 @@ func (a Actor) HasScope(scope string) bool {
 	return slices.Contains(a.Scopes, scope)
 }
 
-// Status is the state of a claim.
-type Status string
+// Status is the state of a claim (idemtype.Status).
+type Status = idemtype.Status
 
 // The claim statuses. Queued and running are in flight; succeeded and failed
 // are terminal.
 const (
-	StatusQueued    Status = "queued"
-	StatusRunning   Status = "running"
-	StatusSucceeded Status = "succeeded"
-	StatusFailed    Status = "failed"
+	StatusQueued    = idemtype.StatusQueued
+	StatusRunning   = idemtype.StatusRunning
+	StatusSucceeded = idemtype.StatusSucceeded
+	StatusFailed    = idemtype.StatusFailed
 )
 
-// Terminal reports whether s is succeeded or failed.
-func (s Status) Terminal() bool {
-	return s == StatusSucceeded || s == StatusFailed
-}
-
-// Valid reports whether s is one of the four statuses.
-func (s Status) Valid() bool {
+// ValidStatus reports whether s is one of the four statuses.
+func ValidStatus(s Status) bool {
 	switch s {
 	case StatusQueued, StatusRunning, StatusSucceeded, StatusFailed:
 		return true
@@ -98,39 +93,8 @@ const (
 	DecisionForgotten Decision = "forgotten"
 )
 
-// Operation is the client-visible view of a claim: what a mutation call
-// answers with and what get_operation returns.
-type Operation struct {
-	OperationID    string          `json:"operation_id"`
-	Tool           string          `json:"tool"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Status         Status          `json:"status"`
-	Attempts       int             `json:"attempts"`
-	JobID          int64           `json:"job_id,omitempty"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	Error          *ErrorInfo      `json:"error,omitempty"`
-	// Generation counts re-drives that moved to a new downstream key.
-	Generation int `json:"generation"`
-	// LastError is the last transient error while the operation is retried
-	// (a Stripe outage, a network error): why it is not done yet.
-	LastError *ErrorInfo `json:"last_error,omitempty"`
-	// NextAttemptAt is when River runs the operation's job next, while it
-	// waits for a retry; set by get_operation, list_operations and tasks.
-	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
-	// LeaseExpiresAt is the end of the worker's in-flight lease while the
-	// operation is running: a worker that died is replaced after it.
-	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
-}
+// Operation is the client-visible view of a claim (idemtype.Operation).
+type Operation = idemtype.Operation
 
 // ErrorInfo is a stored, redacted error: a stable code and a message.
-type ErrorInfo struct {
-	Code    Code   `json:"code"`
-	Message string `json:"message"`
-	// NothingHappened is set when the downstream answered definitively
-	// that it made no effect, so that a re-drive may use a new downstream
-	// key (the next generation).
-	NothingHappened bool `json:"nothing_happened,omitempty"`
-}
+type ErrorInfo = idemtype.ErrorInfo

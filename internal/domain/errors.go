@@ -3,11 +3,12 @@ package domain
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemgate/idemgate/idemtype"
 )
 
-// Code is a stable, machine-readable error code. Clients branch on codes,
-// never on messages.
-type Code string
+// Code is a stable, machine-readable error code (idemtype.Code).
+type Code = idemtype.Code
 
 // The error codes of the contract.
 const (
@@ -51,23 +52,8 @@ func Codes() []Code {
 	}
 }
 
-// Error is an error with a stable code, an optional field it is about, and
-// optional details (for a conflict, the fields that differ).
-type Error struct {
-	Code    Code
-	Field   string
-	Message string
-	// Fields lists the argument names a conflict differs in.
-	Fields []string
-}
-
-// Error implements error.
-func (e *Error) Error() string {
-	if e.Field != "" {
-		return fmt.Sprintf("%s: %s: %s", e.Code, e.Field, e.Message)
-	}
-	return fmt.Sprintf("%s: %s", e.Code, e.Message)
-}
+// Error is an error with a stable code (idemtype.Error).
+type Error = idemtype.Error
 
 // Errorf returns an *Error with code, field and a formatted message.
 func Errorf(code Code, field, format string, args ...any) *Error {

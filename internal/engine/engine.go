@@ -20,13 +20,13 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Driver is one engine on one open database.
 type Driver interface {
-	// Engine names the engine.
-	Engine() tool.Engine
+	// Engine names the engine, as tool.Tx.Engine does: "postgres" or
+	// "sqlite" (tool.Postgres, tool.SQLite).
+	Engine() string
 	// Store is the engine's store on the database. Its transactions are
 	// the engine's tool.Tx.
 	Store() Store
@@ -37,6 +37,11 @@ type Driver interface {
 	// idemgate's, with AppTable as their version table, and reports how
 	// many it applied.
 	MigrateApp(ctx context.Context, fsys fs.FS, logger *slog.Logger) (int, error)
+	// MigrateLine applies one line of goose SQL migrations besides
+	// idemgate's (fsys), recorded in its own version table, and reports
+	// how many it applied: MigrateApp is the line of AppTable, the
+	// built-in tools' have theirs.
+	MigrateLine(ctx context.Context, fsys fs.FS, table string, logger *slog.Logger) (int, error)
 	// Migrated reports whether every River and idemgate migration this
 	// binary knows is applied. It only reads.
 	Migrated(ctx context.Context) (bool, error)
@@ -63,10 +68,7 @@ type Driver interface {
 type Store interface {
 	gate.Store
 	store.Tokens
-	store.Orders
 	store.Seeder
-	store.Domain
-	store.ResetTokens
 }
 
 // River is a River client on a driver's database, with the gate's job

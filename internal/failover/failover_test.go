@@ -39,6 +39,7 @@ import (
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 const (
@@ -293,7 +294,9 @@ func prepare(t *testing.T, url string) {
 	defer pool.Close()
 	_, err = pgengine.Migrate(ctx, pool, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	_, err = pgengine.New(pool).Seed(ctx, &store.SeedFile{
+	_, err = app.MigrateBuiltinsPostgres(ctx, pool, nil)
+	require.NoError(t, err)
+	_, err = pgengine.New(pool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
 		Tokens: []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund", "operations:read"}, Token: token}},
 	})

@@ -48,13 +48,13 @@ func TestTransitionsTable(t *testing.T) {
 			require.Empty(t, tr.To, "%s", tr.Event)
 			require.Equal(t, tr.Event == gate.EventExpire, method == "", "%s: only expire writes nothing", tr.Event)
 		default:
-			require.True(t, tr.To.Valid(), "%s", tr.Event)
+			require.True(t, domain.ValidStatus(tr.To), "%s", tr.Event)
 			reached[tr.To] = true
 			require.True(t, ok, "%s: Executor has no method %q", tr.Event, method)
 		}
 		require.NotEmpty(t, tr.Condition, "%s", tr.Event)
 		for _, from := range tr.From {
-			require.True(t, from.Valid(), "%s", tr.Event)
+			require.True(t, domain.ValidStatus(from), "%s", tr.Event)
 			if from.Terminal() {
 				require.Contains(t, []gate.Event{gate.EventTakeOver, gate.EventRedrive, gate.EventExpire, gate.EventArchive}, tr.Event,
 					"only a take-over, a re-drive or the clock and the pruner leave a terminal status")

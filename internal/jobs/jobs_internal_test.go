@@ -3,6 +3,7 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"io"
 	"log/slog"
 	"strings"
@@ -104,7 +105,7 @@ func TestRunnerConfigAndLeases(t *testing.T) {
 	}
 	g, err := gate.New(&gate.Config{Store: nopStore{}, Enqueuer: nopEnqueuer{}, Policies: policies})
 	require.NoError(t, err)
-	reg := tool.NewRegistry()
+	reg := toolspec.NewRegistry()
 
 	for _, tc := range []struct {
 		cfg  *RunnerConfig

@@ -10,7 +10,6 @@ import (
 	"riverqueue.com/riverui/uiendpoints"
 
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
 	riverui "riverqueue.com/riverui"
 )
 
@@ -29,16 +28,6 @@ func driverTx[TTx any](tx gate.Tx) (TTx, error) {
 		return zero, fmt.Errorf("jobs: store transaction %T is not one of the River driver's engine", tx)
 	}
 	return dt.DriverTx(), nil
-}
-
-// toolTx returns a gate transaction as an effect sees it: each engine's Tx
-// is a tool.Tx.
-func toolTx(tx gate.Tx) (tool.Tx, error) {
-	t, ok := tx.(tool.Tx)
-	if !ok {
-		return nil, fmt.Errorf("jobs: store transaction %T is not a tool.Tx", tx)
-	}
-	return t, nil
 }
 
 // River is one River client on River driver TDriver with the gate's job

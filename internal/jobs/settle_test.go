@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"sync"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	jobCtx, cancelJob := context.WithCancel(ctx)
 	defer cancelJob()
 	tools := tool.NewRegistry().MustAdd(failingRefund(func() { store.arm(cancelJob) }))
-	runner, err := jobs.NewRunner(&jobs.RunnerConfig{Gate: g, Tools: tools,
+	runner, err := jobs.NewRunner(&jobs.RunnerConfig{Gate: g, Tools: toolspec.Of(tools),
 		InflightTimeout: time.Minute, Metrics: metrics, Logger: logger})
 	require.NoError(t, err)
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // RunnerConfig configures a Runner.
@@ -22,7 +22,7 @@ type RunnerConfig struct {
 	Gate *gate.Gate
 	// Tools are the deployment's tools; the runner runs the mutations'
 	// effects. Required.
-	Tools *tool.Registry
+	Tools *toolspec.Registry
 	// InflightTimeout is the lease (IDEMGATE_INFLIGHT_TIMEOUT) unless the
 	// tool's policy overrides it.
 	InflightTimeout time.Duration
@@ -37,7 +37,7 @@ type RunnerConfig struct {
 type Runner struct {
 	gate    *gate.Gate
 	store   gate.Store
-	tools   *tool.Registry
+	tools   *toolspec.Registry
 	lease   time.Duration
 	metrics *Metrics
 	logger  *slog.Logger
@@ -184,16 +184,16 @@ func (r *Runner) verdict(err error, job jobInfo, provider string) (domain.ErrorI
 	return info, false
 }
 
-// classify reads an effect's error: a definitive *tool.Error fails the
+// classify reads an effect's error: a definitive *toolspec.Error fails the
 // operation with its code; anything else is transient.
 func classify(err error) (domain.ErrorInfo, bool) {
-	te, ok := tool.AsError(err)
+	te, ok := toolspec.AsError(err)
 	if !ok {
 		return domain.ErrorInfo{Code: "transient", Message: err.Error()}, false
 	}
 	info := te.Info
-	info.NothingHappened = te.Outcome == tool.OutcomeNothingHappened
-	if te.Outcome == tool.OutcomeUnknown {
+	info.NothingHappened = te.Outcome == toolspec.OutcomeNothingHappened
+	if te.Outcome == toolspec.OutcomeUnknown {
 		info.Code = domain.CodeOutcomeUnknown
 	}
 	return info, te.Definitive()
@@ -205,7 +205,7 @@ func classify(err error) (domain.ErrorInfo, bool) {
 // before, so nothing can happen twice: a worker killed mid-way leaves the
 // claim as it was. A failed effect rolls back, and a second transaction
 // records the failure (definitive) or the attempt (transient).
-func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *tool.Spec, job jobInfo, hooks gate.JobHooks, log *slog.Logger) (string, error) {
+func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks gate.JobHooks, log *slog.Logger) (string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectDeadline(params.Lease))
 	defer cancel()
 	tx, locked, err := r.gate.LockTx(ctx, params)
@@ -213,7 +213,7 @@ func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *to
 		return notLeased(ctx, locked, err, params.Lease, log)
 	}
 	log = log.With("epoch", locked.Epoch, "attempt", locked.Attempts+1)
-	ttx, err := toolTx(tx)
+	ttx, err := toolspec.WrapTx(tx)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return "retry", err
@@ -255,7 +255,7 @@ func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // complete stores the outcome through the gate (EventComplete): tx when an
 // in-transaction effect already runs in it, else a new one; an external
 // effect's domain rows are recorded in the same transaction.
-func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spec, tx gate.Tx, result json.RawMessage, hooks gate.JobHooks, log *slog.Logger) error {
+func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *toolspec.Spec, tx gate.Tx, result json.RawMessage, hooks gate.JobHooks, log *slog.Logger) error {
 	stored, err := spec.Policy.RedactResult(result)
 	if err != nil {
 		if tx != nil {
@@ -266,7 +266,7 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *tool.Spe
 	p := &gate.CompleteParams{Tx: tx, Locked: spec.InTx, Claim: claim, Result: stored, Job: hooks}
 	if !spec.InTx {
 		p.Record = func(ctx context.Context, tx gate.Tx, done *gate.Claim) error {
-			ttx, err := toolTx(tx)
+			ttx, err := toolspec.WrapTx(tx)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"io"
 	"log/slog"
 	"strings"
@@ -116,17 +117,17 @@ func newConfig(dbURL, stripeURL string) *config.Config {
 
 // registry is apply_credit and refund_order on data, their effects wrapped
 // with the model's faults.
-func registry(t tb, data tools.Deps, f *faults) *tool.Registry {
+func registry(t tb, data tools.Deps, f *faults) *toolspec.Registry {
 	t.Helper()
 	deps := data
 	reg := tool.NewRegistry().MustAdd(tools.ApplyCredit(&deps), tools.RefundOrder(&deps))
-	out := tool.NewRegistry()
-	for _, spec := range reg.All() {
+	out := toolspec.NewRegistry()
+	for _, spec := range toolspec.Of(reg).All() {
 		cp := *spec
 		if spec.Mutating {
 			cp.Effect = &faultyEffect{inner: spec.Effect, f: f}
 		}
-		require.NoError(t, out.AddSpec(&cp))
+		require.NoError(t, out.Add(&cp))
 	}
 	return out
 }
@@ -144,7 +145,7 @@ func stripeClient(t tb, url string) *refunds.Client {
 
 func seedCustomers(t tb, s store.Seeder) {
 	t.Helper()
-	f := &store.SeedFile{}
+	f := &store.SeedFile{LoadRows: tools.SeedRows}
 	for _, tn := range tenants {
 		f.Customers = append(f.Customers, store.SeedCustomer{Tenant: tn, CustomerID: customerID, Currency: "usd"})
 	}
@@ -162,7 +163,7 @@ func newPostgres(t *testing.T) *harness {
 	data := pgengine.New(pool)
 	seedCustomers(t, data)
 	f := &faults{}
-	reg := registry(t, tools.Deps{Data: data, Orders: data, Stripe: stripeClient(t, stripeHTTP.URL)}, f)
+	reg := registry(t, tools.Deps{DB: app.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig(dbURL, stripeHTTP.URL)
 	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
@@ -222,7 +223,7 @@ func newSQLite(t *testing.T) *harness {
 	data := sqliteengine.New(db)
 	seedCustomers(t, data)
 	f := &faults{}
-	reg := registry(t, tools.Deps{Data: data, Orders: data, Stripe: stripeClient(t, stripeHTTP.URL)}, f)
+	reg := registry(t, tools.Deps{DB: app.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig("sqlite:"+path, stripeHTTP.URL)
 	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
@@ -516,11 +517,11 @@ const codeRefused = domain.CodeDownstreamRejected
 var errLost = errors.New("model: the effect's outcome was lost before the commit")
 
 type faultyEffect struct {
-	inner tool.Effect
+	inner toolspec.Effect
 	f     *faults
 }
 
-func (e *faultyEffect) Apply(ctx context.Context, tx tool.Tx, c *gate.Claim) (json.RawMessage, error) {
+func (e *faultyEffect) Apply(ctx context.Context, tx toolspec.Tx, c *gate.Claim) (json.RawMessage, error) {
 	id := faultID(c.TenantID, c.Tool, c.IdempotencyKey)
 	if e.f.failing(id) {
 		return nil, tool.NothingHappened(codeRefused, "model: the ledger refuses %s", c.IdempotencyKey)
@@ -540,7 +541,7 @@ func (e *faultyEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage
 	return res, err
 }
 
-func (e *faultyEffect) Record(ctx context.Context, tx tool.Tx, c *gate.Claim, result json.RawMessage) error {
+func (e *faultyEffect) Record(ctx context.Context, tx toolspec.Tx, c *gate.Claim, result json.RawMessage) error {
 	return e.inner.Record(ctx, tx, c, result)
 }
 

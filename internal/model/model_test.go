@@ -22,6 +22,7 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 // Default runs: fixed seeds, bounded checks and steps (a few seconds per
@@ -218,7 +219,7 @@ const keysPerTool = 2
 func newMachine(t *rapid.T, h *harness, n int) *machine {
 	m := &machine{t: t, h: h, n: n, start: time.Now().Add(-10 * time.Millisecond), ops: map[string]bool{}, opNames: map[string]string{}}
 	h.setPaused(t, false)
-	seed := &store.SeedFile{}
+	seed := &store.SeedFile{LoadRows: tools.SeedRows}
 	for _, tn := range tenants {
 		for _, tl := range []string{toolCredit, toolRefund} {
 			for i := range keysPerTool {

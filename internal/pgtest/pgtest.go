@@ -30,13 +30,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/tool"
 )
 
 const (
@@ -349,33 +352,42 @@ func migrateURL(ctx context.Context, dbURL string) error {
 		return err
 	}
 	defer pool.Close()
-	_, err = pgengine.Migrate(ctx, pool, nil)
+	if _, err = pgengine.Migrate(ctx, pool, nil); err != nil {
+		return err
+	}
+	_, err = pgengine.MigrateLine(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, nil)
 	return err
 }
 
 // Fingerprint returns the sha256 (hex) over everything that shapes a migrated
-// database: the name and contents of every embedded idemgate Postgres
-// migration, and the version number and up SQL of every River migration.
+// database: the name and contents of every embedded idemgate and built-in
+// tools' Postgres migration, and the version number and up SQL of every River migration.
 // Hashing River's migrations rather than its module version (which test
 // binaries cannot read: their build information lists no dependencies) means
 // a River upgrade that changes the schema builds a new template and one that
 // does not reuses the old. Template names use its first 12 hex digits.
 func Fingerprint() (string, error) {
 	h := sha256.New()
-	err := fs.WalkDir(pgengine.MigrationsFS(), ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(pgengine.MigrationsFS(), path)
+	for _, line := range []struct {
+		prefix string
+		fsys   fs.FS
+	}{{"idemgate", pgengine.MigrationsFS()}, {"builtins", tools.Migrations(tool.Postgres)}} {
+		prefix, fsys := line.prefix, line.fsys
+		err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := fs.ReadFile(fsys, path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s %s %d\n", prefix, path, len(b))
+			h.Write(b)
+			return nil
+		})
 		if err != nil {
-			return err
+			return "", fmt.Errorf("read embedded migrations: %w", err)
 		}
-		fmt.Fprintf(h, "idemgate %s %d\n", path, len(b))
-		h.Write(b)
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("read embedded migrations: %w", err)
 	}
 
 	migrator, err := rivermigrate.New(riverpgxv5.New(nil), nil)

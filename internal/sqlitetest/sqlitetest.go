@@ -30,6 +30,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
+	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // FileName is the name of the database file in each test's directory.
@@ -133,6 +135,9 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := sqliteengine.Migrate(ctx, db, nil); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
+	if _, err := sqliteengine.MigrateLine(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, nil); err != nil {
+		return "", fmt.Errorf("migrate template: %w", err)
+	}
 	tmp := filepath.Join(scratch, "template.sqlite3")
 	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
 		return "", fmt.Errorf("write template: %w", err)
@@ -164,26 +169,31 @@ func copyFile(src, dst string) (retErr error) {
 }
 
 // Fingerprint returns the sha256 (hex) over everything that shapes a
-// migrated database: the name and contents of every embedded idemgate
-// SQLite migration, and the version number and up SQL of every River SQLite
+// migrated database: the name and contents of every embedded idemgate and
+// built-in tools' SQLite migration, and the version number and up SQL of every River SQLite
 // migration. Template names use its first 12 hex digits.
 func Fingerprint() (string, error) {
 	h := sha256.New()
-	fsys := sqliteengine.MigrationsFS()
-	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(fsys, path)
+	for _, line := range []struct {
+		prefix string
+		fsys   fs.FS
+	}{{"idemgate", sqliteengine.MigrationsFS()}, {"builtins", tools.Migrations(tool.SQLite)}} {
+		prefix, fsys := line.prefix, line.fsys
+		err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := fs.ReadFile(fsys, path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s %s %d\n", prefix, path, len(b))
+			h.Write(b)
+			return nil
+		})
 		if err != nil {
-			return err
+			return "", fmt.Errorf("read embedded migrations: %w", err)
 		}
-		fmt.Fprintf(h, "idemgate %s %d\n", path, len(b))
-		h.Write(b)
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("read embedded migrations: %w", err)
 	}
 
 	migrator, err := rivermigrate.New(riversqlite.New(nil), nil)

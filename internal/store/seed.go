@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 )
 
@@ -31,6 +33,17 @@ type SeedFile struct {
 	// tokens may grant: the tool registry's Scopes. Nil checks only that
 	// each scope looks like resource:action.
 	KnownScopes []string `json:"-"`
+	// LoadRows, set by the caller (not the file), loads the orders,
+	// customers, seats and users (the built-in tools' rows, in their own
+	// tables: tools.SeedRows) in Seed's transaction, counting them in res.
+	// Nil refuses a file that has such rows.
+	LoadRows func(ctx context.Context, tx gate.Tx, f *SeedFile, res *SeedResult) error `json:"-"`
+}
+
+// HasRows reports whether f has orders, customers, seats or users: rows
+// that LoadRows loads.
+func (f *SeedFile) HasRows() bool {
+	return len(f.Orders)+len(f.Customers)+len(f.Seats)+len(f.Users) > 0
 }
 
 // SeedOrder is an entry of "orders".

@@ -1,7 +1,7 @@
 // Package store declares what idemgate keeps outside the gate (bearer
-// tokens, the domain rows tools act on, seed data) as small engine-agnostic
+// tokens, seed data) as small engine-agnostic
 // interfaces and row types. Each engine implements them in a subpackage:
-// store/pgstore for Postgres and store/sqlitestore for SQLite.
+// engine/pgengine for Postgres and engine/sqliteengine for SQLite.
 //
 // Stores translate their engine's errors at the boundary: a missing row is
 // domain.ErrNotFound, a duplicate is domain.ErrAlreadyExists, and a database
@@ -76,29 +76,24 @@ type Tokens interface {
 	TokenList(ctx context.Context, p *TokenListParams) ([]*Token, error)
 }
 
-// Order is one row of orders: a paid order that refund_order refunds.
-type Order struct {
-	TenantID      string
-	OrderID       string
-	ChargeID      string
-	AmountCents   int64
-	RefundedCents int64
-	// Currency is a lowercase ISO 4217 code, as Stripe writes it.
-	Currency  string
-	CreatedAt time.Time
+// ResetTokenRedemption is a password-reset token that
+// ResetTokens.ResetTokenRedeem consumed: whose reset it is.
+type ResetTokenRedemption struct {
+	TenantID, UserID, OperationID string
+	// UsedAt is when it was consumed, by the database's clock.
+	UsedAt time.Time
 }
 
-// OrderGetParams are the arguments of Orders.OrderGet.
-type OrderGetParams struct {
-	TenantID string
-	OrderID  string
-}
-
-// Orders reads orders.
-type Orders interface {
-	// OrderGet returns the tenant's order, or domain.ErrNotFound (also for
-	// another tenant's order).
-	OrderGet(ctx context.Context, p *OrderGetParams) (*Order, error)
+// ResetTokens consumes password-reset tokens (POST
+// /v1/password-resets/redeem). The built-in tools implement it
+// (tools.ResetTokens), beside send_password_reset, which stores them.
+type ResetTokens interface {
+	// ResetTokenRedeem consumes the token whose hash is tokenHash, at most
+	// once: one conditional update sets used_at if it is unset and the
+	// token unexpired. Otherwise the error is domain.ErrAlreadyUsed (used
+	// before, expired or not), domain.ErrExpired, or domain.ErrNotFound
+	// (no such token).
+	ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*ResetTokenRedemption, error)
 }
 
 // Seeder loads a seed file.

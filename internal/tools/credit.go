@@ -5,7 +5,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -27,7 +26,7 @@ type Credit struct {
 
 // ApplyCredit adds a credit to a customer's ledger, in the transaction
 // that completes the operation.
-func ApplyCredit(d *Deps) *tool.Mutation[CreditArgs, Credit] {
+func ApplyCredit(*Deps) *tool.Mutation[CreditArgs, Credit] {
 	return &tool.Mutation[CreditArgs, Credit]{
 		Name:        "apply_credit",
 		Title:       "Apply account credit",
@@ -49,10 +48,8 @@ func ApplyCredit(d *Deps) *tool.Mutation[CreditArgs, Credit] {
 			if currency != a.Currency {
 				return nil, tool.NothingHappened(domain.CodeInvalidArgument, "currency %q is not customer %s's currency %q", a.Currency, a.CustomerID, currency)
 			}
-			if _, err := d.Data.LedgerInsert(ctx, tx, &store.LedgerInsertParams{
-				TenantID: op.TenantID, CustomerID: a.CustomerID, OperationID: op.OperationID,
-				AmountCents: a.AmountCents, Currency: a.Currency, Memo: a.Memo,
-			}); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
+				VALUES ($1, $2, $3, $4, $5, $6)`, op.TenantID, a.CustomerID, op.OperationID, a.AmountCents, a.Currency, a.Memo); err != nil {
 				return nil, err
 			}
 			return &Credit{LedgerEntryID: op.OperationID, CustomerID: a.CustomerID, AmountCents: a.AmountCents, Currency: a.Currency}, nil

@@ -2,9 +2,12 @@ package tools
 
 import (
 	"context"
+	"errors"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/resetmail"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/store"
@@ -44,16 +47,26 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 			FailUnknownOutcome: d.MailFailUnknownOutcome,
 		},
 		Call: func(ctx context.Context, op *tool.Op[MailArgs]) (*Mail, error) {
-			user, err := d.Data.UserGet(ctx, op.TenantID, op.Args.UserID)
+			var email, base string
+			err := d.DB(ctx, func(tx tool.Tx) error {
+				if err := tx.QueryRow(ctx, `SELECT email FROM users WHERE tenant_id = $1 AND user_id = $2`,
+					op.TenantID, op.Args.UserID).Scan(&email); err != nil {
+					return err // not found: nothing happened; else transient
+				}
+				// The tenant's own link base (tenant_settings, idemgate's
+				// table), or "": the deployment's.
+				err := tx.QueryRow(ctx, `SELECT coalesce(reset_link_base, '') FROM tenant_settings WHERE tenant_id = $1`,
+					op.TenantID).Scan(&base)
+				if errors.Is(err, tool.ErrNotFound) {
+					return nil
+				}
+				return err
+			})
 			if err != nil {
 				return nil, notFound(err, "user_id", op.Args.UserID)
 			}
-			base, err := d.Data.TenantResetLinkBase(ctx, op.TenantID)
-			if err != nil {
-				return nil, tool.Transient(codeUnavailable, err)
-			}
 			token := resetmail.Token(d.Secret, tokenKey(op))
-			sent, err := d.Mail.Send(ctx, &resetmail.Mail{To: user.Email, UserID: op.Args.UserID, DownstreamKey: op.DownstreamKey,
+			sent, err := d.Mail.Send(ctx, &resetmail.Mail{To: email, UserID: op.Args.UserID, DownstreamKey: op.DownstreamKey,
 				Token: token, LinkBase: base})
 			if err != nil {
 				return nil, mailError(err, d.MailFailUnknownOutcome)
@@ -61,11 +74,13 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 			return &Mail{UserID: op.Args.UserID, MessageID: sent.MessageID, SentAt: sent.SentAt.UTC()}, nil
 		},
 		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[MailArgs], m *Mail) error {
-			return d.Data.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{
-				TenantID: op.TenantID, UserID: m.UserID, OperationID: op.OperationID,
-				TokenHash: resetmail.TokenHash(resetmail.Token(d.Secret, tokenKey(op))),
-				MessageID: m.MessageID, ExpiresAt: m.SentAt.Add(ResetTokenTTL),
-			})
+			// The same token twice (a resent mail) is a no-op.
+			_, err := tx.Exec(ctx, `INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
+				VALUES ($1, $2, $3, $4, $5, $6)
+				ON CONFLICT (token_hash) DO NOTHING`,
+				op.TenantID, m.UserID, op.OperationID, resetmail.TokenHash(resetmail.Token(d.Secret, tokenKey(op))),
+				m.MessageID, timeArg(tx, m.SentAt.Add(ResetTokenTTL)))
+			return err
 		},
 	}
 }
@@ -90,11 +105,61 @@ func tokenKey(op *tool.Op[MailArgs]) string {
 func mailError(err error, failUnknown bool) error {
 	switch {
 	case resetmail.Permanent(err):
-		return &tool.Error{Outcome: tool.OutcomeHappened, Info: errInfo("mail_rejected", err), Err: err}
+		return &toolspec.Error{Outcome: toolspec.OutcomeHappened, Info: errInfo("mail_rejected", err), Err: err}
 	case resetmail.OutcomeUnknown(err) && failUnknown:
 		return tool.Unknown(err)
 	case resetmail.OutcomeUnknown(err):
 		return tool.Transient("mail_outcome_unknown", err)
 	}
 	return tool.Transient("mail_error", err)
+}
+
+// ResetTokens redeems the password-reset links send_password_reset mails
+// (store.ResetTokens, for the api's POST /v1/password-resets/redeem).
+type ResetTokens struct {
+	// DB is the deployment's database.
+	DB DB
+}
+
+// ResetTokenRedeem implements store.ResetTokens: one conditional update
+// consumes an unused, unexpired token; when it matches none, the token's
+// state says why (both states only ever become true, so the answer holds
+// for the failed update).
+func (r *ResetTokens) ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*store.ResetTokenRedemption, error) {
+	var red store.ResetTokenRedemption
+	var used, expired bool
+	consumed := false
+	err := r.DB(ctx, func(tx tool.Tx) error {
+		redeem, state := `
+UPDATE password_reset_tokens SET used_at = now()
+WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()
+RETURNING tenant_id, user_id, operation_id::text, used_at`, `
+SELECT used_at IS NOT NULL, expires_at <= now() FROM password_reset_tokens WHERE token_hash = $1`
+		if tx.Engine() == tool.SQLite {
+			redeem, state = `
+UPDATE password_reset_tokens SET used_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE token_hash = $1 AND used_at IS NULL AND expires_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+RETURNING tenant_id, user_id, operation_id, used_at`, `
+SELECT used_at IS NOT NULL, expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM password_reset_tokens WHERE token_hash = $1`
+		}
+		err := tx.QueryRow(ctx, redeem, tokenHash).Scan(&red.TenantID, &red.UserID, &red.OperationID, dbTime{&red.UsedAt})
+		if !errors.Is(err, domain.ErrNotFound) {
+			consumed = err == nil
+			return err
+		}
+		return tx.QueryRow(ctx, state, tokenHash).Scan(&used, &expired)
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case consumed:
+		return &red, nil
+	case used:
+		return nil, domain.ErrAlreadyUsed
+	case expired:
+		return nil, domain.ErrExpired
+	}
+	// Unused and unexpired now, yet not consumed: only a database clock
+	// that went back between the two statements does that.
+	return nil, errors.New("password-reset token neither used nor expired, yet not consumed: did the database clock go back?")
 }

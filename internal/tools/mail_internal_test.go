@@ -2,6 +2,7 @@ package tools
 
 import (
 	"errors"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"testing"
 	"time"
 
@@ -10,7 +11,6 @@ import (
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/resetmail"
 	"github.com/idemgate/idemgate/internal/smtptest"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // TestMailErrorFollowsThePolicy: a mail whose outcome is unknown (the server
@@ -30,18 +30,18 @@ func TestMailErrorFollowsThePolicy(t *testing.T) {
 	unknown := send(smtptest.Start(t, smtptest.Swallow))
 	require.True(t, resetmail.OutcomeUnknown(unknown), "%v", unknown)
 
-	var te *tool.Error
+	var te *toolspec.Error
 	require.True(t, errors.As(mailError(unknown, false), &te))
-	require.Equal(t, tool.OutcomeTransient, te.Outcome)
+	require.Equal(t, toolspec.OutcomeTransient, te.Outcome)
 	require.Equal(t, domain.Code("mail_outcome_unknown"), te.Info.Code)
 
 	require.True(t, errors.As(mailError(unknown, true), &te))
-	require.Equal(t, tool.OutcomeUnknown, te.Outcome)
+	require.Equal(t, toolspec.OutcomeUnknown, te.Outcome)
 	require.Equal(t, domain.CodeOutcomeUnknown, te.Info.Code)
 
 	silent := send(smtptest.Start(t, smtptest.Silent))
 	require.True(t, errors.As(mailError(silent, true), &te))
-	require.Equal(t, tool.OutcomeTransient, te.Outcome, "no message was written: retried whatever the policy")
+	require.Equal(t, toolspec.OutcomeTransient, te.Outcome, "no message was written: retried whatever the policy")
 	require.Equal(t, domain.Code("mail_error"), te.Info.Code)
 
 	require.True(t, errors.As(mailError(resetmail.ErrInvalidMail, false), &te))
@@ -49,7 +49,7 @@ func TestMailErrorFollowsThePolicy(t *testing.T) {
 	require.True(t, te.Definitive())
 
 	d := &Deps{MailFailUnknownOutcome: true}
-	spec, err := SendPasswordReset(d).Spec()
+	spec, err := toolspec.Derive(SendPasswordReset(d))
 	require.NoError(t, err)
 	require.True(t, spec.Policy.FailUnknownOutcome, "the reaper fails its expired leases at once too")
 }

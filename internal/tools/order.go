@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -36,7 +35,7 @@ func GetOrder(d *Deps) *tool.Read[OrderArgs, Order] {
 		Description: "An order with its charged and refunded amounts.",
 		Scope:       tool.ScopeOperationsRead,
 		Handle: func(ctx context.Context, caller tool.Caller, a *OrderArgs) (*Order, error) {
-			o, err := d.Orders.OrderGet(ctx, &store.OrderGetParams{TenantID: caller.TenantID, OrderID: a.OrderID})
+			o, err := orderGet(ctx, d.DB, caller.TenantID, a.OrderID)
 			if errors.Is(err, domain.ErrNotFound) {
 				return nil, tool.NotFound("order_id", "no order %q", a.OrderID)
 			}
@@ -47,4 +46,28 @@ func GetOrder(d *Deps) *tool.Read[OrderArgs, Order] {
 				RefundableCents: o.AmountCents - o.RefundedCents, Currency: o.Currency, CreatedAt: o.CreatedAt}, nil
 		},
 	}
+}
+
+// order is a row of orders: a paid order that refund_order refunds.
+type order struct {
+	OrderID, ChargeID          string
+	AmountCents, RefundedCents int64
+	// Currency is a lowercase ISO 4217 code, as Stripe writes it.
+	Currency  string
+	CreatedAt time.Time
+}
+
+// orderGet reads a tenant's order, or domain.ErrNotFound (also for another
+// tenant's order).
+func orderGet(ctx context.Context, db DB, tenantID, orderID string) (*order, error) {
+	o := &order{OrderID: orderID}
+	err := db(ctx, func(tx tool.Tx) error {
+		return tx.QueryRow(ctx, `SELECT charge_id, amount_cents, refunded_cents, currency, created_at
+			FROM orders WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).
+			Scan(&o.ChargeID, &o.AmountCents, &o.RefundedCents, &o.Currency, dbTime{&o.CreatedAt})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -67,7 +67,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 		},
 		Call: func(ctx context.Context, op *tool.Op[RefundArgs]) (*Refund, error) {
 			a := op.Args
-			order, err := d.Data.OrderGet(ctx, &store.OrderGetParams{TenantID: op.TenantID, OrderID: a.OrderID})
+			order, err := orderGet(ctx, d.DB, op.TenantID, a.OrderID)
 			if err != nil {
 				return nil, notFound(err, "order_id", a.OrderID)
 			}
@@ -94,7 +94,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 				})
 				if err != nil {
 					if re, err = sameIntent(ctx, d, op, order.ChargeID, now, err); err != nil {
-						var te *tool.Error
+						var te *toolspec.Error
 						if errors.As(err, &te) {
 							return nil, err
 						}
@@ -113,12 +113,40 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 			return &Refund{RefundID: re.ID, OrderID: a.OrderID, AmountCents: re.AmountCents, Currency: currency, Status: re.Status}, nil
 		},
 		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[RefundArgs], r *Refund) error {
-			return d.Data.RefundRecord(ctx, tx, &store.RefundRecordParams{
-				TenantID: op.TenantID, OrderID: r.OrderID, OperationID: op.OperationID, StripeRefundID: r.RefundID,
-				AmountCents: r.AmountCents, Currency: r.Currency, Status: r.Status,
-			})
+			return refundRecord(ctx, tx, op, r)
 		},
 	}
+}
+
+// refundRecord stores a Stripe refund and adds it to the order's refunded
+// amount, together; recording the same Stripe refund twice is a no-op.
+func refundRecord(ctx context.Context, tx tool.Tx, op *tool.Op[RefundArgs], r *Refund) error {
+	args := []any{op.TenantID, r.OrderID, op.OperationID, r.RefundID, r.AmountCents, r.Currency, r.Status}
+	if tx.Engine() == tool.Postgres {
+		_, err := tx.Exec(ctx, `
+WITH ins AS (
+	INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)
+	ON CONFLICT (stripe_refund_id) DO NOTHING
+	RETURNING tenant_id, order_id, amount_cents
+)
+UPDATE orders o SET refunded_cents = o.refunded_cents + ins.amount_cents
+FROM ins
+WHERE o.tenant_id = ins.tenant_id AND o.order_id = ins.order_id`, args...)
+		return err
+	}
+	// SQLite has no data-modifying CTEs: the order moves only when the
+	// refund row was inserted.
+	n, err := tx.Exec(ctx, `
+INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (stripe_refund_id) DO NOTHING`, args...)
+	if err != nil || n == 0 {
+		return err // recorded before: nothing to add
+	}
+	_, err = tx.Exec(ctx, `UPDATE orders SET refunded_cents = refunded_cents + $3 WHERE tenant_id = $1 AND order_id = $2`,
+		op.TenantID, r.OrderID, r.AmountCents)
+	return err
 }
 
 // How a refund of another operation was found, for adopted's audit row
@@ -153,7 +181,7 @@ func sameIntent(ctx context.Context, d *Deps, op *tool.Op[RefundArgs], chargeID 
 		// a request with its parameters). Nothing happened under this key,
 		// so a re-drive moves to the next generation.
 		info, _ := refunds.Classify(createErr)
-		return nil, &tool.Error{Outcome: tool.OutcomeNothingHappened, Info: info, Err: createErr}
+		return nil, &toolspec.Error{Outcome: toolspec.OutcomeNothingHappened, Info: info, Err: createErr}
 	}
 	return re, err
 }
@@ -191,11 +219,11 @@ func adopted(ctx context.Context, d *Deps, op *tool.Op[RefundArgs], re *refunds.
 func stripeError(err error) error {
 	info, permanent := refunds.Classify(err)
 	if !permanent {
-		return &tool.Error{Outcome: tool.OutcomeTransient, Info: info, Err: err}
+		return &toolspec.Error{Outcome: toolspec.OutcomeTransient, Info: info, Err: err}
 	}
-	outcome := tool.OutcomeHappened
+	outcome := toolspec.OutcomeHappened
 	if gate.NothingHappened(info.Code) {
-		outcome = tool.OutcomeNothingHappened
+		outcome = toolspec.OutcomeNothingHappened
 	}
-	return &tool.Error{Outcome: outcome, Info: info, Err: err}
+	return &toolspec.Error{Outcome: outcome, Info: info, Err: err}
 }

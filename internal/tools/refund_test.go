@@ -3,12 +3,14 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
@@ -29,7 +31,7 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 	srv.AddCharge("ch_123", 5000, "usd")
 	_, pool := pgtest.NewDB(t)
 	data := pgengine.New(pool)
-	_, err := data.Seed(ctx, &store.SeedFile{Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}})
+	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows, Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}})
 	require.NoError(t, err)
 	client, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})
 	require.NoError(t, err)
@@ -43,7 +45,7 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 		Args:          json.RawMessage(`{"amount_cents":1500,"order_id":"ord_9f2"}`),
 	}
 	now := time.Now()
-	spec, err := tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client}, func() time.Time { return now }).Spec()
+	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: app.StoreDB(data), Stripe: client}, func() time.Time { return now }))
 	require.NoError(t, err)
 	effect := spec.Effect
 
@@ -98,7 +100,7 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	srv.AddCharge("ch_123", 5000, "usd")
 	_, pool := pgtest.NewDB(t)
 	data := pgengine.New(pool)
-	_, err := data.Seed(ctx, &store.SeedFile{Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}})
+	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows, Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}})
 	require.NoError(t, err)
 	client, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})
 	require.NoError(t, err)
@@ -113,8 +115,8 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	}
 	now := time.Now()
 	audit := &auditRows{}
-	spec, err := tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client, Audit: audit},
-		func() time.Time { return now }).Spec()
+	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: app.StoreDB(data), Stripe: client, Audit: audit},
+		func() time.Time { return now }))
 	require.NoError(t, err)
 
 	first, err := spec.Effect.Call(ctx, claim(lostOp))
@@ -151,8 +153,8 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	// A refund of the same key made longer than the intent window before
 	// this generation's first call belongs to an earlier intent.
 	later := now.Add(tools.IntentWindow + 2*time.Hour)
-	spec, err = tools.RefundOrderAt(&tools.Deps{Data: data, Orders: data, Stripe: client, Audit: audit},
-		func() time.Time { return later.Add(tools.ReconcileAfter + time.Hour) }).Spec()
+	spec, err = toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: app.StoreDB(data), Stripe: client, Audit: audit},
+		func() time.Time { return later.Add(tools.ReconcileAfter + time.Hour) }))
 	require.NoError(t, err)
 	c.FirstCalledAt = &later
 	_, err = spec.Effect.Call(ctx, c)

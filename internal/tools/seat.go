@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -30,7 +29,7 @@ const (
 
 // ResetSeat frees a license seat, in the transaction that completes the
 // operation.
-func ResetSeat(d *Deps) *tool.Mutation[SeatArgs, Seat] {
+func ResetSeat(*Deps) *tool.Mutation[SeatArgs, Seat] {
 	return &tool.Mutation[SeatArgs, Seat]{
 		Name:        "reset_seat",
 		Title:       "Reset a seat",
@@ -46,15 +45,49 @@ func ResetSeat(d *Deps) *tool.Mutation[SeatArgs, Seat] {
 			if err := tx.QueryRow(ctx, `SELECT seat_id FROM seats WHERE tenant_id = $1 AND seat_id = $2`, op.TenantID, op.Args.SeatID).Scan(&id); err != nil {
 				return nil, notFound(err, "seat_id", op.Args.SeatID)
 			}
-			r, err := d.Data.SeatReset(ctx, tx, &store.SeatResetParams{TenantID: op.TenantID, SeatID: op.Args.SeatID, OperationID: op.OperationID})
+			previous, err := seatReset(ctx, tx, op.TenantID, op.Args.SeatID, op.OperationID)
 			if err != nil {
 				return nil, err
 			}
-			if r.PreviousUserID == "" {
+			if previous == "" {
 				// Said as such: the agent asked to free a seat that was free.
 				return &Seat{SeatID: op.Args.SeatID, Status: SeatAlreadyFree}, nil
 			}
 			return &Seat{SeatID: op.Args.SeatID, Status: SeatReset, Changed: true}, nil
 		},
 	}
+}
+
+// seatReset frees a seat, counts the reset and records it with the seat's
+// user before it ("" when it had none).
+func seatReset(ctx context.Context, tx tool.Tx, tenantID, seatID, operationID string) (previous string, err error) {
+	if tx.Engine() == tool.Postgres {
+		// One statement; the seat's row is locked before its user is read.
+		err = tx.QueryRow(ctx, `
+WITH old AS (
+	SELECT tenant_id, seat_id, user_id FROM seats WHERE tenant_id = $1 AND seat_id = $2 FOR UPDATE
+), upd AS (
+	UPDATE seats s SET user_id = NULL, reset_count = s.reset_count + 1, last_reset_at = now()
+	FROM old WHERE s.tenant_id = old.tenant_id AND s.seat_id = old.seat_id
+	RETURNING old.user_id
+), ins AS (
+	INSERT INTO seat_resets (tenant_id, seat_id, operation_id, previous_user)
+	SELECT $1, $2, $3, user_id FROM upd
+)
+SELECT coalesce(user_id, '') FROM upd`, tenantID, seatID, operationID).Scan(&previous)
+		return previous, err
+	}
+	// SQLite has no data-modifying CTEs: two statements, in a transaction
+	// that holds the write lock from its BEGIN IMMEDIATE.
+	err = tx.QueryRow(ctx, `
+INSERT INTO seat_resets (tenant_id, seat_id, operation_id, previous_user)
+SELECT tenant_id, seat_id, $3, user_id FROM seats WHERE tenant_id = $1 AND seat_id = $2
+RETURNING coalesce(previous_user, '')`, tenantID, seatID, operationID).Scan(&previous)
+	if err != nil {
+		return "", err
+	}
+	_, err = tx.Exec(ctx, `
+UPDATE seats SET user_id = NULL, reset_count = reset_count + 1, last_reset_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = $1 AND seat_id = $2`, tenantID, seatID)
+	return previous, err
 }

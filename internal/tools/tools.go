@@ -1,29 +1,60 @@
 // Package tools holds idemgate's built-in tools, each declared in one file
 // with the public tool API: refund_order (Stripe), apply_credit (ledger),
-// reset_seat (seats), send_password_reset (SMTP) and get_order. Register
-// adds them to a registry; it is their only registration line.
+// reset_seat (seats), send_password_reset (SMTP) and get_order. Each file
+// holds its tool's SQL, run through tool.Tx as a team's own tool runs its
+// own; their tables are created by the built-ins' own migrations
+// (migrations/, Migrations), recorded in VersionTable. Register adds them to
+// a registry; it is their only registration line.
 package tools
 
 import (
 	"context"
+	"embed"
 	"errors"
+	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
+	"io/fs"
+	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
-
 	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/domain/resetmail"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/tool"
 )
 
+// DB runs fn in a short transaction of its own on the deployment's
+// database, with fn's statements in $1 placeholders as in any tool.Tx. The
+// built-in tools use it for what they read outside their completing
+// transaction (get_order; the order a refund and the user a reset mail
+// look up before calling out) and for redeeming reset links. The assembly
+// provides it over the gate's store (app.StoreDB), so the tools need no
+// engine of their own.
+type DB func(ctx context.Context, fn func(tx tool.Tx) error) error
+
+// VersionTable is the goose version table of the built-in tools'
+// migrations, apart from idemgate's (goose_db_version) and a team's own
+// (app_goose_db_version).
+const VersionTable = "builtin_goose_db_version"
+
+//go:embed migrations
+var migrationFiles embed.FS
+
+// Migrations returns the built-in tools' goose migrations for one engine:
+// their tables, created IF NOT EXISTS because databases migrated before
+// these migrations existed got them from idemgate's core migrations.
+func Migrations(engine string) fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations/"+engine)
+	if err != nil {
+		panic(err) // the directories are embedded
+	}
+	return sub
+}
+
 // Deps are what the built-in tools' effects use.
 type Deps struct {
-	// Data reads and writes the domain tables (orders, ledger, seats,
-	// users) on the deployment's engine.
-	Data store.Domain
-	// Orders reads orders for get_order.
-	Orders store.Orders
+	// DB runs the tools' reads outside the completing transaction.
+	DB DB
 	// Stripe makes refunds.
 	Stripe *refunds.Client
 	// Mail sends password-reset mail.
@@ -48,8 +79,8 @@ type Auditor interface {
 
 // Register adds the built-in tools to reg.
 func Register(reg *tool.Registry, d *Deps) error {
-	if d == nil || d.Data == nil || d.Orders == nil {
-		return errors.New("tools: Deps.Data and Deps.Orders are required")
+	if d == nil || d.DB == nil {
+		return errors.New("tools: Deps.DB is required")
 	}
 	return add(reg, d)
 }
@@ -61,7 +92,7 @@ func Scopes() []string {
 	if err := add(reg, &Deps{}); err != nil {
 		panic(err) // the declarations are fixed at compile time
 	}
-	return reg.Scopes()
+	return toolspec.Of(reg).Scopes()
 }
 
 func add(reg *tool.Registry, d *Deps) error {
@@ -87,6 +118,45 @@ const (
 	codeNotFound    = "not_found"
 	codeUnavailable = "unavailable"
 )
+
+// sqliteTime is how the SQLite tables store a time: UTC text with
+// milliseconds, so that text order is time order.
+const sqliteTime = "2006-01-02T15:04:05.000Z"
+
+// dbTime is a time column to scan on either engine: a time on Postgres,
+// sqliteTime text on SQLite.
+type dbTime struct{ t *time.Time }
+
+// Scan implements sql.Scanner.
+func (d dbTime) Scan(src any) error {
+	switch v := src.(type) {
+	case time.Time:
+		*d.t = v.UTC()
+		return nil
+	case string:
+		return d.parse(v)
+	case []byte:
+		return d.parse(string(v))
+	}
+	return fmt.Errorf("tools: cannot scan %T as a time", src)
+}
+
+func (d dbTime) parse(s string) error {
+	t, err := time.Parse(sqliteTime, s)
+	if err != nil {
+		return err
+	}
+	*d.t = t
+	return nil
+}
+
+// timeArg is t as the engine stores it.
+func timeArg(tx tool.Tx, t time.Time) any {
+	if tx.Engine() == tool.SQLite {
+		return t.UTC().Format(sqliteTime)
+	}
+	return t
+}
 
 func errInfo(code string, err error) domain.ErrorInfo {
 	return domain.ErrorInfo{Code: domain.Code(code), Message: err.Error()}

@@ -2,50 +2,52 @@ package tools_test
 
 import (
 	"encoding/json"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/toolkit"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
-	"github.com/idemgate/idemgate/tool/tooltest"
 )
 
 // The built-in tools checked with the same kit a team uses for its own.
 
 func seedFile() *store.SeedFile {
-	return &store.SeedFile{
+	return &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{
-			{Tenant: tooltest.Tenant, OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1_000_000, Currency: "usd"},
-			{Tenant: tooltest.Tenant, OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"},
+			{Tenant: toolkit.Tenant, OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1_000_000, Currency: "usd"},
+			{Tenant: toolkit.Tenant, OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"},
 		},
-		Customers: []store.SeedCustomer{{Tenant: tooltest.Tenant, CustomerID: "cus_1", Currency: "usd"}},
-		Seats: []store.SeedSeat{{Tenant: tooltest.Tenant, SeatID: "seat_1", UserID: "usr_1"},
-			{Tenant: tooltest.Tenant, SeatID: "seat_2", UserID: "usr_2"},
-			{Tenant: tooltest.Tenant, SeatID: "seat_busy", UserID: "usr_3"}, {Tenant: tooltest.Tenant, SeatID: "seat_free"}},
+		Customers: []store.SeedCustomer{{Tenant: toolkit.Tenant, CustomerID: "cus_1", Currency: "usd"}},
+		Seats: []store.SeedSeat{{Tenant: toolkit.Tenant, SeatID: "seat_1", UserID: "usr_1"},
+			{Tenant: toolkit.Tenant, SeatID: "seat_2", UserID: "usr_2"},
+			{Tenant: toolkit.Tenant, SeatID: "seat_busy", UserID: "usr_3"}, {Tenant: toolkit.Tenant, SeatID: "seat_free"}},
 	}
 }
 
-func build(stripe *refunds.Client) func(tooltest.Data) *tool.Registry {
-	return func(data tooltest.Data) *tool.Registry {
+func build(stripe *refunds.Client) func(toolkit.Data) *toolspec.Registry {
+	return func(data toolkit.Data) *toolspec.Registry {
 		reg := tool.NewRegistry()
-		d := &tools.Deps{Data: data, Orders: data, Stripe: stripe}
+		d := &tools.Deps{DB: app.StoreDB(data), Stripe: stripe}
 		reg.MustAdd(tools.ApplyCredit(d), tools.ResetSeat(d))
 		if stripe != nil {
 			reg.MustAdd(tools.RefundOrder(d))
 		}
-		return reg
+		return toolspec.Of(reg)
 	}
 }
 
-func inTxCases() []*tooltest.Case {
-	return []*tooltest.Case{
+func inTxCases() []*toolkit.Case {
+	return []*toolkit.Case{
 		{
 			Tool:        "apply_credit",
 			Args:        map[string]any{"customer_id": "cus_1", "amount_cents": 250, "currency": "usd"},
@@ -53,7 +55,7 @@ func inTxCases() []*tooltest.Case {
 			DifferField: "amount_cents",
 			Failing:     map[string]any{"customer_id": "cus_1", "amount_cents": 250, "currency": "eur"},
 			FailCode:    domain.CodeInvalidArgument,
-			Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
+			Effects: func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int {
 				return h.Count(t, `SELECT count(*) FROM ledger_entries WHERE operation_id = $1`, op.OperationID)
 			},
 		},
@@ -64,7 +66,7 @@ func inTxCases() []*tooltest.Case {
 			DifferField: "seat_id",
 			Failing:     map[string]any{"seat_id": "seat_none"},
 			FailCode:    domain.CodeNotFound,
-			Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
+			Effects: func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int {
 				return h.Count(t, `SELECT count(*) FROM seat_resets WHERE operation_id = $1`, op.OperationID)
 			},
 		},
@@ -73,8 +75,8 @@ func inTxCases() []*tooltest.Case {
 
 // refundCase checks refund_order against the test Stripe, which counts
 // refunds by our downstream key.
-func refundCase(srv *stripetest.Server) *tooltest.Case {
-	return &tooltest.Case{
+func refundCase(srv *stripetest.Server) *toolkit.Case {
+	return &toolkit.Case{
 		Tool:        "refund_order",
 		Args:        map[string]any{"order_id": "ord_1", "amount_cents": 100},
 		Differ:      map[string]any{"order_id": "ord_1", "amount_cents": 200},
@@ -83,7 +85,7 @@ func refundCase(srv *stripetest.Server) *tooltest.Case {
 		FailCode:    domain.CodeCardDeclined,
 		// Refunds where they land: at the test Stripe, by the operation
 		// their metadata names, and the refund row.
-		Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
+		Effects: func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int {
 			atStripe := srv.RefundsByMetadata(refunds.MetadataOperationID)[op.OperationID]
 			rows := h.Count(t, `SELECT count(*) FROM refunds WHERE operation_id = $1`, op.OperationID)
 			require.Equal(t, atStripe, rows, "refunds at Stripe and refund rows agree")
@@ -106,9 +108,9 @@ func testStripe(t *testing.T) (*stripetest.Server, *refunds.Client, func(cfg *co
 func TestToolsOnSQLite(t *testing.T) {
 	t.Parallel()
 	srv, stripe, configure := testStripe(t)
-	h := tooltest.SQLite(t, nil, &tooltest.Options{Seed: seedFile(), Build: build(stripe), Configure: configure})
+	h := toolkit.SQLite(t, nil, &toolkit.Options{Seed: seedFile(), Build: build(stripe), Configure: configure})
 	for _, c := range append(inTxCases(), refundCase(srv)) {
-		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
+		t.Run(c.Tool, func(t *testing.T) { toolkit.Check(t, h, c) })
 	}
 	t.Run("ResetSeatSaysWhenNothingChanged", func(t *testing.T) { resetSeatNoOp(t, h) })
 }
@@ -116,16 +118,16 @@ func TestToolsOnSQLite(t *testing.T) {
 func TestToolsOnPostgres(t *testing.T) {
 	t.Parallel()
 	srv, stripe, configure := testStripe(t)
-	h := tooltest.Postgres(t, nil, &tooltest.Options{Seed: seedFile(), Build: build(stripe), Configure: configure})
+	h := toolkit.Postgres(t, nil, &toolkit.Options{Seed: seedFile(), Build: build(stripe), Configure: configure})
 	for _, c := range append(inTxCases(), refundCase(srv)) {
-		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
+		t.Run(c.Tool, func(t *testing.T) { toolkit.Check(t, h, c) })
 	}
 	t.Run("ResetSeatSaysWhenNothingChanged", func(t *testing.T) { resetSeatNoOp(t, h) })
 }
 
 // resetSeatNoOp: freeing a seat that has no user succeeds and says that
 // nothing changed.
-func resetSeatNoOp(t *testing.T, h *tooltest.Harness) {
+func resetSeatNoOp(t *testing.T, h *toolkit.Harness) {
 	result := func(key, seat string) map[string]any {
 		h.Call(t, "reset_seat", key, map[string]any{"seat_id": seat})
 		op := h.Await(t, "reset_seat", key)

@@ -1,12 +1,13 @@
 // Package tooltest runs a team's own tools through idemgate's real gate,
 // River workers and REST api, on Postgres and on SQLite, and checks the
-// guarantees for each tool, as River's rivertest does for workers.
+// guarantees every mutation must keep, as River's rivertest does for
+// workers.
 //
 //	func TestIssueCoupon(t *testing.T) {
 //		reg := tool.NewRegistry().MustAdd(IssueCoupon)
-//		h := tooltest.SQLite(t, reg, &tooltest.Options{SQLiteMigrations: Migrations(tool.SQLite)})
+//		h := tooltest.SQLite(t, reg, &tooltest.Options{Migrations: Migrations})
 //		tooltest.Check(t, h, &tooltest.Case{Tool: "issue_coupon", Args: …, Differ: …, DifferField: "percent_off",
-//			Effects: func(t testing.TB, h *tooltest.Harness, op *domain.Operation) int {
+//			Effects: func(t testing.TB, h *tooltest.Harness, op *idemtype.Operation) int {
 //				return h.Count(t, `SELECT count(*) FROM coupons WHERE operation_id = $1`, op.OperationID)
 //			}})
 //	}
@@ -16,298 +17,84 @@
 package tooltest
 
 import (
-	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"io"
 	"io/fs"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/idemgate/idemgate/internal/app"
-	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/ops"
-	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/sqlitetest"
-	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/idemtype"
+	"github.com/idemgate/idemgate/internal/toolkit"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"github.com/idemgate/idemgate/tool"
 )
 
-// Tenant is the tenant every harness call runs as.
-const Tenant = "acme"
-
-// AwaitTimeout bounds how long Await waits for an operation to finish; it
-// is a deadline for a stuck test, not a speed requirement.
-const AwaitTimeout = 2 * time.Minute
-
 // Options configure a Harness. The zero value is valid.
 type Options struct {
-	// PostgresMigrations and SQLiteMigrations are the tools' own goose SQL
-	// migrations, applied after idemgate's.
-	PostgresMigrations fs.FS
-	SQLiteMigrations   fs.FS
-	// Seed is written before the tools run (orders, customers, seats,
-	// users of the built-in tools).
-	Seed *store.SeedFile
-	// Configure adjusts the configuration (Stripe's base URL, SMTP, the
-	// lease) before the harness starts.
-	Configure func(cfg *config.Config)
-	// Build, used when the registry passed is nil, builds the registry on
-	// the harness's database: for tools whose effects need a store.
-	Build func(data Data) *tool.Registry
+	// Migrations returns the tools' own goose SQL migrations for an engine
+	// (tool.Postgres or tool.SQLite), applied after idemgate's; nil: none.
+	Migrations func(engine string) fs.FS
 }
 
-// Data is the harness database's store, for Options.Build.
-type Data interface {
-	store.Domain
-	store.Orders
-	store.Tokens
-}
-
-func build(t testing.TB, reg *tool.Registry, opts *Options, data Data) *tool.Registry {
-	t.Helper()
-	if reg != nil {
-		return reg
-	}
-	require.NotNil(t, opts.Build, "pass a registry or Options.Build")
-	return opts.Build(data)
-}
-
-// Harness is an api and a worker running a registry's tools in process.
+// Harness is an api and a worker running a registry's tools in process,
+// calling them as tenant "acme" with a token holding every tool's scope.
 type Harness struct {
-	// Engine is the database the harness runs on.
-	Engine tool.Engine
-	url    string
-	token  string
-	count  func(ctx context.Context, query string, args ...any) (int, error)
-	faults *faults
-	redrv  *ops.Redriver
-	gate   *gate.Gate
-	// expire ends a claim's replay window now.
-	expire func(ctx context.Context, tenant, toolName, key string) error
+	h *toolkit.Harness
 }
 
 // Postgres starts a harness on a fresh Postgres database.
 func Postgres(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	t.Helper()
-	if opts == nil {
-		opts = &Options{}
-	}
-	ctx := context.Background()
-	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 40})
-	if opts.PostgresMigrations != nil {
-		_, err := pgengine.MigrateApp(ctx, pool, opts.PostgresMigrations, nil)
-		require.NoError(t, err)
-	}
-	data := pgengine.New(pool)
-	seed(t, data, opts.Seed)
-	reg = build(t, reg, opts, data)
-	h := &Harness{Engine: tool.Postgres, faults: &faults{}}
-	h.count = func(ctx context.Context, q string, args ...any) (n int, err error) {
-		err = pool.QueryRow(ctx, q, args...).Scan(&n)
-		return n, err
-	}
-	cfg := newConfig(dbURL, opts)
-	wreg := h.faults.wrap(t, reg)
-	drv := pgengine.NewDriver(pool, cfg)
-	a, err := app.NewAPIWithOptions(cfg, drv, nil, &app.APIOptions{Tools: wreg, RateLimit: -1})
-	require.NoError(t, err)
-	w, err := app.NewWorker(cfg, drv, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10})
-	require.NoError(t, err)
-	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: w.Client}
-	h.gate = w.Gate
-	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
-		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
-			WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND expires_at IS NOT NULL`, tenant, toolName, key)
-		return err
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	apiDone := make(chan struct{})
-	go func() { defer close(apiDone); a.Run(runCtx) }()
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Run(runCtx, 30*time.Second) }()
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		<-apiDone
-		require.NoError(t, <-workerDone)
-	})
-	h.url = srv.URL
-	h.token = newToken(t, data, reg)
-	return h
+	return &Harness{h: toolkit.Postgres(t, toolspec.Of(reg), kitOptions(opts))}
 }
 
 // SQLite starts a harness on a fresh SQLite file, api and worker in one
 // process as the embedded deployment runs them.
 func SQLite(t testing.TB, reg *tool.Registry, opts *Options) *Harness {
 	t.Helper()
+	return &Harness{h: toolkit.SQLite(t, toolspec.Of(reg), kitOptions(opts))}
+}
+
+func kitOptions(opts *Options) *toolkit.Options {
 	if opts == nil {
-		opts = &Options{}
+		return &toolkit.Options{}
 	}
-	ctx := context.Background()
-	path, db := sqlitetest.NewDB(t)
-	if opts.SQLiteMigrations != nil {
-		_, err := sqliteengine.MigrateApp(ctx, db, opts.SQLiteMigrations, nil)
-		require.NoError(t, err)
-	}
-	data := sqliteengine.New(db)
-	seed(t, data, opts.Seed)
-	reg = build(t, reg, opts, data)
-	h := &Harness{Engine: tool.SQLite, faults: &faults{}}
-	h.count = func(ctx context.Context, q string, args ...any) (n int, err error) {
-		err = db.QueryRowContext(ctx, q, args...).Scan(&n)
-		return n, err
-	}
-	cfg := newConfig("sqlite:"+path, opts)
-	wreg := h.faults.wrap(t, reg)
-	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, &app.APIOptions{Tools: wreg, RateLimit: -1}, &app.WorkerOptions{Tools: wreg, MaxWorkers: 4})
-	require.NoError(t, err)
-	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: e.Client}
-	h.gate = e.Gate
-	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
-		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
-			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
-			tenant, toolName, key, sqliteengine.FormatTime(time.Now().Add(-time.Second)))
-		return err
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx, 30*time.Second) }()
-	srv := httptest.NewServer(e.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		require.NoError(t, <-done)
-	})
-	h.url = srv.URL
-	h.token = newToken(t, data, reg)
-	return h
+	return &toolkit.Options{Migrations: opts.Migrations}
 }
 
-func newConfig(dbURL string, opts *Options) *config.Config {
-	cfg := config.Defaults()
-	cfg.DatabaseURL = dbURL
-	cfg.Wait = 10 * time.Second
-	cfg.InflightTimeout = 30 * time.Second
-	cfg.ReaperInterval = 5 * time.Second
-	if opts.Configure != nil {
-		opts.Configure(cfg)
-	}
-	return cfg
-}
-
-func seed(t testing.TB, s store.Seeder, f *store.SeedFile) {
-	t.Helper()
-	if f == nil {
-		return
-	}
-	_, err := s.Seed(context.Background(), f)
-	require.NoError(t, err)
-}
-
-// newToken mints a token of Tenant with every scope of reg.
-func newToken(t testing.TB, tokens store.Tokens, reg *tool.Registry) string {
-	t.Helper()
-	secret, id, err := tenancy.NewToken()
-	require.NoError(t, err)
-	_, err = tokens.TokenInsert(context.Background(), &store.TokenInsertParams{ID: id, TenantID: Tenant, UserID: "tooltest",
-		Scopes: reg.Scopes(), Hash: tenancy.HashToken(secret)})
-	require.NoError(t, err)
-	return secret
-}
+// Engine names the harness's database: tool.Postgres or tool.SQLite.
+func (h *Harness) Engine() string { return h.h.Engine }
 
 // Answer is a mutation call's answer as a client sees it.
 type Answer struct {
 	// Status is the HTTP status of the REST twin.
-	Status    int
-	Outcome   domain.Outcome    `json:"outcome"`
-	Replayed  bool              `json:"replayed"`
-	Operation *domain.Operation `json:"operation"`
-	Error     *struct {
-		Code    domain.Code `json:"code"`
-		Message string      `json:"message"`
-		Field   string      `json:"field"`
-		Fields  []string    `json:"fields"`
-	} `json:"error"`
+	Status int
+	// Outcome is accepted, replayed, in_flight, conflict or expired.
+	Outcome   string
+	Replayed  bool
+	Operation *idemtype.Operation
+	Error     *idemtype.Error
 }
 
 // Call calls a mutation through the REST twin with key as its
 // Idempotency-Key and args (without the key) as the body. An "unavailable"
-// answer (the database busy, as SQLite's one writer can be under load) is
-// retried with the same key, as the answer asks a client to.
+// answer (SQLite's one writer busy) is retried with the same key, as the
+// answer asks a client to.
 func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) *Answer {
 	t.Helper()
-	body, err := json.Marshal(args)
-	require.NoError(t, err)
-	deadline := time.Now().Add(AwaitTimeout)
-	for {
-		req, err := http.NewRequest(http.MethodPost, h.url+"/v1/tools/"+toolName, bytes.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+h.token)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		ans := h.do(t, req)
-		if ans.Error == nil || ans.Error.Code != domain.CodeUnavailable || time.Now().After(deadline) {
-			return ans
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// Operation reads an operation by tool and key.
-func (h *Harness) Operation(t testing.TB, toolName, key string) *domain.Operation {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, h.url+"/v1/operations/"+toolName+"/"+key, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+h.token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
-	var op domain.Operation
-	require.NoError(t, json.Unmarshal(raw, &op))
-	return &op
+	a := Answer(*h.h.Call(t, toolName, key, args))
+	return &a
 }
 
 // Await waits until the operation is terminal and returns it.
-func (h *Harness) Await(t testing.TB, toolName, key string) *domain.Operation {
+func (h *Harness) Await(t testing.TB, toolName, key string) *idemtype.Operation {
 	t.Helper()
-	deadline := time.Now().Add(AwaitTimeout)
-	for {
-		op := h.Operation(t, toolName, key)
-		if op.Status == domain.StatusSucceeded || op.Status == domain.StatusFailed {
-			return op
-		}
-		if time.Now().After(deadline) {
-			require.FailNowf(t, "operation never finished", "%s/%s is still %s after %s", toolName, key, op.Status, AwaitTimeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return h.h.Await(t, toolName, key)
 }
 
 // Count runs a query that returns one integer (count(*) of the tool's own
 // rows, say) with $1, $2, … placeholders on either engine.
 func (h *Harness) Count(t testing.TB, query string, args ...any) int {
 	t.Helper()
-	n, err := h.count(context.Background(), query, args...)
-	require.NoError(t, err)
-	return n
+	return h.h.Count(t, query, args...)
 }
 
 // LoseNextOutcome makes the next run of toolName's effect happen and then
@@ -315,45 +102,18 @@ func (h *Harness) Count(t testing.TB, query string, args ...any) int {
 // the effect or a response dropped on the way back would: an in-transaction
 // effect's writes roll back; an external effect's provider has acted. The
 // operation is retried with the same downstream key.
-func (h *Harness) LoseNextOutcome(toolName string) { h.faults.arm(toolName) }
+func (h *Harness) LoseNextOutcome(toolName string) { h.h.LoseNextOutcome(toolName) }
 
-// Expire ends a finished operation's replay window now, as if its TTL had
-// passed.
-func (h *Harness) Expire(t testing.TB, toolName, key string) {
+// ExpireAndPrune ends a finished operation's replay window now and then
+// runs the pruner as if the clock read at: the claim moves into its key's
+// history, and history rows past their retention go.
+func (h *Harness) ExpireAndPrune(t testing.TB, toolName, key string, at time.Time) {
 	t.Helper()
-	require.NoError(t, h.expire(context.Background(), Tenant, toolName, key))
+	h.h.Expire(t, toolName, key)
+	h.h.PruneAt(t, at)
 }
 
-// PruneAt runs the pruner as if the clock read at: expired claims become
-// tombstones, and tombstones past their retention go.
-func (h *Harness) PruneAt(t testing.TB, at time.Time) {
-	t.Helper()
-	_, err := h.gate.PruneAt(context.Background(), 100, at)
-	require.NoError(t, err)
-}
-
-// Redrive re-drives a failed operation as an operator does.
-func (h *Harness) Redrive(t testing.TB, toolName, key string) *ops.RedriveLine {
-	t.Helper()
-	line, err := h.redrv.Redrive(context.Background(), &ops.RedriveParams{TenantID: Tenant, Tool: toolName, Key: key,
-		Operator: "tooltest", Reason: "tooltest re-drive"})
-	require.NoError(t, err)
-	return line
-}
-
-func (h *Harness) do(t testing.TB, req *http.Request) *Answer {
-	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	ans := &Answer{Status: resp.StatusCode}
-	require.NoError(t, json.Unmarshal(raw, ans), string(raw))
-	return ans
-}
-
-// Case describes one tool for Check.
+// Case describes one mutation for Check.
 type Case struct {
 	// Tool is the mutation's name.
 	Tool string
@@ -365,226 +125,21 @@ type Case struct {
 	DifferField string
 	// Failing, optional, is a call that fails definitively with FailCode.
 	Failing  map[string]any
-	FailCode domain.Code
+	FailCode idemtype.Code
 	// Effects counts op's effects where they land (rows in the tool's own
-	// table, refunds at the test provider, mails in the mailbox).
-	Effects func(t testing.TB, h *Harness, op *domain.Operation) int
+	// table, calls at the provider, mails in the mailbox).
+	Effects func(t testing.TB, h *Harness, op *idemtype.Operation) int
 }
 
-// Check runs the guarantees every mutation must keep, as subtests:
-// Duplicate, Concurrent, Conflict, LostOutcome, ExpiredKeyIsNotRunAgain and,
-// with Failing, RedriveAfterDefinitiveFailure. Each uses fresh keys.
-//
-// LostOutcome loses the outcome in process after the effect ran; a worker
-// process killed with SIGKILL at that moment is the chaos run's part
-// (scripts/chaos.sh), with the same expectation.
+// Check runs the guarantees every mutation must keep, one subtest each:
+// Duplicate, Concurrent, Conflict, LostOutcome, ExpiredKeyIsNotRunAgain
+// and, with Failing, RedriveAfterDefinitiveFailure. Each uses fresh keys.
 func Check(t *testing.T, h *Harness, c *Case) {
 	t.Helper()
-	require.NotEmpty(t, c.Tool, "Case.Tool")
-	require.NotNil(t, c.Effects, "Case.Effects")
-	require.NotNil(t, c.Differ, "Case.Differ")
-	require.NotEmpty(t, c.DifferField, "Case.DifferField")
-	prefix := c.Tool + "-" + randomHex(t)
-
-	t.Run("Duplicate", func(t *testing.T) {
-		key := prefix + "-dup"
-		first := h.Call(t, c.Tool, key, c.Args)
-		require.Nil(t, first.Error, "first call")
-		require.Equal(t, domain.OutcomeAccepted, first.Outcome)
-		op := h.Await(t, c.Tool, key)
-		require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
-		again := h.Call(t, c.Tool, key, c.Args)
-		require.Nil(t, again.Error)
-		require.Equal(t, domain.OutcomeReplayed, again.Outcome)
-		require.Equal(t, op.OperationID, again.Operation.OperationID)
-		require.JSONEq(t, string(op.Result), string(again.Operation.Result), "the replay answers the stored result")
-		require.Equal(t, 1, c.Effects(t, h, op), "one effect for two calls")
-	})
-
-	t.Run("Concurrent", func(t *testing.T) {
-		key := prefix + "-conc"
-		const callers = 8
-		var (
-			wg  sync.WaitGroup
-			mu  sync.Mutex
-			ids = map[string]bool{}
-		)
-		for range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ans := h.Call(t, c.Tool, key, c.Args)
-				if ans.Operation == nil {
-					t.Errorf("a concurrent call got no operation: %+v", ans.Error)
-					return
-				}
-				mu.Lock()
-				ids[ans.Operation.OperationID] = true
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		require.Len(t, ids, 1, "every concurrent caller got the same operation")
-		op := h.Await(t, c.Tool, key)
-		require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
-		require.Equal(t, 1, c.Effects(t, h, op), "one effect for %d concurrent calls", callers)
-	})
-
-	t.Run("Conflict", func(t *testing.T) {
-		key := prefix + "-conflict"
-		first := h.Call(t, c.Tool, key, c.Args)
-		require.Nil(t, first.Error)
-		op := h.Await(t, c.Tool, key)
-		other := h.Call(t, c.Tool, key, c.Differ)
-		require.NotNil(t, other.Error, "the same key with other arguments must be refused")
-		require.Equal(t, domain.CodeKeyReuseDifferentArgs, other.Error.Code)
-		require.Contains(t, other.Error.Fields, c.DifferField)
-		require.Equal(t, 1, c.Effects(t, h, op), "the conflict made no effect")
-	})
-
-	t.Run("LostOutcome", func(t *testing.T) {
-		key := prefix + "-lost"
-		h.LoseNextOutcome(c.Tool)
-		first := h.Call(t, c.Tool, key, c.Args)
-		require.Nil(t, first.Error)
-		op := h.Await(t, c.Tool, key)
-		require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
-		require.GreaterOrEqual(t, op.Attempts, 2, "the effect ran again after its outcome was lost")
-		require.False(t, h.faults.armed(c.Tool), "the fault was used")
-		require.Equal(t, 1, c.Effects(t, h, op), "the second run made no second effect")
-	})
-
-	t.Run("ExpiredKeyIsNotRunAgain", func(t *testing.T) {
-		key := prefix + "-exp"
-		h.Call(t, c.Tool, key, c.Args)
-		op := h.Await(t, c.Tool, key)
-		require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
-		h.Expire(t, c.Tool, key)
-		for _, stage := range []string{"claim kept", "tombstone"} {
-			again := h.Call(t, c.Tool, key, c.Args)
-			require.NotNil(t, again.Error, "%s: the same intent after its replay window must be refused", stage)
-			require.Equal(t, domain.CodeKeyExpired, again.Error.Code, stage)
-			require.Contains(t, again.Error.Message, op.OperationID, "%s: the answer names the original operation", stage)
-			require.Equal(t, op.OperationID, again.Operation.OperationID, stage)
-			require.Equal(t, domain.StatusSucceeded, again.Operation.Status, stage)
-			require.Equal(t, 1, c.Effects(t, h, op), "%s: no second effect", stage)
-			h.PruneAt(t, time.Now()) // the claim becomes a tombstone
-		}
-		// Other arguments are a new intent: it takes the key.
-		other := h.Call(t, c.Tool, key, c.Differ)
-		require.Nil(t, other.Error, "%+v", other.Error)
-		require.Equal(t, domain.OutcomeAccepted, other.Outcome)
-		require.NotEqual(t, op.OperationID, other.Operation.OperationID)
-		h.Await(t, c.Tool, key)
-
-		// After the retention the same key and arguments are new again.
-		key2 := prefix + "-ret"
-		h.Call(t, c.Tool, key2, c.Args)
-		first := h.Await(t, c.Tool, key2)
-		h.Expire(t, c.Tool, key2)
-		h.PruneAt(t, time.Now().Add(gate.MaxRetention+time.Hour))
-		fresh := h.Call(t, c.Tool, key2, c.Args)
-		require.Nil(t, fresh.Error, "%+v", fresh.Error)
-		require.Equal(t, domain.OutcomeAccepted, fresh.Outcome)
-		require.NotEqual(t, first.OperationID, fresh.Operation.OperationID)
-	})
-
-	if c.Failing == nil {
-		return
+	kc := &toolkit.Case{Tool: c.Tool, Args: c.Args, Differ: c.Differ, DifferField: c.DifferField,
+		Failing: c.Failing, FailCode: c.FailCode}
+	if c.Effects != nil {
+		kc.Effects = func(t testing.TB, _ *toolkit.Harness, op *idemtype.Operation) int { return c.Effects(t, h, op) }
 	}
-	t.Run("RedriveAfterDefinitiveFailure", func(t *testing.T) {
-		key := prefix + "-fail"
-		h.Call(t, c.Tool, key, c.Failing)
-		op := h.Await(t, c.Tool, key)
-		require.Equal(t, domain.StatusFailed, op.Status)
-		require.Equal(t, c.FailCode, op.Error.Code)
-		line := h.Redrive(t, c.Tool, key)
-		require.Equal(t, ops.ActionRedriven, line.Action)
-		again := h.Await(t, c.Tool, key)
-		require.Equal(t, domain.StatusFailed, again.Status, "the same arguments fail the same way")
-		require.Equal(t, c.FailCode, again.Error.Code)
-		require.Equal(t, op.OperationID, again.OperationID, "a re-drive keeps the operation")
-		require.Zero(t, c.Effects(t, h, again), "a failed operation made no effect")
-	})
-}
-
-func randomHex(t testing.TB) string {
-	var b [4]byte
-	_, err := rand.Read(b[:])
-	require.NoError(t, err)
-	return hex.EncodeToString(b[:])
-}
-
-// faults loses effects' outcomes on request.
-type faults struct {
-	mu   sync.Mutex
-	next map[string]bool
-}
-
-func (f *faults) arm(toolName string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.next == nil {
-		f.next = map[string]bool{}
-	}
-	f.next[toolName] = true
-}
-
-func (f *faults) armed(toolName string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.next[toolName]
-}
-
-func (f *faults) take(toolName string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.next[toolName] {
-		delete(f.next, toolName)
-		return true
-	}
-	return false
-}
-
-// wrap returns reg with every mutation's effect able to lose its outcome.
-func (f *faults) wrap(t testing.TB, reg *tool.Registry) *tool.Registry {
-	t.Helper()
-	out := tool.NewRegistry()
-	for _, spec := range reg.All() {
-		cp := *spec
-		if spec.Mutating {
-			cp.Effect = &lossyEffect{inner: spec.Effect, name: spec.Name, f: f}
-		}
-		require.NoError(t, out.AddSpec(&cp))
-	}
-	return out
-}
-
-// errLost is the outcome a lossy effect reports instead of its result.
-var errLost = errors.New("tooltest: the effect's outcome was lost before the commit")
-
-type lossyEffect struct {
-	inner tool.Effect
-	name  string
-	f     *faults
-}
-
-func (e *lossyEffect) Apply(ctx context.Context, tx tool.Tx, c *gate.Claim) (json.RawMessage, error) {
-	res, err := e.inner.Apply(ctx, tx, c)
-	if err == nil && e.f.take(e.name) {
-		return nil, tool.Transient("tooltest_lost_outcome", errLost)
-	}
-	return res, err
-}
-
-func (e *lossyEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage, error) {
-	res, err := e.inner.Call(ctx, c)
-	if err == nil && e.f.take(e.name) {
-		return nil, tool.Transient("tooltest_lost_outcome", errLost)
-	}
-	return res, err
-}
-
-func (e *lossyEffect) Record(ctx context.Context, tx tool.Tx, c *gate.Claim, result json.RawMessage) error {
-	return e.inner.Record(ctx, tx, c, result)
+	toolkit.Check(t, h.h, kc)
 }

@@ -1,6 +1,6 @@
 // Package drivers opens the engine driver that DATABASE_URL names: the one
 // place that chooses between the engines (idemgate.Open and idemctl call
-// it).
+// it; the commands ask EmbeddedWorker before opening anything).
 package drivers
 
 import (
@@ -49,12 +49,12 @@ func Open(ctx context.Context, cfg *config.Config, opts *Options) (engine.Driver
 	return d, nil
 }
 
-// Choose returns postgres or sqlite, whichever is for the engine Open
-// opens for cfg: for settings given per engine, such as a service's own
-// migrations.
-func Choose[T any](cfg *config.Config, postgres, sqlite T) T {
+// EmbeddedWorker reports, without opening the database, whether the
+// driver Open opens for cfg runs the worker inside the api process
+// (engine.Driver.EmbeddedWorker).
+func EmbeddedWorker(cfg *config.Config) bool {
 	if cfg.Driver() == config.DriverPostgres {
-		return postgres
+		return pgengine.EmbeddedWorker
 	}
-	return sqlite
+	return sqliteengine.EmbeddedWorker
 }

@@ -50,7 +50,7 @@ func NewDriver(pool *pgxpool.Pool, cfg *config.Config) *Driver {
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
 
 // Engine implements engine.Driver.
-func (d *Driver) Engine() tool.Engine { return tool.Postgres }
+func (d *Driver) Engine() string { return tool.Postgres }
 
 // Store implements engine.Driver.
 func (d *Driver) Store() engine.Store { return d.store }
@@ -72,6 +72,14 @@ func (d *Driver) MigrateApp(ctx context.Context, fsys fs.FS, logger *slog.Logger
 	return MigrateApp(ctx, d.pool, fsys, logger)
 }
 
+// MigrateLine implements engine.Driver with MigrateLine.
+func (d *Driver) MigrateLine(ctx context.Context, fsys fs.FS, table string, logger *slog.Logger) (int, error) {
+	if d.pooled {
+		return 0, ErrMigrateThroughPooler
+	}
+	return MigrateLine(ctx, d.pool, fsys, table, logger)
+}
+
 // Migrated implements engine.Driver with Status.
 func (d *Driver) Migrated(ctx context.Context) (bool, error) { return Status(ctx, d.pool) }
 
@@ -82,7 +90,11 @@ func (d *Driver) NewRiver() engine.River {
 
 // EmbeddedWorker implements engine.Driver: on Postgres the api and any
 // number of workers are processes of their own.
-func (d *Driver) EmbeddedWorker() bool { return false }
+func (d *Driver) EmbeddedWorker() bool { return EmbeddedWorker }
+
+// EmbeddedWorker is Driver.EmbeddedWorker, known before opening a
+// database (drivers.EmbeddedWorker).
+const EmbeddedWorker = false
 
 // LockWait implements engine.Driver: Postgres's writers lock rows, not the
 // database.

@@ -86,9 +86,6 @@ func (t *Tx) Rollback(ctx context.Context) error {
 // (jobs.DriverTx).
 func (t *Tx) DriverTx() pgx.Tx { return t.tx }
 
-// Raw returns the pgx.Tx, for domain writes (tool.Tx).
-func (t *Tx) Raw() any { return t.tx }
-
 // Exec implements tool.Tx.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	tag, err := t.tx.Exec(ctx, query, args...)
@@ -104,7 +101,7 @@ func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) tool.Row {
 }
 
 // Engine implements tool.Tx.
-func (t *Tx) Engine() tool.Engine { return tool.Postgres }
+func (t *Tx) Engine() string { return tool.Postgres }
 
 // toolRow is a tool.Row: no row is domain.ErrNotFound.
 type toolRow struct{ row pgx.Row }

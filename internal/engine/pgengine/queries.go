@@ -450,35 +450,9 @@ FROM api_tokens
 WHERE tenant_id = $1
 ORDER BY created_at, id`
 
-const sqlOrderGet = `
-SELECT tenant_id, order_id, charge_id, amount_cents, refunded_cents, currency, created_at
-FROM orders
-WHERE tenant_id = $1 AND order_id = $2`
-
-// Seeding inserts what is missing and never changes an existing row: an
-// order may already have refunds, a seat resets, a user reset mails, and
-// rewriting them under running operations would be unsafe. One affected row
-// means created, none means it existed.
-
-const sqlSeedOrder = `
-INSERT INTO orders (tenant_id, order_id, charge_id, amount_cents, currency)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (tenant_id, order_id) DO NOTHING`
-
-const sqlSeedCustomer = `
-INSERT INTO customers (tenant_id, customer_id, currency)
-VALUES ($1, $2, $3)
-ON CONFLICT (tenant_id, customer_id) DO NOTHING`
-
-const sqlSeedSeat = `
-INSERT INTO seats (tenant_id, seat_id, user_id)
-VALUES ($1, $2, $3)
-ON CONFLICT (tenant_id, seat_id) DO NOTHING`
-
-const sqlSeedUser = `
-INSERT INTO users (tenant_id, user_id, email)
-VALUES ($1, $2, $3)
-ON CONFLICT (tenant_id, user_id) DO NOTHING`
+// Seeding inserts what is missing and never changes an existing row. One
+// affected row means created, none means it existed. The built-in tools'
+// rows (orders, customers, seats, users) are seeded by tools.SeedRows.
 
 // A tenant's settings are inserted if it has none; NULL reset_link_base
 // leaves the deployment's.
@@ -492,68 +466,6 @@ const sqlSeedTokenFixed = `
 INSERT INTO api_tokens (id, tenant_id, user_id, scopes, token_hash, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (token_hash) DO NOTHING`
-
-// Domain rows.
-
-const sqlCustomerGet = `SELECT tenant_id, customer_id, currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`
-
-const sqlSeatGet = `SELECT seat_id FROM seats WHERE tenant_id = $1 AND seat_id = $2`
-
-const sqlUserGet = `SELECT tenant_id, user_id, email FROM users WHERE tenant_id = $1 AND user_id = $2`
-
-const sqlTenantResetLinkBase = `SELECT coalesce(reset_link_base, '') FROM tenant_settings WHERE tenant_id = $1`
-
-// The refund row and the order's refunded amount move together; a second
-// record of the same Stripe refund changes nothing.
-const sqlRefundRecord = `
-WITH ins AS (
-	INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
-	VALUES ($1, $2, $3, $4, $5, $6, $7)
-	ON CONFLICT (stripe_refund_id) DO NOTHING
-	RETURNING tenant_id, order_id, amount_cents
-)
-UPDATE orders o SET refunded_cents = o.refunded_cents + ins.amount_cents
-FROM ins
-WHERE o.tenant_id = ins.tenant_id AND o.order_id = ins.order_id`
-
-const sqlLedgerInsert = `
-WITH ins AS (
-	INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
-	VALUES ($1, $2, $3, $4, $5, $6)
-	RETURNING id
-)
-SELECT ins.id, $4::bigint + coalesce((SELECT sum(amount_cents) FROM ledger_entries WHERE tenant_id = $1 AND customer_id = $2), 0)
-FROM ins`
-
-const sqlSeatReset = `
-WITH old AS (
-	SELECT tenant_id, seat_id, user_id FROM seats WHERE tenant_id = $1 AND seat_id = $2 FOR UPDATE
-), upd AS (
-	UPDATE seats s SET user_id = NULL, reset_count = s.reset_count + 1, last_reset_at = now()
-	FROM old WHERE s.tenant_id = old.tenant_id AND s.seat_id = old.seat_id
-	RETURNING s.reset_count, old.user_id
-), ins AS (
-	INSERT INTO seat_resets (tenant_id, seat_id, operation_id, previous_user)
-	SELECT $1, $2, $3, user_id FROM upd
-)
-SELECT coalesce(user_id, ''), reset_count FROM upd`
-
-const sqlResetTokenInsert = `
-INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (token_hash) DO NOTHING`
-
-// sqlResetTokenRedeem consumes an unused, unexpired token: the one
-// conditional write that lets a token be redeemed once.
-const sqlResetTokenRedeem = `
-UPDATE password_reset_tokens SET used_at = now()
-WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()
-RETURNING tenant_id, user_id, operation_id::text, used_at`
-
-// sqlResetTokenState says why sqlResetTokenRedeem matched no row: used,
-// expired (no row: no such token).
-const sqlResetTokenState = `
-SELECT used_at IS NOT NULL, expires_at <= now() FROM password_reset_tokens WHERE token_hash = $1`
 
 // sqlClaimCounts counts the claims by status (Driver.ClaimCounts).
 const sqlClaimCounts = `SELECT status, count(*) FROM idempotency_claims GROUP BY status`

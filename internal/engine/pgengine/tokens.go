@@ -50,18 +50,6 @@ func (s *Store) TokenList(ctx context.Context, p *store.TokenListParams) ([]*sto
 	return out, err
 }
 
-// OrderGet implements store.Orders.
-func (s *Store) OrderGet(ctx context.Context, p *store.OrderGetParams) (*store.Order, error) {
-	var o store.Order
-	err := s.pool.QueryRow(ctx, sqlOrderGet, p.TenantID, p.OrderID).Scan(
-		&o.TenantID, &o.OrderID, &o.ChargeID, &o.AmountCents, &o.RefundedCents, &o.Currency, &o.CreatedAt)
-	if err != nil {
-		return nil, translate(err)
-	}
-	o.CreatedAt = o.CreatedAt.UTC()
-	return &o, nil
-}
-
 // Seed implements store.Seeder: one READ COMMITTED transaction that
 // inserts the missing rows and leaves existing ones unchanged (see
 // store.Seeder). Concurrent seeds of the same file are safe: ON CONFLICT DO
@@ -77,8 +65,8 @@ func (s *Store) Seed(ctx context.Context, f *store.SeedFile) (*store.SeedResult,
 }
 
 var seedStatements = enginesql.SeedStatements{
-	Order: sqlSeedOrder, Customer: sqlSeedCustomer, Seat: sqlSeedSeat, User: sqlSeedUser, Tenant: sqlSeedTenant,
-	Token: sqlTokenInsert, TokenFixed: sqlSeedTokenFixed,
+	Tenant: sqlSeedTenant,
+	Token:  sqlTokenInsert, TokenFixed: sqlSeedTokenFixed,
 }
 
 // seedTx is a transaction that seeds.

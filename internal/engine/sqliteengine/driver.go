@@ -56,7 +56,7 @@ func NewDriver(db *sql.DB) *Driver { return &Driver{db: db, store: New(db)} }
 func (d *Driver) DB() *sql.DB { return d.db }
 
 // Engine implements engine.Driver.
-func (d *Driver) Engine() tool.Engine { return tool.SQLite }
+func (d *Driver) Engine() string { return tool.SQLite }
 
 // Store implements engine.Driver.
 func (d *Driver) Store() engine.Store { return d.store }
@@ -71,6 +71,11 @@ func (d *Driver) MigrateApp(ctx context.Context, fsys fs.FS, logger *slog.Logger
 	return MigrateApp(ctx, d.db, fsys, logger)
 }
 
+// MigrateLine implements engine.Driver with MigrateLine.
+func (d *Driver) MigrateLine(ctx context.Context, fsys fs.FS, table string, logger *slog.Logger) (int, error) {
+	return MigrateLine(ctx, d.db, fsys, table, logger)
+}
+
 // Migrated implements engine.Driver with Status.
 func (d *Driver) Migrated(ctx context.Context) (bool, error) { return Status(ctx, d.db) }
 
@@ -81,7 +86,11 @@ func (d *Driver) NewRiver() engine.River {
 
 // EmbeddedWorker implements engine.Driver: one writer per file, so the
 // worker runs inside the api process on its one River client.
-func (d *Driver) EmbeddedWorker() bool { return true }
+func (d *Driver) EmbeddedWorker() bool { return EmbeddedWorker }
+
+// EmbeddedWorker is Driver.EmbeddedWorker, known before opening a
+// database (drivers.EmbeddedWorker).
+const EmbeddedWorker = true
 
 // LockWait implements engine.Driver: BusyTimeout.
 func (d *Driver) LockWait() time.Duration { return BusyTimeout }

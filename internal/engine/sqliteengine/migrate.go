@@ -258,25 +258,34 @@ func (s sqliteVersionStore) Insert(ctx context.Context, db database.DBTxConn, re
 
 // MigrateApp applies a team's own goose SQL migrations to a SQLite
 // database from Open, after idemgate's, one version at a time as Migrate
-// does, so that concurrent migrators apply each version once.
+// does, so that concurrent migrators apply each version once. It is
+// MigrateLine with engine.AppTable.
 func MigrateApp(ctx context.Context, db *sql.DB, fsys fs.FS, logger *slog.Logger) (int, error) {
-	if db == nil || fsys == nil {
-		return 0, errors.New("sqliteengine: migrations: db and fsys are required")
+	return MigrateLine(ctx, db, fsys, engine.AppTable, logger)
+}
+
+// MigrateLine applies one line of goose SQL migrations besides
+// idemgate's own (fsys), recorded in its own version table, on a SQLite
+// database from Open: one version at a time, as Migrate applies its own,
+// so that concurrent migrators apply each version once.
+func MigrateLine(ctx context.Context, db *sql.DB, fsys fs.FS, table string, logger *slog.Logger) (int, error) {
+	if db == nil || fsys == nil || table == "" {
+		return 0, errors.New("sqliteengine: migrations: db, fsys and table are required")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	provider, err := newSQLiteProviderFS(db, fsys, engine.AppTable, logger)
+	provider, err := newSQLiteProviderFS(db, fsys, table, logger)
 	if err != nil {
-		return 0, fmt.Errorf("sqliteengine: migrations: app migrations: %w", err)
+		return 0, fmt.Errorf("sqliteengine: migrations: %s migrations: %w", table, err)
 	}
-	return stepSQLite(ctx, logger, "app", func() (bool, error) {
+	return stepSQLite(ctx, logger, table, func() (bool, error) {
 		_, err := provider.UpByOne(ctx)
 		if errors.Is(err, goose.ErrNoNextVersion) {
 			return false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("sqliteengine: migrations: app up: %w", err)
+			return false, fmt.Errorf("sqliteengine: migrations: %s up: %w", table, err)
 		}
 		return true, nil
 	})

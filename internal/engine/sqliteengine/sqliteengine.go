@@ -121,9 +121,6 @@ func (t *Tx) Rollback(context.Context) error {
 // (jobs.DriverTx).
 func (t *Tx) DriverTx() *sql.Tx { return t.tx }
 
-// Raw returns the *sql.Tx, for domain writes (tool.Tx).
-func (t *Tx) Raw() any { return t.tx }
-
 // Exec implements tool.Tx.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	res, err := t.tx.ExecContext(ctx, query, args...)
@@ -139,7 +136,7 @@ func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) tool.Row {
 }
 
 // Engine implements tool.Tx.
-func (t *Tx) Engine() tool.Engine { return tool.SQLite }
+func (t *Tx) Engine() string { return tool.SQLite }
 
 // toolRow is a tool.Row: no row is domain.ErrNotFound.
 type toolRow struct{ row *sql.Row }

@@ -29,7 +29,7 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Cleanup(func() { _ = s.Close() })
 	return t.Context(), &testBundle{db: db, Bundle: &storetest.Bundle{
 		Store: s,
-		Begin: storetest.Begin(s),
+		Begin: s.Begin,
 		Count: func(ctx context.Context, table string) int {
 			var n int
 			require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n))

@@ -56,17 +56,6 @@ func (s *Store) TokenList(ctx context.Context, p *store.TokenListParams) ([]*sto
 	return out, err
 }
 
-// OrderGet implements store.Orders.
-func (s *Store) OrderGet(ctx context.Context, p *store.OrderGetParams) (*store.Order, error) {
-	var o store.Order
-	err := s.db.QueryRowContext(ctx, sqlOrderGet, p.TenantID, p.OrderID).Scan(
-		&o.TenantID, &o.OrderID, &o.ChargeID, &o.AmountCents, &o.RefundedCents, &o.Currency, times{}.Time(&o.CreatedAt))
-	if err != nil {
-		return nil, translate(err)
-	}
-	return &o, nil
-}
-
 // Seed implements store.Seeder: one transaction (BEGIN IMMEDIATE, so the
 // only writer) that inserts the missing rows and leaves existing ones
 // unchanged (see store.Seeder).
@@ -81,8 +70,8 @@ func (s *Store) Seed(ctx context.Context, f *store.SeedFile) (*store.SeedResult,
 }
 
 var seedStatements = enginesql.SeedStatements{
-	Order: sqlSeedOrder, Customer: sqlSeedCustomer, Seat: sqlSeedSeat, User: sqlSeedUser, Tenant: sqlSeedTenant,
-	Token: sqlTokenInsert, TokenFixed: sqlSeedTokenFixed,
+	Tenant: sqlSeedTenant,
+	Token:  sqlTokenInsert, TokenFixed: sqlSeedTokenFixed,
 }
 
 // seedTx is a transaction that seeds.

@@ -1,19 +1,20 @@
 // Package storetest is the conformance suite that every engine's store
-// (store.Tokens, store.Orders, store.Seeder, store.Domain and
-// store.ResetTokens) must pass.
-// store/pgstore and store/sqlitestore call Exercise from their tests; what
+// (store.Tokens and store.Seeder) must pass. Seeding the built-in tools'
+// rows joins the engine's seeding transaction (tools.SeedRows).
+// engine/pgengine and engine/sqliteengine call Exercise from their tests; what
 // only one engine has (its time format, its constraint errors, how it fails
 // when unreachable) stays in that engine's tests.
 package storetest
 
 import (
 	"context"
-	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/stretchr/testify/require"
 
@@ -21,20 +22,13 @@ import (
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 // Store is everything an engine's store implements.
 type Store interface {
 	store.Tokens
 	store.Seeder
-	store.Domain
-	store.ResetTokens
-}
-
-// Tx is an engine's gate transaction, which Domain writes join.
-type Tx interface {
-	gate.Tx
-	store.Tx
 }
 
 // Bundle is what an engine's test gives the suite: a fresh, migrated store
@@ -43,29 +37,12 @@ type Bundle struct {
 	Store Store
 	// Begin begins a transaction of the engine's gate.Store, which Domain
 	// writes join.
-	Begin func(ctx context.Context) (Tx, error)
+	Begin func(ctx context.Context) (gate.Tx, error)
 	// Count returns how many rows table holds.
 	Count func(ctx context.Context, table string) int
 	// TimeResolution is what the engine keeps of a time: time.Microsecond
 	// for Postgres, time.Millisecond for SQLite.
 	TimeResolution time.Duration
-}
-
-// Begin is Bundle.Begin for a store whose transactions are also store.Tx,
-// as every engine's are.
-func Begin(s gate.Store) func(ctx context.Context) (Tx, error) {
-	return func(ctx context.Context) (Tx, error) {
-		tx, err := s.Begin(ctx)
-		if err != nil {
-			return nil, err
-		}
-		stx, ok := tx.(Tx)
-		if !ok {
-			_ = tx.Rollback(ctx)
-			return nil, fmt.Errorf("storetest: %T is not a store.Tx", tx)
-		}
-		return stx, nil
-	}
 }
 
 // Exercise runs the suite. newBundle must return an isolated store each
@@ -83,26 +60,9 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 // OperationID returns a valid operation id (a UUID), the same for the same n.
 func OperationID(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
 
-// domainSeed is the rows the Domain tests act on.
-const domainSeed = `{
-  "orders":    [{"tenant": "acme", "order_id": "ord_9f2", "charge_id": "ch_123", "amount_cents": 5000, "currency": "usd"}],
-  "customers": [{"tenant": "acme", "customer_id": "cus_1", "currency": "usd"}, {"tenant": "acme", "customer_id": "cus_2", "currency": "eur"}],
-  "seats":     [{"tenant": "acme", "seat_id": "seat_1", "user_id": "usr_1"}, {"tenant": "acme", "seat_id": "seat_2"}],
-  "users":     [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}]
-}`
-
-// SeedDomain loads the rows the Domain tests act on: tenant acme's order
-// ord_9f2 (5000 usd cents), customers cus_1 (usd) and cus_2 (eur), seats
-// seat_1 (of usr_1) and seat_2 (free), and user usr_1 (ana@example.com).
-func SeedDomain(ctx context.Context, t *testing.T, s store.Seeder) {
-	t.Helper()
-	_, err := s.Seed(ctx, parseSeed(t, domainSeed))
-	require.NoError(t, err)
-}
-
 // InTx runs fn in a transaction from b.Begin and commits it; fn's error
 // rolls it back and is returned.
-func InTx(ctx context.Context, t *testing.T, b *Bundle, fn func(tx Tx) error) error {
+func InTx(ctx context.Context, t *testing.T, b *Bundle, fn func(tx gate.Tx) error) error {
 	t.Helper()
 	tx, err := b.Begin(ctx)
 	require.NoError(t, err)
@@ -151,13 +111,9 @@ func parseSeed(t *testing.T, s string) *store.SeedFile {
 	t.Helper()
 	f, err := store.ParseSeed(strings.NewReader(s))
 	require.NoError(t, err)
+	f.LoadRows = tools.SeedRows
 	return f
 }
-
-// otherTx is a gate.Tx of another engine.
-type otherTx struct{ gate.Tx }
-
-func (otherTx) Raw() any { return 42 }
 
 var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 	"TokenInsertGet": func(ctx context.Context, t *testing.T, b *Bundle) {
@@ -263,28 +219,6 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.ErrorContains(t, err, "TenantID is required")
 	},
 
-	"OrderGet": func(ctx context.Context, t *testing.T, b *Bundle) {
-		_, err := b.Store.Seed(ctx, parseSeed(t, `{"orders": [{"tenant": "acme", "order_id": "ord_1", "charge_id": "ch_1", "amount_cents": 5000, "currency": "usd"}]}`))
-		require.NoError(t, err)
-		require.NoError(t, InTx(ctx, t, b, func(tx Tx) error {
-			return b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_1",
-				OperationID: OperationID(1), StripeRefundID: "re_1", AmountCents: 1200, Currency: "usd", Status: "succeeded"})
-		}))
-
-		o, err := b.Store.OrderGet(ctx, &store.OrderGetParams{TenantID: "acme", OrderID: "ord_1"})
-		require.NoError(t, err)
-		require.WithinDuration(t, time.Now(), o.CreatedAt, time.Minute)
-		require.Equal(t, time.UTC, o.CreatedAt.Location())
-		o.CreatedAt = time.Time{}
-		require.Equal(t, &store.Order{TenantID: "acme", OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 5000,
-			RefundedCents: 1200, Currency: "usd"}, o)
-
-		_, err = b.Store.OrderGet(ctx, &store.OrderGetParams{TenantID: "beta", OrderID: "ord_1"})
-		require.ErrorIs(t, err, domain.ErrNotFound)
-		_, err = b.Store.OrderGet(ctx, &store.OrderGetParams{TenantID: "acme", OrderID: "ord_2"})
-		require.ErrorIs(t, err, domain.ErrNotFound)
-	},
-
 	"SeedTwiceIsIdempotent": func(ctx context.Context, t *testing.T, b *Bundle) {
 		res, err := b.Store.Seed(ctx, parseSeed(t, seedJSON))
 		require.NoError(t, err)
@@ -349,12 +283,16 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.Equal(t, store.SeedCount{Existing: 2}, res.Orders)
 		require.Equal(t, store.SeedCount{Existing: 1}, res.Users)
 
-		o, err := b.Store.OrderGet(ctx, &store.OrderGetParams{TenantID: "acme", OrderID: "ord_9f2"})
-		require.NoError(t, err)
-		require.EqualValues(t, 5000, o.AmountCents)
-		u, err := b.Store.UserGet(ctx, "acme", "usr_1")
-		require.NoError(t, err)
-		require.Equal(t, "ana@example.com", u.Email)
+		var amount int64
+		var email string
+		require.NoError(t, InTx(ctx, t, b, func(gtx gate.Tx) error {
+			tx, err := toolspec.WrapTx(gtx)
+			require.NoError(t, err)
+			require.NoError(t, tx.QueryRow(ctx, `SELECT amount_cents FROM orders WHERE tenant_id = 'acme' AND order_id = 'ord_9f2'`).Scan(&amount))
+			return tx.QueryRow(ctx, `SELECT email FROM users WHERE tenant_id = 'acme' AND user_id = 'usr_1'`).Scan(&email)
+		}))
+		require.EqualValues(t, 5000, amount)
+		require.Equal(t, "ana@example.com", email)
 	},
 
 	"SeedFixedTokenOfAnotherTenantRefused": func(ctx context.Context, t *testing.T, b *Bundle) {
@@ -369,8 +307,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.ErrorContains(t, err, "tokens[0].token: this value is already token")
 		// Nothing of the file was loaded: one transaction.
 		require.Equal(t, before, b.Count(ctx, "api_tokens"))
-		_, err = b.Store.OrderGet(ctx, &store.OrderGetParams{TenantID: "gamma", OrderID: "ord_1"})
-		require.ErrorIs(t, err, domain.ErrNotFound)
+		require.Equal(t, 2, b.Count(ctx, "orders"), "the file's order was not loaded")
 	},
 
 	"SeedFixedTokenScopesInAnyOrder": func(ctx context.Context, t *testing.T, b *Bundle) {
@@ -396,8 +333,15 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.Equal(t, store.SeedCount{Created: 2}, res.Tenants)
 		base := func(tenant string) string {
 			t.Helper()
-			got, err := b.Store.TenantResetLinkBase(ctx, tenant)
-			require.NoError(t, err)
+			var got string
+			err := InTx(ctx, t, b, func(gtx gate.Tx) error {
+				tx, err := toolspec.WrapTx(gtx)
+				require.NoError(t, err)
+				return tx.QueryRow(ctx, `SELECT coalesce(reset_link_base, '') FROM tenant_settings WHERE tenant_id = $1`, tenant).Scan(&got)
+			})
+			if !errors.Is(err, domain.ErrNotFound) {
+				require.NoError(t, err)
+			}
 			return got
 		}
 		require.Equal(t, "https://acme.example.com/reset?lang=en", base("acme"))
@@ -416,218 +360,17 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.Equal(t, 2, b.Count(ctx, "tenant_settings"))
 	},
 
+	"SeedBuiltinRowsNeedLoadRows": func(ctx context.Context, t *testing.T, b *Bundle) {
+		f := parseSeed(t, seedJSON)
+		f.LoadRows = nil
+		_, err := b.Store.Seed(ctx, f)
+		require.ErrorContains(t, err, "set SeedFile.LoadRows")
+		require.Zero(t, b.Count(ctx, "api_tokens"), "nothing of the file was loaded")
+	},
+
 	"SeedEmpty": func(ctx context.Context, t *testing.T, b *Bundle) {
 		res, err := b.Store.Seed(ctx, &store.SeedFile{})
 		require.NoError(t, err)
 		require.Equal(t, &store.SeedResult{CreatedTokens: []store.SeedCreatedToken{}}, res)
 	},
-
-	"DomainReads": func(ctx context.Context, t *testing.T, b *Bundle) {
-		SeedDomain(ctx, t, b.Store)
-
-		c, err := b.Store.CustomerGet(ctx, "acme", "cus_1")
-		require.NoError(t, err)
-		require.Equal(t, &store.Customer{TenantID: "acme", CustomerID: "cus_1", Currency: "usd"}, c)
-		_, err = b.Store.CustomerGet(ctx, "beta", "cus_1")
-		require.ErrorIs(t, err, domain.ErrNotFound)
-
-		id, err := b.Store.SeatGet(ctx, "acme", "seat_2")
-		require.NoError(t, err)
-		require.Equal(t, "seat_2", id)
-		_, err = b.Store.SeatGet(ctx, "acme", "seat_9")
-		require.ErrorIs(t, err, domain.ErrNotFound)
-
-		u, err := b.Store.UserGet(ctx, "acme", "usr_1")
-		require.NoError(t, err)
-		require.Equal(t, &store.User{TenantID: "acme", UserID: "usr_1", Email: "ana@example.com"}, u)
-		_, err = b.Store.UserGet(ctx, "beta", "usr_1")
-		require.ErrorIs(t, err, domain.ErrNotFound)
-	},
-
-	"RefundRecord": func(ctx context.Context, t *testing.T, b *Bundle) {
-		SeedDomain(ctx, t, b.Store)
-		refunded := func() int64 {
-			t.Helper()
-			o, err := b.Store.OrderGet(ctx, &store.OrderGetParams{TenantID: "acme", OrderID: "ord_9f2"})
-			require.NoError(t, err)
-			return o.RefundedCents
-		}
-		p := &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_9f2", OperationID: OperationID(1), StripeRefundID: "re_1",
-			AmountCents: 1200, Currency: "usd", Status: "succeeded"}
-		for range 2 { // the same Stripe refund twice is recorded once
-			require.NoError(t, InTx(ctx, t, b, func(tx Tx) error { return b.Store.RefundRecord(ctx, tx, p) }))
-		}
-		require.EqualValues(t, 1200, refunded())
-		require.Equal(t, 1, b.Count(ctx, "refunds"))
-
-		// A rolled-back transaction leaves neither the refund nor the amount.
-		tx, err := b.Begin(ctx)
-		require.NoError(t, err)
-		require.NoError(t, b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_9f2",
-			OperationID: OperationID(2), StripeRefundID: "re_2", AmountCents: 100, Currency: "usd", Status: "succeeded"}))
-		require.NoError(t, tx.Rollback(ctx))
-		require.EqualValues(t, 1200, refunded())
-		require.Equal(t, 1, b.Count(ctx, "refunds"))
-
-		// More than the order's amount, and an unknown order, are refused
-		// (which constraint says so is the engine's: see its tests) and
-		// change nothing.
-		err = InTx(ctx, t, b, func(tx Tx) error {
-			return b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_9f2",
-				OperationID: OperationID(2), StripeRefundID: "re_3", AmountCents: 4000, Currency: "usd", Status: "succeeded"})
-		})
-		require.Error(t, err)
-		err = InTx(ctx, t, b, func(tx Tx) error {
-			return b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{TenantID: "acme", OrderID: "ord_none",
-				OperationID: OperationID(3), StripeRefundID: "re_4", AmountCents: 1, Currency: "usd", Status: "succeeded"})
-		})
-		require.Error(t, err)
-		require.EqualValues(t, 1200, refunded())
-		require.Equal(t, 1, b.Count(ctx, "refunds"))
-	},
-
-	"LedgerInsert": func(ctx context.Context, t *testing.T, b *Bundle) {
-		SeedDomain(ctx, t, b.Store)
-		insert := func(customer string, op int, cents int64) (*store.LedgerEntry, error) {
-			var e *store.LedgerEntry
-			err := InTx(ctx, t, b, func(tx Tx) error {
-				var err error
-				e, err = b.Store.LedgerInsert(ctx, tx, &store.LedgerInsertParams{TenantID: "acme", CustomerID: customer,
-					OperationID: OperationID(op), AmountCents: cents, Currency: "usd", Memo: "goodwill"})
-				return err
-			})
-			return e, err
-		}
-		first, err := insert("cus_1", 1, 500)
-		require.NoError(t, err)
-		require.EqualValues(t, 500, first.BalanceCents)
-		second, err := insert("cus_1", 2, 250)
-		require.NoError(t, err)
-		require.EqualValues(t, 750, second.BalanceCents)
-		require.Greater(t, second.ID, first.ID)
-		other, err := insert("cus_2", 3, 100)
-		require.NoError(t, err)
-		require.EqualValues(t, 100, other.BalanceCents, "balances are per customer")
-
-		_, err = insert("cus_1", 1, 500)
-		require.ErrorIs(t, err, domain.ErrAlreadyExists, "one entry per operation")
-		require.Equal(t, 3, b.Count(ctx, "ledger_entries"))
-	},
-
-	"SeatReset": func(ctx context.Context, t *testing.T, b *Bundle) {
-		SeedDomain(ctx, t, b.Store)
-		reset := func(seat string, op int) (*store.SeatResetResult, error) {
-			var r *store.SeatResetResult
-			err := InTx(ctx, t, b, func(tx Tx) error {
-				var err error
-				r, err = b.Store.SeatReset(ctx, tx, &store.SeatResetParams{TenantID: "acme", SeatID: seat, OperationID: OperationID(op)})
-				return err
-			})
-			return r, err
-		}
-		r, err := reset("seat_1", 1)
-		require.NoError(t, err)
-		require.Equal(t, &store.SeatResetResult{PreviousUserID: "usr_1", ResetCount: 1}, r)
-		// The first reset freed the seat.
-		r, err = reset("seat_1", 2)
-		require.NoError(t, err)
-		require.Equal(t, &store.SeatResetResult{PreviousUserID: "", ResetCount: 2}, r)
-
-		_, err = reset("seat_9", 3)
-		require.ErrorIs(t, err, domain.ErrNotFound)
-		require.Equal(t, 2, b.Count(ctx, "seat_resets"))
-	},
-
-	"ResetTokenInsert": func(ctx context.Context, t *testing.T, b *Bundle) {
-		SeedDomain(ctx, t, b.Store)
-		p := &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1", OperationID: OperationID(1),
-			TokenHash: []byte("0123456789abcdef0123456789abcdef"), MessageID: "<idg_" + OperationID(1) + "_0@idemgate>",
-			ExpiresAt: time.Now().Add(time.Hour)}
-		for range 2 { // a resent mail stores its token once
-			require.NoError(t, InTx(ctx, t, b, func(tx Tx) error { return b.Store.ResetTokenInsert(ctx, tx, p) }))
-		}
-		require.Equal(t, 1, b.Count(ctx, "password_reset_tokens"))
-	},
-
-	"ResetTokenRedeemOnce": func(ctx context.Context, t *testing.T, b *Bundle) {
-		hash := insertResetToken(ctx, t, b, 1, time.Hour)
-		r, err := b.Store.ResetTokenRedeem(ctx, hash)
-		require.NoError(t, err)
-		require.WithinDuration(t, time.Now(), r.UsedAt, time.Minute)
-		require.Equal(t, time.UTC, r.UsedAt.Location())
-		r.UsedAt = time.Time{}
-		require.Equal(t, &store.ResetTokenRedemption{TenantID: "acme", UserID: "usr_1", OperationID: OperationID(1)}, r)
-
-		for range 2 {
-			_, err = b.Store.ResetTokenRedeem(ctx, hash)
-			require.ErrorIs(t, err, domain.ErrAlreadyUsed)
-		}
-		_, err = b.Store.ResetTokenRedeem(ctx, resetTokenHash(2))
-		require.ErrorIs(t, err, domain.ErrNotFound)
-	},
-
-	"ResetTokenRedeemExpired": func(ctx context.Context, t *testing.T, b *Bundle) {
-		hash := insertResetToken(ctx, t, b, 1, -time.Hour)
-		for range 2 { // an expired token stays expired, and unused
-			_, err := b.Store.ResetTokenRedeem(ctx, hash)
-			require.ErrorIs(t, err, domain.ErrExpired)
-		}
-	},
-
-	"ResetTokenRedeemConcurrently": func(ctx context.Context, t *testing.T, b *Bundle) {
-		hash := insertResetToken(ctx, t, b, 1, time.Hour)
-		const n = 8
-		errs := make(chan error, n)
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				_, err := b.Store.ResetTokenRedeem(ctx, hash)
-				errs <- err
-			})
-		}
-		wg.Wait()
-		close(errs)
-		redeemed := 0
-		for err := range errs {
-			if err == nil {
-				redeemed++
-				continue
-			}
-			require.ErrorIs(t, err, domain.ErrAlreadyUsed)
-		}
-		require.Equal(t, 1, redeemed, "one of %d concurrent redeems consumes the token", n)
-	},
-
-	"DomainWritesNeedTheEnginesTx": func(ctx context.Context, t *testing.T, b *Bundle) {
-		tx := otherTx{}
-		// The error names the transaction's type.
-		const want = "transaction is int, not "
-		require.ErrorContains(t, b.Store.RefundRecord(ctx, tx, &store.RefundRecordParams{}), want)
-		_, err := b.Store.LedgerInsert(ctx, tx, &store.LedgerInsertParams{})
-		require.ErrorContains(t, err, want)
-		_, err = b.Store.SeatReset(ctx, tx, &store.SeatResetParams{})
-		require.ErrorContains(t, err, want)
-		require.ErrorContains(t, b.Store.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{}), want)
-	},
-}
-
-// resetTokenHash is the hash of test reset token n.
-func resetTokenHash(n int) []byte {
-	h := sha256.Sum256(fmt.Appendf(nil, "reset-token-%d", n))
-	return h[:]
-}
-
-// insertResetToken seeds the domain rows and stores reset token n of
-// acme's usr_1 (operation OperationID(n)), expiring expiresIn from now; it
-// returns its hash.
-func insertResetToken(ctx context.Context, t *testing.T, b *Bundle, n int, expiresIn time.Duration) []byte {
-	t.Helper()
-	SeedDomain(ctx, t, b.Store)
-	hash := resetTokenHash(n)
-	require.NoError(t, InTx(ctx, t, b, func(tx Tx) error {
-		return b.Store.ResetTokenInsert(ctx, tx, &store.ResetTokenInsertParams{TenantID: "acme", UserID: "usr_1",
-			OperationID: OperationID(n), TokenHash: hash, MessageID: fmt.Sprintf("<idg_%s_0@idemgate>", OperationID(n)),
-			ExpiresAt: time.Now().Add(expiresIn)})
-	}))
-	return hash
 }

@@ -12,13 +12,11 @@ package enginesql
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store"
 )
 
 // Row is one row to scan: pgx.Row, pgx.Rows, *sql.Row or *sql.Rows.
@@ -150,31 +148,6 @@ func AuditArgs(p *gate.AuditInsertParams, jsonArg func(json.RawMessage) any) []a
 	return []any{p.TenantID, p.UserID, p.TokenID, p.RequestID, p.Tool, p.IdempotencyKey, opID, jobID,
 		string(p.Decision), p.Reason, p.ArgsHash, jsonArg(p.Args), jsonArg(p.Result),
 		float64(p.Duration) / float64(time.Millisecond), p.ClientRequestID, traceID}
-}
-
-// Redeem is store.ResetTokens.ResetTokenRedeem over an engine's two
-// statements: consume, the conditional update (domain.ErrNotFound when it
-// matched no row), then, only when it matched none, state, which reads
-// whether the token is used and expired (domain.ErrNotFound when there is
-// no such token). Both states only ever become true, so state's answer
-// holds for the failed update.
-func Redeem(consume func() (*store.ResetTokenRedemption, error), state func() (used, expired bool, err error)) (*store.ResetTokenRedemption, error) {
-	r, err := consume()
-	if !errors.Is(err, domain.ErrNotFound) {
-		return r, err
-	}
-	used, expired, err := state()
-	switch {
-	case err != nil:
-		return nil, err
-	case used:
-		return nil, domain.ErrAlreadyUsed
-	case expired:
-		return nil, domain.ErrExpired
-	}
-	// Unused and unexpired now, yet not consumed: only a database clock
-	// that went back between the two statements does that.
-	return nil, errors.New("password-reset token neither used nor expired, yet not consumed: did the database clock go back?")
 }
 
 // InOrder pairs the claims a ClaimInsertMany wrote with its rows, by

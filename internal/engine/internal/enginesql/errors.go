@@ -3,11 +3,9 @@ package enginesql
 import (
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/store"
 )
 
 // Errors is how an engine tells its driver's errors apart, for Translate.
@@ -67,16 +65,6 @@ func Leased(c *gate.Claim, err error, read func() (*gate.Claim, error)) (*gate.C
 		return nil, err
 	}
 	return c, domain.ErrLeaseUnavailable
-}
-
-// RawTx returns the engine's transaction T (pgx.Tx, *sql.Tx) of a
-// transaction that domain writes join.
-func RawTx[T any](tx store.Tx) (T, error) {
-	t, ok := tx.Raw().(T)
-	if !ok {
-		return t, fmt.Errorf("transaction is %T, not %v", tx.Raw(), reflect.TypeFor[T]())
-	}
-	return t, nil
 }
 
 // FillLeaseAudit completes a lease's started audit row from the leased

@@ -7,15 +7,15 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
 
-// SeedTx is an engine's seeding transaction.
+// SeedTx is an engine's seeding transaction: a gate.Tx, which
+// store.SeedFile.LoadRows joins.
 type SeedTx interface {
-	Commit(ctx context.Context) error
-	// Rollback is a no-op after Commit.
-	Rollback(ctx context.Context) error
+	gate.Tx
 	// Insert runs an insert that does nothing on conflict and reports
 	// whether it created the row. Its error is translated.
 	Insert(ctx context.Context, query string, args ...any) (created bool, err error)
@@ -30,7 +30,7 @@ type SeedTx interface {
 // unless it exists (by primary key; a fixed token by hash), with the
 // parameters in the seed entry's field order.
 type SeedStatements struct {
-	Order, Customer, Seat, User, Tenant string
+	Tenant string
 	// Token inserts a minted token, TokenFixed a fixed value unless a
 	// token has its hash; both take SeedTx.TokenArgs.
 	Token, TokenFixed string
@@ -50,6 +50,10 @@ func Seed(ctx context.Context, f *store.SeedFile, begin func(context.Context) (S
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
+	if f.HasRows() && f.LoadRows == nil {
+		return nil, errors.New("seed: orders, customers, seats and users are the built-in tools' rows; " +
+			"set SeedFile.LoadRows (tools.SeedRows) to load them")
+	}
 	tx, err := begin(ctx)
 	if err != nil {
 		return nil, err
@@ -67,6 +71,11 @@ func Seed(ctx context.Context, f *store.SeedFile, begin func(context.Context) (S
 
 func seed(ctx context.Context, f *store.SeedFile, tx SeedTx, stmts *SeedStatements) (*store.SeedResult, error) {
 	res := &store.SeedResult{CreatedTokens: []store.SeedCreatedToken{}}
+	if f.HasRows() {
+		if err := f.LoadRows(ctx, tx, f, res); err != nil {
+			return nil, err
+		}
+	}
 	for _, r := range seedRows(f, res, stmts) {
 		created, err := tx.Insert(ctx, r.query, r.args...)
 		if err != nil {
@@ -86,28 +95,12 @@ func seed(ctx context.Context, f *store.SeedFile, tx SeedTx, stmts *SeedStatemen
 	return res, nil
 }
 
-// seedRows are the inserts of f's orders, customers, seats, users and
-// tenants, in file order, each counted in res.
+// seedRows are the inserts of f's tenants, in file order, each counted in
+// res.
 func seedRows(f *store.SeedFile, res *store.SeedResult, stmts *SeedStatements) []seedRow {
 	var rows []seedRow
 	add := func(entry string, count *store.SeedCount, query string, args ...any) {
 		rows = append(rows, seedRow{entry: entry, count: count, query: query, args: args})
-	}
-	for i, o := range f.Orders {
-		add(fmt.Sprintf("orders[%d]", i), &res.Orders, stmts.Order, o.Tenant, o.OrderID, o.ChargeID, o.AmountCents, o.Currency)
-	}
-	for i, c := range f.Customers {
-		add(fmt.Sprintf("customers[%d]", i), &res.Customers, stmts.Customer, c.Tenant, c.CustomerID, c.Currency)
-	}
-	for i, st := range f.Seats {
-		var userID any // NULL: a free seat
-		if st.UserID != "" {
-			userID = st.UserID
-		}
-		add(fmt.Sprintf("seats[%d]", i), &res.Seats, stmts.Seat, st.Tenant, st.SeatID, userID)
-	}
-	for i, u := range f.Users {
-		add(fmt.Sprintf("users[%d]", i), &res.Users, stmts.User, u.Tenant, u.UserID, u.Email)
 	}
 	for i, tn := range f.Tenants {
 		var base any // NULL: the deployment's

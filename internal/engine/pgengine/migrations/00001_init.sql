@@ -99,104 +99,12 @@ CREATE TABLE api_tokens (
 );
 CREATE INDEX api_tokens_tenant_idx ON api_tokens (tenant_id);
 
--- Domain: orders and their refunds.
-CREATE TABLE orders (
-    tenant_id      text   NOT NULL,
-    order_id       text   NOT NULL,
-    charge_id      text   NOT NULL,
-    amount_cents   bigint NOT NULL CHECK (amount_cents > 0),
-    currency       text   NOT NULL,
-    refunded_cents bigint NOT NULL DEFAULT 0 CHECK (refunded_cents >= 0 AND refunded_cents <= amount_cents),
-    created_at     timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant_id, order_id)
-);
-
-CREATE TABLE refunds (
-    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    tenant_id        text   NOT NULL,
-    order_id         text   NOT NULL,
-    operation_id     uuid   NOT NULL UNIQUE,
-    stripe_refund_id text   NOT NULL UNIQUE,
-    amount_cents     bigint NOT NULL CHECK (amount_cents > 0),
-    currency         text   NOT NULL,
-    status           text   NOT NULL,
-    created_at       timestamptz NOT NULL DEFAULT now(),
-    FOREIGN KEY (tenant_id, order_id) REFERENCES orders (tenant_id, order_id)
-);
-
--- Domain: customers and their credit ledger.
-CREATE TABLE customers (
-    tenant_id   text NOT NULL,
-    customer_id text NOT NULL,
-    currency    text NOT NULL,
-    created_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant_id, customer_id)
-);
-
-CREATE TABLE ledger_entries (
-    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    tenant_id    text   NOT NULL,
-    customer_id  text   NOT NULL,
-    operation_id uuid   NOT NULL UNIQUE,
-    amount_cents bigint NOT NULL,
-    currency     text   NOT NULL,
-    memo         text   NOT NULL DEFAULT '',
-    created_at   timestamptz NOT NULL DEFAULT now(),
-    FOREIGN KEY (tenant_id, customer_id) REFERENCES customers (tenant_id, customer_id)
-);
-
--- Domain: users, seats and their resets.
-CREATE TABLE users (
-    tenant_id  text NOT NULL,
-    user_id    text NOT NULL,
-    email      text NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant_id, user_id)
-);
-
-CREATE TABLE seats (
-    tenant_id     text    NOT NULL,
-    seat_id       text    NOT NULL,
-    user_id       text,
-    reset_count   integer NOT NULL DEFAULT 0,
-    last_reset_at timestamptz,
-    created_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant_id, seat_id)
-);
-
-CREATE TABLE seat_resets (
-    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    tenant_id     text NOT NULL,
-    seat_id       text NOT NULL,
-    operation_id  uuid NOT NULL UNIQUE,
-    previous_user text,
-    created_at    timestamptz NOT NULL DEFAULT now(),
-    FOREIGN KEY (tenant_id, seat_id) REFERENCES seats (tenant_id, seat_id)
-);
-
--- Password-reset tokens, stored only as a hash.
-CREATE TABLE password_reset_tokens (
-    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    tenant_id    text  NOT NULL,
-    user_id      text  NOT NULL,
-    operation_id uuid  NOT NULL,
-    token_hash   bytea NOT NULL UNIQUE,
-    message_id   text  NOT NULL,
-    created_at   timestamptz NOT NULL DEFAULT now(),
-    expires_at   timestamptz NOT NULL,
-    used_at      timestamptz,
-    FOREIGN KEY (tenant_id, user_id) REFERENCES users (tenant_id, user_id)
-);
+-- The built-in tools' tables (orders, refunds, customers, ledger_entries,
+-- users, seats, seat_resets, password_reset_tokens) were created here until
+-- they moved to the built-ins' own migrations (internal/tools/migrations),
+-- which create them IF NOT EXISTS: databases migrated before keep theirs.
 
 -- +goose Down
-DROP TABLE password_reset_tokens;
-DROP TABLE seat_resets;
-DROP TABLE seats;
-DROP TABLE users;
-DROP TABLE ledger_entries;
-DROP TABLE customers;
-DROP TABLE refunds;
-DROP TABLE orders;
 DROP TABLE api_tokens;
 DROP TABLE audit_events;
 DROP FUNCTION audit_events_append_only();

@@ -1,0 +1,61 @@
+package idemgate_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/surface"
+)
+
+const module = "github.com/idemgate/idemgate"
+
+// TestPublicSurface holds the public surface to a decision: the packages a
+// user can import are exactly these, their exported names (fields and
+// methods included) stay within budget, and no public signature names an
+// internal type. A new public package, or a leak, fails here first.
+func TestPublicSurface(t *testing.T) {
+	t.Parallel()
+	paths, err := surface.PublicPackages(".")
+	require.NoError(t, err)
+	require.Equal(t, []string{module, module + "/idemtype", module + "/tool", module + "/tool/tooltest"}, paths,
+		"the public packages changed: decide, then update this list")
+	pkgs, err := surface.Measure(".", paths)
+	require.NoError(t, err)
+	total := 0
+	for _, p := range pkgs {
+		require.Empty(t, p.Leaks, "%s: exported names whose types are internal", p.Path)
+		total += len(p.Names)
+		t.Logf("%s: %d exported names", p.Path, len(p.Names))
+	}
+	t.Logf("total: %d exported names", total)
+	require.LessOrEqual(t, total, 150, "the public surface grew past its budget")
+}
+
+// TestImportLayers refuses an import from a lower layer to a higher one
+// (surface.Layers), and a package placed in no layer.
+func TestImportLayers(t *testing.T) {
+	t.Parallel()
+	g, err := surface.Imports(".", module)
+	require.NoError(t, err)
+	require.NotEmpty(t, g["internal/gate"], "the graph was read")
+	require.Empty(t, surface.CheckLayers(g), "\n%s", strings.Join(surface.CheckLayers(g), "\n"))
+}
+
+// TestImportLayersRefuseABackEdge shows the check failing: the real graph
+// with one import added from the gate to the public tool API, and one from
+// a leaf to the gate.
+func TestImportLayersRefuseABackEdge(t *testing.T) {
+	t.Parallel()
+	g, err := surface.Imports(".", module)
+	require.NoError(t, err)
+	g["internal/gate"] = append(g["internal/gate"], "tool")
+	g["internal/telemetry"] = append(g["internal/telemetry"], "internal/gate")
+	g["internal/newpkg"] = nil
+	problems := surface.CheckLayers(g)
+	require.Len(t, problems, 3, "%v", problems)
+	require.Contains(t, problems[0], "internal/gate (layer 2) imports tool (layer 5)")
+	require.Contains(t, problems[1], "internal/newpkg: in no layer")
+	require.Contains(t, problems[2], "internal/telemetry (layer 0) imports internal/gate (layer 2)")
+}

@@ -1,0 +1,75 @@
+package tool_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemgate/idemgate/tool"
+)
+
+// An external effect: Call runs outside any transaction under a deadline
+// inside the lease and gives the provider the downstream key; Record
+// writes its rows in the completing transaction.
+func ExampleMutation_external() {
+	type ProvisionArgs struct {
+		Workspace string `json:"workspace" jsonschema:"The workspace's name." idem:"pattern=^[a-z0-9-]+$"`
+	}
+	type Workspace struct {
+		WorkspaceID string `json:"workspace_id"`
+	}
+	provision := &tool.Mutation[ProvisionArgs, Workspace]{
+		Name:        "provision_workspace",
+		Title:       "Provision a workspace",
+		Description: "Create a workspace at the provider, once per idempotency_key.",
+		Scope:       "workspaces:provision",
+		Provider:    "workspaces-api",
+		Call: func(ctx context.Context, op *tool.Op[ProvisionArgs]) (*Workspace, error) {
+			// POST to the provider with Idempotency-Key: op.DownstreamKey.
+			return &Workspace{WorkspaceID: "ws_" + op.Args.Workspace}, nil
+		},
+		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[ProvisionArgs], ws *Workspace) error {
+			_, err := tx.Exec(ctx, `INSERT INTO workspaces (tenant_id, operation_id, workspace_id) VALUES ($1, $2, $3)`,
+				op.TenantID, op.OperationID, ws.WorkspaceID)
+			return err
+		},
+	}
+	reg := tool.NewRegistry()
+	fmt.Println(reg.Add(provision))
+	// Output: <nil>
+}
+
+// A read tool: a scope, arguments and a result, no key; ErrNotFound (or
+// NotFound) answers not_found.
+func ExampleRead() {
+	type GetArgs struct {
+		CouponID string `json:"coupon_id" idem:"id"`
+	}
+	type Coupon struct {
+		CouponID string `json:"coupon_id"`
+	}
+	get := &tool.Read[GetArgs, Coupon]{
+		Name:        "get_coupon",
+		Title:       "Get a coupon",
+		Description: "A coupon of the caller's tenant.",
+		Scope:       "coupons:read",
+		Handle: func(ctx context.Context, caller tool.Caller, a *GetArgs) (*Coupon, error) {
+			return nil, tool.NotFound("coupon_id", "no coupon %s for tenant %s", a.CouponID, caller.TenantID)
+		},
+	}
+	fmt.Println(tool.NewRegistry().Add(get))
+	// Output: <nil>
+}
+
+// A declaration's mistakes are found at Add, naming the field.
+func ExampleRegistry_Add() {
+	type Args struct {
+		Amount int64 `json:"amount" idem:"cents"`
+	}
+	type Result struct{}
+	bad := &tool.Mutation[Args, Result]{
+		Name: "Refund-Order", Title: "Refund", Description: "Refund an order.", Scope: "billing:refund",
+		Call: func(context.Context, *tool.Op[Args]) (*Result, error) { return &Result{}, nil },
+	}
+	fmt.Println(tool.NewRegistry().Add(bad))
+	// Output: tool: Name "Refund-Order" must match ^[a-z][a-z0-9_]{0,63}$
+}

@@ -1,0 +1,15 @@
+package tool
+
+import "github.com/idemgate/idemgate/internal/toolspec"
+
+// SpecOf derives t's spec, for the tests of the derivation.
+func SpecOf(t Tool) (*toolspec.Spec, error) { return t.spec() }
+
+// The idem tag's short forms, for the schema tests.
+const (
+	IDPattern  = idPattern
+	MaxTextLen = maxTextLen
+)
+
+// ScopesOf is every scope a token may be granted with reg's tools.
+func ScopesOf(reg *Registry) []string { return reg.inner.Scopes() }
