@@ -19,6 +19,7 @@ import (
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 const (
@@ -160,7 +161,7 @@ func (db *benchDB) seed(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	f := &store.SeedFile{Tokens: []store.SeedToken{{
+	f := &store.SeedFile{LoadRows: tools.SeedRows, Tokens: []store.SeedToken{{
 		Tenant: benchTenant, User: "bench-agent", Token: benchToken,
 		Scopes: []string{"billing:credit", "billing:refund", "operations:read"},
 	}}}
