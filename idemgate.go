@@ -21,7 +21,6 @@ package idemgate
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"github.com/idemgate/idemgate/internal/toolspec"
@@ -33,16 +32,13 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
@@ -98,8 +94,8 @@ type Service struct {
 	reg    *toolspec.Registry
 	opts   Options
 	logger *slog.Logger
-	pool   *pgxpool.Pool // Postgres
-	db     *sql.DB       // SQLite
+	// drv is the engine DATABASE_URL names, picked once by Open.
+	drv    engine.Driver
 	tokens store.Tokens
 }
 
@@ -107,7 +103,7 @@ type Service struct {
 // nothing else. Close the Service when done. On Postgres the process opens
 // at most DATABASE_URL's pool_max_conns connections in all, River's LISTEN
 // and the migration lock included, or config.DefaultPoolMaxConns without it
-// (app.PoolConfig).
+// (pgengine.PoolConfig).
 func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (*Service, error) {
 	if cfg == nil || reg == nil {
 		return nil, errors.New("idemgate: Open needs a Config and a Registry")
@@ -120,26 +116,12 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.cfg.LogLevel}))
 	}
-	var data interface {
-		gate.Store
-		store.Tokens
+	drv, err := drivers.Open(ctx, s.cfg, &drivers.Options{MaxConns: config.DefaultPoolMaxConns, Logger: s.logger})
+	if err != nil {
+		return nil, err
 	}
-	switch s.cfg.Driver() {
-	case config.DriverSQLite:
-		db, err := sqlitestore.Open(s.cfg.SQLitePath())
-		if err != nil {
-			return nil, fmt.Errorf("DATABASE_URL: %w", err)
-		}
-		s.db = db
-		data = sqlitestore.New(db)
-	default:
-		pool, err := app.OpenPostgresConfig(ctx, s.cfg, config.DefaultPoolMaxConns, s.logger)
-		if err != nil {
-			return nil, err
-		}
-		s.pool = pool
-		data = pgstore.New(pool)
-	}
+	s.drv = drv
+	data := drv.Store()
 	s.tokens = data
 	if s.opts.Builtins {
 		builtins, err := app.BuiltinDeclarations(s.cfg, data)
@@ -158,53 +140,29 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 }
 
 // Close closes the database.
-func (s *Service) Close() {
-	if s.pool != nil {
-		s.pool.Close()
-	}
-	if s.db != nil {
-		_ = s.db.Close()
-	}
-}
+func (s *Service) Close() { s.drv.Close() }
 
 // Migrate applies River's and idemgate's migrations, then the built-in
 // tools' (with Options.Builtins), then the service's own. It is safe to run
 // repeatedly and from several processes.
 func (s *Service) Migrate(ctx context.Context) error {
-	if s.db != nil {
-		if _, err := migrations.MigrateSQLite(ctx, s.db, s.logger); err != nil {
-			return err
-		}
-		if s.opts.Builtins {
-			if _, err := app.MigrateBuiltinsSQLite(ctx, s.db, s.logger); err != nil {
-				return err
-			}
-		}
-		if fsys := s.ownMigrations(tool.SQLite); fsys != nil {
-			_, err := migrations.MigrateAppSQLite(ctx, s.db, fsys, s.logger)
-			return err
-		}
-		return nil
-	}
-	if s.cfg.Pooled() {
-		return app.ErrMigrateThroughPooler
-	}
-	if _, err := migrations.MigratePostgres(ctx, s.pool, s.logger); err != nil {
+	if _, err := s.drv.Migrate(ctx, s.logger); err != nil {
 		return err
 	}
 	if s.opts.Builtins {
-		if _, err := app.MigrateBuiltinsPostgres(ctx, s.pool, s.logger); err != nil {
+		if _, err := app.MigrateBuiltins(ctx, s.drv, s.logger); err != nil {
 			return err
 		}
 	}
-	if fsys := s.ownMigrations(tool.Postgres); fsys != nil {
-		_, err := migrations.MigrateAppPostgres(ctx, s.pool, fsys, s.logger)
+	if fsys := s.ownMigrations(s.drv.Engine()); fsys != nil {
+		_, err := s.drv.MigrateApp(ctx, fsys, s.logger)
 		return err
 	}
 	return nil
 }
 
-// ownMigrations is Options.Migrations for engine, or nil.
+// ownMigrations is Options.Migrations for engine (the driver's, as
+// tool.Tx.Engine names it), or nil.
 func (s *Service) ownMigrations(engine string) fs.FS {
 	if s.opts.Migrations == nil {
 		return nil
@@ -233,7 +191,7 @@ func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes .
 // at /ops and /healthz, /readyz, /metrics on IDEMGATE_API_ADDR until ctx
 // ends. On SQLite the worker runs in this process too.
 func (s *Service) ServeAPI(ctx context.Context) error {
-	if s.db != nil {
+	if s.drv.EmbeddedWorker() {
 		return s.RunAll(ctx)
 	}
 	tp, stop, err := s.traces(ctx, telemetry.ServiceAPI)
@@ -241,7 +199,7 @@ func (s *Service) ServeAPI(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
+	a, err := app.NewAPIWithOptions(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -252,8 +210,8 @@ func (s *Service) ServeAPI(ctx context.Context) error {
 // ends, serving /metrics and /healthz on IDEMGATE_WORKER_ADDR. Postgres
 // only: on SQLite the worker runs inside ServeAPI.
 func (s *Service) RunWorker(ctx context.Context) error {
-	if s.db != nil {
-		return errors.New("DATABASE_URL: on SQLite the worker runs inside the api process (ServeAPI)")
+	if s.drv.EmbeddedWorker() {
+		return errors.New("DATABASE_URL: on " + s.drv.Engine() + " the worker runs inside the api process (ServeAPI)")
 	}
 	if err := s.checkWorker(); err != nil {
 		return err
@@ -263,7 +221,7 @@ func (s *Service) RunWorker(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
+	w, err := app.NewWorker(s.cfg, s.drv, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -289,19 +247,19 @@ func (s *Service) RunAll(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	if s.db != nil {
-		e, err := app.NewEmbedded(s.cfg, s.db, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp}, &app.WorkerOptions{Tools: s.reg})
+	if s.drv.EmbeddedWorker() {
+		e, err := app.NewEmbedded(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp}, &app.WorkerOptions{Tools: s.reg})
 		if err != nil {
 			return err
 		}
-		s.logger.Info("embedded mode: SQLite with the worker in this process", "path", s.cfg.SQLitePath())
+		s.logger.Info("embedded mode: the worker in this process", "engine", s.drv.Engine())
 		return s.serve(ctx, e.Handler, func(ctx context.Context) error { return e.Run(ctx, stopTimeout) })
 	}
-	a, err := app.NewAPIWithOptions(s.cfg, s.pool, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
+	a, err := app.NewAPIWithOptions(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
-	w, err := app.NewWorker(s.cfg, s.pool, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
+	w, err := app.NewWorker(s.cfg, s.drv, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

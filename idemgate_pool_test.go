@@ -17,9 +17,9 @@ import (
 
 	"github.com/idemgate/idemgate"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -33,7 +33,7 @@ func TestAPIHoldsAtMostPoolMaxConns(t *testing.T) {
 	const maxConns, calls = 4, 64
 	ctx := t.Context()
 	dbURL, seedPool := pgtest.NewDB(t)
-	_, err := pgstore.New(seedPool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
+	_, err := pgengine.New(seedPool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1 << 30, Currency: "usd"}},
 		Tokens: []store.SeedToken{{Tenant: "acme", User: "bot", Scopes: []string{"billing:refund"}, Token: "idg_test_pool_bot"}},
 	})

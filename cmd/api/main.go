@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/idemgate/idemgate"
+	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -35,7 +36,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	settings, err := config.Load(os.Args[1:], os.Getenv) // read again: the engine and the log level
+	settings, err := config.Load(os.Args[1:], os.Getenv) // read again: the log level, and whether this process migrates
 	if err != nil {
 		return err
 	}
@@ -47,10 +48,10 @@ func run() error {
 		return err
 	}
 	defer svc.Close()
-	if settings.Driver() == config.DriverSQLite {
+	if app.MigratesAtStart(settings) {
 		// One process, one writer: the api migrates and runs the worker.
 		if err := svc.Migrate(ctx); err != nil {
-			return fmt.Errorf("migrate %s: %w", settings.SQLitePath(), err)
+			return fmt.Errorf("migrate: %w", err)
 		}
 	}
 	return svc.ServeAPI(ctx)

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 const (
@@ -99,7 +99,7 @@ func newDBServer(ctx context.Context, adminURL string) (*dbServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = migrations.MigratePostgres(ctx, pool, nil)
+	_, err = pgengine.Migrate(ctx, pool, nil)
 	if err == nil {
 		_, err = app.MigrateBuiltinsPostgres(ctx, pool, nil) // the built-in tools' tables
 	}
@@ -161,7 +161,7 @@ func (db *benchDB) seed(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	f := &store.SeedFile{Tokens: []store.SeedToken{{
+	f := &store.SeedFile{LoadRows: tools.SeedRows, Tokens: []store.SeedToken{{
 		Tenant: benchTenant, User: "bench-agent", Token: benchToken,
 		Scopes: []string{"billing:credit", "billing:refund", "operations:read"},
 	}}}
@@ -172,7 +172,7 @@ func (db *benchDB) seed(ctx context.Context) error {
 		f.Orders = append(f.Orders, store.SeedOrder{Tenant: benchTenant, OrderID: orderID(i), ChargeID: fmt.Sprintf("ch_bench_%03d", i),
 			AmountCents: orderCents, Currency: "usd"})
 	}
-	_, err = pgstore.New(pool).Seed(ctx, f)
+	_, err = pgengine.New(pool).Seed(ctx, f)
 	return err
 }
 
@@ -189,7 +189,7 @@ func (db *benchDB) drop() {
 }
 
 // openPool opens a pool of maxConns connections on the database, the way
-// app.OpenPostgres does, and opens them all now so that connection set-up
+// pgengine.OpenPostgres does, and opens them all now so that connection set-up
 // is not measured.
 func (db *benchDB) openPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(db.url)

@@ -24,9 +24,9 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/procstat"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // Series are the measured figures; each has one row per concurrency.
@@ -326,7 +326,7 @@ func (r *runner) commitLimit(ctx context.Context, c int) error {
 		return err
 	}
 	defer pool.Close()
-	st := pgstore.New(pool)
+	st := pgengine.New(pool)
 	smp, err := newSampler(ctx, r.srv.adminURL, db.name)
 	if err != nil {
 		return err
@@ -975,7 +975,7 @@ func (r *runner) growth(ctx context.Context, claims, pruneRows int, window time.
 	if _, err := smp.admin.Exec(ctx, "CHECKPOINT"); err != nil {
 		return err
 	}
-	st := pgstore.New(pool)
+	st := pgengine.New(pool)
 	tools, err := app.BuiltinDeclarations(config.Defaults(), st)
 	if err != nil {
 		return err

@@ -22,8 +22,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // tuning is applied to bare River and to idemgate alike.
@@ -92,7 +92,7 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	// The per-tenant rate limit (50 calls/s, burst 200, by default) is off:
 	// one tenant drives all the load here, and the limiter would be measured
 	// instead of the gate.
-	s.api, err = app.NewAPIWithOptions(cfg, s.apiPool, logger, &app.APIOptions{
+	s.api, err = app.NewAPIWithOptions(cfg, pgengine.NewDriver(s.apiPool, cfg), logger, &app.APIOptions{
 		RateLimit: -1,
 	})
 	if err != nil {
@@ -134,7 +134,7 @@ func newIdemWorker(ctx context.Context, db *benchDB, tn tuning, logger *slog.Log
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -298,7 +298,6 @@ func newStripeRefunds(base string) *refund.Client {
 type bareRefundWorker struct {
 	river.WorkerDefaults[bareRefundArgs]
 	pool    *pgxpool.Pool
-	data    *pgstore.Store
 	refunds *refund.Client
 }
 

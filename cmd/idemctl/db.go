@@ -2,28 +2,21 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-
-	"github.com/jackc/pgx/v5/pgxpool"
+	"time"
 
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
-// database is an open Postgres pool or SQLite file. Every command works on
-// both engines.
+// database is DATABASE_URL's engine, open. Every command works on both
+// engines.
 type database struct {
-	pool *pgxpool.Pool
-	db   *sql.DB
+	drv engine.Driver
 }
 
 // data is what the commands read and write besides River.
@@ -36,62 +29,47 @@ type data interface {
 // openDatabase opens DATABASE_URL: unset or sqlite:PATH opens (creating)
 // the SQLite file, as the embedded quickstart does.
 func (a *app) openDatabase(ctx context.Context) (*database, error) {
-	if a.cfg.Driver() == config.DriverPostgres {
-		pool, err := a.openPostgres(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &database{pool: pool}, nil
-	}
-	db, err := sqlitestore.Open(a.cfg.SQLitePath())
-	if err != nil {
-		return nil, err
-	}
-	return &database{db: db}, nil
+	return a.open(ctx, false)
 }
 
 // openExistingDatabase is openDatabase for the commands that read and
 // change operations (op, prune): a SQLite file that does not exist is an
 // error, not created.
 func (a *app) openExistingDatabase(ctx context.Context) (*database, error) {
-	if a.cfg.Driver() == config.DriverSQLite {
-		path := a.cfg.SQLitePath()
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s: no SQLite database at %s (run the api, or idemctl migrate, first)", config.EnvDatabaseURL, path)
-		}
-	}
-	return a.openDatabase(ctx)
+	return a.open(ctx, true)
 }
 
-func (d *database) Close() {
-	if d.pool != nil {
-		d.pool.Close()
+// open opens the driver, at most DefaultCLIPoolMaxConns connections in all
+// (migrate's lock included) or DATABASE_URL's pool_max_conns, and checks
+// that the database answers.
+func (a *app) open(ctx context.Context, existing bool) (*database, error) {
+	drv, err := drivers.Open(ctx, a.cfg, &drivers.Options{MaxConns: config.DefaultCLIPoolMaxConns, Existing: existing, Logger: a.logger})
+	if err != nil {
+		return nil, err
 	}
-	if d.db != nil {
-		_ = d.db.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := drv.Ping(pingCtx); err != nil {
+		drv.Close()
+		return nil, fmt.Errorf("connect to %s (%s): %w", config.EnvDatabaseURL, redactURL(a.cfg.DatabaseURL), err)
 	}
+	return &database{drv: drv}, nil
 }
 
-func (d *database) data() data {
-	if d.pool != nil {
-		return pgstore.New(d.pool)
-	}
-	return sqlitestore.New(d.db)
-}
+func (d *database) Close() { d.drv.Close() }
+
+func (d *database) data() data { return d.drv.Store() }
 
 // ops assembles the gate with an insert-only River client, as the api
 // does, for op redrive and prune.
 func (d *database) ops(a *app) (*idemgateapp.Ops, error) {
-	if d.pool != nil {
-		return idemgateapp.NewOps(a.cfg, d.pool, a.logger)
-	}
-	return idemgateapp.NewOpsSQLite(a.cfg, d.db, a.logger)
+	return idemgateapp.NewOps(a.cfg, d.drv, a.logger)
 }
 
 // migrated is what migrate applied: River's and idemgate's migrations,
 // then the built-in tools' (in their own version table).
 type migrated struct {
-	*migrations.Result
+	*engine.Result
 	BuiltinsApplied int `json:"builtins_applied"`
 }
 
@@ -100,19 +78,9 @@ func (d *database) migrate(ctx context.Context, a *app) (*migrated, error) {
 		res = &migrated{}
 		err error
 	)
-	if d.pool != nil {
-		if a.cfg.Pooled() {
-			return nil, idemgateapp.ErrMigrateThroughPooler
-		}
-		if res.Result, err = migrations.MigratePostgres(ctx, d.pool, a.logger); err != nil {
-			return nil, err
-		}
-		res.BuiltinsApplied, err = idemgateapp.MigrateBuiltinsPostgres(ctx, d.pool, a.logger)
-		return res, err
-	}
-	if res.Result, err = migrations.MigrateSQLite(ctx, d.db, a.logger); err != nil {
+	if res.Result, err = d.drv.Migrate(ctx, a.logger); err != nil {
 		return nil, err
 	}
-	res.BuiltinsApplied, err = idemgateapp.MigrateBuiltinsSQLite(ctx, d.db, a.logger)
+	res.BuiltinsApplied, err = idemgateapp.MigrateBuiltins(ctx, d.drv, a.logger)
 	return res, err
 }

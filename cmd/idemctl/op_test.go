@@ -15,6 +15,8 @@ import (
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
@@ -38,9 +40,9 @@ func setupOp(t *testing.T, engine string) *opBundle {
 	var o *idemgateapp.Ops
 	var err error
 	if d.Pool != nil {
-		o, err = idemgateapp.NewOps(cfg, d.Pool, nil)
+		o, err = idemgateapp.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
 	} else {
-		o, err = idemgateapp.NewOpsSQLite(cfg, d.SQL, nil)
+		o, err = idemgateapp.NewOps(cfg, sqliteengine.NewDriver(d.SQL), nil)
 	}
 	require.NoError(t, err)
 	return &opBundle{dbURL: d.URL, db: d, ops: o}

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
 
@@ -69,7 +69,7 @@ func TestSeedCommand(t *testing.T) {
 	require.Equal(t, map[string]int{"orders": 1, "customers": 1, "seats": 1, "users": 1, "api_tokens": 2, "tenant_settings": 1}, rowCounts(t, pool))
 
 	// Both tokens authenticate.
-	auth := tenancy.NewAuthenticator(pgstore.New(pool), 0, nil)
+	auth := tenancy.NewAuthenticator(pgengine.New(pool), 0, nil)
 	for _, secret := range []string{"idg_test_acme", first.CreatedTokens[0].Token} {
 		actor, err := auth.Authenticate(ctx, secret)
 		require.NoError(t, err)

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
 
@@ -62,7 +62,7 @@ func TestTokenCommands(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dbURL, pool := pgtest.NewDB(t)
-	tokens := pgstore.New(pool)
+	tokens := pgengine.New(pool)
 
 	// create: the secret alone on stdout, the id on stderr.
 	res := idemctl(ctx, t, dbURL, "token", "create", "--tenant", "acme", "--user", "support-bot",
@@ -182,7 +182,7 @@ func TestTokenCommandsUsage(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, tenant := range []string{"acme", "ops"} {
-			n, err := pgstore.New(pool).TokenList(context.Background(), &store.TokenListParams{TenantID: tenant})
+			n, err := pgengine.New(pool).TokenList(context.Background(), &store.TokenListParams{TenantID: tenant})
 			require.NoError(t, err)
 			require.Empty(t, n, "no rejected command created a token")
 		}
@@ -197,7 +197,7 @@ func TestOperatorTokens(t *testing.T) {
 	dbURL, pool := pgtest.NewDB(t)
 	res := idemctl(ctx, t, dbURL, "token", "create", "--operator", "--user", "sre", "--scopes", "ops:admin")
 	require.Equal(t, exitOK, res.code, res.stderr)
-	toks, err := pgstore.New(pool).TokenList(ctx, &store.TokenListParams{TenantID: config.DefaultOperatorTenant})
+	toks, err := pgengine.New(pool).TokenList(ctx, &store.TokenListParams{TenantID: config.DefaultOperatorTenant})
 	require.NoError(t, err)
 	require.Len(t, toks, 1)
 	require.Equal(t, "sre", toks[0].UserID)
@@ -207,7 +207,7 @@ func TestOperatorTokens(t *testing.T) {
 	res = idemctl(ctx, t, dbURL, "seed", "--file", seed)
 	require.NotEqual(t, exitOK, res.code)
 	require.Contains(t, res.stderr, "is the operator tenant")
-	toks, err = pgstore.New(pool).TokenList(ctx, &store.TokenListParams{TenantID: config.DefaultOperatorTenant})
+	toks, err = pgengine.New(pool).TokenList(ctx, &store.TokenListParams{TenantID: config.DefaultOperatorTenant})
 	require.NoError(t, err)
 	require.Len(t, toks, 1, "the seed wrote nothing")
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/idemgate/idemgate"
+	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -34,11 +35,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	settings, err := config.Load(os.Args[1:], os.Getenv) // read again: the engine and the log level
+	settings, err := config.Load(os.Args[1:], os.Getenv) // read again: the log level, and whether workers are processes
 	if err != nil {
 		return err
 	}
-	if settings.Driver() != config.DriverPostgres {
+	if !app.WorkerProcesses(settings) {
 		return errors.New("DATABASE_URL: set a postgres:// URL; on the embedded SQLite default the api runs the worker")
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: settings.LogLevel}))

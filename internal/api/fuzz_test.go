@@ -34,9 +34,9 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tools"
 )
 
@@ -61,7 +61,7 @@ func fuzzSetup(tb testing.TB) *fuzzBundle {
 	tb.Helper()
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(tb)
-	_, err := pgstore.New(pool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
+	_, err := pgengine.New(pool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
 		Tokens: []store.SeedToken{
 			{Tenant: "acme", User: "fuzz", Scopes: []string{"billing:refund", "billing:credit", "seats:reset", "users:password_reset", "operations:read"}, Token: fuzzTokenAll},
@@ -74,7 +74,7 @@ func fuzzSetup(tb testing.TB) *fuzzBundle {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPIWithOptions(cfg, pool, slog.New(slog.DiscardHandler), &app.APIOptions{RateLimit: -1})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), slog.New(slog.DiscardHandler), &app.APIOptions{RateLimit: -1})
 	if err != nil {
 		tb.Fatal(err)
 	}

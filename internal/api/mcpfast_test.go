@@ -34,10 +34,10 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/internal/tools"
 )
@@ -54,7 +54,7 @@ func mcpPairSetup(tb testing.TB) *mcpPair {
 	tb.Helper()
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(tb)
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
 		Tokens: []store.SeedToken{
@@ -67,7 +67,7 @@ func mcpPairSetup(tb testing.TB) *mcpPair {
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
 	discard := slog.New(slog.DiscardHandler)
-	a, err := app.NewAPIWithOptions(cfg, pool, discard, &app.APIOptions{RateLimit: -1})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), discard, &app.APIOptions{RateLimit: -1})
 	require.NoError(tb, err)
 	p := &mcpPair{store: a.Gate.Store(), pool: pool, metrics: prometheus.NewRegistry()}
 	for _, sdkOnly := range []bool{false, true} {

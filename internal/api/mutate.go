@@ -214,7 +214,7 @@ func (s *Server) internal(ctx context.Context, c *call, err error) *callError {
 
 // tooManyClientsMessage is the unavailable answer when Postgres refuses
 // connections because all its clients together hold max_connections: it
-// names the setting that bounds each process's share (app.TooManyClients
+// names the setting that bounds each process's share (pgengine.TooManyClients
 // says the same in the log).
 const tooManyClientsMessage = "the database refuses connections: too many clients (Postgres SQLSTATE 53300, " +
 	"max_connections reached); lower pool_max_conns in DATABASE_URL of the idemgate processes, put a pooler in front, " +

@@ -13,10 +13,10 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 type noAuth struct{}
@@ -51,16 +51,16 @@ func TestMutatingToolWithoutPolicyStopsStart(t *testing.T) {
 }
 
 // unusedStore is a store on a pool that never connects: nothing is called.
-func unusedStore(t *testing.T) *pgstore.Store {
+func unusedStore(t *testing.T) *pgengine.Store {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	return pgstore.New(pool)
+	return pgengine.New(pool)
 }
 
 // builtinTools is the built-in tools' registry on st.
-func builtinTools(t *testing.T, st *pgstore.Store) *toolspec.Registry {
+func builtinTools(t *testing.T, st *pgengine.Store) *toolspec.Registry {
 	t.Helper()
 	reg, err := app.BuiltinDeclarations(config.Defaults(), st)
 	require.NoError(t, err)

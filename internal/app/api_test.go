@@ -22,10 +22,10 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tools"
 )
 
@@ -62,18 +62,18 @@ func setup(t *testing.T, viaProxy func(dbURL string) string) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	dbURL, seedPool := pgtest.NewDB(t)
-	_, err := pgstore.New(seedPool).Seed(ctx, seedFile())
+	_, err := pgengine.New(seedPool).Seed(ctx, seedFile())
 	require.NoError(t, err)
 	if viaProxy != nil {
 		dbURL = viaProxy(dbURL)
 	}
-	pool, err := app.OpenPostgres(ctx, dbURL, 20, nil)
+	pool, err := pgengine.OpenPostgres(ctx, dbURL, 20, nil)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPI(cfg, pool, nil)
+	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg), nil)
 	require.NoError(t, err)
 	return &testBundle{url: serveAPI(ctx, t, a), pool: seedPool, api: a}
 }

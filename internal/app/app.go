@@ -1,5 +1,6 @@
-// Package app assembles idemgate's parts from a config.Config: the database
-// pool, the gate and its store, River, the authenticator and the api. The
+// Package app assembles idemgate's parts from a config.Config and an
+// engine.Driver: the gate on the driver's store, River on its River
+// driver, the authenticator and the api. The
 // binaries in cmd/ only call it; tests use it to run the real thing in
 // process.
 package app
@@ -11,141 +12,36 @@ import (
 	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
-	neturl "net/url"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
 
 // API is the assembled api process.
 type API struct {
-	Pool  *pgxpool.Pool
-	Gate  *gate.Gate
-	Tools *toolspec.Registry
+	Driver engine.Driver
+	Gate   *gate.Gate
+	Tools  *toolspec.Registry
 	// Jobs cancels and retries River jobs in the gate's transactions.
-	Jobs    *jobs.Control[pgx.Tx]
+	Jobs    engine.River
 	Server  *api.Server
 	Handler http.Handler
 	// Ops is the operator routes under /ops (River UI, re-drive).
 	Ops    *ops.Server
 	logger *slog.Logger
-}
-
-// OpenPostgres opens a pool on url with timeouts that make an unreachable
-// database an error within seconds, not a hang. The process holds at most
-// maxConns connections to Postgres in all (see PoolConfig), or url's
-// pool_max_conns when it has one: the URL always wins. logger (nil: none)
-// says so when Postgres refuses connections for too many clients.
-func OpenPostgres(ctx context.Context, url string, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
-	cfg := config.Defaults()
-	cfg.DatabaseURL = url
-	return OpenPostgresConfig(ctx, cfg, maxConns, logger)
-}
-
-// OpenPostgresConfig is OpenPostgres on cfg's DATABASE_URL, in the query
-// execution mode cfg.PostgresExecMode gives (under a transaction pooler,
-// one without named prepared statements).
-func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
-	pc, err := PoolConfig(cfg, maxConns, logger)
-	if err != nil {
-		return nil, err
-	}
-	return pgxpool.NewWithConfig(ctx, pc)
-}
-
-// ExecMode returns pgx's query execution mode named as in a URL's
-// default_query_exec_mode (config.Config.PostgresExecMode).
-func ExecMode(name string) (pgx.QueryExecMode, error) {
-	switch name {
-	case "cache_statement":
-		return pgx.QueryExecModeCacheStatement, nil
-	case "cache_describe":
-		return pgx.QueryExecModeCacheDescribe, nil
-	case "describe_exec":
-		return pgx.QueryExecModeDescribeExec, nil
-	case "exec":
-		return pgx.QueryExecModeExec, nil
-	case "simple_protocol":
-		return pgx.QueryExecModeSimpleProtocol, nil
-	}
-	return 0, fmt.Errorf("%s: unknown default_query_exec_mode %q", config.EnvDatabaseURL, name)
-}
-
-// ErrMigrateThroughPooler refuses migrations through a transaction pooler:
-// they hold a session-level advisory lock (migrations.PostgresLockKey),
-// which such a pooler may leave on a server connection for good.
-var ErrMigrateThroughPooler = errors.New(config.EnvDBPooler + "=transaction: migrations hold a session-level advisory lock, " +
-	"which a transaction pooler cannot keep; run them with " + config.EnvDatabaseURL + " pointing at Postgres itself and " +
-	config.EnvDBPooler + " unset")
-
-// PoolConfig is the pool configuration of cfg's DATABASE_URL for a process
-// that may hold total connections to Postgres in all: cfg.PoolMaxConns
-// (the URL's pool_max_conns, else total, else
-// config.DefaultPoolMaxConns). Unless the URL goes through a transaction
-// pooler, the pool itself holds one fewer: a worker's River client takes
-// one connection out of its pool for good to LISTEN (pgx's Hijack, after
-// which the pool may open another), and migrations hold their advisory
-// lock on a connection of their own. The URL's connect_timeout and
-// pool_health_check_period win over this package's 2s and 5s.
-func PoolConfig(cfg *config.Config, total int32, logger *slog.Logger) (*pgxpool.Config, error) {
-	if total <= 0 {
-		total = config.DefaultPoolMaxConns
-	}
-	total = cfg.PoolMaxConns(total)
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", config.EnvDatabaseURL, err)
-	}
-	if mode := cfg.PostgresExecMode(); mode != "" {
-		if pc.ConnConfig.DefaultQueryExecMode, err = ExecMode(mode); err != nil {
-			return nil, err
-		}
-	}
-	params := urlParams(cfg.DatabaseURL)
-	if !params.Has("connect_timeout") {
-		pc.ConnConfig.ConnectTimeout = 2 * time.Second
-	}
-	if !params.Has("pool_health_check_period") {
-		pc.HealthCheckPeriod = 5 * time.Second
-	}
-	pc.MaxConns = total
-	if !cfg.Pooled() && total > 1 {
-		pc.MaxConns = total - 1
-	}
-	if pc.MinConns > pc.MaxConns {
-		pc.MinConns = pc.MaxConns
-	}
-	if logger != nil {
-		pc.ConnConfig.Tracer = &refusedTracer{logger: logger, total: total}
-	}
-	return pc, nil
-}
-
-// urlParams returns a URL's query parameters (none for a key=value string).
-func urlParams(s string) neturl.Values {
-	u, err := neturl.Parse(s)
-	if err != nil {
-		return neturl.Values{}
-	}
-	return u.Query()
 }
 
 // APIOptions are what tests and embedders may change; zero fields take
@@ -166,32 +62,34 @@ type APIOptions struct {
 	TracerProvider trace.TracerProvider
 }
 
-// NewAPI assembles the api on Postgres with default options. The pool is
-// the caller's: NewAPI does not close it.
-func NewAPI(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*API, error) {
-	return NewAPIWithOptions(cfg, pool, logger, nil)
+// NewAPI assembles the api of a deployment whose worker runs apart (not
+// drv.EmbeddedWorker; see NewEmbedded otherwise) with default options. The
+// driver is the caller's: NewAPI does not close it.
+func NewAPI(cfg *config.Config, drv engine.Driver, logger *slog.Logger) (*API, error) {
+	return NewAPIWithOptions(cfg, drv, logger, nil)
 }
 
 // NewAPIWithOptions is NewAPI with options; nil opts means defaults.
-func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts *APIOptions) (*API, error) {
+func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts *APIOptions) (*API, error) {
 	if opts == nil {
 		opts = &APIOptions{}
 	}
 	if logger == nil {
 		logger = slog.Default()
 	}
-	if cfg.Driver() != "postgres" {
-		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build (SQLite comes with the embedded quickstart)")
+	if drv.EmbeddedWorker() {
+		return nil, errors.New("DATABASE_URL: on " + string(drv.Engine()) + " the api runs with the worker in one process (NewEmbedded)")
 	}
 	logger = tracedLogger(logger, opts.TracerProvider)
 	// Insert-only: no queues and no workers in the api process.
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, Middleware: telemetry.RiverMiddleware(opts.TracerProvider)})
-	if err != nil {
-		return nil, fmt.Errorf("river: %w", err)
+	riverClient := drv.NewRiver()
+	if err := riverClient.Open(&river.Config{Logger: logger, Middleware: telemetry.RiverMiddleware(opts.TracerProvider)}); err != nil {
+		return nil, err
 	}
-	data := pgstore.New(pool)
+	data := drv.Store()
 	tools := opts.Tools
 	if tools == nil {
+		var err error
 		if tools, err = BuiltinDeclarations(cfg, data); err != nil {
 			return nil, err
 		}
@@ -199,7 +97,7 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 	warnNoSecret(cfg, logger)
 	g, err := gate.New(&gate.Config{
 		Store:    data,
-		Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: riverClient, Unavailable: pgstore.Unavailable},
+		Enqueuer: riverClient,
 		Policies: tools.Policies(),
 		Secret:   []byte(cfg.Secret),
 		Logger:   logger,
@@ -210,24 +108,21 @@ func NewAPIWithOptions(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logg
 		return nil, err
 	}
 	promReg := prometheus.NewRegistry()
-	jobControl := &jobs.Control[pgx.Tx]{Client: riverClient}
-	srv, err := newAPIServer(cfg, g, jobControl, data, tools, func(ctx context.Context) (bool, error) {
-		return migrations.PostgresStatus(ctx, pool)
-	}, opts, promReg, logger)
+	srv, err := newAPIServer(cfg, g, riverClient, data, tools, drv.Migrated, opts, promReg, logger)
 	if err != nil {
 		return nil, err
 	}
 	// River UI gets an insert-only client of its own on the api's pool.
-	uiClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("river (River UI): %w", err)
+	uiClient := drv.NewRiver()
+	if err := uiClient.Open(&river.Config{Logger: logger}); err != nil {
+		return nil, fmt.Errorf("River UI: %w", err)
 	}
-	opsServer, err := newOpsServer(cfg, g, uiClient, jobControl, srv, promReg, logger)
+	opsServer, err := newOpsServer(cfg, g, uiClient, riverClient, srv, promReg, logger)
 	if err != nil {
 		return nil, err
 	}
 	opsServer.Mount(srv.Router())
-	return &API{Pool: pool, Gate: g, Tools: tools, Jobs: jobControl, Server: srv, Handler: srv, Ops: opsServer, logger: logger}, nil
+	return &API{Driver: drv, Gate: g, Tools: tools, Jobs: riverClient, Server: srv, Handler: srv, Ops: opsServer, logger: logger}, nil
 }
 
 // warnNoSecret says, at the start of a process that claims, that without

@@ -15,8 +15,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // costTracer counts what idemgate asks of Postgres: round trips (every
@@ -152,14 +152,14 @@ func TestCostPerCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL, seedPool := pgtest.NewDB(t)
-	_, err := pgstore.New(seedPool).Seed(ctx, seedFile())
+	_, err := pgengine.New(seedPool).Seed(ctx, seedFile())
 	require.NoError(t, err)
 	tracer := &costTracer{open: map[*pgx.Conn]*txCost{}}
 	pool := tracedPool(t, dbURL, tracer)
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPIWithOptions(cfg, pool, nil, &app.APIOptions{RateLimit: -1})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), nil, &app.APIOptions{RateLimit: -1})
 	require.NoError(t, err)
 	url := serveAPI(ctx, t, a)
 
@@ -194,7 +194,7 @@ func TestCostPerCall(t *testing.T) {
 	// none of them.
 	cfg.StripeAPIKey, cfg.StripeAPIBase = "sk_test_cost", "http://127.0.0.1:1"
 	cfg.Secret = strings.Repeat("s", 32)
-	w, err := app.NewWorker(cfg, pool, nil, &app.WorkerOptions{MaxWorkers: 2})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 2})
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/ops"
@@ -55,19 +57,19 @@ func setupEdges(t *testing.T, engine string) *edgeStack {
 	var handler http.Handler
 	var startWorker func()
 	if d.Pool != nil {
-		a, err := app.NewAPI(cfg, d.Pool, nil)
+		a, err := app.NewAPI(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
 		require.NoError(t, err)
 		running++
 		go func() { a.Run(ctx); done <- nil }()
 		handler = a.Handler
 		startWorker = func() {
-			w, err := app.NewWorker(cfg, d.Pool, nil, &app.WorkerOptions{MaxWorkers: 4})
+			w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 4})
 			require.NoError(t, err)
 			running++
 			go func() { done <- w.Run(ctx, 10*time.Second) }()
 		}
 	} else {
-		e, err := app.NewEmbedded(cfg, d.SQL, nil, nil, &app.WorkerOptions{MaxWorkers: 4})
+		e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(d.SQL), nil, nil, &app.WorkerOptions{MaxWorkers: 4})
 		require.NoError(t, err)
 		handler = e.Handler
 		startWorker = func() {

@@ -2,41 +2,38 @@ package app
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riversqlite"
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/ops"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
+	"github.com/idemgate/idemgate/internal/toolspec"
 )
 
-// EmbeddedDBTimeout bounds the gate's statements on SQLite, where callers
-// queue for the one connection: longer than Postgres's default.
+// EmbeddedDBTimeout bounds the gate's statements in the embedded
+// deployment, where callers queue for SQLite's one connection: longer than
+// gate.DefaultDBTimeout.
 const EmbeddedDBTimeout = 5 * time.Second
 
-// Embedded is the single-process deployment on SQLite: the api and the
-// worker in one process (one writer per file), with one River client that
-// inserts the claims' jobs, works them and serves River UI. SQLite has no
-// LISTEN, so waiting callers poll their claim every 50ms.
+// Embedded is the single-process deployment of an engine whose worker runs
+// inside the api (SQLite: one writer per file), with one River client that
+// inserts the claims' jobs, works them and serves River UI.
 type Embedded struct {
-	DB      *sql.DB
+	Driver  engine.Driver
 	Gate    *gate.Gate
 	Server  *api.Server
 	Handler http.Handler
-	Client  *river.Client[*sql.Tx]
+	// Client is the process's one River client: it inserts, works,
+	// cancels and retries the jobs and serves River UI.
+	Client engine.River
 	// Ops is the operator routes under /ops (River UI, re-drive).
 	Ops *ops.Server
 
@@ -45,11 +42,12 @@ type Embedded struct {
 	logger         *slog.Logger
 }
 
-// NewEmbedded assembles the api and the worker on the SQLite database db
-// (from sqlitestore.Open, migrated). The database is the caller's.
-func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *APIOptions, workerOpts *WorkerOptions) (*Embedded, error) {
-	if cfg.Driver() != config.DriverSQLite {
-		return nil, errors.New("DATABASE_URL: the embedded deployment runs on SQLite (unset DATABASE_URL or sqlite:PATH)")
+// NewEmbedded assembles the api and the worker in one process on a driver
+// whose worker runs inside the api (drv.EmbeddedWorker), its database
+// migrated. The driver is the caller's.
+func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, apiOpts *APIOptions, workerOpts *WorkerOptions) (*Embedded, error) {
+	if !drv.EmbeddedWorker() {
+		return nil, errors.New("DATABASE_URL: on " + string(drv.Engine()) + " the api and the worker are processes of their own (NewAPI, NewWorker)")
 	}
 	if logger == nil {
 		logger = slog.Default()
@@ -57,23 +55,23 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	apiOpts, workerOpts = embeddedOptions(apiOpts, workerOpts)
 	tp := apiOpts.TracerProvider
 	logger = tracedLogger(logger, tp)
-	data := sqlitestore.New(db)
+	data := drv.Store()
 	tools, err := workerTools(cfg, data, workerOpts)
 	if err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newClaimsCollector(sqlClaimCounts(db)))
+	reg.MustRegister(newClaimsCollector(drv.ClaimCounts))
 	metrics, err := jobs.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	enqueuer := &jobs.Enqueuer[*sql.Tx]{Unavailable: sqlitestore.Unavailable}
+	client := drv.NewRiver()
 	warnNoSecret(cfg, logger)
 	g, err := gate.New(&gate.Config{
 		OnTransition: metrics.Transition,
 		Store:        data,
-		Enqueuer:     enqueuer,
+		Enqueuer:     client,
 		Policies:     tools.Policies(),
 		Secret:       []byte(cfg.Secret),
 		DBTimeout:    EmbeddedDBTimeout,
@@ -84,20 +82,17 @@ func NewEmbedded(cfg *config.Config, db *sql.DB, logger *slog.Logger, apiOpts *A
 	if err != nil {
 		return nil, err
 	}
-	control := &jobs.Control[*sql.Tx]{}
-	workers, _, err := newWorkers[*riversqlite.Driver](cfg, g, tools, control, metrics, logger)
+	workers, _, err := newWorkers(cfg, g, tools, client, metrics, logger)
 	if err != nil {
 		return nil, err
 	}
-	client, err := river.NewClient(riversqlite.New(db), riverConfig(cfg, workers, workerOpts, logger))
-	if err != nil {
-		return nil, fmt.Errorf("river: %w", err)
+	if err := client.Open(riverConfig(cfg, workers, workerOpts, logger)); err != nil {
+		return nil, err
 	}
-	enqueuer.Client, control.Client = client, client
 
-	e := &Embedded{DB: db, Gate: g, Client: client, reaperInterval: cfg.ReaperInterval,
-		reap: newReaper(cfg, g, control, logger).Reap, logger: logger}
-	if err := e.buildAPI(cfg, control, data, tools, apiOpts, reg); err != nil {
+	e := &Embedded{Driver: drv, Gate: g, Client: client, reaperInterval: cfg.ReaperInterval,
+		reap: newReaper(cfg, g, client, logger).Reap, logger: logger}
+	if err := e.buildAPI(cfg, data, tools, apiOpts, reg); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -125,16 +120,14 @@ func embeddedOptions(apiOpts *APIOptions, workerOpts *WorkerOptions) (*APIOption
 
 // buildAPI builds the api half: the api's handler with the operator routes
 // mounted on it, River UI on the process's River client.
-func (e *Embedded) buildAPI(cfg *config.Config, control *jobs.Control[*sql.Tx], data apiData, tools *toolspec.Registry,
+func (e *Embedded) buildAPI(cfg *config.Config, data apiData, tools *toolspec.Registry,
 	apiOpts *APIOptions, reg *prometheus.Registry,
 ) error {
-	srv, err := newAPIServer(cfg, e.Gate, control, data, tools, func(ctx context.Context) (bool, error) {
-		return migrations.SQLiteStatus(ctx, e.DB)
-	}, apiOpts, reg, e.logger)
+	srv, err := newAPIServer(cfg, e.Gate, e.Client, data, tools, e.Driver.Migrated, apiOpts, reg, e.logger)
 	if err != nil {
 		return err
 	}
-	opsServer, err := newOpsServer(cfg, e.Gate, e.Client, control, srv, reg, e.logger)
+	opsServer, err := newOpsServer(cfg, e.Gate, e.Client, e.Client, srv, reg, e.logger)
 	if err != nil {
 		return err
 	}

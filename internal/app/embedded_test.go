@@ -11,10 +11,10 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/stripetest"
 )
 
@@ -30,7 +30,7 @@ func TestEmbeddedSQLiteRefundWithDuplicateRetry(t *testing.T) {
 	seed := seedFile()
 	seed.Customers = []store.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}}
 	seed.Users = []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}
-	_, err := sqlitestore.New(db).Seed(ctx, seed)
+	_, err := sqliteengine.New(db).Seed(ctx, seed)
 	require.NoError(t, err)
 
 	cfg := config.Defaults()
@@ -40,7 +40,7 @@ func TestEmbeddedSQLiteRefundWithDuplicateRetry(t *testing.T) {
 	cfg.StripeAPIBase = stripeHTTP.URL
 	cfg.SMTPAddr = smtpAddr
 	cfg.Secret = strings.Repeat("e", 32)
-	e, err := app.NewEmbedded(cfg, db, nil, nil, &app.WorkerOptions{MaxWorkers: 4})
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, nil, &app.WorkerOptions{MaxWorkers: 4})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

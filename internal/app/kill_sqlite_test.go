@@ -15,8 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/migrations"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/stripetest"
 )
 
@@ -47,14 +46,14 @@ func TestSQLiteProcessKilledMidRefundRecoversWithinLeaseAndReaperInterval(t *tes
 	stripeSrv.AddCharge("ch_123", 5000, "usd")
 
 	path := filepath.Join(t.TempDir(), "idemgate.db")
-	db, err := sqlitestore.Open(path)
+	db, err := sqliteengine.Open(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	_, err = migrations.MigrateSQLite(ctx, db, nil)
+	_, err = sqliteengine.Migrate(ctx, db, nil)
 	require.NoError(t, err)
 	_, err = app.MigrateBuiltinsSQLite(ctx, db, nil)
 	require.NoError(t, err)
-	_, err = sqlitestore.New(db).Seed(ctx, seedFile())
+	_, err = sqliteengine.New(db).Seed(ctx, seedFile())
 	require.NoError(t, err)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

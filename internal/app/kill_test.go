@@ -14,9 +14,9 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/stripetest"
 )
 
@@ -54,7 +54,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 	stripeSrv.AddCharge("ch_123", 5000, "usd")
 	smtpAddr, _ := mailpit.Start(t)
 	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 20})
-	_, err := pgstore.New(pool).Seed(ctx, seedFile())
+	_, err := pgengine.New(pool).Seed(ctx, seedFile())
 	require.NoError(t, err)
 
 	cfg := config.Defaults()
@@ -70,7 +70,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 	// The api in process; the only worker is the victim, so it is also
 	// River's leader: its successor cannot be elected before River's
 	// leadership TTL, and must reap anyway (jobs.KeepReaping).
-	a, err := app.NewAPI(cfg, pool, nil)
+	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg), nil)
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	go a.Run(runCtx)

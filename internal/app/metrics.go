@@ -2,16 +2,11 @@ package app
 
 import (
 	"context"
-	"database/sql"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// claimCountsSQL is the same on both engines.
-const claimCountsSQL = `SELECT status, count(*) FROM idempotency_claims GROUP BY status`
 
 // ClaimsRefresh is how often at most the claim gauges are counted: scrapes
 // in between, however many, are served from memory, so an unauthenticated
@@ -48,53 +43,6 @@ func (c *claimsCollector) snapshot() (map[string]int64, error) {
 		c.counted = now
 	}
 	return c.counts, c.err
-}
-
-// countRows is what pgx.Rows and *sql.Rows have in common here.
-type countRows interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-}
-
-// scanCounts reads (status, count) rows.
-func scanCounts(rows countRows) (map[string]int64, error) {
-	out := map[string]int64{}
-	for rows.Next() {
-		var (
-			status string
-			n      int64
-		)
-		if err := rows.Scan(&status, &n); err != nil {
-			return nil, err
-		}
-		out[status] = n
-	}
-	return out, rows.Err()
-}
-
-// pgClaimCounts counts claims by status on Postgres.
-func pgClaimCounts(pool *pgxpool.Pool) func(ctx context.Context) (map[string]int64, error) {
-	return func(ctx context.Context) (map[string]int64, error) {
-		rows, err := pool.Query(ctx, claimCountsSQL)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		return scanCounts(rows)
-	}
-}
-
-// sqlClaimCounts counts claims by status on a database/sql database.
-func sqlClaimCounts(db *sql.DB) func(ctx context.Context) (map[string]int64, error) {
-	return func(ctx context.Context) (map[string]int64, error) {
-		rows, err := db.QueryContext(ctx, claimCountsSQL)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		return scanCounts(rows)
-	}
 }
 
 // Describe implements prometheus.Collector.

@@ -1,25 +1,17 @@
 package app
 
 import (
-	"database/sql"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/riverdriver/riversqlite"
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 // Ops is what operators' tools need, on either engine: the gate with an
@@ -32,58 +24,31 @@ type Ops struct {
 	Redriver *ops.Redriver
 }
 
-// OpsSQLiteDBTimeout bounds each of the operators' transactions on SQLite.
-// It is longer than sqlitestore.BusyTimeout: a command waits for the write
-// lock a running api holds, and fails with domain.ErrUnavailable when the
-// lock stays busy past BusyTimeout.
-const OpsSQLiteDBTimeout = sqlitestore.BusyTimeout + 5*time.Second
+// opsLockMargin is how much longer than the driver's LockWait an
+// operator's transaction may take: a command waits for the write lock a
+// running api holds, and fails with domain.ErrUnavailable when the lock
+// stays busy past LockWait.
+const opsLockMargin = 5 * time.Second
 
-// opsStore is what the operators' gate runs on.
-type opsStore interface {
-	gate.Store
-	toolData
-}
-
-// NewOps assembles the operators' parts on Postgres. The pool is the
-// caller's.
-func NewOps(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*Ops, error) {
-	if cfg.Driver() != config.DriverPostgres {
-		return nil, errors.New("DATABASE_URL: NewOps needs Postgres; use NewOpsSQLite on SQLite")
+// NewOps assembles the operators' parts on drv, whose database a running
+// api may share. The driver is the caller's.
+func NewOps(cfg *config.Config, drv engine.Driver, logger *slog.Logger) (*Ops, error) {
+	client := drv.NewRiver()
+	if err := client.Open(&river.Config{Logger: logger}); err != nil {
+		return nil, err
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("river: %w", err)
-	}
-	return newOps(cfg, pgstore.New(pool), client, pgstore.Unavailable, 0, logger)
-}
-
-// NewOpsSQLite assembles the operators' parts on the SQLite database db
-// (from sqlitestore.Open), which a running api may share: its transactions
-// wait for the write lock (OpsSQLiteDBTimeout). The database is the
-// caller's.
-func NewOpsSQLite(cfg *config.Config, db *sql.DB, logger *slog.Logger) (*Ops, error) {
-	if cfg.Driver() != config.DriverSQLite {
-		return nil, errors.New("DATABASE_URL: NewOpsSQLite needs SQLite (unset DATABASE_URL or sqlite:PATH)")
-	}
-	client, err := river.NewClient(riversqlite.New(db), &river.Config{Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("river: %w", err)
-	}
-	return newOps(cfg, sqlitestore.New(db), client, sqlitestore.Unavailable, OpsSQLiteDBTimeout, logger)
-}
-
-// newOps builds the gate on st with client inserting and controlling its
-// jobs; dbTimeout 0 is gate.DefaultDBTimeout.
-func newOps[TTx any](cfg *config.Config, st opsStore, client *river.Client[TTx], unavailable func(error) bool,
-	dbTimeout time.Duration, logger *slog.Logger,
-) (*Ops, error) {
+	st := drv.Store()
 	tools, err := BuiltinDeclarations(cfg, st)
 	if err != nil {
 		return nil, err
 	}
+	var dbTimeout time.Duration // gate.DefaultDBTimeout
+	if wait := drv.LockWait(); wait > 0 {
+		dbTimeout = wait + opsLockMargin
+	}
 	g, err := gate.New(&gate.Config{
 		Store:     st,
-		Enqueuer:  &jobs.Enqueuer[TTx]{Client: client, Unavailable: unavailable},
+		Enqueuer:  client,
 		Policies:  tools.Policies(),
 		Secret:    []byte(cfg.Secret),
 		DBTimeout: dbTimeout,
@@ -92,8 +57,7 @@ func newOps[TTx any](cfg *config.Config, st opsStore, client *river.Client[TTx],
 	if err != nil {
 		return nil, err
 	}
-	control := &jobs.Control[TTx]{Client: client}
-	return &Ops{Gate: g, Jobs: control, Redriver: &ops.Redriver{Gate: g, Jobs: control}}, nil
+	return &Ops{Gate: g, Jobs: client, Redriver: &ops.Redriver{Gate: g, Jobs: client}}, nil
 }
 
 // newOpsServer builds the api's operator routes: River UI on uiClient and
@@ -101,7 +65,7 @@ func newOps[TTx any](cfg *config.Config, st opsStore, client *river.Client[TTx],
 // bearer authentication (scope ops:admin) or the Basic credentials of
 // IDEMGATE_OPS_USER and IDEMGATE_OPS_PASSWORD (cfg.OpsUser,
 // cfg.OpsPassword).
-func newOpsServer[TTx any](cfg *config.Config, g *gate.Gate, uiClient *river.Client[TTx], control *jobs.Control[TTx],
+func newOpsServer(cfg *config.Config, g *gate.Gate, uiClient engine.River, control ops.Jobs,
 	srv *api.Server, reg prometheus.Registerer, logger *slog.Logger,
 ) (*ops.Server, error) {
 	basic, err := ops.BasicIfSet(cfg.OpsUser, cfg.OpsPassword)
@@ -113,7 +77,7 @@ func newOpsServer[TTx any](cfg *config.Config, g *gate.Gate, uiClient *river.Cli
 		OperatorTenant: cfg.OperatorTenant,
 		Redriver:       &ops.Redriver{Gate: g, Jobs: control},
 		Logger:         logger,
-	}, uiClient)
+	}, uiClient.UI())
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/logtest"
@@ -65,9 +67,9 @@ func newOps(t *testing.T, d *enginetest.DB) *app.Ops {
 	var o *app.Ops
 	var err error
 	if d.Pool != nil {
-		o, err = app.NewOps(cfg, d.Pool, nil)
+		o, err = app.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
 	} else {
-		o, err = app.NewOpsSQLite(cfg, sqlitetest.Open(t, d.Path), nil)
+		o, err = app.NewOps(cfg, sqliteengine.NewDriver(sqlitetest.Open(t, d.Path)), nil)
 	}
 	require.NoError(t, err)
 	return o
@@ -126,11 +128,11 @@ func setupOpsAPI(t *testing.T, engine string, env map[string]string) *opsBundle 
 func serveOpsAPI(t *testing.T, cfg *config.Config, d *enginetest.DB, logger *slog.Logger) (string, *gate.Gate) {
 	t.Helper()
 	if d.Pool != nil {
-		a, err := app.NewAPIWithOptions(cfg, d.Pool, logger, nil)
+		a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(d.Pool, cfg), logger, nil)
 		require.NoError(t, err)
 		return serveAPI(context.Background(), t, a), a.Gate
 	}
-	e, err := app.NewEmbedded(cfg, d.SQL, logger, nil, nil)
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(d.SQL), logger, nil, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, e.Ops.Start(ctx))
@@ -175,15 +177,15 @@ func runAPIAndWorker(t *testing.T, cfg *config.Config, d *enginetest.DB) string 
 	done := make(chan error, 2)
 	var handler http.Handler
 	if d.Pool != nil {
-		a, err := app.NewAPI(cfg, d.Pool, nil)
+		a, err := app.NewAPI(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
 		require.NoError(t, err)
-		w, err := app.NewWorker(cfg, d.Pool, nil, &app.WorkerOptions{MaxWorkers: 10})
+		w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 10})
 		require.NoError(t, err)
 		go func() { a.Run(ctx); done <- nil }()
 		go func() { done <- w.Run(ctx, 10*time.Second) }()
 		handler = a.Handler
 	} else {
-		e, err := app.NewEmbedded(cfg, d.SQL, nil, nil, &app.WorkerOptions{MaxWorkers: 4})
+		e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(d.SQL), nil, nil, &app.WorkerOptions{MaxWorkers: 4})
 		require.NoError(t, err)
 		done <- nil
 		go func() { done <- e.Run(ctx, 10*time.Second) }()
@@ -513,9 +515,9 @@ func TestOpsBasicCredentialsMisconfigured(t *testing.T) {
 				cfg := opsConfig(d, tt.env)
 				var err error
 				if d.Pool != nil {
-					_, err = app.NewAPIWithOptions(cfg, d.Pool, nil, nil)
+					_, err = app.NewAPIWithOptions(cfg, pgengine.NewDriver(d.Pool, cfg), nil, nil)
 				} else {
-					_, err = app.NewEmbedded(cfg, d.SQL, nil, nil, nil)
+					_, err = app.NewEmbedded(cfg, sqliteengine.NewDriver(d.SQL), nil, nil, nil)
 				}
 				require.ErrorContains(t, err, tt.wantErr)
 				if p := tt.env[ops.EnvOpsPassword]; p != "" {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 )
 
 func poolerConfig(t *testing.T, env map[string]string) *config.Config {
@@ -43,7 +44,7 @@ func TestTransactionPooler(t *testing.T) {
 			require.Equal(t, tt.pollOnly, rc.PollOnly)
 
 			// The pool connects lazily: nothing listens on port 1.
-			pool, err := OpenPostgresConfig(context.Background(), cfg, 2, nil)
+			pool, err := pgengine.OpenPostgresConfig(context.Background(), cfg, 2, nil)
 			require.NoError(t, err)
 			defer pool.Close()
 			require.Equal(t, tt.mode, pool.Config().ConnConfig.DefaultQueryExecMode)
@@ -54,9 +55,9 @@ func TestTransactionPooler(t *testing.T) {
 func TestExecModeNames(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
-		_, err := ExecMode(name)
+		_, err := pgengine.ExecMode(name)
 		require.NoError(t, err, name)
 	}
-	_, err := ExecMode("fast")
+	_, err := pgengine.ExecMode("fast")
 	require.ErrorContains(t, err, `"fast"`)
 }

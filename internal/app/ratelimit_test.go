@@ -12,8 +12,8 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // setupRateEnv runs the api with default options on a configuration
@@ -23,13 +23,13 @@ func setupRateEnv(t *testing.T, env map[string]string) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(t)
-	_, err := pgstore.New(pool).Seed(ctx, seedFile())
+	_, err := pgengine.New(pool).Seed(ctx, seedFile())
 	require.NoError(t, err)
 	env[config.EnvDatabaseURL] = dbURL
 	env[config.EnvWait] = "0"
 	cfg, err := config.Load(nil, func(k string) string { return env[k] })
 	require.NoError(t, err)
-	a, err := app.NewAPIWithOptions(cfg, pool, nil, nil)
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), nil, nil)
 	require.NoError(t, err)
 	return &testBundle{url: serveAPI(ctx, t, a), pool: pool, api: a}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
@@ -42,7 +44,7 @@ func TestStuckReaperJobDoesNotStopReaping(t *testing.T) {
 		var insertReaper func() int64
 		var run func(ctx context.Context) error
 		if d.Pool != nil {
-			w, err := app.NewWorker(cfg, d.Pool, nil, &app.WorkerOptions{MaxWorkers: 2})
+			w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 2})
 			require.NoError(t, err)
 			g = w.Gate
 			insertReaper = func() int64 {
@@ -52,7 +54,7 @@ func TestStuckReaperJobDoesNotStopReaping(t *testing.T) {
 			}
 			run = func(ctx context.Context) error { return w.Run(ctx, 10*time.Second) }
 		} else {
-			e, err := app.NewEmbedded(cfg, d.SQL, nil, nil, &app.WorkerOptions{MaxWorkers: 2})
+			e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(d.SQL), nil, nil, &app.WorkerOptions{MaxWorkers: 2})
 			require.NoError(t, err)
 			g = e.Gate
 			insertReaper = func() int64 {

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tools"
 )
 
@@ -74,7 +74,7 @@ func TestPasswordResetLinkEndToEnd(t *testing.T) {
 	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM password_reset_tokens WHERE used_at IS NOT NULL`))
 
 	// globex has a base of its own; its token redeems here all the same.
-	_, err = pgstore.New(b.pool).Seed(t.Context(), &store.SeedFile{LoadRows: tools.SeedRows,
+	_, err = pgengine.New(b.pool).Seed(t.Context(), &store.SeedFile{LoadRows: tools.SeedRows,
 		Users:   []store.SeedUser{{Tenant: "globex", UserID: "usr_9", Email: "gil@example.com"}},
 		Tenants: []store.SeedTenant{{Tenant: "globex", ResetLinkBase: "https://app.globex.example/reset?lang=en"}},
 	})

@@ -16,11 +16,11 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -40,7 +40,7 @@ type resetBundle struct {
 func setupResetsPostgres(t *testing.T) *resetBundle {
 	t.Helper()
 	b := setup(t, nil)
-	return seedResetUser(t, &resetBundle{url: b.url, store: pgstore.New(b.pool)})
+	return seedResetUser(t, &resetBundle{url: b.url, store: pgengine.New(b.pool)})
 }
 
 func setupResetsSQLite(t *testing.T) *resetBundle {
@@ -50,9 +50,9 @@ func setupResetsSQLite(t *testing.T) *resetBundle {
 	cfg.DatabaseURL = "sqlite:" + path
 	cfg.StripeAPIKey = stripeKey
 	cfg.Secret = strings.Repeat("r", 32)
-	e, err := app.NewEmbedded(cfg, db, nil, nil, nil) // the worker is not run
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, nil, nil) // the worker is not run
 	require.NoError(t, err)
-	return seedResetUser(t, &resetBundle{url: startHTTP(t, &app.API{Handler: e.Handler}), store: sqlitestore.New(db)})
+	return seedResetUser(t, &resetBundle{url: startHTTP(t, &app.API{Handler: e.Handler}), store: sqliteengine.New(db)})
 }
 
 func seedResetUser(t *testing.T, b *resetBundle) *resetBundle {
@@ -77,7 +77,7 @@ func (b *resetBundle) issue(t *testing.T, operationID string, expiresIn time.Dur
 	require.NoError(t, err)
 	var expires any = time.Now().Add(expiresIn)
 	if tx.Engine() == tool.SQLite {
-		expires = sqlitestore.FormatTime(time.Now().Add(expiresIn))
+		expires = sqliteengine.FormatTime(time.Now().Add(expiresIn))
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
 		VALUES ('acme', 'usr_1', $1, $2, $3, $4)`, operationID, resetmail.TokenHash(token), "<"+key+"@localhost>", expires)

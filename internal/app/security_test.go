@@ -30,10 +30,10 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
 
@@ -82,19 +82,19 @@ func setupWith(t *testing.T, opts *app.APIOptions, logger *slog.Logger) *testBun
 	t.Helper()
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(t)
-	_, err := pgstore.New(pool).Seed(ctx, seedFile())
+	_, err := pgengine.New(pool).Seed(ctx, seedFile())
 	require.NoError(t, err)
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPIWithOptions(cfg, pool, logger, opts)
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), logger, opts)
 	require.NoError(t, err)
 	return &testBundle{url: serveAPI(ctx, t, a), pool: pool, api: a}
 }
 
 func seedTokens(t *testing.T, pool *pgxpool.Pool, tokens ...store.SeedToken) {
 	t.Helper()
-	_, err := pgstore.New(pool).Seed(context.Background(), &store.SeedFile{Tokens: tokens})
+	_, err := pgengine.New(pool).Seed(context.Background(), &store.SeedFile{Tokens: tokens})
 	require.NoError(t, err)
 }
 
@@ -285,7 +285,7 @@ func TestSecurityScopesOnEveryToolAndRoute(t *testing.T) {
 	}
 	seedTokens(t, b.pool, tokens...)
 	tokenIDs := map[string]string{}
-	list, err := pgstore.New(b.pool).TokenList(context.Background(), &store.TokenListParams{TenantID: "acme"})
+	list, err := pgengine.New(b.pool).TokenList(context.Background(), &store.TokenListParams{TenantID: "acme"})
 	require.NoError(t, err)
 	for _, tok := range list {
 		tokenIDs[tok.UserID] = tok.ID
@@ -378,7 +378,7 @@ func TestSecurityExpiredRevokedAndMalformedTokensAre401(t *testing.T) {
 		store.SeedToken{Tenant: "acme", User: "expired-bot", Scopes: allScopes, Token: expired, ExpiresAt: &past},
 		store.SeedToken{Tenant: "acme", User: "revoked-bot", Scopes: allScopes, Token: revoked},
 	)
-	data := pgstore.New(b.pool)
+	data := pgengine.New(b.pool)
 	list, err := data.TokenList(ctx, &store.TokenListParams{TenantID: "acme"})
 	require.NoError(t, err)
 	for _, tok := range list {
@@ -441,7 +441,7 @@ func TestSecurityRevocationTakesEffectWithinCacheTTL(t *testing.T) {
 	const ttl = 5 * time.Second
 	const secret = "idg_test_acme_soon_revoked"
 	seedTokens(t, b.pool, store.SeedToken{Tenant: "acme", User: "soon-revoked", Scopes: allScopes, Token: secret})
-	data := pgstore.New(b.pool)
+	data := pgengine.New(b.pool)
 	var clockMu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time {

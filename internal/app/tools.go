@@ -13,8 +13,10 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -106,14 +108,20 @@ func resetTokens(st gate.Store) *tools.ResetTokens {
 	return &tools.ResetTokens{DB: StoreDB(st)}
 }
 
-// MigrateBuiltinsPostgres applies the built-in tools' migrations
+// MigrateBuiltins applies the built-in tools' migrations for drv's engine
 // (tools.Migrations) after idemgate's, in their own version table
 // (tools.VersionTable), and reports how many it applied.
+func MigrateBuiltins(ctx context.Context, drv engine.Driver, logger *slog.Logger) (int, error) {
+	return drv.MigrateLine(ctx, tools.Migrations(drv.Engine()), tools.VersionTable, logger)
+}
+
+// MigrateBuiltinsPostgres is MigrateBuiltins on a Postgres pool, for
+// those that hold a pool rather than a driver (tests, the bench).
 func MigrateBuiltinsPostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int, error) {
-	return migrations.MigrateLinePostgres(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, logger)
+	return pgengine.MigrateLine(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, logger)
 }
 
 // MigrateBuiltinsSQLite is MigrateBuiltinsPostgres on SQLite.
 func MigrateBuiltinsSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (int, error) {
-	return migrations.MigrateLineSQLite(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, logger)
+	return sqliteengine.MigrateLine(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, logger)
 }

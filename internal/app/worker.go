@@ -9,20 +9,16 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/telemetry"
 )
 
@@ -36,11 +32,11 @@ const (
 
 // Worker is the assembled worker process.
 type Worker struct {
-	Client *river.Client[pgx.Tx]
+	// Client is the worker's River client; it also cancels and retries
+	// jobs in the gate's transactions.
+	Client engine.River
 	Gate   *gate.Gate
 	Runner *jobs.Runner
-	// Control cancels and retries jobs in the gate's transactions.
-	Control *jobs.Control[pgx.Tx]
 	// Handler serves /metrics and /healthz (IDEMGATE_WORKER_ADDR).
 	Handler http.Handler
 
@@ -61,11 +57,12 @@ type WorkerOptions struct {
 	TracerProvider trace.TracerProvider
 }
 
-// NewWorker assembles the River workers on Postgres. Start it with
-// Client.Start and stop it with Client.Stop.
-func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts *WorkerOptions) (*Worker, error) {
-	if cfg.Driver() != config.DriverPostgres {
-		return nil, errors.New("DATABASE_URL: only Postgres is supported by this build")
+// NewWorker assembles the River workers of a deployment whose worker runs
+// apart from the api (not drv.EmbeddedWorker). Run it with Run. The driver
+// is the caller's.
+func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts *WorkerOptions) (*Worker, error) {
+	if drv.EmbeddedWorker() {
+		return nil, errors.New("DATABASE_URL: on " + string(drv.Engine()) + " the worker runs inside the api process")
 	}
 	if logger == nil {
 		logger = slog.Default()
@@ -74,9 +71,9 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 		opts = &WorkerOptions{}
 	}
 	logger = tracedLogger(logger, opts.TracerProvider)
-	data := pgstore.New(pool)
+	data := drv.Store()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newClaimsCollector(pgClaimCounts(pool)))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newClaimsCollector(drv.ClaimCounts))
 	metrics, err := jobs.NewMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -85,35 +82,31 @@ func NewWorker(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger, opts
 	if err != nil {
 		return nil, err
 	}
-	enqueuer := &jobs.Enqueuer[pgx.Tx]{Unavailable: pgstore.Unavailable}
-	g, err := gate.New(&gate.Config{Store: data, Enqueuer: enqueuer, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger,
+	client := drv.NewRiver()
+	g, err := gate.New(&gate.Config{Store: data, Enqueuer: client, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger,
 		Secret: []byte(cfg.Secret), TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, err
 	}
-	control := &jobs.Control[pgx.Tx]{}
-	workers, runner, err := newWorkers[*riverpgxv5.Driver](cfg, g, tools, control, metrics, logger)
+	workers, runner, err := newWorkers(cfg, g, tools, client, metrics, logger)
 	if err != nil {
 		return nil, err
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(cfg, workers, opts, logger))
-	if err != nil {
+	if err := client.Open(riverConfig(cfg, workers, opts, logger)); err != nil {
 		return nil, err
 	}
-	enqueuer.Client = client
-	control.Client = client
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	return &Worker{Client: client, Gate: g, Runner: runner, Control: control, Handler: mux,
-		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, g, control, logger).Reap, logger: logger}, nil
+	return &Worker{Client: client, Gate: g, Runner: runner, Handler: mux,
+		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, g, client, logger).Reap, logger: logger}, nil
 }
 
 // newWorkers builds the claim jobs' runner over the registry's mutations,
-// and River's workers for them and for the reaper and pruner, on driver
-// TDriver.
-func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
-	control *jobs.Control[TTx], metrics *jobs.Metrics, logger *slog.Logger,
+// and River's workers for them (on client's River driver) and for the
+// reaper and pruner.
+func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
+	client engine.River, metrics *jobs.Metrics, logger *slog.Logger,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
 		Gate:            g,
@@ -126,18 +119,18 @@ func newWorkers[TDriver riverdriver.Driver[TTx], TTx any](cfg *config.Config, g 
 		return nil, nil, err
 	}
 	workers := river.NewWorkers()
-	if err := jobs.AddWorkers[TDriver](workers, runner); err != nil {
+	if err := client.AddWorkers(workers, runner); err != nil {
 		return nil, nil, err
 	}
-	river.AddWorker(workers, newReaper(cfg, g, control, logger))
+	river.AddWorker(workers, newReaper(cfg, g, client, logger))
 	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
 	return workers, runner, nil
 }
 
 // newReaper is the reaper of g's claims: River's reaper job's worker, and
 // the pass every worker process runs each interval (jobs.KeepReaping).
-func newReaper[TTx any](cfg *config.Config, g *gate.Gate, control *jobs.Control[TTx], logger *slog.Logger) *jobs.ReaperWorker[TTx] {
-	return &jobs.ReaperWorker[TTx]{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout}
+func newReaper(cfg *config.Config, g *gate.Gate, control gate.JobControl, logger *slog.Logger) *jobs.ReaperWorker {
+	return &jobs.ReaperWorker{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout}
 }
 
 // workerTools is opts.Tools, or the built-in tools on data, traced with
@@ -197,7 +190,7 @@ func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
 // runRiver starts a River client and blocks until ctx ends, then stops it
 // softly: no new fetches, running jobs finish within stopTimeout, and only
 // then are they cancelled.
-func runRiver[TTx any](ctx context.Context, client *river.Client[TTx], stopTimeout time.Duration) error {
+func runRiver(ctx context.Context, client engine.River, stopTimeout time.Duration) error {
 	// River's own context is not ctx: cancelling it would stop River hard.
 	riverCtx, cancelRiver := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRiver()

@@ -20,12 +20,12 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/stripetest"
 )
 
@@ -68,7 +68,7 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 	seed.Customers = []store.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}}
 	seed.Seats = []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}}
 	seed.Users = []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}
-	_, err := pgstore.New(pool).Seed(ctx, seed)
+	_, err := pgengine.New(pool).Seed(ctx, seed)
 	require.NoError(t, err)
 
 	cfg := config.Defaults()
@@ -80,7 +80,7 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 	cfg.Secret = strings.Repeat("s", 32)
 	cfg.InflightTimeout = 10 * time.Second
 
-	a, err := app.NewAPIWithOptions(cfg, pool, logger, &app.APIOptions{TracerProvider: tp})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), logger, &app.APIOptions{TracerProvider: tp})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	listenDone := make(chan struct{})
@@ -88,7 +88,7 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 	srv := httptest.NewServer(a.Handler)
 	cfg.ResetLinkBase = srv.URL + api.ResetPagePath // the mails link to this api's page
 
-	w, err := app.NewWorker(cfg, pool, logger, &app.WorkerOptions{MaxWorkers: 10, TracerProvider: tp})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), logger, &app.WorkerOptions{MaxWorkers: 10, TracerProvider: tp})
 	require.NoError(t, err)
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- w.Run(runCtx, 10*time.Second) }()

@@ -15,12 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 )
 
 // Engines are the engines, as config.Config.Driver names them.
@@ -74,10 +74,10 @@ func New(t testing.TB, engine string, opts *Options) *DB {
 	switch engine {
 	case config.DriverPostgres:
 		url, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: opts.MaxConns})
-		return &DB{Engine: engine, URL: url, Pool: pool, Store: pgstore.New(pool)}
+		return &DB{Engine: engine, URL: url, Pool: pool, Store: pgengine.New(pool)}
 	case config.DriverSQLite:
 		path, db := sqlitetest.NewDB(t)
-		return &DB{Engine: engine, URL: "sqlite:" + path, Path: path, SQL: db, Store: sqlitestore.New(db)}
+		return &DB{Engine: engine, URL: "sqlite:" + path, Path: path, SQL: db, Store: sqliteengine.New(db)}
 	}
 	t.Fatalf("enginetest: unknown engine %q", engine)
 	return nil
@@ -86,7 +86,7 @@ func New(t testing.TB, engine string, opts *Options) *DB {
 // Time is t as the engine stores it, for a query's argument.
 func (d *DB) Time(t time.Time) any {
 	if d.SQL != nil {
-		return sqlitestore.FormatTime(t)
+		return sqliteengine.FormatTime(t)
 	}
 	return t
 }

@@ -35,10 +35,9 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/tools"
 )
@@ -293,11 +292,11 @@ func prepare(t *testing.T, url string) {
 	pool, err := pgxpool.New(ctx, url+"&pool_max_conns=2")
 	require.NoError(t, err)
 	defer pool.Close()
-	_, err = migrations.MigratePostgres(ctx, pool, slog.New(slog.DiscardHandler))
+	_, err = pgengine.Migrate(ctx, pool, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	_, err = app.MigrateBuiltinsPostgres(ctx, pool, nil)
 	require.NoError(t, err)
-	_, err = pgstore.New(pool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
+	_, err = pgengine.New(pool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
 		Tokens: []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund", "operations:read"}, Token: token}},
 	})
@@ -327,13 +326,13 @@ func startServices(t *testing.T, dbURL string) *services {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	apiPool, err := app.OpenPostgres(ctx, dbURL, 4, logger)
+	apiPool, err := pgengine.OpenPostgres(ctx, dbURL, 4, logger)
 	require.NoError(t, err)
-	workerPool, err := app.OpenPostgres(ctx, dbURL, 4, logger)
+	workerPool, err := pgengine.OpenPostgres(ctx, dbURL, 4, logger)
 	require.NoError(t, err)
-	a, err := app.NewAPIWithOptions(cfg, apiPool, logger, &app.APIOptions{RateLimit: -1})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(apiPool, cfg), logger, &app.APIOptions{RateLimit: -1})
 	require.NoError(t, err)
-	w, err := app.NewWorker(cfg, workerPool, logger, &app.WorkerOptions{MaxWorkers: 2})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(workerPool, cfg), logger, &app.WorkerOptions{MaxWorkers: 2})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	apiDone, workerDone := make(chan struct{}), make(chan struct{})
@@ -424,7 +423,7 @@ func (h *services) retryAfterLoss(t *testing.T, now *server, lost *answer) {
 	pool, err := pgxpool.New(context.Background(), now.url()+"&pool_max_conns=1")
 	require.NoError(t, err)
 	defer pool.Close()
-	detail, err := ops.GetOperation(context.Background(), pgstore.New(pool), "acme", "refund_order", key)
+	detail, err := ops.GetOperation(context.Background(), pgengine.New(pool), "acme", "refund_order", key)
 	require.NoError(t, err)
 	view, err := json.MarshalIndent(detail, "", "  ")
 	require.NoError(t, err)

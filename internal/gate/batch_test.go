@@ -137,8 +137,6 @@ func (tx *groupTx) Commit(context.Context) error {
 
 func (tx *groupTx) Rollback(context.Context) error { return nil }
 
-func (tx *groupTx) Raw() any { return nil }
-
 // groupJobs is a BatchEnqueuer that numbers jobs and records deletions.
 type groupJobs struct {
 	mu      sync.Mutex

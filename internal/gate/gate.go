@@ -1,7 +1,7 @@
 // Package gate is the idempotency gate: it claims (tenant, tool, key) under a
 // unique index, enqueues the claim's job in the same transaction, and answers
 // retries with the first outcome. Workers re-enter the same gate before any
-// effect. The gate runs on any Store; store/pgstore and store/sqlitestore
+// effect. The gate runs on any Store; engine/pgengine and engine/sqliteengine
 // implement one each.
 package gate
 

@@ -101,8 +101,9 @@ type AuditEvent struct {
 	TraceID string
 }
 
-// Store is what the gate needs of a database. store/pgstore and
-// store/sqlitestore implement it; gate/gatetest exercises any implementation.
+// Store is what the gate needs of a database. The engine drivers
+// (engine/pgengine, engine/sqliteengine) implement it; gate/gatetest
+// exercises any implementation.
 type Store interface {
 	Executor
 	// Begin starts a READ COMMITTED (or the engine's nearest) transaction.
@@ -115,9 +116,6 @@ type Tx interface {
 	Executor
 	Commit(ctx context.Context) error
 	Rollback(ctx context.Context) error
-	// Raw returns the engine's transaction (pgx.Tx, *sql.Tx) so that River's
-	// InsertTx and JobCompleteTx, and domain writes, join it.
-	Raw() any
 }
 
 // Executor runs the gate's statements, on a pool or inside a transaction.

@@ -72,7 +72,7 @@ func InsertOpts() *river.InsertOpts {
 type Enqueuer[TTx any] struct {
 	Client *river.Client[TTx]
 	// Unavailable, when set, tells a database outage from other insert
-	// errors (pgstore.Unavailable, sqlitestore.Unavailable): those are wrapped
+	// errors (each engine driver's Unavailable): those are wrapped
 	// in domain.ErrUnavailable so that callers answer "unavailable, retry"
 	// rather than "internal".
 	Unavailable func(error) bool
@@ -147,13 +147,7 @@ func (e *Enqueuer[TTx]) JobDeleteMany(ctx context.Context, tx gate.Tx, ids []int
 const maxDeleteMany = 10_000
 
 // tx is the River driver's transaction of a store transaction.
-func (e *Enqueuer[TTx]) tx(tx gate.Tx) (TTx, error) {
-	rawTx, ok := tx.Raw().(TTx)
-	if !ok {
-		return rawTx, fmt.Errorf("jobs: store transaction is %T, not the River driver's", tx.Raw())
-	}
-	return rawTx, nil
-}
+func (e *Enqueuer[TTx]) tx(tx gate.Tx) (TTx, error) { return driverTx[TTx](tx) }
 
 // wrap marks a database outage as domain.ErrUnavailable.
 func (e *Enqueuer[TTx]) wrap(err error) error {

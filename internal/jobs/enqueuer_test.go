@@ -1,4 +1,4 @@
-package jobs
+package jobs_test
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 )
 
 // TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction: a group's jobs
@@ -25,10 +26,10 @@ func TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction(t *testing.T) {
 	_, pool := pgtest.NewDB(t)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	enq := &Enqueuer[pgx.Tx]{Client: client}
-	st := pgstore.New(pool)
+	enq := &jobs.Enqueuer[pgx.Tx]{Client: client}
+	st := pgengine.New(pool)
 
-	const n = maxDeleteMany + 3
+	const n = jobs.MaxDeleteMany + 3
 	claims := make([]*gate.Claim, n)
 	for i := range claims {
 		claims[i] = &gate.Claim{OperationID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), TenantID: "acme",
@@ -41,7 +42,7 @@ func TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ids, n)
 	var kind, opID string
-	require.NoError(t, tx.Raw().(pgx.Tx).QueryRow(ctx, `SELECT kind, args->>'operation_id' FROM river_job WHERE id = $1`, ids[7]).Scan(&kind, &opID))
+	require.NoError(t, tx.(*pgengine.Tx).DriverTx().QueryRow(ctx, `SELECT kind, args->>'operation_id' FROM river_job WHERE id = $1`, ids[7]).Scan(&kind, &opID))
 	require.Equal(t, "refund_order", kind)
 	require.Equal(t, claims[7].OperationID, opID, "ids come back in the claims' order")
 	require.NoError(t, enq.JobDeleteMany(ctx, tx, ids[1:]))

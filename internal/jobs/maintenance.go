@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -29,14 +28,7 @@ type Control[TTx any] struct {
 	Client *river.Client[TTx]
 }
 
-func (c *Control[TTx]) rawTx(tx gate.Tx) (TTx, error) {
-	raw, ok := tx.Raw().(TTx)
-	if !ok {
-		var zero TTx
-		return zero, fmt.Errorf("jobs: store transaction is %T, not the River driver's", tx.Raw())
-	}
-	return raw, nil
-}
+func (c *Control[TTx]) rawTx(tx gate.Tx) (TTx, error) { return driverTx[TTx](tx) }
 
 // JobCancelTx implements gate.JobControl. A job River no longer has is
 // fine: there is nothing to cancel.
@@ -147,10 +139,10 @@ func (PrunerArgs) Kind() string { return "idemgate_pruner" }
 func (PrunerArgs) InsertOpts() river.InsertOpts { return ReaperArgs{}.InsertOpts() }
 
 // ReaperWorker runs gate.Reap.
-type ReaperWorker[TTx any] struct {
+type ReaperWorker struct {
 	river.WorkerDefaults[ReaperArgs]
 	Gate    *gate.Gate
-	Control *Control[TTx]
+	Control gate.JobControl
 	Logger  *slog.Logger
 	// StaleAfter is how long a job may stay running before its queued
 	// claim is given a fresh one: the in-flight lease.
@@ -158,7 +150,7 @@ type ReaperWorker[TTx any] struct {
 }
 
 // Work implements river.Worker.
-func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error {
+func (w *ReaperWorker) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error {
 	return w.Reap(ctx)
 }
 
@@ -166,7 +158,7 @@ func (w *ReaperWorker[TTx]) Work(ctx context.Context, _ *river.Job[ReaperArgs]) 
 // job's work, and what KeepReaping runs in every worker process. Passes may
 // overlap (two processes, or a pass and the job): every write they make is
 // conditional on the claim's epoch and job.
-func (w *ReaperWorker[TTx]) Reap(ctx context.Context) error {
+func (w *ReaperWorker) Reap(ctx context.Context) error {
 	res, err := w.Gate.Reap(ctx, w.Control, w.StaleAfter)
 	if res != nil && (res.Reclaimed+res.GaveUp+res.Abandoned+res.Repointed > 0) {
 		w.Logger.InfoContext(ctx, "reaper", string(gate.EventReclaim), res.Reclaimed, string(gate.EventRepoint), res.Repointed,

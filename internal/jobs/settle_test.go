@@ -1,4 +1,4 @@
-package jobs
+package jobs_test
 
 import (
 	"context"
@@ -16,11 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -45,11 +46,11 @@ func (s *cancelOnCommit) Begin(ctx context.Context) (gate.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cancelOnCommitTx{Tx: tx, s: s}, nil
+	return &cancelOnCommitTx{Tx: tx.(*pgengine.Tx), s: s}, nil
 }
 
 type cancelOnCommitTx struct {
-	gate.Tx
+	*pgengine.Tx
 	s *cancelOnCommit
 }
 
@@ -91,18 +92,18 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	_, pool := pgtest.NewDB(t)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	store := &cancelOnCommit{Store: pgstore.New(pool)}
-	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &Enqueuer[pgx.Tx]{Client: client}, Policies: gatetest.Policies()})
+	store := &cancelOnCommit{Store: pgengine.New(pool)}
+	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client}, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 
 	logger, logs := logtest.New()
 	reg := prometheus.NewRegistry()
-	metrics, err := NewMetrics(reg)
+	metrics, err := jobs.NewMetrics(reg)
 	require.NoError(t, err)
 	jobCtx, cancelJob := context.WithCancel(ctx)
 	defer cancelJob()
 	tools := tool.NewRegistry().MustAdd(failingRefund(func() { store.arm(cancelJob) }))
-	runner, err := NewRunner(&RunnerConfig{Gate: g, Tools: toolspec.Of(tools),
+	runner, err := jobs.NewRunner(&jobs.RunnerConfig{Gate: g, Tools: toolspec.Of(tools),
 		InflightTimeout: time.Minute, Metrics: metrics, Logger: logger})
 	require.NoError(t, err)
 
@@ -110,16 +111,16 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	hooks := gate.JobHooks{
 		Complete: func(context.Context, gate.Tx) error { return errors.New("a failing job is not completed") },
 		Cancel: func(ctx context.Context, tx gate.Tx) error {
-			_, err := client.JobCancelTx(ctx, tx.Raw().(pgx.Tx), c.JobID)
+			_, err := client.JobCancelTx(ctx, tx.(jobs.DriverTx[pgx.Tx]).DriverTx(), c.JobID)
 			return err
 		},
 	}
-	err = runner.run(jobCtx, jobInfo{id: int(c.JobID), attempt: 1, maxAttempts: 10, ref: refOf(c)}, hooks)
+	err = runner.Run(jobCtx, int(c.JobID), 1, 10, refOf(c), hooks)
 
 	var cancelErr *river.JobCancelError
 	require.ErrorAs(t, err, &cancelErr, "the job ends cancelled, not retried")
 	require.Error(t, jobCtx.Err(), "the commit cancelled the job's context, as River does")
-	stored, err := pgstore.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+	stored, err := pgengine.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
 	require.NoError(t, err)
 	require.Equal(t, domain.StatusFailed, stored.Status)
 	require.Equal(t, domain.CodeAmountExceedsRefundable, stored.Error.Code)
@@ -127,14 +128,14 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, c.JobID).Scan(&state))
 	require.Equal(t, "cancelled", state, "cancelled in the failing transaction")
 	require.Contains(t, logs.String(), `"msg":"operation failed"`)
-	require.Equal(t, 1, testutil.CollectAndCount(metrics.jobDuration))
-	require.Equal(t, 1.0, testutil.ToFloat64(metrics.downstream.WithLabelValues("stripe", "definitive")))
-	h, err := metrics.jobDuration.GetMetricWithLabelValues("refund_order", "failed")
+	require.Equal(t, 1, testutil.CollectAndCount(metrics.JobDuration()))
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.Downstream().WithLabelValues("stripe", "definitive")))
+	h, err := metrics.JobDuration().GetMetricWithLabelValues("refund_order", "failed")
 	require.NoError(t, err)
 	require.Equal(t, 1, testutil.CollectAndCount(h.(prometheus.Collector)))
 }
 
-// refOf is the ClaimRef a claim's job carries.
-func refOf(c *gate.Claim) ClaimRef {
-	return ClaimRef{ClaimID: c.ID, OperationID: c.OperationID, TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey}
+// refOf is the jobs.ClaimRef a claim's job carries.
+func refOf(c *gate.Claim) jobs.ClaimRef {
+	return jobs.ClaimRef{ClaimID: c.ID, OperationID: c.OperationID, TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey}
 }

@@ -331,7 +331,11 @@ func (w *Worker[TDriver, TTx]) Timeout(job *river.Job[ClaimArgs]) time.Duration 
 func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArgs]) error {
 	hooks := gate.JobHooks{
 		Complete: func(ctx context.Context, tx gate.Tx) error {
-			_, err := river.JobCompleteTx[TDriver](ctx, tx.Raw().(TTx), job)
+			dtx, err := driverTx[TTx](tx)
+			if err != nil {
+				return err
+			}
+			_, err = river.JobCompleteTx[TDriver](ctx, dtx, job)
 			return err
 		},
 		Cancel: func(ctx context.Context, tx gate.Tx) error {
@@ -339,7 +343,11 @@ func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArg
 			if err != nil {
 				return err
 			}
-			_, err = client.JobCancelTx(ctx, tx.Raw().(TTx), job.ID)
+			dtx, err := driverTx[TTx](tx)
+			if err != nil {
+				return err
+			}
+			_, err = client.JobCancelTx(ctx, dtx, job.ID)
 			return err
 		},
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -23,14 +24,14 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
@@ -159,15 +160,15 @@ func newPostgres(t *testing.T) *harness {
 	ctx := context.Background()
 	stripeSrv, stripeHTTP := stripetest.Start(t, &stripetest.Options{AutoChargeAmount: chargeAmount})
 	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 16})
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	seedCustomers(t, data)
 	f := &faults{}
 	reg := registry(t, tools.Deps{DB: app.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig(dbURL, stripeHTTP.URL)
-	w, err := app.NewWorker(cfg, pool, quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
-	h := &harness{engine: "postgres", gate: w.Gate, store: w.Gate.Store(), data: data, client: w.Client, control: w.Control,
-		redriver: &ops.Redriver{Gate: w.Gate, Jobs: w.Control}, stripe: stripeSrv, faults: f}
+	h := &harness{engine: "postgres", gate: w.Gate, store: w.Gate.Store(), data: data, client: w.Client.(interface{ Client() *river.Client[pgx.Tx] }).Client(), control: w.Client,
+		redriver: &ops.Redriver{Gate: w.Gate, Jobs: w.Client}, stripe: stripeSrv, faults: f}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
 			WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND expires_at IS NOT NULL`, tenant, toolName, key)
@@ -219,20 +220,21 @@ func newSQLite(t *testing.T) *harness {
 	t.Helper()
 	stripeSrv, stripeHTTP := stripetest.Start(t, &stripetest.Options{AutoChargeAmount: chargeAmount})
 	path, db := sqlitetest.NewDB(t)
-	data := sqlitestore.New(db)
+	data := sqliteengine.New(db)
 	seedCustomers(t, data)
 	f := &faults{}
 	reg := registry(t, tools.Deps{DB: app.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig("sqlite:"+path, stripeHTTP.URL)
-	e, err := app.NewEmbedded(cfg, db, quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
-	control := &jobs.Control[*sql.Tx]{Client: e.Client}
-	h := &harness{engine: "sqlite", gate: e.Gate, store: e.Gate.Store(), data: data, client: e.Client, control: control,
+	control := e.Client
+	h := &harness{engine: "sqlite", gate: e.Gate, store: e.Gate.Store(), data: data,
+		client: e.Client.(interface{ Client() *river.Client[*sql.Tx] }).Client(), control: control,
 		redriver: &ops.Redriver{Gate: e.Gate, Jobs: control}, stripe: stripeSrv, faults: f}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
 			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
-			tenant, toolName, key, sqlitestore.FormatTime(time.Now().Add(-time.Second)))
+			tenant, toolName, key, sqliteengine.FormatTime(time.Now().Add(-time.Second)))
 		return err
 	}
 	h.expireIn = func(ctx context.Context, tenant, toolName, key string, d time.Duration) (func(context.Context) (bool, error), error) {

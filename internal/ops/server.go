@@ -8,8 +8,8 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
+	"riverqueue.com/riverui/uiendpoints"
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/tenancy"
@@ -47,33 +47,34 @@ type Server struct {
 	handler  http.Handler
 }
 
-// NewServer returns the operator routes. client is River UI's own River
-// client: an insert-only one (no queues, no workers) on the api's pool.
-func NewServer[TTx any](cfg *Config, client *river.Client[TTx]) (*Server, error) {
-	if cfg.Auth == nil || cfg.Redriver == nil || client == nil {
-		return nil, errors.New("ops: Config.Auth, Config.Redriver and a River client are required")
+// NewServer returns the operator routes. ui is River UI's endpoints on a
+// River client of its own (riverui.NewEndpoints): an insert-only one (no
+// queues, no workers) where the api's worker runs apart.
+func NewServer(cfg *Config, ui uiendpoints.Bundle) (*Server, error) {
+	if cfg.Auth == nil || cfg.Redriver == nil || ui == nil {
+		return nil, errors.New("ops: Config.Auth, Config.Redriver and River UI's endpoints are required")
 	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
-		Endpoints: riverui.NewEndpoints(client, nil),
+	handler, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: ui,
 		Logger:    logger.With("component", "riverui"),
 		Prefix:    RiverUIPath,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ui: ui, redriver: cfg.Redriver, logger: logger}
+	s := &Server{ui: handler, redriver: cfg.Redriver, logger: logger}
 
 	r := chi.NewRouter()
 	r.Use(http.NewCrossOriginProtection().Handler, securityHeaders, cfg.Auth.Middleware, s.logMutations)
 	// River UI strips RiverUIPath itself and redirects RiverUIPath to
 	// RiverUIPath/.
 	deploymentOperator := deploymentOperator(cfg.OperatorTenant)
-	r.With(deploymentOperator).Handle("/riverui", ui)
-	r.With(deploymentOperator).Handle("/riverui/*", ui)
+	r.With(deploymentOperator).Handle("/riverui", handler)
+	r.With(deploymentOperator).Handle("/riverui/*", handler)
 	r.Post("/redrive", s.redrive)
 	s.handler = r
 	return s, nil

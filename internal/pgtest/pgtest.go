@@ -37,7 +37,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -352,10 +352,10 @@ func migrateURL(ctx context.Context, dbURL string) error {
 		return err
 	}
 	defer pool.Close()
-	if _, err = migrations.MigratePostgres(ctx, pool, nil); err != nil {
+	if _, err = pgengine.Migrate(ctx, pool, nil); err != nil {
 		return err
 	}
-	_, err = migrations.MigrateLinePostgres(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, nil)
+	_, err = pgengine.MigrateLine(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, nil)
 	return err
 }
 
@@ -371,7 +371,7 @@ func Fingerprint() (string, error) {
 	for _, line := range []struct {
 		prefix string
 		fsys   fs.FS
-	}{{"idemgate", migrations.PostgresFS()}, {"builtins", tools.Migrations(tool.Postgres)}} {
+	}{{"idemgate", pgengine.MigrationsFS()}, {"builtins", tools.Migrations(tool.Postgres)}} {
 		prefix, fsys := line.prefix, line.fsys
 		err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 )
 
@@ -28,7 +28,7 @@ func TestNewDB(t *testing.T) {
 		for _, table := range []string{"idempotency_claims", "audit_events", "river_job", "river_migration", "goose_db_version"} {
 			require.True(t, tableExists(ctx, t, pool, table), "table %s", table)
 		}
-		ok, err := migrations.PostgresStatus(ctx, pool)
+		ok, err := pgengine.Status(ctx, pool)
 		require.NoError(t, err)
 		require.True(t, ok)
 	})
@@ -152,7 +152,7 @@ func TestNewEmptyDB(t *testing.T) {
 
 	require.False(t, tableExists(ctx, t, pool, "idempotency_claims"))
 	require.False(t, tableExists(ctx, t, pool, "river_job"))
-	ok, err := migrations.PostgresStatus(ctx, pool)
+	ok, err := pgengine.Status(ctx, pool)
 	require.NoError(t, err)
 	require.False(t, ok)
 	require.False(t, tableExists(ctx, t, pool, "goose_db_version"), "PostgresStatus must not write")

@@ -29,8 +29,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/idemgate/idemgate/internal/migrations"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
 )
@@ -52,7 +51,7 @@ func TemplateDir() string {
 
 // NewDB returns a fresh, fully migrated database file for t (River's and
 // idemgate's migrations applied): its path and a *sql.DB opened on it with
-// sqlitestore.Open. The database is closed and its directory removed when t
+// sqliteengine.Open. The database is closed and its directory removed when t
 // ends.
 func NewDB(t testing.TB) (path string, db *sql.DB) {
 	t.Helper()
@@ -68,7 +67,7 @@ func NewDB(t testing.TB) (path string, db *sql.DB) {
 }
 
 // NewEmptyDB returns a fresh database file with no migrations applied, and
-// a *sql.DB opened on it with sqlitestore.Open, closed when t ends.
+// a *sql.DB opened on it with sqliteengine.Open, closed when t ends.
 // Migration tests use it.
 func NewEmptyDB(t testing.TB) (path string, db *sql.DB) {
 	t.Helper()
@@ -85,7 +84,7 @@ func Open(t testing.TB, path string) *sql.DB {
 
 func open(t testing.TB, path string) *sql.DB {
 	t.Helper()
-	db, err := sqlitestore.Open(path)
+	db, err := sqliteengine.Open(path)
 	if err != nil {
 		t.Fatalf("sqlitetest: %v", err)
 	}
@@ -128,15 +127,15 @@ func ensureTemplate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(scratch)
-	db, err := sqlitestore.Open(filepath.Join(scratch, FileName))
+	db, err := sqliteengine.Open(filepath.Join(scratch, FileName))
 	if err != nil {
 		return "", err
 	}
 	defer db.Close()
-	if _, err := migrations.MigrateSQLite(ctx, db, nil); err != nil {
+	if _, err := sqliteengine.Migrate(ctx, db, nil); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
-	if _, err := migrations.MigrateLineSQLite(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, nil); err != nil {
+	if _, err := sqliteengine.MigrateLine(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, nil); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
 	tmp := filepath.Join(scratch, "template.sqlite3")
@@ -178,7 +177,7 @@ func Fingerprint() (string, error) {
 	for _, line := range []struct {
 		prefix string
 		fsys   fs.FS
-	}{{"idemgate", migrations.SQLiteFS()}, {"builtins", tools.Migrations(tool.SQLite)}} {
+	}{{"idemgate", sqliteengine.MigrationsFS()}, {"builtins", tools.Migrations(tool.SQLite)}} {
 		prefix, fsys := line.prefix, line.fsys
 		err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {

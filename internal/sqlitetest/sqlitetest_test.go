@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/migrations"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 )
 
@@ -21,7 +21,7 @@ func TestNewDB(t *testing.T) {
 		require.NotEqual(t, pathA, pathB)
 		require.Equal(t, sqlitetest.FileName, filepath.Base(pathA))
 
-		ok, err := migrations.SQLiteStatus(ctx, a)
+		ok, err := sqliteengine.Status(ctx, a)
 		require.NoError(t, err)
 		require.True(t, ok)
 

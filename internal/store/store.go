@@ -1,7 +1,7 @@
 // Package store declares what idemgate keeps outside the gate (bearer
 // tokens, seed data) as small engine-agnostic
 // interfaces and row types. Each engine implements them in a subpackage:
-// store/pgstore for Postgres and store/sqlitestore for SQLite.
+// engine/pgengine for Postgres and engine/sqliteengine for SQLite.
 //
 // Stores translate their engine's errors at the boundary: a missing row is
 // domain.ErrNotFound, a duplicate is domain.ErrAlreadyExists, and a database

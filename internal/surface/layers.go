@@ -17,16 +17,20 @@ var Layers = [][]string{
 	{"idemtype", "internal/telemetry", "internal/tenancy/tokenspec", "internal/surface/", "internal/procstat", "internal/logtest"},
 	// The shared internal types.
 	{"internal/domain"},
-	// The gate, configuration, migrations and the domain's clients.
-	{"internal/gate", "internal/config", "internal/migrations/", "internal/domain/refunds", "internal/domain/resetmail"},
-	// The engines and what they store besides the gate.
-	{"internal/store/", "internal/engine/", "internal/tenancy"},
+	// The gate, configuration and the domain's clients.
+	{"internal/gate", "internal/config", "internal/domain/refunds", "internal/domain/resetmail"},
+	// What the engines store besides the gate.
+	{"internal/store/", "internal/tenancy"},
 	// What the assembly reads of a declaration.
 	{"internal/toolspec"},
 	// The public tool API.
 	{"tool"},
 	// The product's parts, built on the tool API.
 	{"internal/tools/", "internal/jobs", "internal/ops", "internal/api"},
+	// The engine drivers (their migrations included): each driver's
+	// transaction is the tool.Tx effects see and its River client a
+	// jobs.River, so they sit above tool and jobs and below the assembly.
+	{"internal/engine/"},
 	// The assembly.
 	{"internal/app"},
 	// The public root.

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
 
@@ -57,7 +57,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 type testBundle struct {
 	tokens *countingTokens
-	store  *pgstore.Store
+	store  *pgengine.Store
 	clock  *fakeClock
 	auth   *tenancy.Authenticator
 }
@@ -67,7 +67,7 @@ const testTTL = 5 * time.Second
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	_, pool := pgtest.NewDB(t)
-	s := pgstore.New(pool)
+	s := pgengine.New(pool)
 	tokens := &countingTokens{Tokens: s}
 	clock := &fakeClock{now: time.Now().UTC()}
 	return t.Context(), &testBundle{
@@ -249,7 +249,7 @@ func TestAuthenticate(t *testing.T) {
 		downPool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/nothing?sslmode=disable&connect_timeout=2")
 		require.NoError(t, err)
 		t.Cleanup(downPool.Close)
-		b.tokens.down = pgstore.New(downPool)
+		b.tokens.down = pgengine.New(downPool)
 		secret, _ := createToken(ctx, t, b.store, nil)
 
 		b.tokens.useDown.Store(true)

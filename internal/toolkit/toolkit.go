@@ -12,11 +12,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-
 	"io"
 	"io/fs"
 	"net/http"
@@ -31,15 +29,13 @@ import (
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/migrations"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
-	"github.com/idemgate/idemgate/internal/store/sqlitestore"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/internal/toolspec"
 	"github.com/idemgate/idemgate/tool"
@@ -106,10 +102,10 @@ func Postgres(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 40})
 	if fsys := ownMigrations(opts, tool.Postgres); fsys != nil {
-		_, err := migrations.MigrateAppPostgres(ctx, pool, fsys, nil)
+		_, err := pgengine.MigrateApp(ctx, pool, fsys, nil)
 		require.NoError(t, err)
 	}
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
 	h := &Harness{Engine: tool.Postgres, faults: &faults{}}
@@ -119,11 +115,12 @@ func Postgres(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	}
 	cfg := newConfig(dbURL, opts)
 	wreg := h.faults.wrap(t, reg)
-	a, err := app.NewAPIWithOptions(cfg, pool, nil, &app.APIOptions{Tools: wreg, RateLimit: -1})
+	drv := pgengine.NewDriver(pool, cfg)
+	a, err := app.NewAPIWithOptions(cfg, drv, nil, &app.APIOptions{Tools: wreg, RateLimit: -1})
 	require.NoError(t, err)
-	w, err := app.NewWorker(cfg, pool, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10})
+	w, err := app.NewWorker(cfg, drv, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10})
 	require.NoError(t, err)
-	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: w.Control}
+	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: w.Client}
 	h.gate = w.Gate
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
@@ -157,10 +154,10 @@ func SQLite(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	ctx := context.Background()
 	path, db := sqlitetest.NewDB(t)
 	if fsys := ownMigrations(opts, tool.SQLite); fsys != nil {
-		_, err := migrations.MigrateAppSQLite(ctx, db, fsys, nil)
+		_, err := sqliteengine.MigrateApp(ctx, db, fsys, nil)
 		require.NoError(t, err)
 	}
-	data := sqlitestore.New(db)
+	data := sqliteengine.New(db)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
 	h := &Harness{Engine: tool.SQLite, faults: &faults{}}
@@ -170,14 +167,14 @@ func SQLite(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	}
 	cfg := newConfig("sqlite:"+path, opts)
 	wreg := h.faults.wrap(t, reg)
-	e, err := app.NewEmbedded(cfg, db, nil, &app.APIOptions{Tools: wreg, RateLimit: -1}, &app.WorkerOptions{Tools: wreg, MaxWorkers: 4})
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, &app.APIOptions{Tools: wreg, RateLimit: -1}, &app.WorkerOptions{Tools: wreg, MaxWorkers: 4})
 	require.NoError(t, err)
-	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: &jobs.Control[*sql.Tx]{Client: e.Client}}
+	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: e.Client}
 	h.gate = e.Gate
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
 			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
-			tenant, toolName, key, sqlitestore.FormatTime(time.Now().Add(-time.Second)))
+			tenant, toolName, key, sqliteengine.FormatTime(time.Now().Add(-time.Second)))
 		return err
 	}
 	runCtx, cancel := context.WithCancel(ctx)

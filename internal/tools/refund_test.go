@@ -12,10 +12,10 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/internal/store/pgstore"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/tools"
 )
@@ -30,7 +30,7 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 	srv, ts := stripetest.Start(t, nil)
 	srv.AddCharge("ch_123", 5000, "usd")
 	_, pool := pgtest.NewDB(t)
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows, Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}})
 	require.NoError(t, err)
 	client, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})
@@ -99,7 +99,7 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	srv, ts := stripetest.Start(t, nil)
 	srv.AddCharge("ch_123", 5000, "usd")
 	_, pool := pgtest.NewDB(t)
-	data := pgstore.New(pool)
+	data := pgengine.New(pool)
 	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows, Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}})
 	require.NoError(t, err)
 	client, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})

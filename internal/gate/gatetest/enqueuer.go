@@ -27,7 +27,7 @@ type RiverEnqueuer[TTx any] struct {
 
 // JobInsert implements gate.Enqueuer.
 func (e RiverEnqueuer[TTx]) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
-	res, err := e.Client.InsertTx(ctx, tx.Raw().(TTx), JobArgs{TenantID: c.TenantID, OperationID: c.OperationID}, nil)
+	res, err := e.Client.InsertTx(ctx, tx.(interface{ DriverTx() TTx }).DriverTx(), JobArgs{TenantID: c.TenantID, OperationID: c.OperationID}, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -40,7 +40,7 @@ func (e RiverEnqueuer[TTx]) JobInsertMany(ctx context.Context, tx gate.Tx, claim
 	for i, c := range claims {
 		params[i] = river.InsertManyParams{Args: JobArgs{TenantID: c.TenantID, OperationID: c.OperationID}}
 	}
-	res, err := e.Client.InsertManyTx(ctx, tx.Raw().(TTx), params)
+	res, err := e.Client.InsertManyTx(ctx, tx.(interface{ DriverTx() TTx }).DriverTx(), params)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func (e RiverEnqueuer[TTx]) JobInsertMany(ctx context.Context, tx gate.Tx, claim
 
 // JobDeleteMany implements gate.BatchEnqueuer.
 func (e RiverEnqueuer[TTx]) JobDeleteMany(ctx context.Context, tx gate.Tx, ids []int64) error {
-	res, err := e.Client.JobDeleteManyTx(ctx, tx.Raw().(TTx), river.NewJobDeleteManyParams().IDs(ids...).First(len(ids)))
+	res, err := e.Client.JobDeleteManyTx(ctx, tx.(interface{ DriverTx() TTx }).DriverTx(), river.NewJobDeleteManyParams().IDs(ids...).First(len(ids)))
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
 // Package gatetest is the conformance suite that every gate.Store must pass.
-// store/pgstore and store/sqlitestore call Exercise from their tests.
+// engine/pgengine and engine/sqliteengine call Exercise from their tests.
 package gatetest
 
 import (

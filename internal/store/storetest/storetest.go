@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite that every engine's store
 // (store.Tokens and store.Seeder) must pass. Seeding the built-in tools'
 // rows joins the engine's seeding transaction (tools.SeedRows).
-// store/pgstore and store/sqlitestore call Exercise from their tests; what
+// engine/pgengine and engine/sqliteengine call Exercise from their tests; what
 // only one engine has (its time format, its constraint errors, how it fails
 // when unreachable) stays in that engine's tests.
 package storetest
@@ -10,10 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/stretchr/testify/require"
 

@@ -1,0 +1,77 @@
+package enginesql
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+)
+
+// Errors is how an engine tells its driver's errors apart, for Translate.
+type Errors struct {
+	// NoRows is the driver's error for a query that returned no row.
+	NoRows error
+	// Duplicate reports a unique (or primary key) violation and names what
+	// was violated.
+	Duplicate func(err error) (name string, ok bool)
+	// Unavailable reports that the database cannot be reached or used right
+	// now (a retryable condition), as opposed to a statement error.
+	Unavailable func(err error) bool
+}
+
+// Translate maps a driver error to domain's sentinels at the engine's
+// boundary: no rows is domain.ErrNotFound, a duplicate wraps
+// domain.ErrAlreadyExists (with the name of what was violated, not the
+// driver's error), a database that cannot be used wraps
+// domain.ErrUnavailable and err, and any other error is err.
+func (e *Errors) Translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, e.NoRows) {
+		return domain.ErrNotFound
+	}
+	if name, ok := e.Duplicate(err); ok {
+		return fmt.Errorf("%w: %s", domain.ErrAlreadyExists, name)
+	}
+	if e.Unavailable(err) {
+		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
+	}
+	return err
+}
+
+// Conditional is the outcome of a conditional claim write that returned
+// (c, err) after translation: a write that matched no row
+// (domain.ErrNotFound) failed its condition, and returns failed instead,
+// the error gate.Executor names for the method (domain.ErrAlreadyExists,
+// domain.ErrLeaseLost or domain.ErrStateChanged).
+func Conditional(c *gate.Claim, err, failed error) (*gate.Claim, error) {
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, failed
+	}
+	return c, err
+}
+
+// Leased is the outcome of ClaimLease's conditional write that returned
+// (c, err) after translation: when it matched no row, the claim as read
+// now, with domain.ErrLeaseUnavailable.
+func Leased(c *gate.Claim, err error, read func() (*gate.Claim, error)) (*gate.Claim, error) {
+	if !errors.Is(err, domain.ErrNotFound) {
+		return c, err
+	}
+	c, err = read()
+	if err != nil {
+		return nil, err
+	}
+	return c, domain.ErrLeaseUnavailable
+}
+
+// FillLeaseAudit completes a lease's started audit row from the leased
+// claim: the reason names the attempt and the epoch, and the fingerprint
+// is the claim's (the job does not carry it). The Postgres engine writes
+// the same in SQL.
+func FillLeaseAudit(row *gate.AuditInsertParams, c *gate.Claim) {
+	row.Reason = fmt.Sprintf("attempt %d, epoch %d", c.Attempts, c.Epoch)
+	row.ArgsHash = c.ArgsHash
+}

@@ -1,0 +1,307 @@
+package pgengine
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
+	"github.com/idemgate/idemgate/internal/gate"
+)
+
+// The gate's statements: executor implements gate.Executor.
+
+// claimRow runs a statement that returns one claim.
+func (e executor) claimRow(ctx context.Context, sql string, args ...any) (*Claim, error) {
+	c, err := scanClaim(e.q.QueryRow(ctx, sql, args...))
+	return c, translate(err)
+}
+
+// claimWrite runs a conditional write that returns the claim it changed,
+// or failed when its condition matched no row (see enginesql.Conditional).
+func (e executor) claimWrite(ctx context.Context, failed error, sql string, args ...any) (*Claim, error) {
+	c, err := e.claimRow(ctx, sql, args...)
+	return enginesql.Conditional(c, err, failed)
+}
+
+// Claim is an alias so that the queries read naturally.
+type Claim = gate.Claim
+
+// audited picks the statement with the audit row when there is one, and
+// appends its parameters.
+func audited(audit *gate.AuditInsertParams, plain, withAudit string, args ...any) (string, []any) {
+	if audit == nil {
+		return plain, args
+	}
+	return withAudit, append(args, enginesql.AuditArgs(audit, nullJSON)...)
+}
+
+func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
+	sql, args := audited(p.Audit, sqlClaimInsert, sqlClaimInsertAudited, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey,
+		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID, p.IntentKey)
+	return e.claimWrite(ctx, domain.ErrAlreadyExists, sql, args...)
+}
+
+func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now)
+}
+
+func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByID, p.ID, p.Now)
+}
+
+func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
+		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID, p.IntentKey)
+}
+
+func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	sql, args := audited(p.Audit, sqlClaimLease, sqlClaimLeaseAudited, p.OperationID, p.JobID, p.Lease.Seconds(), p.Now)
+	c, err := e.claimRow(ctx, sql, args...)
+	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
+}
+
+func (e executor) ClaimLock(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimLock, p.OperationID, p.JobID, p.Now)
+	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
+}
+
+// leaseRead reads the claim a lease or lock did not match, to tell why.
+func (e executor) leaseRead(ctx context.Context, p *gate.ClaimLeaseParams) func() (*Claim, error) {
+	return func() (*Claim, error) {
+		return e.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: p.TenantID, OperationID: p.OperationID, Now: p.Now})
+	}
+}
+
+func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
+	plain, withAudit := sqlClaimComplete, sqlClaimCompleteAudited
+	if p.Locked {
+		plain, withAudit = sqlClaimCompleteLocked, sqlClaimCompleteLockedAudited
+	}
+	sql, args := audited(p.Audit, plain, withAudit, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sql, args...)
+}
+
+func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, errJSON, p.LeaseExpiredOnly, p.Now)
+}
+
+func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.LastError)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, errJSON)
+}
+
+func (e executor) ClaimReclaim(ctx context.Context, p *gate.ClaimReclaimParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, p.Now)
+}
+
+func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
+}
+
+func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, errJSON, p.Now)
+}
+
+func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, p.Now)
+}
+
+func (e executor) ClaimListStalled(ctx context.Context, p *gate.ClaimListStalledParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListStalled, p.Limit, p.Now, p.StaleAfter.Seconds())
+}
+
+func (e executor) ClaimRepoint(ctx context.Context, p *gate.ClaimRepointParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
+}
+
+func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), p.Since, limit)
+}
+
+func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID, p.Now)
+}
+
+func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {
+	var (
+		after   *time.Time
+		afterID int64
+	)
+	if p.After != nil {
+		after, afterID = &p.After.CreatedAt, p.After.ID
+	}
+	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
+}
+
+func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, error) {
+	query := sqlJobGet
+	if p.Lock {
+		query = sqlJobGetLocked
+	}
+	var j gate.Job
+	if err := e.q.QueryRow(ctx, query, p.ID).Scan(&j.ID, &j.State, &j.NextRunAt); err != nil {
+		return nil, translate(err)
+	}
+	return &j, nil
+}
+
+func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTerminalParams) ([]int64, error) {
+	rows, err := e.q.Query(ctx, sqlClaimListTerminal, p.IDs)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return ids, translate(err)
+}
+
+func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, p.Now)
+}
+
+// claimRows runs a statement that returns claims.
+func (e executor) claimRows(ctx context.Context, sql string, args ...any) ([]*Claim, error) {
+	return list(ctx, e.q, scanClaim, sql, args...)
+}
+
+func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
+	tag, err := e.q.Exec(ctx, sqlClaimArchiveExpired, p.Limit, p.Now)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
+	t, err := enginesql.ScanTombstone(e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash, p.Now), times{})
+	return t, translate(err)
+}
+
+func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
+	tag, err := e.q.Exec(ctx, sqlTombstoneDeleteExpired, p.Limit, p.Now)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
+	_, err := e.q.Exec(ctx, sqlAuditInsert, enginesql.AuditArgs(p, nullJSON)...)
+	return translate(err)
+}
+
+func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertParams) error {
+	if len(rows) == 1 {
+		return e.AuditInsert(ctx, rows[0])
+	}
+	_, err := e.q.Exec(ctx, sqlAuditInsertMany, auditArrays(rows)...)
+	return translate(err)
+}
+
+// auditArrays are the parameters of rows as one array per column, in
+// enginesql.AuditArgs's order.
+func auditArrays(rows []*gate.AuditInsertParams) []any {
+	var (
+		text    [10][]string // every column but the nullable and numeric ones
+		opIDs   = make([]*string, len(rows))
+		jobIDs  = make([]*int64, len(rows))
+		docs    [2][]*string // args, result
+		ms      = make([]float64, len(rows))
+		traceID = make([]*string, len(rows))
+	)
+	some := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	for i, r := range rows {
+		for j, v := range []string{r.TenantID, r.UserID, r.TokenID, r.RequestID, r.Tool, r.IdempotencyKey,
+			string(r.Decision), r.Reason, r.ArgsHash, r.ClientRequestID} {
+			text[j] = append(text[j], v)
+		}
+		opIDs[i], traceID[i] = some(r.OperationID), some(r.TraceID)
+		if r.JobID != 0 {
+			jobIDs[i] = &r.JobID
+		}
+		docs[0] = append(docs[0], some(string(r.Args)))
+		docs[1] = append(docs[1], some(string(r.Result)))
+		ms[i] = float64(r.Duration) / float64(time.Millisecond)
+	}
+	return []any{text[0], text[1], text[2], text[3], text[4], text[5], opIDs, jobIDs,
+		text[6], text[7], text[8], docs[0], docs[1], ms, text[9], traceID}
+}
+
+func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertParams) ([]*Claim, error) {
+	var (
+		text   [7][]string // operation id, tenant, tool, key, user, args, fingerprint
+		ttl    = make([]int32, len(rows))
+		retain = make([]int32, len(rows))
+		jobIDs = make([]int64, len(rows))
+		audits = make([]*gate.AuditInsertParams, 0, len(rows))
+		intent = make([]string, len(rows))
+	)
+	for i, r := range rows {
+		for j, v := range []string{r.OperationID, r.TenantID, r.Tool, r.IdempotencyKey, r.UserID, string(r.Args), r.ArgsHash} {
+			text[j] = append(text[j], v)
+		}
+		ttl[i], retain[i], jobIDs[i] = int32(r.TTL/time.Second), int32(r.Retention/time.Second), r.JobID
+		intent[i] = r.IntentKey
+		if r.Audit != nil {
+			a := *r.Audit // the row's own operation: the statement pairs them by it
+			a.OperationID, a.JobID = r.OperationID, r.JobID
+			audits = append(audits, &a)
+		}
+	}
+	args := append([]any{text[0], text[1], text[2], text[3], text[4], text[5], text[6], ttl, retain, jobIDs},
+		auditArrays(audits)...)
+	args = append(args, intent)
+	written, err := list(ctx, e.q, scanClaim, sqlClaimInsertMany, args...)
+	if err != nil {
+		return nil, err
+	}
+	return enginesql.InOrder(rows, written), nil
+}
+
+func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
+	return list(ctx, e.q, scanAuditEvent, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
+}
+
+// times scans timestamptz columns as pgx reads them.
+type times struct{}
+
+func (times) Time(dst *time.Time) any { return dst }
+
+func (times) NullTime(dst **time.Time) any { return dst }
+
+func scanClaim(row enginesql.Row) (*Claim, error) { return enginesql.ScanClaim(row, times{}) }
+
+func scanAuditEvent(row enginesql.Row) (*gate.AuditEvent, error) {
+	return enginesql.ScanAuditEvent(row, times{})
+}
+
+// nullJSON passes an empty document as SQL NULL.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}

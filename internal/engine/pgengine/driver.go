@@ -1,0 +1,129 @@
+package pgengine
+
+import (
+	"context"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// Driver is the Postgres engine.Driver on a pool.
+type Driver struct {
+	pool   *pgxpool.Pool
+	store  *Store
+	pooled bool
+}
+
+var (
+	_ engine.Driver = (*Driver)(nil)
+	_ tool.Tx       = (*Tx)(nil)
+)
+
+// Open opens a pool on cfg's DATABASE_URL (OpenPostgresConfig, at most
+// maxConns connections in all unless the URL says otherwise) and returns
+// the Driver on it, which owns the pool.
+func Open(ctx context.Context, cfg *config.Config, maxConns int32, logger *slog.Logger) (*Driver, error) {
+	pool, err := OpenPostgresConfig(ctx, cfg, maxConns, logger)
+	if err != nil {
+		return nil, err
+	}
+	return NewDriver(pool, cfg), nil
+}
+
+// NewDriver returns the Driver on pool; Close closes the pool. cfg says
+// whether the pool goes through a transaction pooler (cfg.Pooled), through
+// which Migrate refuses to run; nil means it does not. It panics if pool
+// is nil.
+func NewDriver(pool *pgxpool.Pool, cfg *config.Config) *Driver {
+	return &Driver{pool: pool, store: New(pool), pooled: cfg != nil && cfg.Pooled()}
+}
+
+// Pool returns the driver's pool.
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// Engine implements engine.Driver.
+func (d *Driver) Engine() string { return tool.Postgres }
+
+// Store implements engine.Driver.
+func (d *Driver) Store() engine.Store { return d.store }
+
+// Migrate implements engine.Driver with Migrate under MigrateLockKey. It
+// returns ErrMigrateThroughPooler through a transaction pooler.
+func (d *Driver) Migrate(ctx context.Context, logger *slog.Logger) (*engine.Result, error) {
+	if d.pooled {
+		return nil, ErrMigrateThroughPooler
+	}
+	return Migrate(ctx, d.pool, logger)
+}
+
+// MigrateApp implements engine.Driver with MigrateApp.
+func (d *Driver) MigrateApp(ctx context.Context, fsys fs.FS, logger *slog.Logger) (int, error) {
+	if d.pooled {
+		return 0, ErrMigrateThroughPooler
+	}
+	return MigrateApp(ctx, d.pool, fsys, logger)
+}
+
+// MigrateLine implements engine.Driver with MigrateLine.
+func (d *Driver) MigrateLine(ctx context.Context, fsys fs.FS, table string, logger *slog.Logger) (int, error) {
+	if d.pooled {
+		return 0, ErrMigrateThroughPooler
+	}
+	return MigrateLine(ctx, d.pool, fsys, table, logger)
+}
+
+// Migrated implements engine.Driver with Status.
+func (d *Driver) Migrated(ctx context.Context) (bool, error) { return Status(ctx, d.pool) }
+
+// NewRiver implements engine.Driver on River's riverpgxv5 driver.
+func (d *Driver) NewRiver() engine.River {
+	return jobs.NewRiver[*riverpgxv5.Driver](riverpgxv5.New(d.pool), Unavailable)
+}
+
+// EmbeddedWorker implements engine.Driver: on Postgres the api and any
+// number of workers are processes of their own.
+func (d *Driver) EmbeddedWorker() bool { return EmbeddedWorker }
+
+// EmbeddedWorker is Driver.EmbeddedWorker, known before opening a
+// database (drivers.EmbeddedWorker).
+const EmbeddedWorker = false
+
+// LockWait implements engine.Driver: Postgres's writers lock rows, not the
+// database.
+func (d *Driver) LockWait() time.Duration { return 0 }
+
+// ClaimCounts implements engine.Driver.
+func (d *Driver) ClaimCounts(ctx context.Context) (map[string]int64, error) {
+	rows, err := d.pool.Query(ctx, sqlClaimCounts)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			status string
+			n      int64
+		)
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, err
+		}
+		out[status] = n
+	}
+	return out, translate(rows.Err())
+}
+
+// Ping implements engine.Driver; a refusal for too many clients names the
+// setting that bounds the connections (ExplainConnError).
+func (d *Driver) Ping(ctx context.Context) error { return ExplainConnError(d.pool.Ping(ctx)) }
+
+// Close implements engine.Driver: it closes the pool.
+func (d *Driver) Close() { d.pool.Close() }

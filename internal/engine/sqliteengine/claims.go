@@ -1,0 +1,422 @@
+package sqliteengine
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
+	"github.com/idemgate/idemgate/internal/gate"
+)
+
+// The gate's statements: executor implements gate.Executor.
+
+// Claim is an alias so that the queries read naturally.
+type Claim = gate.Claim
+
+// claimRow runs a statement that returns one claim.
+func (e executor) claimRow(ctx context.Context, query string, args ...any) (*Claim, error) {
+	c, err := scanClaim(e.queryRow(ctx, query, args...))
+	return c, translate(err)
+}
+
+// claimWrite runs a conditional write that returns the claim it changed,
+// or failed when its condition matched no row (see enginesql.Conditional).
+func (e executor) claimWrite(ctx context.Context, failed error, query string, args ...any) (*Claim, error) {
+	c, err := e.claimRow(ctx, query, args...)
+	return enginesql.Conditional(c, err, failed)
+}
+
+// audited runs write and then, when it wrote and audit is set, appends the
+// audit row (fill, when set, completes it from the written claim), both in
+// one transaction: the executor's, or one of its own on the pool.
+func (e executor) audited(ctx context.Context, audit *gate.AuditInsertParams, fill func(*gate.AuditInsertParams, *Claim),
+	write func(executor) (*Claim, error)) (*Claim, error) {
+	if audit == nil {
+		return write(e)
+	}
+	in := e
+	var tx *Tx
+	if e.tx == nil {
+		var err error
+		if tx, err = e.store.begin(ctx); err != nil {
+			return nil, err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		in = tx.executor
+	}
+	c, err := write(in)
+	if err != nil {
+		return c, err
+	}
+	row := *audit
+	if fill != nil {
+		fill(&row, c)
+	}
+	if err := in.AuditInsert(ctx, &row); err != nil {
+		return nil, err
+	}
+	if tx != nil {
+		if err := tx.Commit(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
+	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
+		return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
+			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey)
+	})
+}
+
+// ClaimInsertMany inserts row by row: SQLite has one writer, and the
+// saving is the transaction's one commit, not the statements.
+func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertParams) ([]*Claim, error) {
+	out := make([]*Claim, len(rows))
+	for i, r := range rows {
+		if r.Audit != nil {
+			row, audit := *r, *r.Audit // the audit row names the row's operation
+			audit.OperationID, audit.JobID = r.OperationID, r.JobID
+			row.Audit = &audit
+			r = &row
+		}
+		c, err := e.ClaimInsert(ctx, r)
+		switch {
+		case errors.Is(err, domain.ErrAlreadyExists):
+		case err != nil:
+			return nil, err
+		default:
+			out[i] = c
+		}
+	}
+	return out, nil
+}
+
+func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, nullTime(p.Now))
+}
+
+func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByID, p.ID, nullTime(p.Now))
+}
+
+func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
+	var out *Claim
+	err := e.withTx(ctx, func(e executor) error {
+		// The old intent's fingerprint goes into the key's history under
+		// the take-over's own condition; the transaction holds SQLite's
+		// one write lock, so nothing changes the claim in between.
+		h, err := scanHistory(e.queryRow(ctx, sqlClaimTakeOverHistory, p.ID, nullTime(p.Now)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return domain.ErrStateChanged
+		}
+		if err != nil {
+			return translate(err)
+		}
+		c, err := e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
+			int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID, p.IntentKey)
+		if err != nil {
+			return err
+		}
+		out = c
+		return e.keep(ctx, h, p.Now, "taken over by operation "+p.OperationID+"; the fingerprint stays in the key's history until ")
+	})
+	return out, err
+}
+
+func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	return e.audited(ctx, p.Audit, enginesql.FillLeaseAudit, func(e executor) (*Claim, error) {
+		c, err := e.claimRow(ctx, sqlClaimLease, p.OperationID, p.JobID, seconds(p.Lease), nullTime(p.Now))
+		return enginesql.Leased(c, err, e.leaseRead(ctx, p))
+	})
+}
+
+func (e executor) ClaimLock(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+	c, err := e.claimRow(ctx, sqlClaimLock, p.OperationID, p.JobID, nullTime(p.Now))
+	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
+}
+
+// leaseRead reads the claim a lease or lock did not match, to tell why.
+func (e executor) leaseRead(ctx context.Context, p *gate.ClaimLeaseParams) func() (*Claim, error) {
+	return func() (*Claim, error) {
+		return e.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: p.TenantID, OperationID: p.OperationID, Now: p.Now})
+	}
+}
+
+func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
+	query := sqlClaimComplete
+	if p.Locked {
+		query = sqlClaimCompleteLocked
+	}
+	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
+		return e.claimWrite(ctx, domain.ErrLeaseLost, query, p.ID, p.Epoch, nullJSON(p.Result), nullTime(p.Now))
+	})
+}
+
+func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, string(errJSON), p.LeaseExpiredOnly, nullTime(p.Now))
+}
+
+func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.LastError)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, string(errJSON))
+}
+
+func (e executor) ClaimReclaim(ctx context.Context, p *gate.ClaimReclaimParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, nullTime(p.Now))
+}
+
+func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
+}
+
+func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, string(errJSON), nullTime(p.Now))
+}
+
+func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, nullTime(p.Now))
+}
+
+func (e executor) ClaimListStalled(ctx context.Context, p *gate.ClaimListStalledParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListStalled, p.Limit, nullTime(p.Now), p.StaleAfter.Seconds())
+}
+
+func (e executor) ClaimRepoint(ctx context.Context, p *gate.ClaimRepointParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
+}
+
+func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), nullTime(p.Since), limit)
+}
+
+func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
+	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID, nullTime(p.Now))
+}
+
+func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {
+	var (
+		after   any
+		afterID int64
+	)
+	if p.After != nil {
+		after, afterID = FormatTime(p.After.CreatedAt), p.After.ID
+	}
+	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
+}
+
+// JobGet implements gate.Executor. Lock needs nothing more on SQLite: a
+// transaction begins IMMEDIATE, holding the database's one write lock, so
+// no worker fetches the job before it ends.
+func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, error) {
+	var j gate.Job
+	if err := e.queryRow(ctx, sqlJobGet, p.ID).Scan(&j.ID, &j.State, times{}.NullTime(&j.NextRunAt)); err != nil {
+		return nil, translate(err)
+	}
+	return &j, nil
+}
+
+func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTerminalParams) ([]int64, error) {
+	ids, err := json.Marshal(p.IDs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := e.query(ctx, sqlClaimListTerminal, string(ids))
+	return list(rows, err, func(row enginesql.Row) (int64, error) {
+		var id int64
+		return id, row.Scan(&id)
+	})
+}
+
+func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, nullTime(p.Now))
+}
+
+// claimRows runs a statement that returns claims.
+func (e executor) claimRows(ctx context.Context, query string, args ...any) ([]*Claim, error) {
+	rows, err := e.query(ctx, query, args...)
+	return list(rows, err, scanClaim)
+}
+
+func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
+	n := 0
+	err := e.withTx(ctx, func(e executor) error {
+		// One statement deletes the batch under one clock reading and
+		// returns it: the rows kept below are exactly the claims deleted.
+		rows, err := e.query(ctx, sqlClaimArchiveDelete, p.Limit, nullTime(p.Now))
+		hs, err := list(rows, err, scanHistory)
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			if err := e.keep(ctx, h, p.Now, "replay window ended; the fingerprint stays in the key's history until "); err != nil {
+				return err
+			}
+		}
+		n = len(hs)
+		return nil
+	})
+	return n, err
+}
+
+func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
+	t, err := enginesql.ScanTombstone(e.queryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash,
+		nullTime(p.Now)), times{})
+	return t, translate(err)
+}
+
+func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
+	n := 0
+	err := e.withTx(ctx, func(e executor) error {
+		rows, err := e.query(ctx, sqlTombstoneDeleteExpired, p.Limit, nullTime(p.Now))
+		gone, err := list(rows, err, func(row enginesql.Row) (*gate.AuditInsertParams, error) {
+			var status, code string
+			ev := &gate.AuditInsertParams{UserID: gate.WorkerUser, Decision: domain.DecisionForgotten,
+				Reason: "retention ended; the fingerprint may run again under this key"}
+			if err := row.Scan(&ev.TenantID, &ev.Tool, &ev.IdempotencyKey, &ev.ArgsHash, &ev.OperationID, &status, &code); err != nil {
+				return nil, err
+			}
+			ev.Result = outcomeSummary(status, code)
+			return ev, nil
+		})
+		if err != nil {
+			return err
+		}
+		n = len(gone)
+		return e.AuditInsertMany(ctx, gone)
+	})
+	return n, err
+}
+
+// historyRow is what a key's history keeps of a claim (historyColumns).
+type historyRow struct {
+	tenantID, tool, key, argsHash, operationID string
+	jobID                                      int64
+	status, errorCode, expiredAt, retainUntil  string
+}
+
+func scanHistory(row enginesql.Row) (*historyRow, error) {
+	var h historyRow
+	if err := row.Scan(&h.tenantID, &h.tool, &h.key, &h.argsHash, &h.operationID, &h.jobID, &h.status, &h.errorCode,
+		&h.expiredAt, &h.retainUntil); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// keep writes h into its key's history with an archived audit row whose
+// reason is reason followed by the end of h's retention.
+func (e executor) keep(ctx context.Context, h *historyRow, now *time.Time, reason string) error {
+	if _, err := e.exec(ctx, sqlHistoryUpsert, h.tenantID, h.tool, h.key, h.argsHash, h.operationID, h.status, h.errorCode,
+		h.expiredAt, h.retainUntil, nullTime(now)); err != nil {
+		return translate(err)
+	}
+	return e.AuditInsert(ctx, &gate.AuditInsertParams{
+		TenantID: h.tenantID, UserID: gate.WorkerUser, Tool: h.tool, IdempotencyKey: h.key, OperationID: h.operationID,
+		JobID: h.jobID, Decision: domain.DecisionArchived, Reason: reason + h.retainUntil, ArgsHash: h.argsHash,
+		Result: outcomeSummary(h.status, h.errorCode),
+	})
+}
+
+// outcomeSummary is what an audit row keeps of an outcome: its status and
+// error code.
+func outcomeSummary(status, code string) json.RawMessage {
+	m := map[string]string{"status": status}
+	if code != "" {
+		m["error_code"] = code
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// withTx runs fn in the executor's transaction, or in one of its own on
+// the pool.
+func (e executor) withTx(ctx context.Context, fn func(e executor) error) error {
+	if e.tx != nil {
+		return fn(e)
+	}
+	tx, err := e.store.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := fn(tx.executor); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
+	_, err := e.exec(ctx, sqlAuditInsert, enginesql.AuditArgs(p, nullJSON)...)
+	return translate(err)
+}
+
+func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertParams) error {
+	if len(rows) == 1 || e.tx != nil {
+		for _, r := range rows {
+			if err := e.AuditInsert(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tx, err := e.store.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := tx.AuditInsertMany(ctx, rows); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
+	rows, err := e.query(ctx, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
+	return list(rows, err, scanAuditEvent)
+}
+
+func scanClaim(row enginesql.Row) (*Claim, error) { return enginesql.ScanClaim(row, times{}) }
+
+func scanAuditEvent(row enginesql.Row) (*gate.AuditEvent, error) {
+	return enginesql.ScanAuditEvent(row, times{})
+}
+
+// list scans every row with scan, and closes rows: the connection, SQLite's
+// only one, is free again when it returns. err is the query's error.
+func list[T any](rows *sql.Rows, err error, scan func(enginesql.Row) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out, err := enginesql.Collect(rows, scan)
+	return out, translate(err)
+}
+
+// nullJSON passes an empty document as SQL NULL, and any other as TEXT.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
