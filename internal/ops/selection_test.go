@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"testing"
 	"time"
 
@@ -33,9 +35,9 @@ func setupSelection(t *testing.T, engine string) *selectionBundle {
 	var o *idemgateapp.Ops
 	var err error
 	if d.Pool != nil {
-		o, err = idemgateapp.NewOps(cfg, d.Pool, nil)
+		o, err = idemgateapp.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
 	} else {
-		o, err = idemgateapp.NewOpsSQLite(cfg, d.SQL, nil)
+		o, err = idemgateapp.NewOps(cfg, sqliteengine.NewDriver(d.SQL), nil)
 	}
 	require.NoError(t, err)
 	return &selectionBundle{db: d, ops: o}
