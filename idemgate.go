@@ -102,8 +102,7 @@ type Service struct {
 // Open opens cfg's database and prepares reg's tools. It connects to
 // nothing else. Close the Service when done. On Postgres the process opens
 // at most DATABASE_URL's pool_max_conns connections in all, River's LISTEN
-// and the migration lock included, or config.DefaultPoolMaxConns without it
-// (pgengine.PoolConfig).
+// and the migration lock included, or 10 without it.
 func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (*Service, error) {
 	if cfg == nil || reg == nil {
 		return nil, errors.New("idemgate: Open needs a Config and a Registry")

@@ -381,10 +381,11 @@ func Check(t *testing.T, h *Harness, c *Case) {
 	require.NotNil(t, c.Differ, "Case.Differ")
 	require.NotEmpty(t, c.DifferField, "Case.DifferField")
 	prefix := c.Tool + "-" + randomHex(t)
-	guarantees := []struct {
+	type guarantee struct {
 		name  string
 		check func(*testing.T, *Harness, *Case, string)
-	}{
+	}
+	guarantees := []guarantee{
 		{"Duplicate", CheckDuplicate},
 		{"Concurrent", CheckConcurrent},
 		{"Conflict", CheckConflict},
@@ -392,10 +393,7 @@ func Check(t *testing.T, h *Harness, c *Case) {
 		{"ExpiredKeyIsNotRunAgain", CheckExpiredKeyIsNotRunAgain},
 	}
 	if c.Failing != nil {
-		guarantees = append(guarantees, struct {
-			name  string
-			check func(*testing.T, *Harness, *Case, string)
-		}{"RedriveAfterDefinitiveFailure", CheckRedriveAfterDefinitiveFailure})
+		guarantees = append(guarantees, guarantee{"RedriveAfterDefinitiveFailure", CheckRedriveAfterDefinitiveFailure})
 	}
 	for _, g := range guarantees {
 		t.Run(g.name, func(t *testing.T) { g.check(t, h, c, prefix) })
