@@ -30,12 +30,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/store"
@@ -85,10 +90,20 @@ type Options struct {
 	// when they ask for it (service idemgate-api or idemgate-worker), and
 	// flushes when it returns; unset variables mean no tracing.
 	TracerProvider trace.TracerProvider
+	// Authenticate, when set, authenticates every request to every route
+	// (MCP, the REST twin, the operator routes) instead of idemgate's own
+	// bearer tokens: it returns the caller (tenant, user, scopes) or an
+	// error, answered 401. An *idemtype.Error with CodeUnauthenticated is
+	// shown to the client as it is; any other error is logged, not shown.
+	// Tenant and user ids must match idemtype's id pattern. Nil: the
+	// configuration's (OAuth's resource server when IDEMGATE_OAUTH_ISSUER
+	// is set, else tokens from CreateToken).
+	Authenticate func(r *http.Request) (tool.Caller, error)
 }
 
 // Service is one deployment's database and tools, from which the api and
-// the worker are run.
+// the worker are run. It is an http.Handler serving every api route, to
+// mount in a router of one's own beside Run.
 type Service struct {
 	cfg    *config.Config
 	reg    *toolspec.Registry
@@ -97,6 +112,25 @@ type Service struct {
 	// drv is the engine DATABASE_URL names, picked once by Open.
 	drv    engine.Driver
 	tokens store.Tokens
+
+	// frontOnce builds front, the api (with the embedded worker on
+	// SQLite), on first use.
+	frontOnce sync.Once
+	front     *front
+	frontErr  error
+}
+
+// front is the assembled api of a Service.
+type front struct {
+	// handler serves every route; server is the api behind it.
+	handler http.Handler
+	server  *api.Server
+	// run runs the api's background work, and on SQLite the worker.
+	run func(ctx context.Context) error
+	// tp receives the spans; stopTraces flushes the traces the OTEL_*
+	// variables asked for.
+	tp         trace.TracerProvider
+	stopTraces func()
 }
 
 // Open opens cfg's database and prepares reg's tools. It connects to
@@ -138,8 +172,13 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 	return s, nil
 }
 
-// Close closes the database.
-func (s *Service) Close() { s.drv.Close() }
+// Close closes the database (and flushes the api's traces).
+func (s *Service) Close() {
+	if s.front != nil && s.front.stopTraces != nil {
+		s.front.stopTraces()
+	}
+	s.drv.Close()
+}
 
 // Migrate applies River's and idemgate's migrations, then the built-in
 // tools' (with Options.Builtins), then the service's own. It is safe to run
@@ -190,19 +229,145 @@ func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes .
 // at /ops and /healthz, /readyz, /metrics on IDEMGATE_API_ADDR until ctx
 // ends. On SQLite the worker runs in this process too.
 func (s *Service) ServeAPI(ctx context.Context) error {
+	f, err := s.assemble()
+	if err != nil {
+		return err
+	}
+	return s.serve(ctx, f.handler, f.run)
+}
+
+// ServeHTTP serves every api route at its own path, for a Service mounted
+// in a router of one's own (chi: r.Mount("/", svc)): /mcp, /v1/tools/…,
+// /v1/operations…, /ops/… (River UI, re-drive), /healthz, /readyz,
+// /metrics and, in OAuth mode, /.well-known/oauth-protected-resource.
+// Under a prefix (r.Mount("/idem", svc), http.StripPrefix) every route but
+// River UI works; River UI's links need the root. Run the background work
+// (Run) beside it. A Service that cannot be assembled answers 500 and logs
+// why; Run returns the same error.
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f, err := s.assemble()
+	if err != nil {
+		s.logger.ErrorContext(r.Context(), "idemgate: the api could not be assembled", "error", err)
+		http.Error(w, "idemgate: the api could not be assembled (see the log)", http.StatusInternalServerError)
+		return
+	}
+	f.handler.ServeHTTP(w, mounted(r))
+}
+
+// mounted is r as the api's router should see it: under chi's Mount, the
+// path left after the mount point, and no route context of the outer
+// router.
+func mounted(r *http.Request) *http.Request {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return r
+	}
+	path := rctx.RoutePath
+	if path == "" {
+		path = r.URL.Path
+	}
+	r2 := r.WithContext(context.WithValue(r.Context(), chi.RouteCtxKey, nil))
+	u := *r.URL
+	u.Path, u.RawPath = path, ""
+	r2.URL = &u
+	return r2
+}
+
+// MCPHandler serves MCP alone (Streamable HTTP, stateless, with tasks),
+// authenticated and Origin-checked as at /mcp, at whatever path it is
+// mounted: r.Handle("/agents/mcp", svc.MCPHandler()). Run the background
+// work (Run) beside it.
+func (s *Service) MCPHandler() http.Handler {
+	f, err := s.assemble()
+	if err != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.ServeHTTP(w, r) })
+	}
+	return f.server.MCP()
+}
+
+// AddTo adds the registry's tools, get_operation, list_operations and the
+// task methods to server, a go-sdk MCP server of one's own (whose own tools
+// stay as they are), and returns the handler to serve it with: Streamable
+// HTTP, stateless, with idemgate's envelope checks, tasks, Origin check and
+// authentication in front of every call, the server's own tools included.
+// Mount it where the server is served (r.Handle("/mcp", h)) and run the
+// background work (Run) beside it.
+func (s *Service) AddTo(server *mcp.Server) (http.Handler, error) {
+	f, err := s.assemble()
+	if err != nil {
+		return nil, err
+	}
+	return f.server.MCPFor(server)
+}
+
+// Run runs the background work of a Service served by a server of one's
+// own (ServeHTTP, MCPHandler, AddTo) until ctx ends: the worker, the reaper
+// and the pruner, and River UI's counts. It listens on nothing. On
+// Postgres more workers may run elsewhere (RunWorker).
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.checkWorker(); err != nil {
+		return err
+	}
+	f, err := s.assemble()
+	if err != nil {
+		return err
+	}
 	if s.drv.EmbeddedWorker() {
-		return s.RunAll(ctx)
+		return f.run(ctx)
 	}
-	tp, stop, err := s.traces(ctx, telemetry.ServiceAPI)
+	w, err := app.NewWorker(s.cfg, s.drv, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: f.tp})
 	if err != nil {
 		return err
 	}
-	defer stop()
-	a, err := app.NewAPIWithOptions(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
+	done := make(chan error, 1)
+	go func() { done <- f.run(ctx) }()
+	err = w.Run(ctx, stopTimeout)
+	return errors.Join(err, <-done)
+}
+
+// assemble builds the api once (on SQLite with the worker in it).
+func (s *Service) assemble() (*front, error) {
+	s.frontOnce.Do(func() { s.front, s.frontErr = s.newFront() })
+	return s.front, s.frontErr
+}
+
+// newFront assembles the api with Options.TracerProvider, or the tracing
+// the OTEL_* variables ask for (flushed by Close).
+func (s *Service) newFront() (*front, error) {
+	tp, stop, err := s.traces(context.Background(), telemetry.ServiceAPI)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.serve(ctx, a.Handler, func(ctx context.Context) error { a.Run(ctx); return nil })
+	f := &front{tp: tp, stopTraces: stop}
+	apiOpts := &app.APIOptions{Tools: s.reg, TracerProvider: tp}
+	if s.opts.Authenticate != nil {
+		apiOpts.Auth = callerAuth(s.opts.Authenticate)
+	}
+	if s.drv.EmbeddedWorker() {
+		if err := s.checkWorker(); err != nil {
+			stop()
+			return nil, err
+		}
+		e, err := app.NewEmbedded(s.cfg, s.drv, s.logger, apiOpts, &app.WorkerOptions{Tools: s.reg})
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		f.handler, f.server = e.Handler, e.Server
+		f.run = func(ctx context.Context) error {
+			s.logger.Info("embedded mode: the worker in this process", "engine", s.drv.Engine())
+			return e.Run(ctx, stopTimeout)
+		}
+		return f, nil
+	}
+	a, err := app.NewAPIWithOptions(s.cfg, s.drv, s.logger, apiOpts)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	f.handler, f.server = a.Handler, a.Server
+	f.run = func(ctx context.Context) error { a.Run(ctx); return nil }
+	return f, nil
 }
 
 // RunWorker works the tools' jobs, the reaper and the pruner until ctx
@@ -236,39 +401,16 @@ func (s *Service) RunWorker(ctx context.Context) error {
 }
 
 // RunAll runs the api and the worker in this process until ctx ends, on
-// either engine.
+// either engine: Run, with the api served on IDEMGATE_API_ADDR.
 func (s *Service) RunAll(ctx context.Context) error {
 	if err := s.checkWorker(); err != nil {
 		return err
 	}
-	tp, stop, err := s.traces(ctx, telemetry.ServiceAPI)
+	f, err := s.assemble()
 	if err != nil {
 		return err
 	}
-	defer stop()
-	if s.drv.EmbeddedWorker() {
-		e, err := app.NewEmbedded(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp}, &app.WorkerOptions{Tools: s.reg})
-		if err != nil {
-			return err
-		}
-		s.logger.Info("embedded mode: the worker in this process", "engine", s.drv.Engine())
-		return s.serve(ctx, e.Handler, func(ctx context.Context) error { return e.Run(ctx, stopTimeout) })
-	}
-	a, err := app.NewAPIWithOptions(s.cfg, s.drv, s.logger, &app.APIOptions{Tools: s.reg, TracerProvider: tp})
-	if err != nil {
-		return err
-	}
-	w, err := app.NewWorker(s.cfg, s.drv, s.logger, &app.WorkerOptions{Tools: s.reg, TracerProvider: tp})
-	if err != nil {
-		return err
-	}
-	return s.serve(ctx, a.Handler, func(ctx context.Context) error {
-		done := make(chan struct{})
-		go func() { defer close(done); a.Run(ctx) }()
-		err := w.Run(ctx, stopTimeout)
-		<-done
-		return err
-	})
+	return s.serve(ctx, f.handler, s.Run)
 }
 
 // traceFlushTimeout bounds the export of the last spans when a process
@@ -354,4 +496,26 @@ func (s *Service) serve(ctx context.Context, handler http.Handler, background fu
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// callerAuth is Options.Authenticate as the api's authenticator.
+type callerAuth func(r *http.Request) (tool.Caller, error)
+
+// Authenticate implements api.Authenticator; the api calls
+// AuthenticateRequest instead.
+func (a callerAuth) Authenticate(context.Context, string) (domain.Actor, error) {
+	return domain.Actor{}, errors.New("idemgate: Options.Authenticate reads the request")
+}
+
+// AuthenticateRequest implements api.RequestAuthenticator: Options.Authenticate's
+// caller, with ids checked as a token's are.
+func (a callerAuth) AuthenticateRequest(r *http.Request) (domain.Actor, error) {
+	c, err := a(r)
+	if err != nil {
+		return domain.Actor{}, err
+	}
+	if !domain.ValidID(c.TenantID) || !domain.ValidID(c.UserID) {
+		return domain.Actor{}, fmt.Errorf("idemgate: Options.Authenticate returned tenant %q and user %q; each must match %s", c.TenantID, c.UserID, domain.IDPattern)
+	}
+	return domain.Actor{TenantID: c.TenantID, UserID: c.UserID, Scopes: c.Scopes}, nil
 }

@@ -2,6 +2,7 @@ package tool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/idemgate/idemgate/tool"
@@ -46,14 +47,21 @@ func ExampleRead() {
 	}
 	type Coupon struct {
 		CouponID string `json:"coupon_id"`
+		Code     string `json:"code"`
 	}
 	get := &tool.Read[GetArgs, Coupon]{
 		Name:        "get_coupon",
 		Title:       "Get a coupon",
 		Description: "A coupon of the caller's tenant.",
 		Scope:       "coupons:read",
-		Handle: func(ctx context.Context, caller tool.Caller, a *GetArgs) (*Coupon, error) {
-			return nil, tool.NotFound("coupon_id", "no coupon %s for tenant %s", a.CouponID, caller.TenantID)
+		Handle: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *GetArgs) (*Coupon, error) {
+			c := &Coupon{CouponID: a.CouponID}
+			err := tx.QueryRow(ctx, `SELECT code FROM coupons WHERE tenant_id = $1 AND coupon_id = $2`,
+				caller.TenantID, a.CouponID).Scan(&c.Code)
+			if errors.Is(err, tool.ErrNotFound) {
+				return nil, tool.NotFound("coupon_id", "no coupon %s", a.CouponID)
+			}
+			return c, err
 		},
 	}
 	fmt.Println(tool.NewRegistry().Add(get))

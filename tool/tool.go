@@ -103,10 +103,13 @@ type Op[A any] struct {
 	FirstCalledAt *time.Time
 }
 
-// Caller is who calls a read tool.
+// Caller is who calls: the tenant and user a request authenticated as,
+// and the scopes it holds. A read tool's Handle gets it; an authenticator
+// (the root package's Options.Authenticate) returns it.
 type Caller struct {
 	TenantID string
 	UserID   string
+	Scopes   []string
 }
 
 // Mutation declares a mutating tool with arguments A and result R. Set
@@ -146,9 +149,13 @@ type Read[A, R any] struct {
 	Title       string
 	Description string
 	Scope       string
-	// Handle answers the call. Return ErrNotFound (or an error from
-	// NotFound) when the thing asked for does not exist for the caller.
-	Handle func(ctx context.Context, caller Caller, args *A) (*R, error)
+	// Handle answers the call. tx is a read-only transaction on the
+	// service's own database (its pool; on SQLite its one connection),
+	// begun when Handle first uses it and rolled back after: a write
+	// through it fails. Filter by caller.TenantID. Return ErrNotFound (or
+	// an error from NotFound) when the thing asked for does not exist for
+	// the caller.
+	Handle func(ctx context.Context, tx Tx, caller Caller, args *A) (*R, error)
 }
 
 // Tool is a declaration: a *Mutation or a *Read. Add it to a Registry.
@@ -247,12 +254,12 @@ func (r *Read[A, R]) spec() (*toolspec.Spec, error) {
 	return &toolspec.Spec{
 		Name: r.Name, Title: r.Title, Description: r.Description, Scope: r.Scope,
 		InputSchema: in.published, OutputSchema: out, Check: in.validate,
-		Serve: func(ctx context.Context, caller toolspec.Caller, raw json.RawMessage) (any, error) {
+		Serve: func(ctx context.Context, tx toolspec.Tx, caller toolspec.Caller, raw json.RawMessage) (any, error) {
 			var a A
 			if err := json.Unmarshal(raw, &a); err != nil {
 				return nil, domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
 			}
-			res, err := r.Handle(ctx, Caller(caller), &a)
+			res, err := r.Handle(ctx, tx, Caller(caller), &a)
 			if err != nil {
 				return nil, err
 			}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/idemgate/idemgate/internal/toolspec"
 	"net/http"
@@ -30,6 +31,36 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 		// The tool list never changes while the server runs.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}},
 	})
+	fastTools, schemas, err := s.addTools(server)
+	if err != nil {
+		return nil, err
+	}
+	var fast *fastPath
+	if !s.sdkOnlyMCP {
+		fast = newFastPath(impl, fastTools, schemas, s.logger)
+	}
+	return s.serveMCP(server, fast), nil
+}
+
+// MCPFor adds every tool (the registry's and the built-in reads), the task
+// methods and the task middleware to a server of the embedder's own, and
+// returns the handler that serves it as the api serves its own: Streamable
+// HTTP, stateless, behind the envelope checks and the task layer, with
+// authentication and the Origin check in front (Wrap). The server's own
+// tools are served beside ours, authenticated alike.
+func (s *Server) MCPFor(server *mcp.Server) (http.Handler, error) {
+	if server == nil {
+		return nil, errors.New("api: MCPFor needs a server")
+	}
+	if _, _, err := s.addTools(server); err != nil {
+		return nil, err
+	}
+	return s.Wrap(s.serveMCP(server, nil)), nil
+}
+
+// addTools adds every tool, the task methods and the receiving middleware
+// to server, and returns the handlers and input schemas for the fast path.
+func (s *Server) addTools(server *mcp.Server) (map[string]mcp.MethodHandler, map[string]any, error) {
 	fastTools := map[string]mcp.MethodHandler{}
 	schemas := map[string]any{}
 	for _, spec := range s.allTools() {
@@ -50,26 +81,21 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 		})
 		schemas[spec.Name] = spec.InputSchema
 	}
-	var fast *fastPath
-	if !s.sdkOnlyMCP {
-		fast = newFastPath(impl, fastTools, schemas, s.logger)
-	}
 	if err := s.addTaskMethods(server); err != nil {
-		return nil, err
-	}
-	s.methods = make(map[string]int, len(sdkMethods)+len(taskMethods))
-	for m, f := range sdkMethods {
-		s.methods[m] = f
-	}
-	for _, m := range taskMethods {
-		s.methods[m] = methodParamsOptional
+		return nil, nil, err
 	}
 	server.AddReceivingMiddleware(s.recoverMCP, s.taskCalls)
+	return fastTools, schemas, nil
+}
+
+// serveMCP serves server over Streamable HTTP (stateless, JSON answers)
+// behind singleCall and the task layer, with fast in front when set.
+func (s *Server) serveMCP(server *mcp.Server, fast *fastPath) http.Handler {
 	return singleCall(s.metrics, fast, s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
 		Logger:       s.logger,
-	}))), nil
+	})))
 }
 
 // recoverMCP turns a panic in a handler into an internal error. The SDK

@@ -276,7 +276,9 @@ func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}
-	out, err := c.tool.Serve(ctx, toolspec.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID}, raw)
+	tx := &readTx{store: s.gate.Store()}
+	defer tx.end(ctx)
+	out, err := c.tool.Serve(ctx, tx, toolspec.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID, Scopes: c.actor.Scopes}, raw)
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}

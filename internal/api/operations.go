@@ -54,7 +54,7 @@ func (s *Server) listOperationsSpec() (*toolspec.Spec, error) {
 		Title:       "List operations",
 		Description: "The caller's operations, newest first, optionally of one tool or status; pass next_cursor as cursor for the next page.",
 		Scope:       ScopeOperationsRead,
-		Handle: func(ctx context.Context, caller tool.Caller, a *listOperationsArgs) (*OperationPage, error) {
+		Handle: func(ctx context.Context, _ tool.Tx, caller tool.Caller, a *listOperationsArgs) (*OperationPage, error) {
 			return s.listOperations(ctx, caller.TenantID, a.Tool, domain.Status(a.Status), int(a.Limit), a.Cursor)
 		},
 	})

@@ -132,6 +132,8 @@ type Server struct {
 	// methods are the MCP methods served: the SDK's and the custom ones,
 	// with their flags (checkRequest).
 	methods map[string]int
+	// mcp serves /mcp, without the router's middleware.
+	mcp http.Handler
 
 	// resets and redeemLimit serve password-reset redemption.
 	resets      store.ResetTokens
@@ -166,11 +168,17 @@ func New(cfg *Config) (*Server, error) {
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
 	}
-	mcpHandler, err := s.mcpHandler()
-	if err != nil {
+	s.methods = make(map[string]int, len(sdkMethods)+len(taskMethods))
+	for m, f := range sdkMethods {
+		s.methods[m] = f
+	}
+	for _, m := range taskMethods {
+		s.methods[m] = methodParamsOptional
+	}
+	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, err
 	}
-	s.router = s.routes(mcpHandler)
+	s.router = s.routes(s.mcp)
 	return s, nil
 }
 
@@ -238,6 +246,18 @@ func newServer(cfg *Config) *Server {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
+// MCP returns the handler of /mcp alone, at whatever path it is mounted,
+// with the middleware the router gives it (Wrap).
+func (s *Server) MCP() http.Handler { return s.Wrap(s.mcp) }
+
+// Wrap puts h behind the middleware of the api's authenticated routes:
+// tracing, request id, access log, panic recovery, the body limit, the
+// Origin check and authentication.
+func (s *Server) Wrap(h http.Handler) http.Handler {
+	return chi.Chain(s.traced, requestID, s.accessLog, middleware.Recoverer, s.limitBody,
+		s.checkOrigin, s.authenticate, s.readBody).Handler(h)
+}
+
 // Router returns the router, so that the binary can mount more routes
 // (metrics, River UI) beside the api's.
 func (s *Server) Router() chi.Router { return s.router }
@@ -250,6 +270,9 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	r.Get("/readyz", s.readyz)
+	if m, ok := s.auth.(ResourceMetadata); ok {
+		r.Get(m.MetadataPath(), m.Metadata().ServeHTTP)
+	}
 	if s.resets != nil {
 		r.Post(RedeemPath, s.redeemResetToken)
 		r.Get(ResetPagePath, serveResetPage)
@@ -389,26 +412,27 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate refuses requests without a valid bearer token (401, no audit
-// row: there is no tenant) and answers 503 when it cannot tell.
+// authenticate refuses requests without valid credentials (401, no audit
+// row: there is no tenant) and answers 503 when it cannot tell. An Auth
+// that is a RequestAuthenticator reads the request itself; any other reads
+// the bearer token. A Challenger writes the 401's WWW-Authenticate.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := tenancy.BearerFromHeader(r.Header.Get("Authorization"))
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
-			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "a bearer token is required")})
-			return
-		}
+		var (
+			actor domain.Actor
+			err   error
+		)
 		ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout)
-		actor, err := s.auth.Authenticate(ctx, token)
+		if ra, ok := s.auth.(RequestAuthenticator); ok {
+			actor, err = ra.AuthenticateRequest(r.WithContext(ctx))
+		} else if token, ok := tenancy.BearerFromHeader(r.Header.Get("Authorization")); ok {
+			actor, err = s.auth.Authenticate(ctx, token)
+		} else {
+			err = errNoCredentials
+		}
 		cancel()
 		if err != nil {
-			if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-				writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
-				return
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate", error="invalid_token"`)
-			writeProblem(w, r, http.StatusUnauthorized, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "Authorization", "the bearer token is unknown, revoked or expired")})
+			s.refuse(w, r, err)
 			return
 		}
 		if info, ok := r.Context().Value(requestLogKey).(*requestLog); ok {
@@ -416,6 +440,62 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(tenancy.WithActor(r.Context(), actor)))
 	})
+}
+
+// errNoCredentials is authenticate's error for a request without a bearer
+// token.
+var errNoCredentials = domain.Errorf(domain.CodeUnauthenticated, "Authorization", "a bearer token is required")
+
+// refuse answers a request authenticate refused: 503 when the
+// authenticator could not tell, else 401 with the challenge.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
+		return
+	}
+	challenge := `Bearer realm="idemgate"`
+	if err != errNoCredentials {
+		challenge += `, error="invalid_token"`
+	}
+	if c, ok := s.auth.(Challenger); ok {
+		challenge = c.Challenge(r, err)
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	shown := domain.Errorf(domain.CodeUnauthenticated, "Authorization", "the bearer token is unknown, revoked or expired")
+	var de *domain.Error
+	if _, custom := s.auth.(RequestAuthenticator); custom {
+		shown = domain.Errorf(domain.CodeUnauthenticated, "", "the request's credentials were refused")
+	}
+	if errors.As(err, &de) && de.Code == domain.CodeUnauthenticated {
+		shown = de
+	} else {
+		s.logger.InfoContext(r.Context(), "credentials refused", "request_id", RequestIDFromContext(r.Context()), "error", err)
+	}
+	writeProblem(w, r, http.StatusUnauthorized, &callError{err: shown})
+}
+
+// RequestAuthenticator is an Auth that reads the whole request (its own
+// headers, a session cookie, a signed request) rather than a bearer token.
+// Its error is a 401 (a *domain.Error with code unauthenticated is shown as
+// it is; any other is logged, not shown) or, wrapping
+// domain.ErrUnavailable, a 503.
+type RequestAuthenticator interface {
+	Authenticator
+	AuthenticateRequest(r *http.Request) (domain.Actor, error)
+}
+
+// Challenger is an Auth that writes its own WWW-Authenticate on a 401
+// (OAuth's resource_metadata).
+type Challenger interface {
+	Challenge(r *http.Request, err error) string
+}
+
+// ResourceMetadata is an Auth that publishes OAuth protected-resource
+// metadata (RFC 9728): the api serves Metadata at MetadataPath, without
+// authentication.
+type ResourceMetadata interface {
+	MetadataPath() string
+	Metadata() http.Handler
 }
 
 // limiter is a token bucket per (tenant, tool).

@@ -35,7 +35,7 @@ func (s *Server) getOperationSpec() (*toolspec.Spec, error) {
 		Title:       "Get an operation by key",
 		Description: "The status and outcome of a mutation, by its tool and idempotency_key.",
 		Scope:       ScopeOperationsRead,
-		Handle: func(ctx context.Context, caller tool.Caller, a *getOperationArgs) (*domain.Operation, error) {
+		Handle: func(ctx context.Context, _ tool.Tx, caller tool.Caller, a *getOperationArgs) (*domain.Operation, error) {
 			return s.operation(ctx, domain.Actor{TenantID: caller.TenantID, UserID: caller.UserID}, a.Tool, a.IdempotencyKey)
 		},
 	})

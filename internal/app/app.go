@@ -60,6 +60,10 @@ type APIOptions struct {
 	// TracerProvider receives the api's spans (requests, claims, River
 	// inserts), and its log lines get trace ids. Nil: no tracing.
 	TracerProvider trace.TracerProvider
+	// Auth authenticates every request. Nil: the configuration's, which
+	// is OAuth's resource server when IDEMGATE_OAUTH_ISSUER is set, else
+	// idemgate's own bearer tokens.
+	Auth api.Authenticator
 }
 
 // NewAPI assembles the api of a deployment whose worker runs apart (not
@@ -162,9 +166,16 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 ) (*api.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rateLimit, rateBurst := apiRateLimit(cfg, opts)
+	auth := opts.Auth
+	if auth == nil {
+		var err error
+		if auth, err = configuredAuth(cfg, data); err != nil {
+			return nil, err
+		}
+	}
 	srv, err := api.New(&api.Config{
 		Gate:       g,
-		Auth:       tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now),
+		Auth:       auth,
 		Tools:      tools,
 		Jobs:       jobControl,
 		Wait:       cfg.Wait,
@@ -217,4 +228,10 @@ func (a *API) Run(ctx context.Context) {
 		a.logger.Error("River UI's background services did not start; it counts on demand", "error", err)
 	}
 	<-ctx.Done()
+}
+
+// configuredAuth is the authenticator the configuration asks for:
+// idemgate's own bearer tokens.
+func configuredAuth(_ *config.Config, data store.Tokens) (api.Authenticator, error) {
+	return tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now), nil
 }

@@ -34,8 +34,8 @@ func GetOrder(d *Deps) *tool.Read[OrderArgs, Order] {
 		Title:       "Get an order",
 		Description: "An order with its charged and refunded amounts.",
 		Scope:       tool.ScopeOperationsRead,
-		Handle: func(ctx context.Context, caller tool.Caller, a *OrderArgs) (*Order, error) {
-			o, err := orderGet(ctx, d.DB, caller.TenantID, a.OrderID)
+		Handle: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *OrderArgs) (*Order, error) {
+			o, err := orderRead(ctx, tx, caller.TenantID, a.OrderID)
 			if errors.Is(err, domain.ErrNotFound) {
 				return nil, tool.NotFound("order_id", "no order %q", a.OrderID)
 			}
@@ -59,13 +59,20 @@ type order struct {
 
 // orderGet reads a tenant's order, or domain.ErrNotFound (also for another
 // tenant's order).
-func orderGet(ctx context.Context, db DB, tenantID, orderID string) (*order, error) {
-	o := &order{OrderID: orderID}
-	err := db(ctx, func(tx tool.Tx) error {
-		return tx.QueryRow(ctx, `SELECT charge_id, amount_cents, refunded_cents, currency, created_at
-			FROM orders WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).
-			Scan(&o.ChargeID, &o.AmountCents, &o.RefundedCents, &o.Currency, dbTime{&o.CreatedAt})
+func orderGet(ctx context.Context, db DB, tenantID, orderID string) (o *order, err error) {
+	err = db(ctx, func(tx tool.Tx) error {
+		o, err = orderRead(ctx, tx, tenantID, orderID)
+		return err
 	})
+	return o, err
+}
+
+// orderRead is orderGet inside tx.
+func orderRead(ctx context.Context, tx tool.Tx, tenantID, orderID string) (*order, error) {
+	o := &order{OrderID: orderID}
+	err := tx.QueryRow(ctx, `SELECT charge_id, amount_cents, refunded_cents, currency, created_at
+		FROM orders WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).
+		Scan(&o.ChargeID, &o.AmountCents, &o.RefundedCents, &o.Currency, dbTime{&o.CreatedAt})
 	if err != nil {
 		return nil, err
 	}

@@ -31,10 +31,12 @@ type Tx interface {
 	Engine() string
 }
 
-// Caller is who calls a read tool.
+// Caller is who calls; its fields are tool.Caller's, so that a value of
+// either converts to the other.
 type Caller struct {
 	TenantID string
 	UserID   string
+	Scopes   []string
 }
 
 // Spec is what the assembly derives from a declaration.
@@ -56,8 +58,9 @@ type Spec struct {
 	Policy *gate.Policy
 	// Effect runs a mutation's effect (the worker calls it).
 	Effect Effect
-	// Serve answers a read tool's call with validated arguments.
-	Serve func(ctx context.Context, caller Caller, args json.RawMessage) (any, error)
+	// Serve answers a read tool's call with validated arguments; tx is a
+	// read-only transaction begun on first use.
+	Serve func(ctx context.Context, tx Tx, caller Caller, args json.RawMessage) (any, error)
 	// Check validates decoded arguments (see Validate).
 	Check func(args map[string]any) error
 }

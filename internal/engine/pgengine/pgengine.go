@@ -64,6 +64,16 @@ func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
 	return &Tx{executor: executor{q: tx}, tx: tx}, nil
 }
 
+// BeginRead starts a READ ONLY transaction (api.ReadBeginner): a write
+// through it fails with SQLSTATE 25006.
+func (s *Store) BeginRead(ctx context.Context) (gate.Tx, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, translate(err)
+	}
+	return &Tx{executor: executor{q: tx}, tx: tx}, nil
+}
+
 // Tx is a Postgres gate.Tx, and the tool.Tx effects see.
 type Tx struct {
 	executor

@@ -90,6 +90,44 @@ func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
 	return tx, nil
 }
 
+// BeginRead starts a read-only transaction (api.ReadBeginner) on the one
+// connection: query_only is set inside it and cleared before it ends, so
+// a write through it fails with SQLITE_READONLY and the connection goes
+// back to the pool writable. The transaction is not bound to ctx (its
+// statements are): a cancelled request must not leave the connection
+// read-only by a rollback that skipped the reset.
+func (s *Store) BeginRead(ctx context.Context) (gate.Tx, error) {
+	tx, err := s.db.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		return nil, translate(err)
+	}
+	if _, err := tx.ExecContext(context.WithoutCancel(ctx), `PRAGMA query_only = 1`); err != nil {
+		_ = tx.Rollback()
+		return nil, translate(err)
+	}
+	return &readTx{Tx: &Tx{executor: executor{q: tx, tx: tx, stmts: s.stmts, store: s}, tx: tx}}, nil
+}
+
+// readTx is BeginRead's transaction: it ends by clearing query_only, then
+// rolling back (a read has nothing to commit).
+type readTx struct{ *Tx }
+
+// Commit ends the read (a rollback: nothing was written).
+func (t *readTx) Commit(ctx context.Context) error { return t.Rollback(ctx) }
+
+// Rollback clears query_only and rolls the transaction back.
+func (t *readTx) Rollback(context.Context) error {
+	_, resetErr := t.tx.ExecContext(context.Background(), `PRAGMA query_only = 0`)
+	err := t.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		err = nil
+	}
+	if resetErr != nil && !errors.Is(resetErr, sql.ErrTxDone) {
+		return translate(resetErr)
+	}
+	return translate(err)
+}
+
 // begin starts a transaction without preparing statements first.
 func (s *Store) begin(ctx context.Context) (*Tx, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
