@@ -52,8 +52,13 @@ import (
 // and the rest, read by LoadConfig (docs/configuration.md lists each
 // setting and its default; -h prints them).
 type Config struct {
-	c *config.Config
+	c    *config.Config
+	args []string
 }
+
+// Args are the positional arguments LoadConfig left: a subcommand of the
+// program's own and its arguments, in order.
+func (c *Config) Args() []string { return c.args }
 
 // ErrHelp is LoadConfig's error for -h or --help, after it printed every
 // setting to standard output: exit 0 on it.
@@ -61,13 +66,14 @@ var ErrHelp = config.ErrHelp
 
 // LoadConfig reads the configuration from args (flags) and the environment.
 // Invalid settings are an error that names the setting; -h or --help prints
-// the settings and returns ErrHelp.
+// the settings and returns ErrHelp. Positional arguments, before or after
+// the flags (in one run), are left to the program (Config.Args).
 func LoadConfig(args []string) (*Config, error) {
-	c, err := config.Load(args, os.Getenv)
+	c, rest, err := config.LoadArgs(args, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	return &Config{c: c}, nil
+	return &Config{c: c, args: rest}, nil
 }
 
 // stopTimeout is how long running jobs may finish when a worker stops.

@@ -241,7 +241,7 @@ func tooManyClients(err error) bool {
 // read runs a read tool.
 func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 	start := time.Now()
-	if !c.actor.HasScope(c.tool.Scope) {
+	if !s.mayRead(c) {
 		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name), start)
 	}
 	// Rejected arguments are audited as for mutations: one denied row.
@@ -283,6 +283,26 @@ func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 		return nil, s.internal(ctx, c, err)
 	}
 	return out, nil
+}
+
+// mayRead reports whether c's actor may call its read tool: with the
+// tool's scope, or for get_operation with the scope of the mutation it
+// names (an agent polls what it may call, as tasks/get allows).
+func (s *Server) mayRead(c *call) bool {
+	if c.actor.HasScope(c.tool.Scope) {
+		return true
+	}
+	if c.tool.Name != GetOperation {
+		return false
+	}
+	var a struct {
+		Tool string `json:"tool"`
+	}
+	if json.Unmarshal(c.raw, &a) != nil {
+		return false
+	}
+	spec, ok := s.tools.Get(a.Tool)
+	return ok && spec.Mutating && c.actor.HasScope(spec.Scope)
 }
 
 // operation returns the actor's tenant's operation by tool and key.

@@ -109,7 +109,7 @@ func (s *Server) restKey(w http.ResponseWriter, r *http.Request, c *call) (strin
 // rejectREST answers a rejection found before the common path ran, with
 // its denied audit row naming the key as received.
 func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, key string, derr *domain.Error) {
-	if !c.actor.HasScope(c.tool.Scope) {
+	if !s.mayRead(c) {
 		derr = domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name)
 		key = "" // as over MCP: the scope is checked before anything is read
 	}

@@ -860,3 +860,28 @@ func TestOriginsList(t *testing.T) {
 	require.Equal(t, []string{"https://app.example.com", "http://127.0.0.1:3000"}, c.Origins())
 	require.Nil(t, Defaults().Origins())
 }
+
+func TestLoadArgsLeavesPositionalArguments(t *testing.T) {
+	t.Parallel()
+	env := func(k string) string {
+		if k == EnvLogLevel {
+			return "warn"
+		}
+		return ""
+	}
+	for _, argv := range [][]string{
+		{"--wait=1s", "token", "acme", "alice"},
+		{"token", "acme", "alice", "--wait=1s"},
+	} {
+		c, args, err := LoadArgs(argv, env)
+		require.NoError(t, err, argv)
+		require.Equal(t, []string{"token", "acme", "alice"}, args)
+		require.Equal(t, time.Second, c.Wait)
+		require.Equal(t, slog.LevelWarn, c.LogLevel)
+	}
+	_, _, err := LoadArgs([]string{"serve", "--no-such-flag"}, env)
+	require.ErrorContains(t, err, "no-such-flag")
+	// Load still refuses them.
+	_, err = Load([]string{"serve"}, env)
+	require.ErrorContains(t, err, "unexpected argument serve")
+}

@@ -22,13 +22,39 @@ import (
 // that tests need not change the process's environment. Every value that
 // fails to parse is reported.
 func load(args []string, getenv func(string) string, stdout io.Writer) (*Config, error) {
+	c, _, err := loadGrammar(args, getenv, stdout, false)
+	return c, err
+}
+
+// LoadArgs is Load leaving positional arguments (a subcommand and its
+// arguments, in one run before or after the flags) to the caller: it
+// returns them.
+func LoadArgs(args []string, getenv func(string) string) (*Config, []string, error) {
+	return loadGrammar(args, getenv, nil, true)
+}
+
+// withArgs is the grammar of LoadArgs: the settings and the positional
+// arguments.
+type withArgs struct {
+	Config `embed:""`
+	Args   []string `arg:"" optional:"" name:"args" help:"the program's own arguments"`
+}
+
+// loadGrammar parses args into a Config, and with positional into its
+// positional arguments too (else they are an error).
+func loadGrammar(args []string, getenv func(string) string, stdout io.Writer, positional bool) (*Config, []string, error) {
 	if stdout == nil {
 		stdout = os.Stdout
 	}
-	c := &Config{}
+	w := &withArgs{}
+	c := &w.Config
+	var grammar any = c
+	if positional {
+		grammar = w
+	}
 	var envErrs []error
 	helped := false
-	k, err := kong.New(c,
+	k, err := kong.New(grammar,
 		kong.Description("Each setting is read from its flag, else its environment variable, else its default."),
 		kong.Writers(stdout, io.Discard),
 		kong.Exit(func(int) { helped = true }),
@@ -44,17 +70,17 @@ func load(args []string, getenv func(string) string, stdout io.Writer) (*Config,
 		kong.Help(printHelp),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	_, err = k.Parse(args)
 	switch {
 	case helped:
-		return nil, ErrHelp
+		return nil, nil, ErrHelp
 	case err != nil:
-		return nil, settingErrors(err)
+		return nil, nil, settingErrors(err)
 	}
 	c.StripeAPIBase = strings.TrimRight(c.StripeAPIBase, "/")
-	return c, nil
+	return c, w.Args, nil
 }
 
 // beforeValidate reports the environment variables that did not parse and
