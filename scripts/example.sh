@@ -3,7 +3,10 @@
 # on a fresh SQLite file and on a fresh Postgres database: the same key
 # twice (one coupon, the second answer replayed), the same key with another
 # percent_off (a conflict naming percent_off), get_operation by key
-# (succeeded). scripts/test.sh runs it; TEST_DATABASE_URL names the server.
+# (succeeded). Then build examples/licenses (idemgate inside a team's own
+# router and go-sdk server, with the team's keys) and drive it on both
+# engines with the official MCP TypeScript SDK (e2e/licenses.example.mjs).
+# scripts/test.sh runs it; TEST_DATABASE_URL names the server.
 #
 #   scripts/example.sh           build and run the example on both engines
 #   scripts/example.sh --help    this text; starts nothing
@@ -29,17 +32,24 @@ port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-example.XXXXXX")
 pid=""
 pgdb=""
+pgdb2=""
 admin_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 cleanup() {
 	local rc=$?
 	[[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
 	[[ -n $pgdb ]] && psql "$admin_url" -XAtqc "DROP DATABASE IF EXISTS $pgdb WITH (FORCE)" >/dev/null 2>&1
+	[[ -n $pgdb2 ]] && psql "$admin_url" -XAtqc "DROP DATABASE IF EXISTS $pgdb2 WITH (FORCE)" >/dev/null 2>&1
 	rm -rf "$tmp"
 	exit "$rc"
 }
 trap cleanup EXIT
 
 go build -o "$tmp/coupon" ./examples/coupon
+go build -o "$tmp/licenses" ./examples/licenses
+if [[ ! -f e2e/node_modules/.package-lock.json || e2e/package-lock.json -nt e2e/node_modules/.package-lock.json ]]; then
+	log "npm ci in e2e/"
+	(cd e2e && npm ci --no-audit --no-fund >&2)
+fi
 
 # run_example ENGINE DATABASE_URL: start it, exercise it, stop it.
 run_example() {
@@ -94,3 +104,47 @@ if [[ -n ${TEST_DB_MAX_CONNS:-} ]]; then
 	pg_url+="pool_max_conns=$TEST_DB_MAX_CONNS"
 fi
 run_example postgres "$pg_url"
+
+# run_licenses ENGINE DATABASE_URL: start examples/licenses, drive it with
+# the TypeScript SDK, stop it.
+run_licenses() {
+	local engine=$1 url=$2 port="" key ro
+	for p in $(seq 18300 18400); do
+		port_open 127.0.0.1 "$p" || { port=$p; break; }
+	done
+	[[ -n $port ]] || die "no free port"
+	export LICENSES_SIGNING_KEY
+	LICENSES_SIGNING_KEY=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+	key=$("$tmp/licenses" token acme e2e-agent licenses:grant licenses:read workspaces:provision)
+	ro=$("$tmp/licenses" token acme e2e-reader licenses:read)
+	DATABASE_URL=$url LICENSES_ADDR=127.0.0.1:$port IDEMGATE_LOG_LEVEL=warn "$tmp/licenses" >"$tmp/lic-$engine.out" 2>"$tmp/lic-$engine.log" &
+	pid=$!
+	for _ in $(seq 1 600); do
+		curl -fsS -o /dev/null "http://127.0.0.1:$port/readyz" 2>/dev/null && break
+		kill -0 "$pid" 2>/dev/null || { cat "$tmp/lic-$engine.log" >&2; die "licenses on $engine exited"; }
+		sleep 0.1
+	done
+	if ! LICENSES_URL=http://127.0.0.1:$port LICENSES_KEY=$key LICENSES_KEY_READONLY=$ro node --test e2e/licenses.example.mjs >&2; then
+		cat "$tmp/lic-$engine.log" >&2
+		die "licenses on $engine: the TypeScript SDK tests failed"
+	fi
+	if [[ $engine == postgres ]]; then
+		n=$(psql "${url%[?&]pool_max_conns=*}" -XAtqc "SELECT count(*) FROM licenses")
+		[[ $n == 1 ]] || die "postgres: $n rows in licenses, want 1"
+	fi
+	log "licenses on $engine: the TypeScript SDK saw one server, one license per key, the read, the conflict, the scopes"
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+	pid=""
+}
+
+run_licenses sqlite "sqlite:$tmp/licenses.db"
+pgdb2="idemgate_example_$(date +%s)_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+psql "$admin_url" -XAtqc "CREATE DATABASE $pgdb2" >/dev/null
+pg_url2=$(sed -E "s#/[^/?]*(\?|$)#/$pgdb2\1#" <<<"$admin_url")
+if [[ -n ${TEST_DB_MAX_CONNS:-} ]]; then
+	[[ $pg_url2 == *\?* ]] && pg_url2+="&" || pg_url2+="?"
+	pg_url2+="pool_max_conns=$TEST_DB_MAX_CONNS"
+fi
+run_licenses postgres "$pg_url2"
+psql "$admin_url" -XAtqc "DROP DATABASE IF EXISTS $pgdb2 WITH (FORCE)" >/dev/null
