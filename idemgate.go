@@ -215,8 +215,9 @@ func (s *Service) ownMigrations(engine string) fs.FS {
 }
 
 // CreateToken mints a bearer token for tenant and user with scopes (each
-// one of the registry's Scopes), stores its hash and returns the secret,
-// which is shown this once.
+// one of the registry's tools' scopes, operations:read or ops:admin),
+// stores its hash and returns the secret, which is shown this once. An
+// agent's token takes the registry's tool.Registry.ToolScopes.
 func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes ...string) (string, error) {
 	if err := tenancy.ValidateScopes(scopes, s.reg.Scopes()); err != nil {
 		return "", fmt.Errorf("scopes: %w", err)

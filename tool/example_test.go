@@ -81,3 +81,20 @@ func ExampleRegistry_Add() {
 	fmt.Println(tool.NewRegistry().Add(bad))
 	// Output: tool: Name "Refund-Order" must match ^[a-z][a-z0-9_]{0,63}$
 }
+
+// ToolScopes are what an agent's token needs for a registry's tools:
+// their scopes and operations:read to poll, never an operator's scope. Pass
+// them to Service.CreateToken.
+func ExampleRegistry_ToolScopes() {
+	type Args struct {
+		CustomerID string `json:"customer_id" idem:"id"`
+	}
+	type Result struct{}
+	effect := func(context.Context, tool.Tx, *tool.Op[Args]) (*Result, error) { return &Result{}, nil }
+	reg := tool.NewRegistry().MustAdd(
+		&tool.Mutation[Args, Result]{Name: "issue_coupon", Title: "Issue a coupon", Description: "Once per key.", Scope: "coupons:issue", InTx: effect},
+		&tool.Mutation[Args, Result]{Name: "revoke_coupon", Title: "Revoke a coupon", Description: "Once per key.", Scope: "coupons:revoke", InTx: effect},
+	)
+	fmt.Println(reg.ToolScopes())
+	// Output: [coupons:issue coupons:revoke operations:read]
+}

@@ -46,6 +46,21 @@ func (r *Registry) MustAdd(tools ...Tool) *Registry {
 	return r
 }
 
+// ToolScopes returns the scopes an agent's token needs to call every tool
+// of r: each tool's Scope, and ScopeOperationsRead, without which it could
+// not poll an operation still running (get_operation, list_operations and
+// GET /v1/operations ask for operations:read; a tool's own scope does not
+// read its operations). Sorted, without repeats, and never an operator's
+// scope such as ops:admin, which re-drives and cancels any operation of
+// the tenant.
+//
+// It is the natural argument to Service.CreateToken for an agent:
+//
+//	secret, err := svc.CreateToken(ctx, tenant, user, reg.ToolScopes()...)
+func (r *Registry) ToolScopes() []string {
+	return r.inner.ToolScopes()
+}
+
 // init hands the assembly (internal/toolspec.Of) the one thing it cannot
 // reach through the public API: the specs derived from declarations. It is the only
 // init in the module and sets nothing else.

@@ -3,9 +3,11 @@ package tool
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/big"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -209,66 +211,204 @@ func jsonName(f reflect.StructField) string {
 	return name
 }
 
-// applyTag adds the constraints of an idem tag: id, currency, text, cents,
-// min=N, max=N, minlen=N, maxlen=N, enum=a|b, and pattern=RE (last: the
-// pattern runs to the end of the tag).
+// The idem struct tag constrains one argument beyond its JSON type. Its
+// grammar:
+//
+//	tag    = option { "," option }
+//	option = "id" | "currency" | "text" | "cents"
+//	       | "min=" NUMBER | "max=" NUMBER
+//	       | "minlen=" COUNT | "maxlen=" COUNT
+//	       | "enum=" VALUE { "|" VALUE }
+//	       | "pattern=" RE      (last: RE is the rest of the tag, verbatim)
+//
+// The options, and the argument types they apply to:
+//
+//	id         string   an id: pattern domain.IDPattern (`idem:"id"`)
+//	currency   string   a lowercase ISO 4217 code: pattern ^[a-z]{3}$
+//	text       string   free text: at most 500 characters
+//	cents      integer  an amount in minor units: 1 to 1_000_000_000
+//	min=N      integer, number  at least N (`idem:"min=1,max=100"`)
+//	max=N      integer, number  at most N
+//	minlen=N   string   at least N characters (Unicode code points)
+//	maxlen=N   string   at most N characters
+//	enum=a|b   string   one of the listed values (`idem:"enum=queued|failed"`)
+//	pattern=RE string   matches RE, Go's regexp syntax (RE2), unanchored:
+//	                    write ^ and $ (`idem:"minlen=3,pattern=^[a-z0-9-]+$"`)
+//
+// Options are separated by commas and none may repeat; min and max may
+// not exceed each other, nor minlen and maxlen. Options that set the same
+// constraint exclude each other: id, currency and pattern (the pattern);
+// text and maxlen (the longest length); cents and min or max (the range).
+// Enum values may not be empty or contain a comma or "|".
+//
+// pattern must be the last option, and its value runs to the end of the
+// tag, commas included: `idem:"pattern=^[a-z]{1,3}(,[a-z]{1,3})*$"`. A
+// comma in the pattern followed by something that reads as an option (one
+// of the bare names, or a known name and "=") is refused, because it is
+// almost certainly an option written after the pattern:
+// `idem:"pattern=^[a-z]+$,minlen=3"` is refused, naming the field and the
+// tag, with the tag rewritten pattern-last.
+//
+// Every mistake (an unknown option, a malformed value, an option for
+// another type) is refused when the tool is declared (Registry.Add), with
+// an error naming the Go field and its tag; nothing is ignored.
+
+// tagOptions are the idem tag's options: whether each is bare (no
+// value), the argument types it applies to, and the constraints (schema
+// keywords) it sets; two options that set one constraint exclude each
+// other.
+var tagOptions = map[string]struct {
+	bare  bool
+	types []string
+	sets  []string
+}{
+	"id":       {true, []string{"string"}, []string{"pattern"}},
+	"currency": {true, []string{"string"}, []string{"pattern"}},
+	"text":     {true, []string{"string"}, []string{"maxLength"}},
+	"cents":    {true, []string{"integer"}, []string{"minimum", "maximum"}},
+	"min":      {false, []string{"integer", "number"}, []string{"minimum"}},
+	"max":      {false, []string{"integer", "number"}, []string{"maximum"}},
+	"minlen":   {false, []string{"string"}, []string{"minLength"}},
+	"maxlen":   {false, []string{"string"}, []string{"maxLength"}},
+	"enum":     {false, []string{"string"}, []string{"enum"}},
+	"pattern":  {false, []string{"string"}, []string{"pattern"}},
+}
+
+// readsAsOption reports whether part, one comma-separated piece of a tag,
+// reads as an option: a bare option's name, or a known name and "=".
+func readsAsOption(part string) bool {
+	if o, ok := tagOptions[part]; ok && o.bare {
+		return true
+	}
+	name, _, hasVal := strings.Cut(part, "=")
+	o, ok := tagOptions[name]
+	return hasVal && ok && !o.bare
+}
+
+// applyTag adds the constraints of an idem tag (the grammar above) to s,
+// the schema of an argument of type s.Type.
 func applyTag(s *jsonschema.Schema, tag string) error {
-	for tag != "" {
+	if tag == "" {
+		return nil
+	}
+	if err := parseTag(s, tag); err != nil {
+		return fmt.Errorf("idem:%q: %w", tag, err)
+	}
+	return nil
+}
+
+// parseTag is applyTag without the tag in its errors.
+func parseTag(s *jsonschema.Schema, tag string) error {
+	set := map[string]string{} // constraint → the option that set it
+	for rest := tag; ; {
 		var part string
-		if strings.HasPrefix(tag, "pattern=") {
-			part, tag = tag, ""
+		last := false
+		if strings.HasPrefix(rest, "pattern=") {
+			part, last = rest, true
+			// The pattern runs to the end; refuse an option hidden in it.
+			pieces := strings.Split(rest, ",")
+			for i, p := range pieces[1:] {
+				if readsAsOption(p) {
+					before := strings.Join(pieces[:i+1], ",")
+					after := strings.Join(pieces[i+1:], ",")
+					return fmt.Errorf("pattern must be the last option (its value runs to the end of the tag), but %q follows it and reads as an option: write %q", ","+after, after+","+before)
+				}
+			}
 		} else {
-			part, tag, _ = strings.Cut(tag, ",")
+			var more bool
+			part, rest, more = strings.Cut(rest, ",")
+			last = !more
 		}
-		key, val, hasVal := strings.Cut(part, "=")
-		num := func() (float64, error) {
-			f, err := strconv.ParseFloat(val, 64)
-			if err != nil || !hasVal {
-				return 0, fmt.Errorf("idem tag %s needs a number, got %q", key, val)
-			}
-			return f, nil
+		if err := applyOption(s, part, set); err != nil {
+			return err
 		}
-		switch key {
-		case "id":
-			s.Pattern = idPattern
-		case "currency":
-			s.Pattern = currencyPattern
-		case "text":
-			s.MaxLength = ptr(maxTextLen)
-		case "cents":
-			s.Minimum, s.Maximum = ptr(1.0), ptr(float64(maxAmountCents))
-		case "min", "max":
-			f, err := num()
-			if err != nil {
-				return err
-			}
-			if key == "min" {
-				s.Minimum = &f
-			} else {
-				s.Maximum = &f
-			}
-		case "minlen", "maxlen":
-			f, err := num()
-			if err != nil {
-				return err
-			}
-			if key == "minlen" {
-				s.MinLength = ptr(int(f))
-			} else {
-				s.MaxLength = ptr(int(f))
-			}
-		case "enum":
-			for v := range strings.SplitSeq(val, "|") {
-				s.Enum = append(s.Enum, v)
-			}
-		case "pattern":
-			if _, err := regexp.Compile(val); err != nil {
-				return fmt.Errorf("idem tag pattern: %w", err)
-			}
-			s.Pattern = val
-		default:
-			return fmt.Errorf("unknown idem tag %q", part)
+		if last {
+			break
 		}
+	}
+	if s.Minimum != nil && s.Maximum != nil && *s.Minimum > *s.Maximum {
+		return fmt.Errorf("min=%s exceeds max=%s", fmtNum(*s.Minimum), fmtNum(*s.Maximum))
+	}
+	if s.MinLength != nil && s.MaxLength != nil && *s.MinLength > *s.MaxLength {
+		return fmt.Errorf("minlen=%d exceeds the longest length, %d", *s.MinLength, *s.MaxLength)
+	}
+	return nil
+}
+
+// applyOption applies one option of a tag; set records the constraints
+// set so far, and by which option.
+func applyOption(s *jsonschema.Schema, part string, set map[string]string) error {
+	if part == "" {
+		return fmt.Errorf("empty option (two commas in a row, or a comma at an end)")
+	}
+	name, val, hasVal := strings.Cut(part, "=")
+	o, known := tagOptions[name]
+	switch {
+	case !known:
+		return fmt.Errorf("unknown option %q (known: id, currency, text, cents, min=, max=, minlen=, maxlen=, enum=, pattern=)", name)
+	case o.bare && hasVal:
+		return fmt.Errorf("option %s takes no value, got %q", name, part)
+	case !o.bare && !hasVal:
+		return fmt.Errorf("option %s needs a value: %s=…", name, name)
+	case !slices.Contains(o.types, s.Type):
+		return fmt.Errorf("option %s applies to %s arguments; this one is %s", name, strings.Join(o.types, " or "), s.Type)
+	}
+	for _, c := range o.sets {
+		switch other := set[c]; {
+		case other == name:
+			return fmt.Errorf("option %s appears twice", name)
+		case other != "":
+			return fmt.Errorf("options %s and %s both set the %s; keep one", other, name, c)
+		}
+		set[c] = name
+	}
+	switch name {
+	case "id":
+		s.Pattern = idPattern
+	case "currency":
+		s.Pattern = currencyPattern
+	case "text":
+		s.MaxLength = ptr(maxTextLen)
+	case "cents":
+		s.Minimum, s.Maximum = ptr(1.0), ptr(float64(maxAmountCents))
+	case "min", "max":
+		f, err := strconv.ParseFloat(val, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("option %s needs a finite number, got %q", name, val)
+		}
+		if name == "min" {
+			s.Minimum = &f
+		} else {
+			s.Maximum = &f
+		}
+	case "minlen", "maxlen":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 0 || val != strconv.Itoa(n) {
+			return fmt.Errorf("option %s needs a count (0, 1, 2, …), got %q", name, val)
+		}
+		if name == "minlen" {
+			s.MinLength = &n
+		} else {
+			s.MaxLength = &n
+		}
+	case "enum":
+		for v := range strings.SplitSeq(val, "|") {
+			if v == "" {
+				return fmt.Errorf("option enum has an empty value in %q", val)
+			}
+			if slices.Contains(s.Enum, any(v)) {
+				return fmt.Errorf("option enum lists %q twice", v)
+			}
+			s.Enum = append(s.Enum, v)
+		}
+	case "pattern":
+		if val == "" {
+			return fmt.Errorf("option pattern needs a regular expression")
+		}
+		if _, err := regexp.Compile(val); err != nil {
+			return fmt.Errorf("option pattern: %w", err)
+		}
+		s.Pattern = val
 	}
 	return nil
 }

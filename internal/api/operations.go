@@ -34,7 +34,7 @@ type listOperationsArgs struct {
 	Tool   string `json:"tool,omitempty" jsonschema:"Only operations of this mutating tool."`
 	Status string `json:"status,omitempty" jsonschema:"Only operations in this status." idem:"enum=queued|running|succeeded|failed"`
 	Limit  int64  `json:"limit,omitempty" jsonschema:"Page size, 1 to 100; default 20." idem:"min=1,max=100"`
-	Cursor string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page." idem:"maxlen=200"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"The next_cursor of the previous page, as it was answered; absent for the first page." idem:"maxlen=200"`
 	// IdempotencyKey is accepted and ignored, as by every read.
 	IdempotencyKey string `json:"idempotency_key,omitempty" jsonschema:"Accepted and ignored: reads are naturally idempotent." idem:"text"`
 }

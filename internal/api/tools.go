@@ -24,7 +24,7 @@ const GetOperation = "get_operation"
 // getOperationArgs are get_operation's arguments.
 type getOperationArgs struct {
 	Tool           string `json:"tool" jsonschema:"The mutating tool the key was used with."`
-	IdempotencyKey string `json:"idempotency_key" jsonschema:"The key the mutation was called with."`
+	IdempotencyKey string `json:"idempotency_key" jsonschema:"The key the mutation was called with: 8 to 128 characters of [A-Za-z0-9._:-]."`
 }
 
 // getOperationSpec declares get_operation; its tool argument is one of
