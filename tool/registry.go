@@ -47,12 +47,10 @@ func (r *Registry) MustAdd(tools ...Tool) *Registry {
 }
 
 // ToolScopes returns the scopes an agent's token needs to call every tool
-// of r: each tool's Scope, and ScopeOperationsRead, without which it could
-// not poll an operation still running (get_operation, list_operations and
-// GET /v1/operations ask for operations:read; a tool's own scope does not
-// read its operations). Sorted, without repeats, and never an operator's
-// scope such as ops:admin, which re-drives and cancels any operation of
-// the tenant.
+// of r: each tool's Scope, and ScopeOperationsRead, which list_operations
+// needs (get_operation also accepts the polled mutation's own scope).
+// Sorted, without repeats, and never an operator's scope such as
+// ops:admin, which re-drives and cancels any operation of the tenant.
 //
 // It is the natural argument to Service.CreateToken for an agent:
 //
