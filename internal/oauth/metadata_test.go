@@ -35,6 +35,7 @@ func TestNewValidates(t *testing.T) {
 		{"IssuerNotURL", func(c *oauth.Config) { c.Issuer = "auth.example.com" }, "Issuer"},
 		{"IssuerPlainHTTP", func(c *oauth.Config) { c.Issuer = "http://auth.example.com" }, "Issuer"},
 		{"IssuerFragment", func(c *oauth.Config) { c.Issuer = "https://auth.example.com/#x" }, "Issuer"},
+		{"IssuerQuery", func(c *oauth.Config) { c.Issuer = "https://auth.example.com/?t=1" }, "Issuer"},
 		{"NoAudience", func(c *oauth.Config) { c.Audience = "" }, "Audience"},
 		{"AudienceNotURLNoResource", func(c *oauth.Config) { c.Audience = "api://idemgate" }, "Resource"},
 		{"ResourceQuery", func(c *oauth.Config) { c.Resource = "https://api.example.com/mcp?x=1" }, "Resource"},

@@ -75,7 +75,7 @@ type Config struct {
 
 // validate checks cfg, naming the field at fault.
 func (cfg *Config) validate() error {
-	if err := checkURL("Issuer", cfg.Issuer, true); err != nil {
+	if err := checkURL("Issuer", cfg.Issuer); err != nil {
 		return err
 	}
 	if cfg.Audience == "" {
@@ -86,7 +86,7 @@ func (cfg *Config) validate() error {
 	if resource == "" {
 		resource, field = cfg.Audience, "Resource (defaulted to Audience)"
 	}
-	if err := checkURL(field, resource, false); err != nil {
+	if err := checkURL(field, resource); err != nil {
 		return err
 	}
 	if cfg.TenantClaim == "" {
@@ -101,8 +101,8 @@ func (cfg *Config) validate() error {
 }
 
 // checkURL checks that s is an https URL, or http on a loopback host,
-// without fragment (and without query unless allowQuery).
-func checkURL(field, s string, allowQuery bool) error {
+// without query or fragment.
+func checkURL(field, s string) error {
 	u, err := url.Parse(s)
 	switch {
 	case s == "":
@@ -113,7 +113,7 @@ func checkURL(field, s string, allowQuery bool) error {
 		return fmt.Errorf("oauth: Config.%s %q must be an https URL (or http on a loopback host)", field, s)
 	case u.Fragment != "" || strings.Contains(s, "#"):
 		return fmt.Errorf("oauth: Config.%s %q must not have a fragment", field, s)
-	case !allowQuery && u.RawQuery != "":
+	case u.RawQuery != "" || u.ForceQuery:
 		return fmt.Errorf("oauth: Config.%s %q must not have a query", field, s)
 	}
 	return nil
