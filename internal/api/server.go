@@ -450,7 +450,12 @@ var errNoCredentials = domain.Errorf(domain.CodeUnauthenticated, "Authorization"
 // authenticator could not tell, else 401 with the challenge.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
+		cerr := unavailableFor(err)
+		if _, oauth := s.auth.(ResourceMetadata); oauth && !tooManyClients(err) {
+			cerr.err = domain.Errorf(domain.CodeUnavailable, "", "the authorization server's keys could not be fetched; retry")
+		}
+		s.logger.WarnContext(r.Context(), "credentials could not be checked", "request_id", RequestIDFromContext(r.Context()), "error", err)
+		writeProblem(w, r, http.StatusServiceUnavailable, cerr)
 		return
 	}
 	challenge := `Bearer realm="idemgate"`
@@ -458,7 +463,11 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		challenge += `, error="invalid_token"`
 	}
 	if c, ok := s.auth.(Challenger); ok {
-		challenge = c.Challenge(r, err)
+		var tokenErr error
+		if err != errNoCredentials {
+			tokenErr = err
+		}
+		challenge = c.Challenge(tokenErr)
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
 	shown := domain.Errorf(domain.CodeUnauthenticated, "Authorization", "the bearer token is unknown, revoked or expired")
@@ -485,9 +494,10 @@ type RequestAuthenticator interface {
 }
 
 // Challenger is an Auth that writes its own WWW-Authenticate on a 401
-// (OAuth's resource_metadata).
+// (OAuth's resource_metadata): err is why the credentials were refused,
+// nil when there were none.
 type Challenger interface {
-	Challenge(r *http.Request, err error) string
+	Challenge(err error) string
 }
 
 // ResourceMetadata is an Auth that publishes OAuth protected-resource

@@ -31,11 +31,11 @@ type getOperationArgs struct {
 // the registry's mutations.
 func (s *Server) getOperationSpec() (*toolspec.Spec, error) {
 	spec, err := derive(&tool.Read[getOperationArgs, domain.Operation]{
-		Name:        GetOperation,
-		Title:       "Get an operation by key",
+		Name:  GetOperation,
+		Title: "Get an operation by key",
 		Description: "The status and outcome of a mutation, by its tool and idempotency_key. " +
 			"Needs the scope operations:read or the mutation's own.",
-		Scope:       ScopeOperationsRead,
+		Scope: ScopeOperationsRead,
 		Handle: func(ctx context.Context, _ tool.Tx, caller tool.Caller, a *getOperationArgs) (*domain.Operation, error) {
 			return s.operation(ctx, domain.Actor{TenantID: caller.TenantID, UserID: caller.UserID}, a.Tool, a.IdempotencyKey)
 		},

@@ -6,6 +6,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/oauth"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/telemetry"
@@ -230,8 +232,27 @@ func (a *API) Run(ctx context.Context) {
 	<-ctx.Done()
 }
 
-// configuredAuth is the authenticator the configuration asks for:
-// idemgate's own bearer tokens.
-func configuredAuth(_ *config.Config, data store.Tokens) (api.Authenticator, error) {
-	return tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now), nil
+// configuredAuth is the authenticator the configuration asks for: OAuth's
+// resource server with IDEMGATE_OAUTH_ISSUER, else idemgate's own bearer
+// tokens.
+func configuredAuth(cfg *config.Config, data store.Tokens) (api.Authenticator, error) {
+	if cfg.OAuthIssuer == "" {
+		return tenancy.NewAuthenticator(data, tenancy.DefaultTokenCacheTTL, time.Now), nil
+	}
+	v, err := oauth.New(context.Background(), &oauth.Config{
+		Issuer:      cfg.OAuthIssuer,
+		Audience:    cfg.OAuthAudience,
+		Resource:    cfg.OAuthResource,
+		TenantClaim: cmp.Or(cfg.OAuthTenantClaim, DefaultOAuthTenantClaim),
+		UserClaim:   cfg.OAuthUserClaim,
+		ScopesClaim: cfg.OAuthScopesClaim,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.EnvOAuthIssuer, err)
+	}
+	return v, nil
 }
+
+// DefaultOAuthTenantClaim is the claim that holds the tenant id when
+// IDEMGATE_OAUTH_TENANT_CLAIM is empty.
+const DefaultOAuthTenantClaim = "tenant"

@@ -137,6 +137,23 @@ type Config struct {
 	// request's Host header) and none other.
 	AllowedOrigins string `name:"allowed-origins" env:"IDEMGATE_ALLOWED_ORIGINS" placeholder:"ORIGINS" help:"comma-separated origins (scheme://host[:port]) whose browser pages may call /mcp and /v1; any other Origin header is refused with 403, requests without Origin are served; empty: the api's own origin only"`
 
+	// OAuthIssuer turns on the OAuth 2.1 resource-server mode: every route
+	// takes JWT access tokens of this authorization server (its discovery
+	// gives the keys), instead of idemgate's own tokens. Empty: off.
+	OAuthIssuer string `name:"oauth-issuer" env:"IDEMGATE_OAUTH_ISSUER" placeholder:"URL" help:"OAuth 2.1 resource-server mode: the authorization server's issuer URL, whose JWT access tokens every route then takes instead of idemgate's own tokens; empty: off"`
+	// OAuthAudience is the aud an access token must carry (required with
+	// OAuthIssuer): usually the MCP endpoint's URL.
+	OAuthAudience string `name:"oauth-audience" env:"IDEMGATE_OAUTH_AUDIENCE" placeholder:"URI" help:"the aud access tokens must carry, usually this api's MCP URL (required with IDEMGATE_OAUTH_ISSUER)"`
+	// OAuthResource is the resource identifier published in the RFC 9728
+	// metadata and the 401's resource_metadata; default OAuthAudience.
+	OAuthResource string `name:"oauth-resource" env:"IDEMGATE_OAUTH_RESOURCE" placeholder:"URL" help:"this api's resource identifier (an https URL) in its protected-resource metadata (RFC 9728); empty: IDEMGATE_OAUTH_AUDIENCE"`
+	// OAuthTenantClaim, OAuthUserClaim and OAuthScopesClaim name the token
+	// claims that hold the tenant, the user and the scopes; empty: tenant,
+	// sub and scope.
+	OAuthTenantClaim string `name:"oauth-tenant-claim" env:"IDEMGATE_OAUTH_TENANT_CLAIM" placeholder:"CLAIM" help:"the access token claim that holds the tenant id; empty: tenant"`
+	OAuthUserClaim   string `name:"oauth-user-claim" env:"IDEMGATE_OAUTH_USER_CLAIM" placeholder:"CLAIM" help:"the access token claim that holds the user id; empty: sub"`
+	OAuthScopesClaim string `name:"oauth-scopes-claim" env:"IDEMGATE_OAUTH_SCOPES_CLAIM" placeholder:"CLAIM" help:"the access token claim that holds the scopes (a space-separated string or an array); empty: scope"`
+
 	// LogLevel is the minimum level logged: debug, info, warn or error
 	// (case-insensitive).
 	LogLevel slog.Level `name:"log-level" env:"IDEMGATE_LOG_LEVEL" default:"info" placeholder:"LEVEL" help:"minimum log level: debug, info, warn or error"`
@@ -146,6 +163,8 @@ type Config struct {
 // checks name. Every setting's variable is its field's env tag.
 const (
 	EnvDatabaseURL     = "DATABASE_URL"
+	EnvOAuthIssuer     = "IDEMGATE_OAUTH_ISSUER"
+	EnvOAuthAudience   = "IDEMGATE_OAUTH_AUDIENCE"
 	EnvAPIAddr         = "IDEMGATE_API_ADDR"
 	EnvStripeAPIKey    = "STRIPE_API_KEY"
 	EnvStripeAPIBase   = "STRIPE_API_BASE"

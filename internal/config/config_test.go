@@ -594,7 +594,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 20)
+	require.Len(t, all, 26)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)

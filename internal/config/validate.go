@@ -68,6 +68,9 @@ func (c *Config) Validate() error {
 		add(validateSecret(c.Secret))
 	}
 	add(validatePooler(c))
+	if c.OAuthIssuer != "" && c.OAuthAudience == "" {
+		add(settingErr(EnvOAuthAudience, "is required with %s (the aud access tokens must carry, usually this api's MCP URL)", EnvOAuthIssuer))
+	}
 	add(validateRateLimit(c.RateLimit))
 	add(validateRateBurst(c.RateLimit, c.RateBurst))
 	switch c.LogLevel {
