@@ -30,7 +30,10 @@ func TestPublicSurface(t *testing.T) {
 		t.Logf("%s: %d exported names", p.Path, len(p.Names))
 	}
 	t.Logf("total: %d exported names", total)
-	require.LessOrEqual(t, total, 150, "the public surface grew past its budget")
+	// 150 when the surface was cut (from 754); 170 since a Service mounts
+	// in a team's own router and go-sdk server with its own auth, and the
+	// test kit kills workers mid-effect and speaks MCP.
+	require.LessOrEqual(t, total, 170, "the public surface grew past its budget")
 }
 
 // TestImportLayers refuses an import from a lower layer to a higher one

@@ -18,7 +18,7 @@ var Layers = [][]string{
 	// The shared internal types.
 	{"internal/domain"},
 	// The gate, configuration and the domain's clients.
-	{"internal/gate", "internal/config", "internal/domain/refunds", "internal/domain/resetmail"},
+	{"internal/gate", "internal/config", "internal/domain/refunds", "internal/domain/resetmail", "internal/oauth"},
 	// What the engines store besides the gate.
 	{"internal/store/", "internal/tenancy"},
 	// What the assembly reads of a declaration.
@@ -36,7 +36,7 @@ var Layers = [][]string{
 	// The public root.
 	{"."},
 	// Test kits and test infrastructure: above the assembly they drive.
-	{"internal/toolkit", "tool/tooltest", "internal/gate/gatetest", "internal/store/storetest", "internal/pgtest", "internal/sqlitetest",
+	{"internal/toolkit", "tool/tooltest", "internal/oauth/oauthtest", "internal/gate/gatetest", "internal/store/storetest", "internal/pgtest", "internal/sqlitetest",
 		"internal/enginetest", "internal/stripetest/", "internal/mailpit", "internal/smtptest"},
 	// Harnesses and commands: on top, never imported by the product.
 	{"internal/chaos/", "internal/model", "internal/failover", "cmd/", "examples/"},
