@@ -84,7 +84,8 @@ type Options struct {
 	// Logger defaults to JSON on stderr at the configured level.
 	Logger *slog.Logger
 	// Builtins adds idemgate's built-in tools (refund_order, apply_credit,
-	// reset_seat, send_password_reset, get_order) to the registry.
+	// reset_seat, send_password_reset, get_order) to the registry. The
+	// program must link them: import _ "github.com/idemgate/idemgate/builtins".
 	Builtins bool
 	// Migrations returns the service's own goose SQL migrations for an
 	// engine (tool.Postgres or tool.SQLite), for its own tables; Migrate
@@ -166,7 +167,7 @@ func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (
 		builtins, err := app.BuiltinDeclarations(s.cfg, data)
 		if err != nil {
 			s.Close()
-			return nil, err
+			return nil, fmt.Errorf("Options.Builtins: %w", err)
 		}
 		for _, spec := range builtins.All() {
 			if err := s.reg.Add(spec); err != nil {

@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/app"
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/builtins"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -101,7 +102,7 @@ func newDBServer(ctx context.Context, adminURL string) (*dbServer, error) {
 	}
 	_, err = pgengine.Migrate(ctx, pool, nil)
 	if err == nil {
-		_, err = app.MigrateBuiltinsPostgres(ctx, pool, nil) // the built-in tools' tables
+		_, err = builtins.MigratePostgres(ctx, pool, nil) // the built-in tools' tables
 	}
 	pool.Close()
 	if err != nil {

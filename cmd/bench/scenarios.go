@@ -16,12 +16,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/builtins"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
@@ -976,7 +977,7 @@ func (r *runner) growth(ctx context.Context, claims, pruneRows int, window time.
 		return err
 	}
 	st := pgengine.New(pool)
-	tools, err := app.BuiltinDeclarations(config.Defaults(), st)
+	tools, err := builtins.Declarations(config.Defaults(), st)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	_ "github.com/idemgate/idemgate/builtins" // the built-in tools: migrate and seed them
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/idemgate/idemgate"
+	_ "github.com/idemgate/idemgate/builtins" // the built-in tools (Options.Builtins)
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/tool"

@@ -2,15 +2,16 @@ package api_test
 
 import (
 	"context"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"testing"
+
+	"github.com/idemgate/idemgate/internal/builtins"
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/api"
-	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
@@ -62,7 +63,7 @@ func unusedStore(t *testing.T) *pgengine.Store {
 // builtinTools is the built-in tools' registry on st.
 func builtinTools(t *testing.T, st *pgengine.Store) *toolspec.Registry {
 	t.Helper()
-	reg, err := app.BuiltinDeclarations(config.Defaults(), st)
+	reg, err := builtins.Declarations(config.Defaults(), st)
 	require.NoError(t, err)
 	return reg
 }

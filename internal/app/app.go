@@ -183,7 +183,7 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 		Wait:       cfg.Wait,
 		RateLimit:  rateLimit,
 		RateBurst:  rateBurst,
-		Resets:     resetTokens(data),
+		Resets:     resetTokens(tools, data),
 		Registerer: reg,
 		Logger:     logger,
 

@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/builtins"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/stripetest"
@@ -51,7 +52,7 @@ func TestSQLiteProcessKilledMidRefundRecoversWithinLeaseAndReaperInterval(t *tes
 	t.Cleanup(func() { _ = db.Close() })
 	_, err = sqliteengine.Migrate(ctx, db, nil)
 	require.NoError(t, err)
-	_, err = app.MigrateBuiltinsSQLite(ctx, db, nil)
+	_, err = builtins.MigrateSQLite(ctx, db, nil)
 	require.NoError(t, err)
 	_, err = sqliteengine.New(db).Seed(ctx, seedFile())
 	require.NoError(t, err)

@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,25 +54,9 @@ type Config struct {
 	// APIAddr is the host:port cmd/api listens on (port 0 picks a free one).
 	APIAddr string `name:"api-addr" env:"IDEMGATE_API_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" help:"where the api listens (port 0 picks a free one)"`
 
-	// StripeAPIKey authenticates refunds against Stripe.
-	StripeAPIKey string `name:"stripe-api-key" env:"STRIPE_API_KEY" placeholder:"KEY" secret:"" help:"Stripe secret key (prefer the environment: command lines are visible to other users)"`
-
-	// StripeAPIBase is the base URL of Stripe's API, e.g. stripe-mock's
-	// "http://127.0.0.1:12111": an absolute http(s) URL without query or
-	// fragment; a trailing slash is removed when loaded.
-	StripeAPIBase string `name:"stripe-api-base" env:"STRIPE_API_BASE" default:"https://api.stripe.com" placeholder:"URL" help:"base URL of Stripe's API (stripe-mock in dev and tests); plain http only with a test key"`
-
-	// SMTPAddr is the host:port of the SMTP server for password-reset mail.
-	SMTPAddr string `name:"smtp-addr" env:"SMTP_ADDR" default:"127.0.0.1:1025" placeholder:"HOST:PORT" help:"SMTP server for password-reset mail"`
-
-	// MailFrom is the From address of outgoing mail, in net/mail syntax.
-	MailFrom string `name:"mail-from" env:"MAIL_FROM" default:"idemgate <no-reply@localhost>" placeholder:"ADDRESS" help:"From address of outgoing mail"`
-
-	// ResetLinkBase is the page password-reset mails link to, as
-	// ResetLinkBase?token=… (domain.CheckLinkBase); a tenant's own base
-	// (tenant_settings.reset_link_base) wins over it. Empty means
-	// ResetLinkBaseOrDefault's.
-	ResetLinkBase string `name:"reset-link-base" env:"IDEMGATE_RESET_LINK_BASE" placeholder:"URL" help:"absolute http(s) URL of the page password-reset mails link to (URL?token=…); empty: http://<api addr>/reset-password, 127.0.0.1 standing in for an all-interfaces address"`
+	// BuiltinSettings are the built-in tools' settings, read only in a
+	// program that links them (EnableBuiltinSettings).
+	BuiltinSettings `kong:"-"`
 
 	// InflightTimeout is a worker's lease on a claim: a running claim whose
 	// lease expired is reclaimed by the reaper.
@@ -158,6 +143,42 @@ type Config struct {
 	// (case-insensitive).
 	LogLevel slog.Level `name:"log-level" env:"IDEMGATE_LOG_LEVEL" default:"info" placeholder:"LEVEL" help:"minimum log level: debug, info, warn or error"`
 }
+
+// BuiltinSettings are the settings of idemgate's built-in tools (Stripe,
+// SMTP, reset links). Load reads them only when the program links the
+// built-ins, whose package calls EnableBuiltinSettings: a service without
+// them has no such settings (no flag, no help line, no check).
+type BuiltinSettings struct {
+	// StripeAPIKey authenticates refunds against Stripe.
+	StripeAPIKey string `name:"stripe-api-key" env:"STRIPE_API_KEY" placeholder:"KEY" secret:"" help:"Stripe secret key (prefer the environment: command lines are visible to other users)"`
+
+	// StripeAPIBase is the base URL of Stripe's API, e.g. stripe-mock's
+	// "http://127.0.0.1:12111": an absolute http(s) URL without query or
+	// fragment; a trailing slash is removed when loaded.
+	StripeAPIBase string `name:"stripe-api-base" env:"STRIPE_API_BASE" default:"https://api.stripe.com" placeholder:"URL" help:"base URL of Stripe's API (stripe-mock in dev and tests); plain http only with a test key"`
+
+	// SMTPAddr is the host:port of the SMTP server for password-reset mail.
+	SMTPAddr string `name:"smtp-addr" env:"SMTP_ADDR" default:"127.0.0.1:1025" placeholder:"HOST:PORT" help:"SMTP server for password-reset mail"`
+
+	// MailFrom is the From address of outgoing mail, in net/mail syntax.
+	MailFrom string `name:"mail-from" env:"MAIL_FROM" default:"idemgate <no-reply@localhost>" placeholder:"ADDRESS" help:"From address of outgoing mail"`
+
+	// ResetLinkBase is the page password-reset mails link to, as
+	// ResetLinkBase?token=… (domain.CheckLinkBase); a tenant's own base
+	// (tenant_settings.reset_link_base) wins over it. Empty means
+	// ResetLinkBaseOrDefault's.
+	ResetLinkBase string `name:"reset-link-base" env:"IDEMGATE_RESET_LINK_BASE" placeholder:"URL" help:"absolute http(s) URL of the page password-reset mails link to (URL?token=…); empty: http://<api addr>/reset-password, 127.0.0.1 standing in for an all-interfaces address"`
+}
+
+// builtinSettings is whether Load reads BuiltinSettings.
+var builtinSettings atomic.Bool
+
+// EnableBuiltinSettings makes Load read BuiltinSettings. The built-in
+// tools' package calls it when it is linked, before main runs.
+func EnableBuiltinSettings() { builtinSettings.Store(true) }
+
+// BuiltinSettingsEnabled reports whether Load reads BuiltinSettings.
+func BuiltinSettingsEnabled() bool { return builtinSettings.Load() }
 
 // Environment variables of the settings that other packages and the
 // checks name. Every setting's variable is its field's env tag.

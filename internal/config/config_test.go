@@ -17,6 +17,13 @@ import (
 )
 
 // env returns a getenv func over m.
+// TestMain reads the built-in tools' settings, as a program that links
+// them does; TestBuiltinSettingsOnlyWhenLinked checks the other case.
+func TestMain(m *testing.M) {
+	EnableBuiltinSettings()
+	os.Exit(m.Run())
+}
+
 func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
@@ -32,10 +39,7 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, &Config{
 		DatabaseURL:     "",
 		APIAddr:         "127.0.0.1:8080",
-		StripeAPIKey:    "",
-		StripeAPIBase:   "https://api.stripe.com",
-		SMTPAddr:        "127.0.0.1:1025",
-		MailFrom:        "idemgate <no-reply@localhost>",
+		BuiltinSettings: BuiltinSettings{StripeAPIKey: "", StripeAPIBase: "https://api.stripe.com", SMTPAddr: "127.0.0.1:1025", MailFrom: "idemgate <no-reply@localhost>"},
 		InflightTimeout: 2 * time.Minute,
 		ReaperInterval:  30 * time.Second,
 		Wait:            2 * time.Second,
@@ -63,10 +67,8 @@ func TestDefaultConstants(t *testing.T) {
 
 	require.Equal(t, &Config{
 		APIAddr:         DefaultAPIAddr,
-		StripeAPIBase:   DefaultStripeAPIBase,
-		SMTPAddr:        DefaultSMTPAddr,
-		MailFrom:        DefaultMailFrom,
 		InflightTimeout: DefaultInflightTimeout,
+		BuiltinSettings: BuiltinSettings{StripeAPIBase: DefaultStripeAPIBase, SMTPAddr: DefaultSMTPAddr, MailFrom: DefaultMailFrom},
 		ReaperInterval:  DefaultReaperInterval,
 		Wait:            DefaultWait,
 		WorkerAddr:      DefaultWorkerAddr,
@@ -114,11 +116,7 @@ var precedenceTests = []struct {
 			require.Equal(t, &Config{
 				DatabaseURL:     "postgres://u:pw@db:5432/idemgate",
 				APIAddr:         "0.0.0.0:9000",
-				StripeAPIKey:    "sk_test_env",
-				StripeAPIBase:   "http://stripe-mock:12111",
-				SMTPAddr:        "mailpit:1025",
-				MailFrom:        "ops@example.com",
-				ResetLinkBase:   "https://app.example.com/reset",
+				BuiltinSettings: BuiltinSettings{StripeAPIKey: "sk_test_env", StripeAPIBase: "http://stripe-mock:12111", SMTPAddr: "mailpit:1025", MailFrom: "ops@example.com", ResetLinkBase: "https://app.example.com/reset"},
 				InflightTimeout: 5 * time.Minute,
 				ReaperInterval:  10 * time.Second,
 				Wait:            0,
@@ -161,11 +159,7 @@ var precedenceTests = []struct {
 			require.Equal(t, &Config{
 				DatabaseURL:     "sqlite:/tmp/x.db",
 				APIAddr:         ":0",
-				StripeAPIKey:    "sk_test_flag",
-				StripeAPIBase:   "https://stripe.internal",
-				SMTPAddr:        "smtp.example.com:25",
-				MailFrom:        "Ops <ops@example.org>",
-				ResetLinkBase:   "http://reset.internal:8080/r?lang=en",
+				BuiltinSettings: BuiltinSettings{StripeAPIKey: "sk_test_flag", StripeAPIBase: "https://stripe.internal", SMTPAddr: "smtp.example.com:25", MailFrom: "Ops <ops@example.org>", ResetLinkBase: "http://reset.internal:8080/r?lang=en"},
 				InflightTimeout: time.Hour,
 				ReaperInterval:  time.Minute,
 				Wait:            250 * time.Millisecond,
@@ -581,6 +575,9 @@ func TestLogValueEverySetting(t *testing.T) {
 	}
 	secretName := regexp.MustCompile(`(?i)key|secret|password|token|url`)
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
+		if f.Anonymous {
+			continue // a group: its fields are the settings
+		}
 		require.True(t, keys[logKey(f)], "%s is not logged", f.Name)
 		if secretName.MatchString(f.Name) && !strings.HasSuffix(f.Name, "Base") {
 			_, ok := f.Tag.Lookup("secret")
@@ -884,4 +881,32 @@ func TestLoadArgsLeavesPositionalArguments(t *testing.T) {
 	// Load still refuses them.
 	_, err = Load([]string{"serve"}, env)
 	require.ErrorContains(t, err, "unexpected argument serve")
+}
+
+// Without the built-ins linked, their settings do not exist: no flag, no
+// help line, the environment not read, nothing checked.
+func TestBuiltinSettingsOnlyWhenLinked(t *testing.T) {
+	// Not parallel: it switches the package's builtinSettings off.
+	builtinSettings.Store(false)
+	defer builtinSettings.Store(true)
+	c, err := Load(nil, env(map[string]string{EnvStripeAPIKey: "sk_live_x", EnvStripeAPIBase: "ftp://nope", EnvSMTPAddr: "nohost"}))
+	require.NoError(t, err, "their environment is not read, so not refused")
+	require.Empty(t, c.StripeAPIKey)
+	_, err = Load([]string{"--stripe-api-key=sk_test_1"}, env(nil))
+	require.ErrorContains(t, err, "stripe-api-key")
+	var help bytes.Buffer
+	_, _, err = loadGrammar([]string{"--help"}, env(nil), &help, false)
+	require.ErrorIs(t, err, ErrHelp)
+	require.NotContains(t, help.String(), "STRIPE_API_KEY")
+	require.NotContains(t, help.String(), "SMTP_ADDR")
+	require.Contains(t, help.String(), "IDEMGATE_WAIT")
+	require.NotContains(t, c.String(), "stripe")
+
+	builtinSettings.Store(true)
+	_, err = Load(nil, env(map[string]string{EnvStripeAPIBase: "ftp://nope"}))
+	require.ErrorContains(t, err, EnvStripeAPIBase)
+	help.Reset()
+	_, _, err = loadGrammar([]string{"--help"}, env(nil), &help, false)
+	require.ErrorIs(t, err, ErrHelp)
+	require.Contains(t, help.String(), "STRIPE_API_KEY")
 }

@@ -54,7 +54,7 @@ func loadGrammar(args []string, getenv func(string) string, stdout io.Writer, po
 	}
 	var envErrs []error
 	helped := false
-	k, err := kong.New(grammar,
+	opts := []kong.Option{
 		kong.Description("Each setting is read from its flag, else its environment variable, else its default."),
 		kong.Writers(stdout, io.Discard),
 		kong.Exit(func(int) { helped = true }),
@@ -68,7 +68,11 @@ func loadGrammar(args []string, getenv func(string) string, stdout io.Writer, po
 		kong.WithBeforeApply(func(ctx *kong.Context) error { return beforeValidate(ctx, envErrs) }),
 		kong.ValueFormatter(helpValue),
 		kong.Help(printHelp),
-	)
+	}
+	if builtinSettings.Load() {
+		opts = append(opts, kong.Embed(&c.BuiltinSettings))
+	}
+	k, err := kong.New(grammar, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}

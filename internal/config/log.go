@@ -19,6 +19,9 @@ func (c *Config) LogValue() slog.Value {
 	v := reflect.ValueOf(c).Elem()
 	var attrs []slog.Attr
 	for _, f := range reflect.VisibleFields(v.Type()) {
+		if f.Anonymous || len(f.Index) > 1 && !builtinSettings.Load() {
+			continue
+		}
 		attrs = append(attrs, slog.Attr{Key: logKey(f), Value: logValue(f, v.FieldByIndex(f.Index))})
 		if f.Name == "DatabaseURL" {
 			attrs = append(attrs, slog.String("driver", c.Driver()))

@@ -34,9 +34,25 @@ func LookupSetting(env string) (Setting, bool) {
 	return Setting{}, false
 }
 
-var settingsOnce = sync.OnceValue(func() []Setting {
+// settingsOnce lists the settings: the built-ins' only while Load reads
+// them.
+func settingsOnce() []Setting {
+	if builtinSettings.Load() {
+		return withBuiltins()
+	}
+	return withoutBuiltins()
+}
+
+var withBuiltins = sync.OnceValue(func() []Setting { return listSettings(true) })
+var withoutBuiltins = sync.OnceValue(func() []Setting { return listSettings(false) })
+
+// listSettings reads the settings off Config's tags.
+func listSettings(builtins bool) []Setting {
 	var out []Setting
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
+		if f.Anonymous || len(f.Index) > 1 && !builtins {
+			continue // the group itself; its settings only when linked
+		}
 		s := Setting{
 			Field:   f.Name,
 			Env:     f.Tag.Get("env"),
@@ -51,7 +67,7 @@ var settingsOnce = sync.OnceValue(func() []Setting {
 		out = append(out, s)
 	}
 	return out
-})
+}
 
 // SettingError reports an invalid setting. Callers may use errors.As to tell
 // configuration errors from others.

@@ -27,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/builtins"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -294,7 +296,7 @@ func prepare(t *testing.T, url string) {
 	defer pool.Close()
 	_, err = pgengine.Migrate(ctx, pool, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	_, err = app.MigrateBuiltinsPostgres(ctx, pool, nil)
+	_, err = builtins.MigratePostgres(ctx, pool, nil)
 	require.NoError(t, err)
 	_, err = pgengine.New(pool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
 		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"io"
 	"log/slog"
 	"strings"
@@ -14,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/builtins"
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -163,7 +165,7 @@ func newPostgres(t *testing.T) *harness {
 	data := pgengine.New(pool)
 	seedCustomers(t, data)
 	f := &faults{}
-	reg := registry(t, tools.Deps{DB: app.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
+	reg := registry(t, tools.Deps{DB: builtins.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig(dbURL, stripeHTTP.URL)
 	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
@@ -223,7 +225,7 @@ func newSQLite(t *testing.T) *harness {
 	data := sqliteengine.New(db)
 	seedCustomers(t, data)
 	f := &faults{}
-	reg := registry(t, tools.Deps{DB: app.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
+	reg := registry(t, tools.Deps{DB: builtins.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig("sqlite:"+path, stripeHTTP.URL)
 	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)

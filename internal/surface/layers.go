@@ -34,7 +34,7 @@ var Layers = [][]string{
 	// The assembly.
 	{"internal/app"},
 	// The public root.
-	{"."},
+	{".", "builtins", "internal/builtins"},
 	// Test kits and test infrastructure: above the assembly they drive.
 	{"internal/toolkit", "tool/tooltest", "internal/oauth/oauthtest", "internal/gate/gatetest", "internal/store/storetest", "internal/pgtest", "internal/sqlitetest",
 		"internal/enginetest", "internal/stripetest/", "internal/mailpit", "internal/smtptest"},

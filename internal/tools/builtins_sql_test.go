@@ -8,9 +8,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemgate/idemgate/internal/builtins"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
@@ -51,7 +52,7 @@ func newSQLBundle(t *testing.T, engine string) *sqlBundle {
 		Users:     []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
 	})
 	require.NoError(t, err)
-	db := app.StoreDB(st)
+	db := builtins.StoreDB(st)
 	return &sqlBundle{db: db, deps: &tools.Deps{DB: db}}
 }
 

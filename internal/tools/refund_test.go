@@ -3,14 +3,15 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/builtins"
+	"github.com/idemgate/idemgate/internal/toolspec"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/gate"
@@ -45,7 +46,7 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 		Args:          json.RawMessage(`{"amount_cents":1500,"order_id":"ord_9f2"}`),
 	}
 	now := time.Now()
-	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: app.StoreDB(data), Stripe: client}, func() time.Time { return now }))
+	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client}, func() time.Time { return now }))
 	require.NoError(t, err)
 	effect := spec.Effect
 
@@ -115,7 +116,7 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	}
 	now := time.Now()
 	audit := &auditRows{}
-	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: app.StoreDB(data), Stripe: client, Audit: audit},
+	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client, Audit: audit},
 		func() time.Time { return now }))
 	require.NoError(t, err)
 
@@ -153,7 +154,7 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	// A refund of the same key made longer than the intent window before
 	// this generation's first call belongs to an earlier intent.
 	later := now.Add(tools.IntentWindow + 2*time.Hour)
-	spec, err = toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: app.StoreDB(data), Stripe: client, Audit: audit},
+	spec, err = toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client, Audit: audit},
 		func() time.Time { return later.Add(tools.ReconcileAfter + time.Hour) }))
 	require.NoError(t, err)
 	c.FirstCalledAt = &later

@@ -28,7 +28,7 @@ import (
 // built-in tools use it for what they read outside their completing
 // transaction (get_order; the order a refund and the user a reset mail
 // look up before calling out) and for redeeming reset links. The assembly
-// provides it over the gate's store (app.StoreDB), so the tools need no
+// provides it over the gate's store (internal/builtins.StoreDB), so the tools need no
 // engine of their own.
 type DB func(ctx context.Context, fn func(tx tool.Tx) error) error
 

@@ -2,13 +2,14 @@ package tools_test
 
 import (
 	"encoding/json"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"net/http"
 	"testing"
 
+	"github.com/idemgate/idemgate/internal/builtins"
+	"github.com/idemgate/idemgate/internal/toolspec"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
@@ -37,7 +38,7 @@ func seedFile() *store.SeedFile {
 func build(stripe *refunds.Client) func(toolkit.Data) *toolspec.Registry {
 	return func(data toolkit.Data) *toolspec.Registry {
 		reg := tool.NewRegistry()
-		d := &tools.Deps{DB: app.StoreDB(data), Stripe: stripe}
+		d := &tools.Deps{DB: builtins.StoreDB(data), Stripe: stripe}
 		reg.MustAdd(tools.ApplyCredit(d), tools.ResetSeat(d))
 		if stripe != nil {
 			reg.MustAdd(tools.RefundOrder(d))

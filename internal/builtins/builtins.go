@@ -1,0 +1,149 @@
+// Package builtins assembles idemgate's built-in tools (refund_order,
+// apply_credit, reset_seat, send_password_reset, get_order) on a
+// deployment's store, with their Stripe and SMTP clients and their
+// migrations, and hands them to the assembly (app.SetBuiltins) when it is
+// linked: the public package github.com/idemgate/idemgate/builtins imports
+// it, so that a service without the built-ins links neither stripe-go nor
+// the mailer.
+package builtins
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"github.com/idemgate/idemgate/internal/toolspec"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain/refunds"
+	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/tool"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// toolData is the store the built-in tools run their reads on (StoreDB).
+type toolData = gate.Store
+
+// StoreDB is the built-in tools' tools.DB on a gate store: each call a
+// transaction of the store's (gate.Store.Begin), committed when fn
+// succeeds. Whatever the engine, the tools see a tool.Tx.
+func StoreDB(st gate.Store) tools.DB {
+	return func(ctx context.Context, fn func(tx tool.Tx) error) error {
+		gtx, err := st.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = gtx.Rollback(ctx) }()
+		tx, err := toolspec.WrapTx(gtx)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return gtx.Commit(ctx)
+	}
+}
+
+// Tools returns a registry of the built-in tools (refund_order,
+// apply_credit, reset_seat, send_password_reset, get_order) on data, ready
+// for a worker: it needs STRIPE_API_KEY and IDEMGATE_SECRET. Password-reset
+// links point to cfg.ResetLinkBaseOrDefault() unless the tenant has a base
+// of its own. Building it connects to nothing.
+func Tools(cfg *config.Config, data toolData) (*toolspec.Registry, error) {
+	if err := CheckWorker(cfg); err != nil {
+		return nil, err
+	}
+	return traced(cfg, data, nil)
+}
+
+// Declarations is Tools for a process that only serves the
+// api (publishes and claims, never runs an effect): a missing Stripe key or
+// secret is not an error here.
+func Declarations(cfg *config.Config, data toolData) (*toolspec.Registry, error) {
+	return traced(cfg, data, nil)
+}
+
+// CheckWorker returns an error naming the setting that a worker of
+// the built-in tools lacks (STRIPE_API_KEY, IDEMGATE_SECRET).
+func CheckWorker(cfg *config.Config) error {
+	// Password-reset tokens derive from the secret.
+	if err := cfg.RequireSecret(); err != nil {
+		return err
+	}
+	_, err := refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase})
+	return err
+}
+
+// traced is Tools without the check, their Stripe and SMTP
+// calls traced with tp (nil: not traced).
+func traced(cfg *config.Config, data toolData, tp trace.TracerProvider) (*toolspec.Registry, error) {
+	var stripeClient *refunds.Client
+	if cfg.StripeAPIKey != "" {
+		var err error
+		if stripeClient, err = refunds.NewClient(&refunds.Config{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, TracerProvider: tp}); err != nil {
+			return nil, err
+		}
+	}
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom,
+		LinkBase: cfg.ResetLinkBaseOrDefault(), Timeout: 10 * time.Second, TracerProvider: tp})
+	if err != nil {
+		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM/%s: %w", config.EnvResetLinkBase, err)
+	}
+	deps := &tools.Deps{DB: StoreDB(data), Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}
+	if a, ok := data.(tools.Auditor); ok { // the engines' stores are
+		deps.Audit = a
+	}
+	reg := tool.NewRegistry()
+	if err := tools.Register(reg, deps); err != nil {
+		return nil, err
+	}
+	return toolspec.Of(reg), nil
+}
+
+// ResetTokens redeems the reset links of the built-in send_password_reset
+// on st.
+func ResetTokens(st gate.Store) store.ResetTokens {
+	return &tools.ResetTokens{DB: StoreDB(st)}
+}
+
+// Migrate applies the built-in tools' migrations for drv's engine
+// (tools.Migrations) after idemgate's, in their own version table
+// (tools.VersionTable), and reports how many it applied.
+func Migrate(ctx context.Context, drv engine.Driver, logger *slog.Logger) (int, error) {
+	return drv.MigrateLine(ctx, tools.Migrations(drv.Engine()), tools.VersionTable, logger)
+}
+
+// MigratePostgres is Migrate on a Postgres pool, for
+// those that hold a pool rather than a driver (tests, the bench).
+func MigratePostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int, error) {
+	return pgengine.MigrateLine(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, logger)
+}
+
+// MigrateSQLite is MigratePostgres on SQLite.
+func MigrateSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (int, error) {
+	return sqliteengine.MigrateLine(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, logger)
+}
+
+// init hands the assembly the built-ins: linking this package is what
+// makes Options.Builtins (and the api's default tools) available.
+func init() {
+	config.EnableBuiltinSettings()
+	app.SetBuiltins(&app.Builtins{
+		Declarations: Declarations,
+		Tools:        traced,
+		CheckWorker:  CheckWorker,
+		Migrate:      Migrate,
+		ResetTokens:  ResetTokens,
+	})
+}
