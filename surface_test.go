@@ -1,6 +1,7 @@
 package idemgate_test
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -62,4 +63,33 @@ func TestImportLayersRefuseABackEdge(t *testing.T) {
 	require.Contains(t, problems[0], "internal/gate (layer 2) imports tool (layer 5)")
 	require.Contains(t, problems[1], "internal/newpkg: in no layer")
 	require.Contains(t, problems[2], "internal/telemetry (layer 0) imports internal/gate (layer 2)")
+}
+
+// TestBuiltinsLinkedOnlyByImport: a service without the built-ins (the
+// coupon and licenses examples) links neither them nor stripe-go nor the
+// mailer; the binaries that import package builtins link all three.
+func TestBuiltinsLinkedOnlyByImport(t *testing.T) {
+	t.Parallel()
+	heavy := []string{module + "/internal/tools", module + "/internal/builtins", "github.com/stripe/stripe-go/v76", "github.com/wneessen/go-mail"}
+	deps := func(pkg string) map[string]bool {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		require.NoError(t, err, pkg)
+		m := map[string]bool{}
+		for _, p := range strings.Fields(string(out)) {
+			m[p] = true
+		}
+		return m
+	}
+	for _, pkg := range []string{"./examples/coupon", "./examples/licenses"} {
+		d := deps(pkg)
+		for _, h := range heavy {
+			require.False(t, d[h], "%s links %s without importing package builtins", pkg, h)
+		}
+	}
+	for _, pkg := range []string{"./cmd/api", "./cmd/worker", "./cmd/idemctl"} {
+		d := deps(pkg)
+		for _, h := range heavy {
+			require.True(t, d[h], "%s does not link %s", pkg, h)
+		}
+	}
 }

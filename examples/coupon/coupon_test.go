@@ -1,7 +1,13 @@
 package main
 
 import (
+	"path/filepath"
+
+	"github.com/stretchr/testify/require"
+
 	"testing"
+
+	"github.com/idemgate/idemgate"
 
 	"github.com/idemgate/idemgate/idemtype"
 	"github.com/idemgate/idemgate/tool"
@@ -32,4 +38,17 @@ func TestIssueCouponOnSQLite(t *testing.T) {
 	reg := tool.NewRegistry().MustAdd(IssueCoupon)
 	h := tooltest.SQLite(t, reg, &tooltest.Options{Migrations: Migrations})
 	tooltest.Check(t, h, couponCase())
+}
+
+// This program does not import package builtins, so asking for them is a
+// clear error rather than a silent empty set.
+func TestBuiltinsNeedTheImport(t *testing.T) {
+	t.Parallel()
+	cfg, err := idemgate.LoadConfig([]string{"--database-url=sqlite:" + filepath.Join(t.TempDir(), "x.db")})
+	require.NoError(t, err)
+	_, err = idemgate.Open(t.Context(), cfg, tool.NewRegistry(), &idemgate.Options{Builtins: true})
+	require.ErrorContains(t, err, `import _ "github.com/idemgate/idemgate/builtins"`)
+	// Nor are their settings read: a Stripe flag is unknown here.
+	_, err = idemgate.LoadConfig([]string{"--stripe-api-key=sk_test_1"})
+	require.ErrorContains(t, err, "stripe-api-key")
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/domain/resettoken"
 )
 
 // Defaults of Config's redeem limit: failed redeems per client address.
@@ -70,7 +70,7 @@ func (s *Server) redeem(r *http.Request, token string) (*Redemption, *callError)
 	ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout)
 	defer cancel()
 	requestID := RequestIDFromContext(r.Context())
-	red, err := s.resets.ResetTokenRedeem(ctx, resetmail.TokenHash(token))
+	red, err := s.resets.ResetTokenRedeem(ctx, resettoken.TokenHash(token))
 	switch {
 	case errors.Is(err, domain.ErrAlreadyUsed):
 		return nil, &callError{err: domain.Errorf(domain.CodeResetTokenUsed, "token", "this password-reset link was already used")}
@@ -114,8 +114,8 @@ func decodeRedeem(body io.Reader) (token string, status int, cerr *callError) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return "", http.StatusBadRequest, invalid("body", "unexpected data after the JSON object")
 	}
-	if !resetmail.WellFormed(req.Token) {
-		return "", http.StatusBadRequest, invalid("token", "must be the %d-character token of a reset link (copy the whole link)", resetmail.TokenLen)
+	if !resettoken.WellFormed(req.Token) {
+		return "", http.StatusBadRequest, invalid("token", "must be the %d-character token of a reset link (copy the whole link)", resettoken.TokenLen)
 	}
 	return req.Token, 0, nil
 }

@@ -13,6 +13,8 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+
+	"github.com/idemgate/idemgate/internal/domain/resettoken"
 )
 
 // Token returns the password-reset token for downstreamKey:
@@ -25,30 +27,14 @@ func Token(secret []byte, downstreamKey string) string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// TokenLen is a token's length: 32 bytes in base64url without padding.
-const TokenLen = 43
+// TokenLen is a token's length (resettoken.TokenLen).
+const TokenLen = resettoken.TokenLen
 
-// WellFormed reports whether s has a token's shape: TokenLen characters of
-// base64url. It says nothing of whether such a token was ever issued.
-func WellFormed(s string) bool {
-	if len(s) != TokenLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// WellFormed is resettoken.WellFormed.
+func WellFormed(s string) bool { return resettoken.WellFormed(s) }
 
-// TokenHash returns sha256(token), the only form of the token the database
-// stores: a reset request presents the token, and its hash is looked up.
-func TokenHash(token string) []byte {
-	sum := sha256.Sum256([]byte(token))
-	return sum[:]
-}
+// TokenHash is resettoken.TokenHash.
+func TokenHash(token string) []byte { return resettoken.TokenHash(token) }
 
 // MessageID returns the Message-ID header value for downstreamKey:
 // "<" + downstreamKey + "@" + domain + ">". It is the same for every send
