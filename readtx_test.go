@@ -1,0 +1,108 @@
+package idemgate_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate"
+	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/tool"
+)
+
+type probeArgs struct {
+	Label string `json:"label" idem:"minlen=1,maxlen=20"`
+}
+
+type probeResult struct {
+	Engine   string `json:"engine"`
+	Read     int    `json:"read"`
+	WriteErr string `json:"write_err"`
+}
+
+// probeDB reads through its transaction, then tries to write through it.
+var probeDB = &tool.Read[probeArgs, probeResult]{
+	Name: "probe_db", Title: "Probe the database", Description: "Reads, then tries a write.", Scope: "notes:write",
+	Handle: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *probeArgs) (*probeResult, error) {
+		r := &probeResult{Engine: tx.Engine()}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM idempotency_claims WHERE tenant_id = $1`, caller.TenantID).Scan(&r.Read); err != nil {
+			return nil, err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM idempotency_claims WHERE tenant_id = $1`, caller.TenantID)
+		if err != nil {
+			r.WriteErr = err.Error()
+		}
+		return r, nil
+	},
+}
+
+// A read tool's transaction reads the service's own database and refuses
+// writes, on both engines; the connection it used stays writable (SQLite's
+// one connection included): mutations after it succeed.
+func TestReadToolsGetAReadOnlyTransaction(t *testing.T) {
+	t.Parallel()
+	for _, engine := range []string{tool.SQLite, tool.Postgres} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			dbURL := "sqlite:" + filepath.Join(t.TempDir(), "read.db")
+			if engine == tool.Postgres {
+				u, _ := pgtest.NewDB(t)
+				sep := "?"
+				if strings.Contains(u, "?") {
+					sep = "&"
+				}
+				dbURL = u + sep + "pool_max_conns=3"
+			}
+			cfg, err := idemgate.LoadConfig([]string{"--database-url=" + dbURL, "--log-level=warn", "--wait=10s"})
+			require.NoError(t, err)
+			svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry().MustAdd(addNote, probeDB), nil)
+			require.NoError(t, err)
+			t.Cleanup(svc.Close)
+			require.NoError(t, svc.Migrate(ctx))
+			token, err := svc.CreateToken(ctx, "acme", "bot", "notes:write")
+			require.NoError(t, err)
+			runCtx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- svc.Run(runCtx) }()
+			srv := httptest.NewServer(svc)
+			t.Cleanup(func() { srv.Close(); cancel(); require.NoError(t, <-done) })
+
+			post := func(path, key, body string) (int, map[string]any) {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+token)
+				req.Header.Set("Content-Type", "application/json")
+				if key != "" {
+					req.Header.Set("Idempotency-Key", key)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				var m map[string]any
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+				return resp.StatusCode, m
+			}
+			for i, key := range []string{"read-tx-note-01", "read-tx-note-02"} {
+				status, ans := post("/v1/tools/add_note", key, `{"text":"hi"}`)
+				require.Less(t, status, 300, "%v", ans)
+				status, probe := post("/v1/tools/probe_db", "", `{"label":"x"}`)
+				require.Equal(t, http.StatusOK, status, "%v", probe)
+				require.Equal(t, engine, probe["engine"])
+				require.Equal(t, float64(i+1), probe["read"], "the read sees the service's own rows")
+				require.NotEmpty(t, probe["write_err"], "a write through a read's transaction fails")
+			}
+			// The refused write changed nothing; mutations still work after
+			// the reads (the connection went back writable).
+			status, ans := post("/v1/tools/add_note", "read-tx-note-03", `{"text":"after"}`)
+			require.Less(t, status, 300, "%v", ans)
+			_, probe := post("/v1/tools/probe_db", "", `{"label":"x"}`)
+			require.Equal(t, float64(3), probe["read"])
+		})
+	}
+}
