@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
+	_ "github.com/idemgate/idemgate/internal/builtins" // NewOps defaults to the built-in tools
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/enginetest"
