@@ -2,14 +2,17 @@ package toolkit_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
@@ -288,4 +291,63 @@ func TestKillNextRefusesAPointTheToolLacks(t *testing.T) {
 		func() { h.KillNext("grant_credit", toolkit.AfterCall) })
 	require.PanicsWithValue(t, `tooltest: KillNext: "get_operation" is not a mutation of the harness`,
 		func() { h.KillNext("get_operation", toolkit.BeforeCommit) })
+}
+
+// TestClients: the harness's URL, tokens, MCP session and reads reach the
+// real api: a mutation called over MCP, its operation read through the
+// get_operation read tool's REST twin, and tokens with and without the
+// scope it needs.
+func TestClients(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	h := toolkit.SQLite(t, setup().reg, &toolkit.Options{Migrations: migrations})
+	require.True(t, strings.HasPrefix(h.URL(), "http://"), h.URL())
+
+	session := h.MCP(t)
+	list, err := session.ListTools(ctx, nil)
+	require.NoError(t, err)
+	var names []string
+	for _, tl := range list.Tools {
+		names = append(names, tl.Name)
+	}
+	require.Subset(t, names, []string{"grant_credit", "charge", "get_operation"})
+
+	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "grant_credit",
+		Arguments: map[string]any{"customer_id": "cus_1", "amount_cents": 250, "idempotency_key": "mcp-0001"}})
+	require.NoError(t, err)
+	require.False(t, res.IsError, "%+v", res.Content)
+	raw, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var ans toolkit.Answer
+	require.NoError(t, json.Unmarshal(raw, &ans), string(raw))
+	require.Nil(t, ans.Error)
+	require.Equal(t, string(domain.OutcomeAccepted), ans.Outcome)
+	require.Equal(t, "grant_credit", ans.Operation.Tool)
+	op := h.Await(t, "grant_credit", "mcp-0001")
+	require.Equal(t, ans.Operation.OperationID, op.OperationID)
+	require.Equal(t, 1, rows(t, h, "kit_credits", op.OperationID))
+
+	var got domain.Operation
+	require.NoError(t, h.Read(t, "get_operation", map[string]any{"tool": "grant_credit", "idempotency_key": "mcp-0001"}, &got))
+	require.Equal(t, op.OperationID, got.OperationID)
+	require.Equal(t, domain.StatusSucceeded, got.Status)
+	err = h.Read(t, "get_operation", map[string]any{"tool": "grant_credit", "idempotency_key": "mcp-none"}, &got)
+	var derr *domain.Error
+	require.ErrorAs(t, err, &derr)
+	require.Equal(t, domain.CodeNotFound, derr.Code)
+
+	read := func(token string) int {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL()+"/v1/tools/get_operation",
+			strings.NewReader(`{"tool":"grant_credit","idempotency_key":"mcp-0001"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, read(h.Token(t, tool.ScopeOperationsRead)))
+	require.Equal(t, http.StatusForbidden, read(h.Token(t)), "a token without the scope")
+	require.Equal(t, http.StatusForbidden, read(h.Token(t, "credits:grant")), "a token with another scope")
 }
