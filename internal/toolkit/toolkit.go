@@ -301,21 +301,30 @@ func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) 
 	}
 }
 
-// Operation reads an operation by tool and key.
+// Operation reads an operation by tool and key. An "unavailable" answer
+// (SQLite's one writer busy under load) is retried, as it asks a client
+// to.
 func (h *Harness) Operation(t testing.TB, toolName, key string) *domain.Operation {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, h.url+"/v1/operations/"+toolName+"/"+key, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+h.token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
-	var op domain.Operation
-	require.NoError(t, json.Unmarshal(raw, &op))
-	return &op
+	deadline := time.Now().Add(AwaitTimeout)
+	for {
+		req, err := http.NewRequest(http.MethodGet, h.url+"/v1/operations/"+toolName+"/"+key, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+		var op domain.Operation
+		require.NoError(t, json.Unmarshal(raw, &op))
+		return &op
+	}
 }
 
 // Await waits until the operation is terminal and returns it.
