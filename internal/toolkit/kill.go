@@ -144,38 +144,61 @@ func (h *Harness) fault(ctx context.Context, at jobs.FaultPoint, c *gate.Claim, 
 
 // recoverKilled does to a killed job's claim what time and the reaper do:
 // it reads what the job left, ends the claim's lease (a queued claim's
-// job started longer than the lease ago) and runs a reaper pass.
+// job started longer than the lease ago) and runs a reaper pass. Each
+// step is retried while it fails (SQLite's one writer busy under load).
 func (h *Harness) recoverKilled(k *kill) {
 	defer close(k.done)
 	ctx, cancel := context.WithTimeout(context.Background(), AwaitTimeout)
 	defer cancel()
 	store := h.gate.Store()
-	c, err := store.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: k.claim.TenantID, OperationID: k.claim.OperationID})
-	if err != nil {
-		k.err = fmt.Errorf("read the claim: %w", err)
+	var c *gate.Claim
+	k.err = retry(ctx, "read the claim", func() (err error) {
+		c, err = store.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: k.claim.TenantID, OperationID: k.claim.OperationID})
+		return err
+	})
+	if k.err != nil {
 		return
 	}
-	job, err := store.JobGet(ctx, &gate.JobGetParams{ID: c.JobID})
-	if err != nil {
-		k.err = fmt.Errorf("read job %d: %w", c.JobID, err)
+	var job *gate.Job
+	if k.err = retry(ctx, "read the job", func() (err error) {
+		job, err = store.JobGet(ctx, &gate.JobGetParams{ID: c.JobID})
+		return err
+	}); k.err != nil {
 		return
 	}
 	k.left = left{status: c.Status, leaseLive: c.LeaseLive, jobState: job.State}
 	now := time.Now()
-	switch c.Status {
-	case domain.StatusRunning:
-		err = h.exec(ctx, `UPDATE idempotency_claims SET lease_expires_at = $1 WHERE id = $2 AND status = 'running'`,
-			h.dbTime(now.Add(-time.Second)), c.ID)
-	case domain.StatusQueued:
-		err = h.exec(ctx, `UPDATE river_job SET attempted_at = $1 WHERE id = $2 AND state = 'running'`,
-			h.dbTime(now.Add(-h.lease-time.Second)), c.JobID)
-	}
-	if err != nil {
-		k.err = fmt.Errorf("move the clock: %w", err)
+	if k.err = retry(ctx, "move the clock", func() error {
+		switch c.Status {
+		case domain.StatusRunning:
+			return h.exec(ctx, `UPDATE idempotency_claims SET lease_expires_at = $1 WHERE id = $2 AND status = 'running'`,
+				h.dbTime(now.Add(-time.Second)), c.ID)
+		case domain.StatusQueued:
+			return h.exec(ctx, `UPDATE river_job SET attempted_at = $1 WHERE id = $2 AND state = 'running'`,
+				h.dbTime(now.Add(-h.lease-time.Second)), c.JobID)
+		}
+		return nil
+	}); k.err != nil {
 		return
 	}
-	if _, err := h.reap(ctx); err != nil {
-		k.err = fmt.Errorf("reap: %w", err)
+	k.err = retry(ctx, "reap", func() error {
+		_, err := h.reap(ctx)
+		return err
+	})
+}
+
+// retry runs fn until it succeeds or ctx ends.
+func retry(ctx context.Context, what string, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
