@@ -82,7 +82,7 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
-	workers, _, err := newWorkers(cfg, g, tools, client, metrics, logger)
+	workers, _, err := newWorkers(cfg, g, tools, client, metrics, logger, workerOpts.Fault)
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,9 @@ type WorkerOptions struct {
 	// tools' Stripe and SMTP calls), and its log lines get trace ids. Nil:
 	// no tracing.
 	TracerProvider trace.TracerProvider
+	// Fault, nil in production, is a test's hook at points of every claim
+	// job (jobs.RunnerConfig.Fault): package toolkit kills jobs with it.
+	Fault jobs.Fault
 }
 
 // NewWorker assembles the River workers of a deployment whose worker runs
@@ -88,7 +91,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if err != nil {
 		return nil, err
 	}
-	workers, runner, err := newWorkers(cfg, g, tools, client, metrics, logger)
+	workers, runner, err := newWorkers(cfg, g, tools, client, metrics, logger, opts.Fault)
 	if err != nil {
 		return nil, err
 	}
@@ -102,11 +105,11 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, g, client, logger).Reap, logger: logger}, nil
 }
 
-// newWorkers builds the claim jobs' runner over the registry's mutations,
-// and River's workers for them (on client's River driver) and for the
-// reaper and pruner.
+// newWorkers builds the claim jobs' runner over the registry's mutations
+// (with a test's fault, nil in production), and River's workers for them
+// (on client's River driver) and for the reaper and pruner.
 func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
-	client engine.River, metrics *jobs.Metrics, logger *slog.Logger,
+	client engine.River, metrics *jobs.Metrics, logger *slog.Logger, fault jobs.Fault,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
 		Gate:            g,
@@ -114,6 +117,7 @@ func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
 		InflightTimeout: cfg.InflightTimeout,
 		Metrics:         metrics,
 		Logger:          logger,
+		Fault:           fault,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -30,7 +30,43 @@ type RunnerConfig struct {
 	Metrics *Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Fault, nil in production, is a test's hook called at each FaultPoint
+	// of every claim job; package toolkit kills jobs with it.
+	Fault Fault
 }
+
+// FaultPoint names a point of a claim job where RunnerConfig.Fault is
+// called.
+type FaultPoint int
+
+// The points of a claim job a Fault sees.
+const (
+	// FaultAfterCall: an external effect's Call returned a result; nothing
+	// of it is recorded yet.
+	FaultAfterCall FaultPoint = iota + 1
+	// FaultBeforeCommit: inside the completing transaction, everything
+	// written (an in-transaction effect's rows, the claim's fenced update,
+	// an external effect's Record, the job's completion), before COMMIT.
+	FaultBeforeCommit
+)
+
+// String names the point as package toolkit does.
+func (p FaultPoint) String() string {
+	switch p {
+	case FaultAfterCall:
+		return "AfterCall"
+	case FaultBeforeCommit:
+		return "BeforeCommit"
+	}
+	return fmt.Sprintf("FaultPoint(%d)", int(p))
+}
+
+// Fault is called at a point of a claim job with the claim, and at
+// FaultBeforeCommit with the completing transaction (else nil). An error
+// abandons the job there, as a killed process would: the runner writes
+// nothing more, rolls tx back (the hook may have ended it already) and
+// returns the error to River.
+type Fault func(ctx context.Context, at FaultPoint, c *gate.Claim, tx gate.Tx) error
 
 // Runner runs claim jobs through the gate's worker steps: check, enter,
 // effect, complete or fail.
@@ -41,6 +77,7 @@ type Runner struct {
 	lease   time.Duration
 	metrics *Metrics
 	logger  *slog.Logger
+	fault   Fault
 }
 
 // NewRunner returns a Runner.
@@ -54,7 +91,7 @@ func NewRunner(cfg *RunnerConfig) (*Runner, error) {
 	if cfg.InflightTimeout <= 0 {
 		return nil, errors.New("jobs: RunnerConfig.InflightTimeout must be positive")
 	}
-	r := &Runner{gate: cfg.Gate, store: cfg.Gate.Store(), tools: cfg.Tools, lease: cfg.InflightTimeout, metrics: cfg.Metrics, logger: cfg.Logger}
+	r := &Runner{gate: cfg.Gate, store: cfg.Gate.Store(), tools: cfg.Tools, lease: cfg.InflightTimeout, metrics: cfg.Metrics, logger: cfg.Logger, fault: cfg.Fault}
 	if r.logger == nil {
 		r.logger = slog.Default()
 	}
@@ -122,6 +159,11 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) 
 	effectCtx, cancel := context.WithTimeout(ctx, effectDeadline(lease))
 	result, err := spec.Effect.Call(effectCtx, claim)
 	cancel()
+	if err == nil && r.fault != nil {
+		if ferr := r.fault(ctx, FaultAfterCall, claim, nil); ferr != nil {
+			return "abandoned", ferr
+		}
+	}
 
 	// 4./5. settle. The transactions that store the outcome run on a context
 	// that the job's cancellation does not reach: committing a failure
@@ -263,7 +305,7 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *toolspec
 		}
 		return err
 	}
-	p := &gate.CompleteParams{Tx: tx, Locked: spec.InTx, Claim: claim, Result: stored, Job: hooks}
+	p := &gate.CompleteParams{Tx: tx, Locked: spec.InTx, Claim: claim, Result: stored, Job: r.beforeCommit(claim, hooks)}
 	if !spec.InTx {
 		p.Record = func(ctx context.Context, tx gate.Tx, done *gate.Claim) error {
 			ttx, err := toolspec.WrapTx(tx)
@@ -282,6 +324,28 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *toolspec
 		log.DebugContext(ctx, "operation succeeded")
 	}
 	return err
+}
+
+// beforeCommit is hooks with the fault, when there is one, called after
+// the job's completion in the completing transaction: the last write
+// before COMMIT. A fault's error rolls the transaction back, so that the
+// gate's commit fails and nothing is written.
+func (r *Runner) beforeCommit(claim *gate.Claim, hooks gate.JobHooks) gate.JobHooks {
+	if r.fault == nil {
+		return hooks
+	}
+	complete := hooks.Complete
+	hooks.Complete = func(ctx context.Context, tx gate.Tx) error {
+		if err := complete(ctx, tx); err != nil {
+			return err
+		}
+		if err := r.fault(ctx, FaultBeforeCommit, claim, tx); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		return nil
+	}
+	return hooks
 }
 
 // fail stores a definitive failure and cancels the job through the gate

@@ -91,6 +91,18 @@ type Harness struct {
 	gate   *gate.Gate
 	// expire ends a claim's replay window now.
 	expire func(ctx context.Context, tenant, toolName, key string) error
+	// specs are the tools the harness runs (their effects wrapped).
+	specs *toolspec.Registry
+	// tokens mints Token's tokens.
+	tokens store.Tokens
+	// exec runs a statement with $1, $2, … placeholders; dbTime is a time
+	// as the engine's statements take it.
+	exec   func(ctx context.Context, query string, args ...any) error
+	dbTime func(time.Time) any
+	// reap is one pass of the worker's reaper.
+	reap func(ctx context.Context) (*gate.ReapResult, error)
+	// lease is the configured in-flight lease (the reaper's staleAfter).
+	lease time.Duration
 }
 
 // Postgres starts a harness on a fresh Postgres database.
@@ -108,20 +120,29 @@ func Postgres(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	data := pgengine.New(pool)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
-	h := &Harness{Engine: tool.Postgres, faults: &faults{}}
+	h := &Harness{Engine: tool.Postgres, faults: &faults{}, tokens: data}
 	h.count = func(ctx context.Context, q string, args ...any) (n int, err error) {
 		err = pool.QueryRow(ctx, q, args...).Scan(&n)
 		return n, err
 	}
+	h.exec = func(ctx context.Context, q string, args ...any) error {
+		_, err := pool.Exec(ctx, q, args...)
+		return err
+	}
+	h.dbTime = func(t time.Time) any { return t }
 	cfg := newConfig(dbURL, opts)
 	wreg := h.faults.wrap(t, reg)
 	drv := pgengine.NewDriver(pool, cfg)
 	a, err := app.NewAPIWithOptions(cfg, drv, nil, &app.APIOptions{Tools: wreg, RateLimit: -1})
 	require.NoError(t, err)
-	w, err := app.NewWorker(cfg, drv, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10})
+	w, err := app.NewWorker(cfg, drv, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10, Fault: h.fault})
 	require.NoError(t, err)
 	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: w.Client}
 	h.gate = w.Gate
+	h.specs, h.lease = wreg, cfg.InflightTimeout
+	h.reap = func(ctx context.Context) (*gate.ReapResult, error) {
+		return w.Gate.Reap(ctx, w.Client, cfg.InflightTimeout)
+	}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
 			WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND expires_at IS NOT NULL`, tenant, toolName, key)
@@ -160,17 +181,27 @@ func SQLite(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	data := sqliteengine.New(db)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
-	h := &Harness{Engine: tool.SQLite, faults: &faults{}}
+	h := &Harness{Engine: tool.SQLite, faults: &faults{}, tokens: data}
 	h.count = func(ctx context.Context, q string, args ...any) (n int, err error) {
 		err = db.QueryRowContext(ctx, q, args...).Scan(&n)
 		return n, err
 	}
+	h.exec = func(ctx context.Context, q string, args ...any) error {
+		_, err := db.ExecContext(ctx, q, args...)
+		return err
+	}
+	h.dbTime = func(t time.Time) any { return sqliteengine.FormatTime(t) }
 	cfg := newConfig("sqlite:"+path, opts)
 	wreg := h.faults.wrap(t, reg)
-	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, &app.APIOptions{Tools: wreg, RateLimit: -1}, &app.WorkerOptions{Tools: wreg, MaxWorkers: 4})
+	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, &app.APIOptions{Tools: wreg, RateLimit: -1},
+		&app.WorkerOptions{Tools: wreg, MaxWorkers: 4, Fault: h.fault})
 	require.NoError(t, err)
 	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: e.Client}
 	h.gate = e.Gate
+	h.specs, h.lease = wreg, cfg.InflightTimeout
+	h.reap = func(ctx context.Context) (*gate.ReapResult, error) {
+		return e.Gate.Reap(ctx, e.Client, cfg.InflightTimeout)
+	}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET expires_at = ?4
 			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND expires_at IS NOT NULL`,
@@ -222,10 +253,16 @@ func seed(t testing.TB, s store.Seeder, f *store.SeedFile) {
 // newToken mints a token of Tenant with every scope of reg.
 func newToken(t testing.TB, tokens store.Tokens, reg *toolspec.Registry) string {
 	t.Helper()
+	return mintToken(t, tokens, reg.Scopes())
+}
+
+// mintToken mints a token of Tenant, user "tooltest", with scopes.
+func mintToken(t testing.TB, tokens store.Tokens, scopes []string) string {
+	t.Helper()
 	secret, id, err := tenancy.NewToken()
 	require.NoError(t, err)
 	_, err = tokens.TokenInsert(context.Background(), &store.TokenInsertParams{ID: id, TenantID: Tenant, UserID: "tooltest",
-		Scopes: reg.Scopes(), Hash: tenancy.HashToken(secret)})
+		Scopes: scopes, Hash: tenancy.HashToken(secret)})
 	require.NoError(t, err)
 	return secret
 }
@@ -264,21 +301,30 @@ func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) 
 	}
 }
 
-// Operation reads an operation by tool and key.
+// Operation reads an operation by tool and key. An "unavailable" answer
+// (SQLite's one writer busy under load) is retried, as it asks a client
+// to.
 func (h *Harness) Operation(t testing.TB, toolName, key string) *domain.Operation {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, h.url+"/v1/operations/"+toolName+"/"+key, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+h.token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
-	var op domain.Operation
-	require.NoError(t, json.Unmarshal(raw, &op))
-	return &op
+	deadline := time.Now().Add(AwaitTimeout)
+	for {
+		req, err := http.NewRequest(http.MethodGet, h.url+"/v1/operations/"+toolName+"/"+key, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+		var op domain.Operation
+		require.NoError(t, json.Unmarshal(raw, &op))
+		return &op
+	}
 }
 
 // Await waits until the operation is terminal and returns it.
@@ -368,11 +414,14 @@ type Case struct {
 }
 
 // Check runs the guarantees every mutation must keep, as subtests:
-// Duplicate, Concurrent, Conflict, LostOutcome, ExpiredKeyIsNotRunAgain and,
-// with Failing, RedriveAfterDefinitiveFailure. Each uses fresh keys.
+// Duplicate, Concurrent, Conflict, LostOutcome, KilledMidEffect (one
+// subtest per KillPoint the tool has: AfterCall for an external effect,
+// BeforeCommit for both kinds), ExpiredKeyIsNotRunAgain and, with Failing,
+// RedriveAfterDefinitiveFailure. Each uses fresh keys.
 //
-// LostOutcome loses the outcome in process after the effect ran; a worker
-// process killed with SIGKILL at that moment is the chaos run's part
+// LostOutcome loses the outcome in process after the effect ran, and
+// KilledMidEffect kills the job in process as SIGKILL would; worker
+// processes killed with SIGKILL are the chaos run's part
 // (scripts/chaos.sh), with the same expectation.
 func Check(t *testing.T, h *Harness, c *Case) {
 	t.Helper()
@@ -390,8 +439,13 @@ func Check(t *testing.T, h *Harness, c *Case) {
 		{"Concurrent", CheckConcurrent},
 		{"Conflict", CheckConflict},
 		{"LostOutcome", CheckLostOutcome},
-		{"ExpiredKeyIsNotRunAgain", CheckExpiredKeyIsNotRunAgain},
 	}
+	for _, at := range h.killPoints(t, c.Tool) {
+		guarantees = append(guarantees, guarantee{"KilledMidEffect/" + at.String(), func(t *testing.T, h *Harness, c *Case, prefix string) {
+			CheckKilledMidEffect(t, h, c, prefix, at)
+		}})
+	}
+	guarantees = append(guarantees, guarantee{"ExpiredKeyIsNotRunAgain", CheckExpiredKeyIsNotRunAgain})
 	if c.Failing != nil {
 		guarantees = append(guarantees, guarantee{"RedriveAfterDefinitiveFailure", CheckRedriveAfterDefinitiveFailure})
 	}
@@ -537,10 +591,33 @@ func randomHex(t testing.TB) string {
 	return hex.EncodeToString(b[:])
 }
 
-// faults loses effects' outcomes on request.
+// faults loses effects' outcomes and kills jobs on request, and keeps the
+// downstream key of every run of an effect.
 type faults struct {
 	mu   sync.Mutex
 	next map[string]bool
+	// kills are the armed kills, by tool.
+	kills map[string]*kill
+	// runs are the downstream keys of each operation's effect runs, in
+	// order.
+	runs map[string][]string
+}
+
+// ran records a run of c's effect.
+func (f *faults) ran(c *gate.Claim) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.runs == nil {
+		f.runs = map[string][]string{}
+	}
+	f.runs[c.OperationID] = append(f.runs[c.OperationID], c.DownstreamKey)
+}
+
+// ranWith returns the downstream keys of operationID's effect runs.
+func (f *faults) ranWith(operationID string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.runs[operationID]...)
 }
 
 func (f *faults) arm(toolName string) {
@@ -592,6 +669,7 @@ type lossyEffect struct {
 }
 
 func (e *lossyEffect) Apply(ctx context.Context, tx toolspec.Tx, c *gate.Claim) (json.RawMessage, error) {
+	e.f.ran(c)
 	res, err := e.inner.Apply(ctx, tx, c)
 	if err == nil && e.f.take(e.name) {
 		return nil, tool.Transient("tooltest_lost_outcome", errLost)
@@ -600,6 +678,7 @@ func (e *lossyEffect) Apply(ctx context.Context, tx toolspec.Tx, c *gate.Claim) 
 }
 
 func (e *lossyEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage, error) {
+	e.f.ran(c)
 	res, err := e.inner.Call(ctx, c)
 	if err == nil && e.f.take(e.name) {
 		return nil, tool.Transient("tooltest_lost_outcome", errLost)

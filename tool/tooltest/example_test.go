@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/idemgate/idemgate/idemtype"
 	"github.com/idemgate/idemgate/tool"
 	"github.com/idemgate/idemgate/tool/tooltest"
@@ -30,7 +32,8 @@ var issueCoupon = &tool.Mutation[couponArgs, coupon]{
 }
 
 // Check runs the guarantees on a tool in a test of its own: here on the
-// embedded engine (tooltest.Postgres on a fresh Postgres database alike).
+// embedded engine (tooltest.Postgres on a fresh Postgres database alike),
+// a worker killed before the completing commit among them.
 // It needs a *testing.T, so this example is compiled, not run; the same
 // test runs in examples/coupon on both engines.
 func ExampleCheck() {
@@ -46,5 +49,38 @@ func ExampleCheck() {
 				return h.Count(t, `SELECT count(*) FROM coupons WHERE operation_id = $1`, op.OperationID)
 			},
 		})
+	}
+}
+
+// A test of its own kills the worker in the middle of an effect, as
+// SIGKILL would, and calls the tool as an agent does, over the harness's
+// MCP session: the killed transaction rolls back, the harness brings the
+// claim back through the reaper, and the coupon is issued once. Read
+// calls a read tool through its REST twin. Compiled, not run: it needs a
+// *testing.T.
+func ExampleHarness_MCP() {
+	_ = func(t *testing.T) { // func TestIssueCouponKilled(t *testing.T)
+		reg := tool.NewRegistry().MustAdd(issueCoupon)
+		h := tooltest.SQLite(t, reg, &tooltest.Options{Migrations: nil /* your func(engine string) fs.FS */})
+
+		h.KillNextBeforeCommit("issue_coupon") // KillNextAfterCall for a Call tool
+		session := h.MCP(t)
+		res, err := session.CallTool(t.Context(), &mcp.CallToolParams{Name: "issue_coupon",
+			Arguments: map[string]any{"customer_id": "cus_1", "percent_off": 10, "idempotency_key": "coupon-0001"}})
+		if err != nil || res.IsError {
+			t.Fatal(err, res)
+		}
+		op := h.Await(t, "issue_coupon", "coupon-0001")
+		if op.Status != idemtype.StatusSucceeded {
+			t.Fatalf("%+v", op)
+		}
+		if n := h.Count(t, `SELECT count(*) FROM coupons WHERE operation_id = $1`, op.OperationID); n != 1 {
+			t.Fatalf("%d coupons, want 1", n)
+		}
+
+		var got idemtype.Operation
+		if err := h.Read(t, "get_operation", map[string]any{"tool": "issue_coupon", "idempotency_key": "coupon-0001"}, &got); err != nil {
+			t.Fatal(err) // an *idemtype.Error with its code
+		}
 	}
 }

@@ -1,7 +1,7 @@
 // Package tooltest runs a team's own tools through idemgate's real gate,
-// River workers and REST api, on Postgres and on SQLite, and checks the
-// guarantees every mutation must keep, as River's rivertest does for
-// workers.
+// River workers, REST api and MCP server, on Postgres and on SQLite, and
+// checks the guarantees every mutation must keep, as River's rivertest
+// does for workers.
 //
 //	func TestIssueCoupon(t *testing.T) {
 //		reg := tool.NewRegistry().MustAdd(IssueCoupon)
@@ -12,6 +12,23 @@
 //			}})
 //	}
 //
+// Check kills the worker in the middle of the effect, in process, as
+// SIGKILL would: after an external effect's provider answered
+// ([Harness.KillNextAfterCall]) and inside the completing transaction
+// before its COMMIT ([Harness.KillNextBeforeCommit]). The harness then
+// moves the lease past its expiry and runs the reaper, and the effect runs
+// again with the same downstream key: an in-transaction effect rolled
+// back, and an external one's provider must deduplicate by
+// [tool.Op.DownstreamKey], for Effects to count one. A test of its own
+// can kill a call the same way, and call the tools as an agent does
+// through [Harness.MCP] (a go-sdk client session) or, for a read tool,
+// [Harness.Read]:
+//
+//	h.KillNextBeforeCommit("issue_coupon")
+//	session := h.MCP(t)
+//	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "issue_coupon", Arguments: …})
+//	op := h.Await(t, "issue_coupon", key) // succeeded on the reaper's fresh job, once
+//
 // Postgres comes from TEST_DATABASE_URL (default the server on
 // 127.0.0.1:5432, user postgres); each harness gets a fresh database.
 package tooltest
@@ -20,6 +37,8 @@ import (
 	"io/fs"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/idemtype"
 	"github.com/idemgate/idemgate/internal/toolkit"
@@ -104,6 +123,51 @@ func (h *Harness) Count(t testing.TB, query string, args ...any) int {
 // operation is retried with the same downstream key.
 func (h *Harness) LoseNextOutcome(toolName string) { h.h.LoseNextOutcome(toolName) }
 
+// KillNextAfterCall kills the worker running toolName's effect next, an
+// external (Call) one, as SIGKILL would, just after the provider answered
+// and before anything of it is recorded: the job stays running, the
+// claim's lease held. The harness then moves the lease past its expiry
+// and runs the reaper, which gives the claim a fresh job; the effect runs
+// again with the same downstream key, and a provider that deduplicates by
+// it acts once. It panics on an in-transaction tool.
+func (h *Harness) KillNextAfterCall(toolName string) { h.h.KillNext(toolName, toolkit.AfterCall) }
+
+// KillNextBeforeCommit kills the worker running toolName's effect next
+// inside the completing transaction, after the effect's writes (InTx, or
+// Call's Record) and just before COMMIT, as SIGKILL would: the
+// transaction rolls back and the job stays running. The harness then
+// brings the claim back as KillNextAfterCall does, and the effect runs
+// again with the same downstream key.
+func (h *Harness) KillNextBeforeCommit(toolName string) { h.h.KillNext(toolName, toolkit.BeforeCommit) }
+
+// URL is the harness's base URL: MCP at URL()+"/mcp", the REST twins at
+// URL()+"/v1/tools/{name}".
+func (h *Harness) URL() string { return h.h.URL() }
+
+// Token mints a bearer token of the harness's tenant holding exactly
+// scopes; none: a token that may call nothing.
+func (h *Harness) Token(t testing.TB, scopes ...string) string {
+	t.Helper()
+	return h.h.Token(t, scopes...)
+}
+
+// MCP connects an MCP client session over Streamable HTTP to
+// URL()+"/mcp" with a token holding every tool's scope; it is closed when
+// t's test ends.
+func (h *Harness) MCP(t testing.TB) *mcp.ClientSession {
+	t.Helper()
+	return h.h.MCP(t)
+}
+
+// Read calls a read tool (a tool.Read, or get_operation) through its REST
+// twin with args as the body, and decodes its result into out (nil:
+// ignore it). A refusal (not found, invalid arguments, a missing scope) is
+// returned as an *idemtype.Error with its code. Mutations go through Call.
+func (h *Harness) Read(t testing.TB, toolName string, args, out any) error {
+	t.Helper()
+	return h.h.Read(t, toolName, args, out)
+}
+
 // ExpireAndPrune ends a finished operation's replay window now and then
 // runs the pruner as if the clock read at: the claim moves into its key's
 // history, and history rows past their retention go.
@@ -132,8 +196,13 @@ type Case struct {
 }
 
 // Check runs the guarantees every mutation must keep, one subtest each:
-// Duplicate, Concurrent, Conflict, LostOutcome, ExpiredKeyIsNotRunAgain
-// and, with Failing, RedriveAfterDefinitiveFailure. Each uses fresh keys.
+// Duplicate, Concurrent, Conflict, LostOutcome, KilledMidEffect/AfterCall
+// (external tools) and KilledMidEffect/BeforeCommit (see
+// KillNextAfterCall and KillNextBeforeCommit: one effect in all, every
+// run with the same downstream key, the claim on a fresh job; a tool with
+// Policy.FailUnknownOutcome fails outcome_unknown instead),
+// ExpiredKeyIsNotRunAgain and, with Failing,
+// RedriveAfterDefinitiveFailure. Each uses fresh keys.
 func Check(t *testing.T, h *Harness, c *Case) {
 	t.Helper()
 	kc := &toolkit.Case{Tool: c.Tool, Args: c.Args, Differ: c.Differ, DifferField: c.DifferField,
