@@ -67,6 +67,7 @@ func TestToolsOnPostgres(t *testing.T) {
 	for _, c := range cases(api) {
 		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
 	}
+	t.Run("ReadBack", func(t *testing.T) { readBack(t, h) })
 }
 
 func TestToolsOnSQLite(t *testing.T) {
@@ -78,6 +79,28 @@ func TestToolsOnSQLite(t *testing.T) {
 	for _, c := range cases(api) {
 		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
 	}
+	t.Run("ReadBack", func(t *testing.T) { readBack(t, h) })
+}
+
+// readBack grants a license through the harness and reads it with
+// get_license, over the REST twin (Harness.Read) and over MCP
+// (Harness.MCP); another license id is not found.
+func readBack(t *testing.T, h *tooltest.Harness) {
+	h.Call(t, "grant_license", "read-back-0001", map[string]any{"customer_id": "cus_7", "plan": "team", "seats": 3})
+	op := h.Await(t, "grant_license", "read-back-0001")
+	require.Equal(t, idemtype.StatusSucceeded, op.Status)
+	var granted License
+	require.NoError(t, json.Unmarshal(op.Result, &granted))
+	var got License
+	require.NoError(t, h.Read(t, "get_license", map[string]any{"license_id": granted.LicenseID}, &got))
+	require.Equal(t, granted, got)
+	var e *idemtype.Error
+	require.ErrorAs(t, h.Read(t, "get_license", map[string]any{"license_id": "lic_nope"}, &got), &e)
+	require.Equal(t, idemtype.CodeNotFound, e.Code)
+	res, err := h.MCP(t).CallTool(t.Context(), &mcp.CallToolParams{Name: "get_license", Arguments: map[string]any{"license_id": granted.LicenseID}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Equal(t, float64(3), structured(t, res)["seats"])
 }
 
 // service runs the team's service (NewService: its router, middleware,
