@@ -355,5 +355,6 @@ func TestClients(t *testing.T) {
 	}
 	require.Equal(t, http.StatusOK, read(h.Token(t, tool.ScopeOperationsRead)))
 	require.Equal(t, http.StatusForbidden, read(h.Token(t)), "a token without the scope")
-	require.Equal(t, http.StatusForbidden, read(h.Token(t, "credits:grant")), "a token with another scope")
+	require.Equal(t, http.StatusOK, read(h.Token(t, "credits:grant")), "the polled mutation's own scope reads it")
+	require.Equal(t, http.StatusForbidden, read(h.Token(t, "charges:create")), "a token with another tool's scope")
 }
