@@ -1,7 +1,6 @@
 package idemgate_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -23,24 +21,16 @@ import (
 func TestMountedUnderPrefixes(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	cfg, err := idemgate.LoadConfig([]string{"--database-url=sqlite:" + filepath.Join(t.TempDir(), "mount.db"), "--log-level=warn", "--wait=10s"})
-	require.NoError(t, err)
-	svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry().MustAdd(addNote), nil)
-	require.NoError(t, err)
-	t.Cleanup(svc.Close)
-	require.NoError(t, svc.Migrate(ctx))
+	svc := runService(t, "sqlite:"+filepath.Join(t.TempDir(), "mount.db"), tool.NewRegistry().MustAdd(addNote), nil)
 	token, err := svc.CreateToken(ctx, "acme", "bot", "notes:write")
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
 
 	r := chi.NewRouter()
 	r.Handle("/agents/mcp", svc.MCPHandler())
 	r.Mount("/idem", svc)
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "the team's home") })
 	srv := httptest.NewServer(r)
-	t.Cleanup(func() { srv.Close(); cancel(); require.NoError(t, <-done) })
+	t.Cleanup(srv.Close)
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "mount-test", Version: "1"}, nil)
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL + "/agents/mcp", HTTPClient: &http.Client{Transport: bearerRT{token}}}, nil)

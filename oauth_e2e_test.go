@@ -13,9 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate"
 	"github.com/idemgate/idemgate/internal/oauth/oauthtest"
-	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -55,26 +53,13 @@ func TestOAuthResourceServer(t *testing.T) {
 	ctx := t.Context()
 	op := oauthtest.Start(t, nil)
 	other := oauthtest.Start(t, nil)
-	dbURL, pool := pgtest.NewDB(t)
-	audience := oauthtest.DefaultAudience
-	sep := "?"
-	if strings.Contains(dbURL, "?") {
-		sep = "&"
-	}
+	dbURL, pool := postgresDB(t, 4)
 	// The resource is this api's public URL (behind its proxy), where the
 	// metadata is published; the test serves the same routes locally.
-	cfg, err := idemgate.LoadConfig([]string{"--database-url=" + dbURL + sep + "pool_max_conns=4", "--log-level=warn",
-		"--oauth-issuer=" + op.Issuer(), "--oauth-audience=" + audience, "--oauth-resource=https://idemgate.test/mcp", "--wait=10s"})
-	require.NoError(t, err)
-	svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry().MustAdd(addNote), nil)
-	require.NoError(t, err)
-	t.Cleanup(svc.Close)
-	require.NoError(t, svc.Migrate(ctx))
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
+	svc := runService(t, dbURL, tool.NewRegistry().MustAdd(addNote), nil,
+		"--oauth-issuer="+op.Issuer(), "--oauth-audience="+oauthtest.DefaultAudience, "--oauth-resource=https://idemgate.test/mcp")
 	srv := httptest.NewServer(svc)
-	t.Cleanup(func() { srv.Close(); cancel(); require.NoError(t, <-done) })
+	t.Cleanup(srv.Close)
 
 	rows := func() (claims, audits int) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM idempotency_claims), (SELECT count(*) FROM audit_events)`).Scan(&claims, &audits))

@@ -11,8 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -50,29 +48,15 @@ func TestReadToolsGetAReadOnlyTransaction(t *testing.T) {
 	for _, engine := range []string{tool.SQLite, tool.Postgres} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
-			ctx := t.Context()
 			dbURL := "sqlite:" + filepath.Join(t.TempDir(), "read.db")
 			if engine == tool.Postgres {
-				u, _ := pgtest.NewDB(t)
-				sep := "?"
-				if strings.Contains(u, "?") {
-					sep = "&"
-				}
-				dbURL = u + sep + "pool_max_conns=3"
+				dbURL, _ = postgresDB(t, 3)
 			}
-			cfg, err := idemgate.LoadConfig([]string{"--database-url=" + dbURL, "--log-level=warn", "--wait=10s"})
+			svc := runService(t, dbURL, tool.NewRegistry().MustAdd(addNote, probeDB), nil)
+			token, err := svc.CreateToken(t.Context(), "acme", "bot", "notes:write")
 			require.NoError(t, err)
-			svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry().MustAdd(addNote, probeDB), nil)
-			require.NoError(t, err)
-			t.Cleanup(svc.Close)
-			require.NoError(t, svc.Migrate(ctx))
-			token, err := svc.CreateToken(ctx, "acme", "bot", "notes:write")
-			require.NoError(t, err)
-			runCtx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- svc.Run(runCtx) }()
 			srv := httptest.NewServer(svc)
-			t.Cleanup(func() { srv.Close(); cancel(); require.NoError(t, <-done) })
+			t.Cleanup(srv.Close)
 
 			post := func(path, key, body string) (int, map[string]any) {
 				req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))

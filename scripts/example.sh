@@ -94,15 +94,23 @@ run_example() {
 }
 
 run_example sqlite "sqlite:$tmp/coupon.db"
-pgdb="idemgate_example_$(date +%s)_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
-psql "$admin_url" -XAtqc "CREATE DATABASE $pgdb" >/dev/null
-pg_url=$(sed -E "s#/[^/?]*(\?|$)#/$pgdb\1#" <<<"$admin_url")
-# Under scripts/test.sh the example opens at most TEST_DB_MAX_CONNS
-# connections, as the Go tests' processes do.
-if [[ -n ${TEST_DB_MAX_CONNS:-} ]]; then
-	[[ $pg_url == *\?* ]] && pg_url+="&" || pg_url+="?"
-	pg_url+="pool_max_conns=$TEST_DB_MAX_CONNS"
-fi
+# new_db NAME_VAR: create a fresh database, put its name in NAME_VAR (the
+# trap drops it) and its URL in pg_url. Under scripts/test.sh the example opens
+# at most TEST_DB_MAX_CONNS connections, as the Go tests' processes do.
+new_db() {
+	local name url
+	name="idemgate_example_$(date +%s)_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+	psql "$admin_url" -XAtqc "CREATE DATABASE $name" >/dev/null
+	printf -v "$1" '%s' "$name"
+	url=$(sed -E "s#/[^/?]*(\?|$)#/$name\1#" <<<"$admin_url")
+	if [[ -n ${TEST_DB_MAX_CONNS:-} ]]; then
+		[[ $url == *\?* ]] && url+="&" || url+="?"
+		url+="pool_max_conns=$TEST_DB_MAX_CONNS"
+	fi
+	pg_url=$url
+}
+
+new_db pgdb
 run_example postgres "$pg_url"
 
 # run_licenses ENGINE DATABASE_URL: start examples/licenses, drive it with
@@ -139,12 +147,6 @@ run_licenses() {
 }
 
 run_licenses sqlite "sqlite:$tmp/licenses.db"
-pgdb2="idemgate_example_$(date +%s)_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
-psql "$admin_url" -XAtqc "CREATE DATABASE $pgdb2" >/dev/null
-pg_url2=$(sed -E "s#/[^/?]*(\?|$)#/$pgdb2\1#" <<<"$admin_url")
-if [[ -n ${TEST_DB_MAX_CONNS:-} ]]; then
-	[[ $pg_url2 == *\?* ]] && pg_url2+="&" || pg_url2+="?"
-	pg_url2+="pool_max_conns=$TEST_DB_MAX_CONNS"
-fi
-run_licenses postgres "$pg_url2"
+new_db pgdb2
+run_licenses postgres "$pg_url"
 psql "$admin_url" -XAtqc "DROP DATABASE IF EXISTS $pgdb2 WITH (FORCE)" >/dev/null

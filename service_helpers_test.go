@@ -1,0 +1,48 @@
+package idemgate_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate"
+	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/tool"
+)
+
+// postgresDB is a fresh test database: its URL with pool_max_conns=n,
+// and the test's own small pool on it.
+func postgresDB(t *testing.T, n int) (string, *pgxpool.Pool) {
+	t.Helper()
+	u, pool := pgtest.NewDB(t)
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + "pool_max_conns=" + strconv.Itoa(n), pool
+}
+
+// runService opens a Service on dbURL with reg (args are more settings),
+// migrates it and runs its background work (Service.Run) until the test
+// ends; the test serves it as it likes.
+func runService(t *testing.T, dbURL string, reg *tool.Registry, opts *idemgate.Options, args ...string) *idemgate.Service {
+	t.Helper()
+	cfg, err := idemgate.LoadConfig(append([]string{"--database-url=" + dbURL, "--log-level=warn", "--wait=10s"}, args...))
+	require.NoError(t, err)
+	svc, err := idemgate.Open(t.Context(), cfg, reg, opts)
+	require.NoError(t, err)
+	require.NoError(t, svc.Migrate(t.Context()))
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		svc.Close()
+	})
+	return svc
+}
