@@ -13,3 +13,6 @@ const (
 
 // ScopesOf is every scope a token may be granted with reg's tools.
 func ScopesOf(reg *Registry) []string { return reg.inner.Scopes() }
+
+// ToolspecCaller converts a Caller, for tests that call a spec directly.
+func ToolspecCaller(c Caller) toolspec.Caller { return toolspec.Caller(c) }

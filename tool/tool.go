@@ -74,7 +74,14 @@ type Policy struct {
 	// once instead of running the effect again: for a downstream that
 	// cannot deduplicate (SMTP) when a human should decide.
 	FailUnknownOutcome bool
+	// ApprovalWindow is how long a call that needs approval (Mutation.
+	// Approval) waits for a decision before it fails approval_expired.
+	// Default the smaller of DefaultApprovalWindow and TTL; at most TTL.
+	ApprovalWindow time.Duration
 }
+
+// DefaultApprovalWindow is a Policy's default ApprovalWindow.
+const DefaultApprovalWindow = 24 * time.Hour
 
 // DefaultTTL is a Policy's default TTL.
 const DefaultTTL = 24 * time.Hour
@@ -141,6 +148,14 @@ type Mutation[A, R any] struct {
 	// Check, optional, validates arguments beyond their schema before the
 	// claim (cross-field rules). Return an error from Invalid.
 	Check func(args *A) error
+	// Approval, optional, says whether a call needs a person's approval
+	// before its effect runs (a refund over the tenant's threshold). It
+	// runs before the claim, with a read-only tx on the service's database
+	// (the tenant's settings) and the caller. Such a call is claimed and
+	// waits, with no job, until an approver of the tenant who is not the
+	// caller approves its exact arguments (or denies it, or
+	// Policy.ApprovalWindow passes).
+	Approval func(ctx context.Context, tx Tx, caller Caller, args *A) (bool, error)
 }
 
 // Read declares a read tool: a scope, arguments A, a result R, no key.
@@ -190,6 +205,14 @@ func (m *Mutation[A, R]) spec() (*toolspec.Spec, error) {
 	if p.ResultFields == nil {
 		p.ResultFields = resultFields
 	}
+	switch {
+	case p.ApprovalWindow < 0 || p.ApprovalWindow > p.TTL:
+		return nil, fmt.Errorf("tool %s: Policy.ApprovalWindow %v must be between 0 (the default) and the TTL %v", m.Name, p.ApprovalWindow, p.TTL)
+	case p.ApprovalWindow != 0 && m.Approval == nil:
+		return nil, fmt.Errorf("tool %s: Policy.ApprovalWindow is set but Approval is not: no call would wait", m.Name)
+	case p.ApprovalWindow == 0:
+		p.ApprovalWindow = min(DefaultApprovalWindow, p.TTL)
+	}
 	for _, f := range append(append([]string{}, p.VolatileFields...), p.AuditFields...) {
 		if _, ok := in.props[f]; !ok {
 			return nil, fmt.Errorf("tool %s: Policy names %q, which is not an argument", m.Name, f)
@@ -215,6 +238,16 @@ func (m *Mutation[A, R]) spec() (*toolspec.Spec, error) {
 		Mutating: true, InTx: m.InTx != nil, Provider: provider,
 		InputSchema: in.published, OutputSchema: out, Policy: policy,
 		Effect: &effect[A, R]{m: m},
+	}
+	if m.Approval != nil {
+		spec.ApprovalWindow = p.ApprovalWindow
+		spec.NeedsApproval = func(ctx context.Context, tx toolspec.Tx, caller toolspec.Caller, raw json.RawMessage) (bool, error) {
+			var a A
+			if err := json.Unmarshal(raw, &a); err != nil {
+				return false, domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
+			}
+			return m.Approval(ctx, tx, Caller(caller), &a)
+		}
 	}
 	spec.Check = func(args map[string]any) error {
 		if err := in.validate(args); err != nil {

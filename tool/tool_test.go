@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"github.com/idemgate/idemgate/tool"
 )
 
@@ -33,6 +35,10 @@ func issueCoupon() *tool.Mutation[couponArgs, coupon] {
 			return &coupon{CouponID: "cpn_" + op.OperationID, PercentOff: op.Args.PercentOff}, nil
 		},
 	}
+}
+
+func toolspecCaller(tenant string) toolspec.Caller {
+	return tool.ToolspecCaller(tool.Caller{TenantID: tenant, UserID: "u1"})
 }
 
 func decoded(t *testing.T, raw string) map[string]any {
@@ -180,4 +186,46 @@ func Example() {
 	fmt.Println(reg.Add(issueCoupon))
 	// Output:
 	// tool issue_coupon: registered twice
+}
+
+// A mutation's Approval becomes the spec's NeedsApproval, typed: it sees
+// the decoded arguments and the caller; its window defaults to the smaller
+// of a day and the TTL, and may not pass the TTL or stand without Approval.
+func TestApprovalDeclaration(t *testing.T) {
+	t.Parallel()
+	m := issueCoupon()
+	m.Approval = func(_ context.Context, _ tool.Tx, caller tool.Caller, a *couponArgs) (bool, error) {
+		return a.PercentOff > 50 && caller.TenantID == "acme", nil
+	}
+	spec, err := tool.SpecOf(m)
+	require.NoError(t, err)
+	require.Equal(t, tool.DefaultApprovalWindow, spec.ApprovalWindow)
+	for raw, want := range map[string]bool{
+		`{"customer_id":"cus_1","percent_off":60}`: true,
+		`{"customer_id":"cus_1","percent_off":10}`: false,
+	} {
+		got, err := spec.NeedsApproval(context.Background(), nil, toolspecCaller("acme"), json.RawMessage(raw))
+		require.NoError(t, err)
+		require.Equal(t, want, got, raw)
+	}
+	got, err := spec.NeedsApproval(context.Background(), nil, toolspecCaller("globex"), json.RawMessage(`{"customer_id":"cus_1","percent_off":60}`))
+	require.NoError(t, err)
+	require.False(t, got)
+
+	m.Policy.TTL = time.Hour
+	spec, err = tool.SpecOf(m)
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, spec.ApprovalWindow, "never past the TTL")
+
+	m.Policy.ApprovalWindow = 2 * time.Hour
+	_, err = tool.SpecOf(m)
+	require.ErrorContains(t, err, "Policy.ApprovalWindow")
+
+	plain := issueCoupon()
+	plain.Policy.ApprovalWindow = time.Minute
+	_, err = tool.SpecOf(plain)
+	require.ErrorContains(t, err, "Approval is not")
+	spec, err = tool.SpecOf(issueCoupon())
+	require.NoError(t, err)
+	require.Nil(t, spec.NeedsApproval, "no Approval: no call waits")
 }

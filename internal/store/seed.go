@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,7 +44,15 @@ type SeedFile struct {
 // HasRows reports whether f has orders, customers, seats or users: rows
 // that LoadRows loads.
 func (f *SeedFile) HasRows() bool {
-	return len(f.Orders)+len(f.Customers)+len(f.Seats)+len(f.Users) > 0
+	if len(f.Orders)+len(f.Customers)+len(f.Seats)+len(f.Users) > 0 {
+		return true
+	}
+	for _, t := range f.Tenants {
+		if len(t.ApprovalThresholds) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // SeedOrder is an entry of "orders".
@@ -97,6 +106,10 @@ type SeedTenant struct {
 	// link to (domain.CheckLinkBase); empty leaves the deployment's
 	// IDEMGATE_RESET_LINK_BASE.
 	ResetLinkBase string `json:"reset_link_base,omitempty"`
+	// ApprovalThresholds are optional: per tool (refund_order,
+	// apply_credit), the amount in cents above which a call waits for a
+	// person's approval. Loaded with the built-in tools' rows (LoadRows).
+	ApprovalThresholds map[string]int64 `json:"approval_thresholds,omitempty"`
 }
 
 // ParseSeed decodes and validates a seed file. Unknown fields, trailing
@@ -238,6 +251,9 @@ func (f *SeedFile) validateTokens(dup dupFunc) error {
 // seedKey is an entry's identity: its list, then its key columns.
 type seedKey [3]string
 
+// seedToolName is what a tool name in approval_thresholds looks like.
+var seedToolName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
 // validateTenants checks "tenants".
 func (f *SeedFile) validateTenants(dup dupFunc) error {
 	for i, tn := range f.Tenants {
@@ -246,6 +262,11 @@ func (f *SeedFile) validateTenants(dup dupFunc) error {
 		if tn.ResetLinkBase != "" {
 			if err := domain.CheckLinkBase(tn.ResetLinkBase); err != nil {
 				baseErr = fmt.Errorf("%s.reset_link_base: %q %w", name, tn.ResetLinkBase, err)
+			}
+		}
+		for tool, cents := range tn.ApprovalThresholds {
+			if !seedToolName.MatchString(tool) || cents <= 0 {
+				baseErr = cmp.Or(baseErr, fmt.Errorf("%s.approval_thresholds: %q: %d must be a tool name with a positive amount in cents", name, tool, cents))
 			}
 		}
 		if err := firstErr(

@@ -126,6 +126,8 @@ var parseSeedRefusals = []struct {
 	{"TenantLinkBaseRelative", `{"tenants": [{"tenant": "a", "reset_link_base": "/reset"}]}`, `tenants[0].reset_link_base: "/reset" is not an absolute http or https URL`},
 	{"TenantLinkBaseAllInterfaces", `{"tenants": [{"tenant": "a", "reset_link_base": "http://0.0.0.0:8080/reset-password"}]}`, "tenants[0].reset_link_base:"},
 	{"TenantLinkBaseWithToken", `{"tenants": [{"tenant": "a", "reset_link_base": "https://a.example.com/r?token=x"}]}`, "token parameter"},
+	{"TenantThresholdNotPositive", `{"tenants": [{"tenant": "a", "approval_thresholds": {"refund_order": 0}}]}`, `tenants[0].approval_thresholds: "refund_order": 0 must be a tool name with a positive amount in cents`},
+	{"TenantThresholdBadTool", `{"tenants": [{"tenant": "a", "approval_thresholds": {"Refund Order": 100}}]}`, `tenants[0].approval_thresholds: "Refund Order"`},
 	{"TenantDuplicate", `{"tenants": [{"tenant": "a"}, {"tenant": "a", "reset_link_base": "https://a.example.com/r"}]}`, "tenants[1]: duplicates tenants[0]"},
 
 	{"TokenTenantMissing", seedToken(`"user": "u", "scopes": ["billing:refund"]`), "tokens[0].tenant: required"},

@@ -76,6 +76,7 @@ func TestBuiltinSQL(t *testing.T) {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			t.Run("RefundRecord", func(t *testing.T) { t.Parallel(); checkRefundRecord(t, newSQLBundle(t, engine)) })
+			t.Run("ApprovalThresholds", func(t *testing.T) { t.Parallel(); checkApprovalThresholds(t, newSQLBundle(t, engine)) })
 			t.Run("Ledger", func(t *testing.T) { t.Parallel(); checkLedger(t, newSQLBundle(t, engine)) })
 			t.Run("SeatReset", func(t *testing.T) { t.Parallel(); checkSeatReset(t, newSQLBundle(t, engine)) })
 			t.Run("ResetTokens", func(t *testing.T) { t.Parallel(); checkResetTokens(t, newSQLBundle(t, engine)) })
@@ -230,4 +231,41 @@ func checkResetTokens(t *testing.T, b *sqlBundle) {
 		require.ErrorIs(t, err, domain.ErrAlreadyUsed)
 	}
 	require.Equal(t, 1, redeemed, "one of %d concurrent redeems consumes the token", n)
+}
+
+// checkApprovalThresholds: a seeded threshold makes refund_order and
+// apply_credit ask for approval above it (not at it), for its tenant only;
+// no threshold asks nothing; a second seed replaces the value.
+func checkApprovalThresholds(t *testing.T, b *sqlBundle) {
+	ctx := context.Background()
+	seed := func(thresholds map[string]int64) {
+		require.NoError(t, b.db(ctx, func(tx tool.Tx) error {
+			return tools.SeedRows(ctx, tx.(gate.Tx), &store.SeedFile{Tenants: []store.SeedTenant{{Tenant: "acme", ApprovalThresholds: thresholds}}}, &store.SeedResult{})
+		}))
+	}
+	needs := func(spec *toolspec.Spec, tenant, args string) bool {
+		var got bool
+		require.NoError(t, b.db(ctx, func(tx tool.Tx) error {
+			var err error
+			got, err = spec.NeedsApproval(ctx, tx, toolspec.Caller{TenantID: tenant, UserID: "bot"}, json.RawMessage(args))
+			return err
+		}))
+		return got
+	}
+	refund, err := toolspec.Derive(tools.RefundOrder(b.deps))
+	require.NoError(t, err)
+	credit, err := toolspec.Derive(tools.ApplyCredit(b.deps))
+	require.NoError(t, err)
+	const big, small = `{"order_id":"ord_9f2","amount_cents":4000}`, `{"order_id":"ord_9f2","amount_cents":1000}`
+	require.False(t, needs(refund, "acme", big), "no threshold: no approval")
+
+	seed(map[string]int64{"refund_order": 1000, "apply_credit": 300})
+	require.True(t, needs(refund, "acme", big))
+	require.False(t, needs(refund, "acme", small), "at the threshold: no approval")
+	require.False(t, needs(refund, "globex", big), "another tenant's threshold")
+	require.True(t, needs(credit, "acme", `{"customer_id":"cus_1","amount_cents":301,"currency":"usd"}`))
+	require.False(t, needs(credit, "acme", `{"customer_id":"cus_1","amount_cents":300,"currency":"usd"}`))
+
+	seed(map[string]int64{"refund_order": 5000})
+	require.False(t, needs(refund, "acme", big), "the second seed's value wins")
 }

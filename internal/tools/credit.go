@@ -38,6 +38,11 @@ func ApplyCredit(*Deps) *tool.Mutation[CreditArgs, Credit] {
 			VolatileFields: []string{"memo"},
 			AuditFields:    []string{"customer_id", "amount_cents", "currency"},
 		},
+		// Above the tenant's threshold (tenants[].approval_thresholds), a
+		// person approves first.
+		Approval: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *CreditArgs) (bool, error) {
+			return overThreshold(ctx, tx, caller.TenantID, "apply_credit", a.AmountCents)
+		},
 		InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[CreditArgs]) (*Credit, error) {
 			a := op.Args
 			var currency string

@@ -65,6 +65,11 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 			VolatileFields: []string{"reason"},
 			AuditFields:    []string{"order_id", "amount_cents"},
 		},
+		// Above the tenant's threshold (tenants[].approval_thresholds), a
+		// person approves first.
+		Approval: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *RefundArgs) (bool, error) {
+			return overThreshold(ctx, tx, caller.TenantID, "refund_order", a.AmountCents)
+		},
 		Call: func(ctx context.Context, op *tool.Op[RefundArgs]) (*Refund, error) {
 			a := op.Args
 			order, err := orderGet(ctx, d.DB, op.TenantID, a.OrderID)

@@ -2,11 +2,13 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/tool"
 )
 
 // SeedRows loads a seed file's orders, customers, seats and users (the
@@ -65,5 +67,38 @@ func SeedRows(ctx context.Context, gtx gate.Tx, f *store.SeedFile, res *store.Se
 			return err
 		}
 	}
+	// Thresholds are settings: the file's value wins over the stored one.
+	for i, tn := range f.Tenants {
+		for tool, cents := range tn.ApprovalThresholds {
+			if _, err := tx.Exec(ctx, `INSERT INTO approval_thresholds (tenant_id, tool, amount_cents) VALUES ($1, $2, $3)
+				ON CONFLICT (tenant_id, tool) DO UPDATE SET amount_cents = excluded.amount_cents`, tn.Tenant, tool, cents); err != nil {
+				return fmt.Errorf("tenants[%d].approval_thresholds: %w", i, err)
+			}
+		}
+	}
 	return nil
+}
+
+// ApprovalThreshold is the tenant's threshold for tool in tx, and false
+// when it has none (no approval asked).
+func ApprovalThreshold(ctx context.Context, tx tool.Tx, tenantID, toolName string) (int64, bool, error) {
+	var cents int64
+	err := tx.QueryRow(ctx, `SELECT amount_cents FROM approval_thresholds WHERE tenant_id = $1 AND tool = $2`, tenantID, toolName).Scan(&cents)
+	switch {
+	case errors.Is(err, tool.ErrNotFound):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	return cents, true, nil
+}
+
+// overThreshold reports whether amountCents is above the tenant's
+// threshold for toolName: the Approval of refund_order and apply_credit.
+func overThreshold(ctx context.Context, tx tool.Tx, tenantID, toolName string, amountCents int64) (bool, error) {
+	cents, ok, err := ApprovalThreshold(ctx, tx, tenantID, toolName)
+	if err != nil || !ok {
+		return false, err
+	}
+	return amountCents > cents, nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
@@ -63,6 +64,11 @@ type Spec struct {
 	Serve func(ctx context.Context, tx Tx, caller Caller, args json.RawMessage) (any, error)
 	// Check validates decoded arguments (see Validate).
 	Check func(args map[string]any) error
+	// NeedsApproval, set for a mutation with an Approval, says whether a
+	// call with validated arguments waits for a person's approval; tx is
+	// a read-only transaction. ApprovalWindow is how long it may wait.
+	NeedsApproval  func(ctx context.Context, tx Tx, caller Caller, args json.RawMessage) (bool, error)
+	ApprovalWindow time.Duration
 }
 
 // Validate checks decoded arguments (gate.DecodeArgs) against the tool's
