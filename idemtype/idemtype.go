@@ -13,13 +13,17 @@ import (
 // Status is the state of an operation.
 type Status string
 
-// The statuses. Queued and running are in flight; succeeded and failed are
-// terminal.
+// The statuses. Awaiting approval, queued and running are in flight;
+// succeeded and failed are terminal.
 const (
-	StatusQueued    Status = "queued"
-	StatusRunning   Status = "running"
-	StatusSucceeded Status = "succeeded"
-	StatusFailed    Status = "failed"
+	// StatusAwaitingApproval: the operation needs a person's approval and
+	// waits for it, with no job: nothing runs until an approver of the
+	// tenant approves it.
+	StatusAwaitingApproval Status = "awaiting_approval"
+	StatusQueued           Status = "queued"
+	StatusRunning          Status = "running"
+	StatusSucceeded        Status = "succeeded"
+	StatusFailed           Status = "failed"
 )
 
 // Terminal reports whether s is succeeded or failed.
@@ -87,6 +91,11 @@ const (
 	CodeOutcomeUnknown Code = "outcome_unknown"
 	// CodeCancelled: the owner withdrew the intent before it ran; final.
 	CodeCancelled Code = "cancelled"
+	// CodeApprovalDenied: an approver denied the operation; final.
+	CodeApprovalDenied Code = "approval_denied"
+	// CodeApprovalExpired: nobody approved the operation within its
+	// approval window; final.
+	CodeApprovalExpired Code = "approval_expired"
 )
 
 // Error is an error with a stable code, the field it is about (if any), and

@@ -304,10 +304,10 @@ func requireFlags(flags map[string]string) error {
 
 func parseStatus(s string) (domain.Status, error) {
 	switch st := domain.Status(s); st {
-	case "", domain.StatusQueued, domain.StatusRunning, domain.StatusSucceeded, domain.StatusFailed:
+	case "", domain.StatusAwaitingApproval, domain.StatusQueued, domain.StatusRunning, domain.StatusSucceeded, domain.StatusFailed:
 		return st, nil
 	}
-	return "", &usageError{fmt.Errorf("--status: %q is not queued, running, succeeded or failed", s)}
+	return "", &usageError{fmt.Errorf("--status: %q is not awaiting_approval, queued, running, succeeded or failed", s)}
 }
 
 // parseSince reads a duration ago (1h, 90m) or an RFC 3339 time; "" is the

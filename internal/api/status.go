@@ -46,7 +46,10 @@ var codeStatus = map[domain.Code]int{
 	domain.CodeDownstreamRejected:            http.StatusUnprocessableEntity,
 	domain.CodeDownstreamIdempotencyMismatch: http.StatusUnprocessableEntity,
 	// Not 409: on this api 409 means in flight, retry after Retry-After.
-	domain.CodeCancelled:        http.StatusUnprocessableEntity,
+	domain.CodeCancelled: http.StatusUnprocessableEntity,
+	// An approver denied the operation, or nobody approved it in time.
+	domain.CodeApprovalDenied:   http.StatusUnprocessableEntity,
+	domain.CodeApprovalExpired:  http.StatusUnprocessableEntity,
 	domain.CodeOutcomeUnknown:   http.StatusBadGateway,
 	domain.CodeRetriesExhausted: http.StatusBadGateway,
 	codeDownstreamAuth:          http.StatusBadGateway,

@@ -32,6 +32,8 @@ var wantStatus = map[domain.Code]int{
 	domain.CodeDownstreamRejected:            422,
 	domain.CodeDownstreamIdempotencyMismatch: 422,
 	domain.CodeCancelled:                     422,
+	domain.CodeApprovalDenied:                422,
+	domain.CodeApprovalExpired:               422,
 	domain.CodeOutcomeUnknown:                502,
 	domain.CodeRetriesExhausted:              502,
 }

@@ -31,6 +31,8 @@ const (
 	TaskCompleted = "completed"
 	TaskFailed    = "failed"
 	TaskCancelled = "cancelled"
+	// TaskInputRequired: the operation waits for a person's approval.
+	TaskInputRequired = "input_required"
 )
 
 // Bounds of a task's pollInterval.
@@ -83,6 +85,9 @@ func (s *Server) taskOf(op *domain.Operation) Task {
 		}
 	case domain.StatusRunning:
 		t.StatusMessage = fmt.Sprintf("running: attempt %d", op.Attempts)
+	case domain.StatusAwaitingApproval:
+		// Both task shapes name the state in which a person must act.
+		t.Status, t.StatusMessage = TaskInputRequired, "awaiting_approval: a person of the tenant must approve it"
 	default:
 		t.StatusMessage = "queued"
 		if op.Attempts > 0 {

@@ -55,7 +55,7 @@ func (c *claimsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	for _, status := range []string{"queued", "running", "succeeded", "failed"} {
+	for _, status := range []string{"awaiting_approval", "queued", "running", "succeeded", "failed"} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(got[status]), status)
 	}
 }

@@ -33,19 +33,20 @@ func (a Actor) HasScope(scope string) bool {
 // Status is the state of a claim (idemtype.Status).
 type Status = idemtype.Status
 
-// The claim statuses. Queued and running are in flight; succeeded and failed
-// are terminal.
+// The claim statuses. Awaiting approval, queued and running are in flight;
+// succeeded and failed are terminal.
 const (
-	StatusQueued    = idemtype.StatusQueued
-	StatusRunning   = idemtype.StatusRunning
-	StatusSucceeded = idemtype.StatusSucceeded
-	StatusFailed    = idemtype.StatusFailed
+	StatusAwaitingApproval = idemtype.StatusAwaitingApproval
+	StatusQueued           = idemtype.StatusQueued
+	StatusRunning          = idemtype.StatusRunning
+	StatusSucceeded        = idemtype.StatusSucceeded
+	StatusFailed           = idemtype.StatusFailed
 )
 
-// ValidStatus reports whether s is one of the four statuses.
+// ValidStatus reports whether s is one of the five statuses.
 func ValidStatus(s Status) bool {
 	switch s {
-	case StatusQueued, StatusRunning, StatusSucceeded, StatusFailed:
+	case StatusAwaitingApproval, StatusQueued, StatusRunning, StatusSucceeded, StatusFailed:
 		return true
 	}
 	return false

@@ -38,6 +38,11 @@ const (
 	CodeCardDeclined                  Code = "card_declined"
 	CodeDownstreamRejected            Code = "downstream_rejected"
 	CodeRetriesExhausted              Code = "retries_exhausted"
+	// CodeApprovalDenied and CodeApprovalExpired fail an operation that
+	// waited for a person's approval: denied, or not approved in time.
+	// Both are final: never re-driven.
+	CodeApprovalDenied  Code = "approval_denied"
+	CodeApprovalExpired Code = "approval_expired"
 )
 
 // Codes returns every code constant above, in declaration order. Tools may
@@ -48,7 +53,7 @@ func Codes() []Code {
 		CodeForbidden, CodeUnauthenticated, CodeNotFound, CodeInvalidArgument,
 		CodeUnavailable, CodeRateLimited, CodeInternal, CodeResetTokenUsed, CodeResetTokenExpired,
 		CodeOutcomeUnknown, CodeCancelled, CodeDownstreamIdempotencyMismatch, CodeAmountExceedsRefundable,
-		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted,
+		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted, CodeApprovalDenied, CodeApprovalExpired,
 	}
 }
 

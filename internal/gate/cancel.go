@@ -42,8 +42,13 @@ func (g *Gate) Cancel(ctx context.Context, p *CancelParams, jobs JobControl) (*C
 		if err := t.Check(c, facts); err != nil {
 			return err
 		}
-		job, err := tx.JobGet(ctx, &JobGetParams{ID: c.JobID, Lock: true})
+		var job *Job
+		if c.JobID != 0 {
+			job, err = tx.JobGet(ctx, &JobGetParams{ID: c.JobID, Lock: true})
+		}
 		switch {
+		case c.JobID == 0:
+			// Awaiting approval: there is no job yet, and nothing ran.
 		case errors.Is(err, domain.ErrNotFound):
 			// River no longer has the job: nothing can run the claim.
 		case err != nil:
@@ -64,6 +69,11 @@ func (g *Gate) Cancel(ctx context.Context, p *CancelParams, jobs JobControl) (*C
 			return err
 		}
 		out = cancelled
+		if c.JobID == 0 {
+			ev := transitionAudit(ctx, cancelled, EventCancel, "cancel: "+msg, nil)
+			ev.UserID, ev.TokenID, ev.RequestID = p.UserID, p.TokenID, p.RequestID
+			return tx.AuditInsert(ctx, ev)
+		}
 		if err := jobs.JobCancelTx(ctx, tx, c.JobID); err != nil {
 			return fmt.Errorf("gate: cancel job %d: %w", c.JobID, err)
 		}

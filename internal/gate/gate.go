@@ -248,6 +248,11 @@ type ClaimParams struct {
 	// Wait is how long to wait for a terminal status before answering with
 	// the handle (IDEMGATE_WAIT). Zero answers at once.
 	Wait time.Duration
+	// ApprovalWindow, when positive, means the call needs a person's
+	// approval: a new claim awaits approval for this long, with no job
+	// (EventAwait). A retry of the same intent answers the same waiting
+	// operation; the window does not change an existing claim.
+	ApprovalWindow time.Duration
 }
 
 // ClaimResult is the answer to a mutation call.
@@ -360,7 +365,7 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 	// A new key joins the next group of new claims; an expired claim of
 	// other arguments is taken over on the single path, where it is read
 	// and replaced in one transaction.
-	if g.batch != nil && err != nil && !trace.SpanContextFromContext(ctx).IsSampled() {
+	if g.batch != nil && err != nil && params.ApprovalWindow <= 0 && !trace.SpanContextFromContext(ctx).IsSampled() {
 		claim, err := g.batch.claim(ctx, params, policy, auditArgs, start)
 		if err != nil {
 			return nil, err
@@ -515,20 +520,27 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	// The job first, then the claim pointing at it with its audit row, in
 	// one statement: a claim never exists without its job, and a claim
 	// that loses the race rolls its job back with it.
+	// A claim that awaits approval has no job until it is approved.
 	operationID := newOperationID()
-	jobID, err := g.enqueuer.JobInsert(ctx, tx, &Claim{OperationID: operationID, TenantID: params.Actor.TenantID,
-		Tool: in.Tool, IdempotencyKey: in.Key})
-	if err != nil {
-		return nil, nil, fmt.Errorf("gate: insert job: %w", err)
+	event, reason, jobID := EventInsert, "", int64(0)
+	if params.ApprovalWindow > 0 {
+		event, reason = EventAwait, fmt.Sprintf("awaiting approval for up to %s", params.ApprovalWindow)
+	} else {
+		var err error
+		jobID, err = g.enqueuer.JobInsert(ctx, tx, &Claim{OperationID: operationID, TenantID: params.Actor.TenantID,
+			Tool: in.Tool, IdempotencyKey: in.Key})
+		if err != nil {
+			return nil, nil, fmt.Errorf("gate: insert job: %w", err)
+		}
 	}
-	ev := callAudit(ctx, params, auditArgs, start, domain.DecisionAccepted, "")
+	ev := callAudit(ctx, params, auditArgs, start, domain.DecisionAccepted, reason)
 	ev.OperationID, ev.JobID = operationID, jobID
-	claim, err := apply(ctx, tx, EventInsert, nil, Facts{}, &ClaimInsertParams{
+	claim, err := apply(ctx, tx, event, nil, Facts{}, &ClaimInsertParams{
 		OperationID: operationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 		UserID: params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
-		IntentKey: g.intentKey(params), TTL: policy.TTL, Retention: policy.retention(), JobID: jobID, Audit: ev,
+		IntentKey: g.intentKey(params), TTL: policy.TTL, Retention: policy.retention(), JobID: jobID,
+		ApprovalWindow: params.ApprovalWindow, Audit: ev,
 	})
-	event := EventInsert
 	switch {
 	case err == nil:
 	case errors.Is(err, domain.ErrAlreadyExists):
@@ -539,10 +551,14 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 			return res, existing, err
 		}
 		ev.Reason = "took over expired operation " + existing.OperationID
+		event = EventTakeOver
+		if params.ApprovalWindow > 0 {
+			ev.Reason += "; " + reason
+			event = EventAwaitTakeOver
+		}
 		if err := tx.AuditInsert(ctx, ev); err != nil {
 			return nil, nil, err
 		}
-		event = EventTakeOver
 	default:
 		return nil, nil, err
 	}
@@ -587,10 +603,14 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 	if prior, err := g.history(ctx, tx, params); prior != nil || err != nil {
 		return nil, prior, nil, err
 	}
-	claim, err = apply(ctx, tx, EventTakeOver, existing, Facts{}, &ClaimTakeOverParams{
+	event := EventTakeOver
+	if params.ApprovalWindow > 0 {
+		event = EventAwaitTakeOver
+	}
+	claim, err = apply(ctx, tx, event, existing, Facts{}, &ClaimTakeOverParams{
 		ID: existing.ID, OperationID: operationID, UserID: params.Actor.UserID,
 		Args: in.Canonical, ArgsHash: in.ArgsHash, IntentKey: g.intentKey(params), TTL: policy.TTL,
-		Retention: policy.retention(), JobID: jobID,
+		Retention: policy.retention(), JobID: jobID, ApprovalWindow: params.ApprovalWindow,
 	})
 	if errors.Is(err, domain.ErrStateChanged) || errors.Is(err, domain.ErrNotFound) {
 		return nil, nil, nil, nil // another intent took it over first: loop

@@ -49,6 +49,22 @@ const (
 	EventCancel Event = "cancel"
 	// EventRedrive: an operator runs a failed claim again.
 	EventRedrive Event = "redrive"
+	// EventAwait: a call that needs a person's approval claims a new
+	// intent, which waits with no job.
+	EventAwait Event = "await"
+	// EventAwaitTakeOver: a call that needs approval takes over a key
+	// whose claim ended and whose replay window is over; it waits with no
+	// job.
+	EventAwaitTakeOver Event = "await_take_over"
+	// EventApprove: an approver of the tenant, not the requester, approves
+	// the fingerprint they saw; the job is inserted in the same write's
+	// transaction.
+	EventApprove Event = "approve"
+	// EventDeny: an approver denies the operation (approval_denied).
+	EventDeny Event = "deny"
+	// EventApprovalExpire: the approval window ends with no decision
+	// (approval_expired).
+	EventApprovalExpire Event = "approval_expire"
 
 	// EventExpire: a terminal claim's replay window ends. Nothing is
 	// written: the store computes it against the database's clock
@@ -79,6 +95,20 @@ var (
 	// is final; its owner withdrew the intent, and only a new intent (a
 	// new key) runs it.
 	ErrRedriveCancelled = errors.New("the operation was cancelled by its owner and is final; re-driving it is refused (the agent may start a new intent with a new key)")
+	// ErrRedriveApproval: an operation denied by an approver, or not
+	// approved in time, is final; only a new intent (a new key) asks again.
+	ErrRedriveApproval = errors.New("the operation was not approved (denied, or its approval window ended) and is final; re-driving it is refused (the agent may ask again with a new key)")
+
+	// ErrApprovalNotAwaiting: the operation does not wait for approval
+	// (any more): already decided, expired, or it never needed one.
+	ErrApprovalNotAwaiting = errors.New("gate: the operation is not awaiting approval")
+	// ErrApprovalFingerprint: the decision names other arguments than the
+	// operation's.
+	ErrApprovalFingerprint = errors.New("gate: the approval names other arguments than the operation's")
+	// ErrApprovalSelf: the requester may not decide on their own call.
+	ErrApprovalSelf = errors.New("gate: the requester may not approve or deny their own call")
+	// ErrApprovalExpired: the approval window ended.
+	ErrApprovalExpired = errors.New("gate: the approval window has ended")
 )
 
 // Facts are what the gate knows of a call besides the claim, for the
@@ -126,6 +156,7 @@ type Transition struct {
 var ErrStateRefused = errors.New("gate: the state machine does not allow this transition")
 
 var (
+	awaiting = []domain.Status{domain.StatusAwaitingApproval}
 	inFlight = []domain.Status{domain.StatusQueued, domain.StatusRunning}
 	terminal = []domain.Status{domain.StatusSucceeded, domain.StatusFailed}
 	queued   = []domain.Status{domain.StatusQueued}
@@ -167,8 +198,8 @@ var Transitions = []Transition{
 	{Event: EventAbandon, From: inFlight, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimAbandon,
 		Condition: "epoch and job held, no live lease; its job ended",
 		Guard:     noLiveLease},
-	{Event: EventCancel, From: queued, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimAbandon,
-		Condition: "epoch and job held; the job not fetched; not attempted unless attempts leave no effect",
+	{Event: EventCancel, From: []domain.Status{domain.StatusAwaitingApproval, domain.StatusQueued}, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimAbandon,
+		Condition: "epoch and job held (none while awaiting approval); the job not fetched; not attempted unless attempts leave no effect",
 		Refused: map[domain.Status]error{domain.StatusRunning: ErrCancelStarted,
 			domain.StatusSucceeded: ErrCancelTerminal, domain.StatusFailed: ErrCancelTerminal},
 		Guard: func(c *Claim, f Facts) error {
@@ -178,15 +209,33 @@ var Transitions = []Transition{
 			return nil
 		}},
 	{Event: EventRedrive, From: failed, To: domain.StatusQueued, Decision: domain.DecisionRedriven, Store: Executor.ClaimRedrive,
-		Condition: "failed, not cancelled by its owner; a retried or fresh job",
+		Condition: "failed, not cancelled by its owner, not denied or expired awaiting approval; a retried or fresh job",
 		Refused: map[domain.Status]error{domain.StatusSucceeded: ErrRedriveSucceeded,
 			domain.StatusQueued: ErrRedriveNotFailed, domain.StatusRunning: ErrRedriveNotFailed},
 		Guard: func(c *Claim, _ Facts) error {
-			if c.Error != nil && c.Error.Code == domain.CodeCancelled {
+			switch {
+			case c.Error == nil:
+			case c.Error.Code == domain.CodeCancelled:
 				return ErrRedriveCancelled
+			case c.Error.Code == domain.CodeApprovalDenied, c.Error.Code == domain.CodeApprovalExpired:
+				return ErrRedriveApproval
 			}
 			return nil
 		}},
+	{Event: EventAwait, To: domain.StatusAwaitingApproval, Decision: domain.DecisionAccepted, Store: Executor.ClaimInsert,
+		Condition: "as insert, with no job; approval_expires_at = now() + the approval window"},
+	{Event: EventAwaitTakeOver, From: terminal, To: domain.StatusAwaitingApproval, Decision: domain.DecisionAccepted, Store: Executor.ClaimTakeOver,
+		Condition: "as take-over, with no job; approval_expires_at = now() + the approval window",
+		Guard:     expiredOnly},
+	{Event: EventApprove, From: awaiting, To: domain.StatusQueued, Decision: domain.DecisionAccepted, Store: Executor.ClaimApprove,
+		Condition: "awaiting approval, the approved fingerprint is the claim's, the window not ended; the job inserted in the same transaction",
+		Refused:   notAwaiting()},
+	{Event: EventDeny, From: awaiting, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimDecline,
+		Condition: "awaiting approval, the window not ended; approval_denied",
+		Refused:   notAwaiting()},
+	{Event: EventApprovalExpire, From: awaiting, To: domain.StatusFailed, Decision: domain.DecisionFailed, Store: Executor.ClaimDecline,
+		Condition: "awaiting approval, the window ended (database clock); approval_expired",
+		Refused:   notAwaiting()},
 	{Event: EventExpire, From: terminal, To: "",
 		Condition: "expires_at <= the database's now(); no write (computed as Claim.Expired)"},
 	{Event: EventArchive, From: terminal, To: "", Decision: domain.DecisionArchived, Store: Executor.ClaimArchiveExpired,
@@ -194,6 +243,12 @@ var Transitions = []Transition{
 		Guard:     expiredOnly},
 	{Event: EventForget, To: "", Decision: domain.DecisionForgotten, Store: Executor.TombstoneDeleteExpired,
 		Condition: "a history row past its retention"},
+}
+
+// notAwaiting refuses a decision on a claim that does not await one.
+func notAwaiting() map[domain.Status]error {
+	return map[domain.Status]error{domain.StatusQueued: ErrApprovalNotAwaiting, domain.StatusRunning: ErrApprovalNotAwaiting,
+		domain.StatusSucceeded: ErrApprovalNotAwaiting, domain.StatusFailed: ErrApprovalNotAwaiting}
 }
 
 // noLiveLease refuses a claim whose lease a live worker holds.

@@ -56,13 +56,13 @@ func TestTransitionsTable(t *testing.T) {
 		for _, from := range tr.From {
 			require.True(t, domain.ValidStatus(from), "%s", tr.Event)
 			if from.Terminal() {
-				require.Contains(t, []gate.Event{gate.EventTakeOver, gate.EventRedrive, gate.EventExpire, gate.EventArchive}, tr.Event,
+				require.Contains(t, []gate.Event{gate.EventTakeOver, gate.EventAwaitTakeOver, gate.EventRedrive, gate.EventExpire, gate.EventArchive}, tr.Event,
 					"only a take-over, a re-drive or the clock and the pruner leave a terminal status")
 			}
 		}
 		require.Equal(t, tr.Event, gate.TransitionOf(tr.Event).Event)
 	}
-	for _, s := range []domain.Status{domain.StatusQueued, domain.StatusRunning, domain.StatusSucceeded, domain.StatusFailed} {
+	for _, s := range []domain.Status{domain.StatusAwaitingApproval, domain.StatusQueued, domain.StatusRunning, domain.StatusSucceeded, domain.StatusFailed} {
 		require.True(t, reached[s], "no event leads to %s", s)
 	}
 	require.True(t, gate.TransitionOf(gate.EventLease).Allows(domain.StatusQueued))

@@ -44,6 +44,9 @@ type Claim struct {
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	ExpiresAt     *time.Time
+	// ApprovalExpiresAt is the end of the approval window while the claim
+	// awaits approval; nil otherwise. The requester is UserID.
+	ApprovalExpiresAt *time.Time
 
 	// Expired is computed by the store against the database's clock: the
 	// claim is terminal and past ExpiresAt.
@@ -232,6 +235,17 @@ type Executor interface {
 	// retention, with a forgotten audit row each, and returns how many it
 	// deleted.
 	TombstoneDeleteExpired(ctx context.Context, params *TombstoneDeleteExpiredParams) (int, error)
+	// ClaimApprove sets a claim awaiting approval, of fingerprint ArgsHash
+	// and within its approval window, to queued pointing at JobID (the job
+	// inserted in the same transaction), or returns domain.ErrStateChanged.
+	ClaimApprove(ctx context.Context, params *ClaimApproveParams) (*Claim, error)
+	// ClaimDecline fails a claim awaiting approval with Error: a denial
+	// within its approval window, or (Expired) its expiry once the window
+	// ended. Otherwise it returns domain.ErrStateChanged.
+	ClaimDecline(ctx context.Context, params *ClaimDeclineParams) (*Claim, error)
+	// ClaimListApprovalExpired lists claims awaiting approval whose window
+	// ended, oldest deadline first.
+	ClaimListApprovalExpired(ctx context.Context, params *ClaimListApprovalExpiredParams) ([]*Claim, error)
 	// AuditInsert appends one audit row.
 	AuditInsert(ctx context.Context, params *AuditInsertParams) error
 	// AuditInsertMany appends rows, all or none, in one statement where
@@ -256,8 +270,12 @@ type ClaimInsertParams struct {
 	TTL       time.Duration
 	// Retention is how long a tombstone keeps the intent after the TTL.
 	Retention time.Duration
-	// JobID is the job inserted for the claim in the same transaction.
+	// JobID is the job inserted for the claim in the same transaction;
+	// zero for a claim that awaits approval.
 	JobID int64
+	// ApprovalWindow, when positive, inserts the claim awaiting approval
+	// (no job) until the database's now() plus it.
+	ApprovalWindow time.Duration
 	// Audit is the accepted row, written only if the claim is.
 	Audit *AuditInsertParams
 }
@@ -298,8 +316,11 @@ type ClaimTakeOverParams struct {
 	IntentKey string
 	TTL       time.Duration
 	Retention time.Duration
-	// JobID is the job inserted for the new intent in the same transaction.
+	// JobID is the job inserted for the new intent in the same
+	// transaction; zero for an intent that awaits approval.
 	JobID int64
+	// ApprovalWindow is ClaimInsertParams.ApprovalWindow.
+	ApprovalWindow time.Duration
 	// Now overrides the database clock; tests only.
 	Now *time.Time
 }
@@ -372,6 +393,36 @@ type ClaimRedriveParams struct {
 	NextGeneration bool
 	// JobID, when non-zero, points the claim at a fresh job.
 	JobID int64
+}
+
+// ClaimApproveParams are the parameters of Executor.ClaimApprove.
+type ClaimApproveParams struct {
+	ID int64
+	// ArgsHash is the fingerprint the approver saw.
+	ArgsHash string
+	// JobID is the job inserted in the approving transaction.
+	JobID int64
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimDeclineParams are the parameters of Executor.ClaimDecline.
+type ClaimDeclineParams struct {
+	ID    int64
+	Error domain.ErrorInfo
+	// Expired fails the claim only once its approval window ended (an
+	// expiry); without it, only before (a denial).
+	Expired bool
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimListApprovalExpiredParams are the parameters of
+// Executor.ClaimListApprovalExpired.
+type ClaimListApprovalExpiredParams struct {
+	Limit int
+	// Now overrides the database clock; tests only.
+	Now *time.Time
 }
 
 // ClaimAbandonParams are the parameters of Executor.ClaimAbandon.

@@ -41,7 +41,8 @@ func audited(audit *gate.AuditInsertParams, plain, withAudit string, args ...any
 
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
 	sql, args := audited(p.Audit, sqlClaimInsert, sqlClaimInsertAudited, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey,
-		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID, p.IntentKey)
+		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID, p.IntentKey,
+		p.ApprovalWindow.Seconds())
 	return e.claimWrite(ctx, domain.ErrAlreadyExists, sql, args...)
 }
 
@@ -55,7 +56,7 @@ func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) 
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
 	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
-		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID, p.IntentKey)
+		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID, p.IntentKey, p.ApprovalWindow.Seconds())
 }
 
 func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
@@ -115,6 +116,22 @@ func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) 
 		return nil, err
 	}
 	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, errJSON, p.Now)
+}
+
+func (e executor) ClaimApprove(ctx context.Context, p *gate.ClaimApproveParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimApprove, p.ID, p.ArgsHash, p.JobID, p.Now)
+}
+
+func (e executor) ClaimDecline(ctx context.Context, p *gate.ClaimDeclineParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimDecline, p.ID, errJSON, p.Expired, p.Now)
+}
+
+func (e executor) ClaimListApprovalExpired(ctx context.Context, p *gate.ClaimListApprovalExpiredParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListApprovalExpired, p.Limit, p.Now)
 }
 
 func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {

@@ -23,7 +23,7 @@ func computed(p string) string {
 // parameter.
 const claimColumns = `id, operation_id::text, tenant_id, tool, idempotency_key, user_id, args, args_hash,
 	status, epoch, lease_expires_at, attempts, coalesce(job_id, 0), generation, downstream_key, ttl_seconds,
-	result, error, last_error, first_called_at, created_at, updated_at, expires_at`
+	result, error, last_error, first_called_at, created_at, updated_at, expires_at, approval_expires_at`
 
 // claimComputed must follow claimColumns; %[1]s is the clock expression.
 const claimComputed = `,
@@ -34,9 +34,11 @@ const claimComputed = `,
 // this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds, job_id, intent_key)
-SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text, 'queued', $8::integer, $9::integer,
-	nullif($10::bigint, 0), nullif($11::text, '')
+	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at)
+SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text,
+	CASE WHEN $12::double precision > 0 THEN 'awaiting_approval' ELSE 'queued' END, $8::integer, $9::integer,
+	nullif($10::bigint, 0), nullif($11::text, ''),
+	CASE WHEN $12::double precision > 0 THEN now() + make_interval(secs => $12::double precision) END
 WHERE NOT EXISTS (
 	SELECT 1 FROM idempotency_tombstones t
 	WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7 AND t.retain_until > now()
@@ -145,7 +147,10 @@ WITH old AS (
 UPDATE idempotency_claims SET
 	operation_id = $2::uuid, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
 	intent_key = nullif($10::text, ''),
-	status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = nullif($9::bigint, 0), generation = 0,
+	status = CASE WHEN $11::double precision > 0 THEN 'awaiting_approval' ELSE 'queued' END,
+	approval_expires_at = CASE WHEN $11::double precision > 0
+		THEN coalesce($7::timestamptz, now()) + make_interval(secs => $11::double precision) END,
+	lease_expires_at = NULL, attempts = 0, job_id = nullif($9::bigint, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = now(), updated_at = now(), expires_at = NULL
 FROM old
@@ -211,7 +216,8 @@ WHERE id = $1 AND status = 'running' AND epoch = $2 AND lease_expires_at <= coal
 RETURNING ` + claimColumns + computed("$4")
 
 // sqlClaimRedrive re-drives a failed claim; one its owner cancelled is
-// final (gate.ErrRedriveCancelled).
+// final (gate.ErrRedriveCancelled), as is one denied or expired awaiting
+// approval (gate.ErrRedriveApproval).
 const sqlClaimRedrive = `
 UPDATE idempotency_claims SET
 	status = 'queued',
@@ -219,7 +225,7 @@ UPDATE idempotency_claims SET
 	first_called_at = CASE WHEN $2::boolean THEN NULL ELSE first_called_at END,
 	job_id = coalesce(nullif($3::bigint, 0), job_id),
 	attempts = 0, result = NULL, error = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = now()
-WHERE id = $1 AND status = 'failed' AND coalesce(error->>'code', '') <> 'cancelled'
+WHERE id = $1 AND status = 'failed' AND coalesce(error->>'code', '') NOT IN ('cancelled', 'approval_denied', 'approval_expired')
 RETURNING ` + claimColumns + `, false, false`
 
 const sqlClaimListTerminal = `
@@ -330,7 +336,7 @@ func withAudit(claimSQL string, n int, fromClaim map[int]string) string {
 
 // The writes that take their audit row along.
 var (
-	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 11, nil)
+	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 12, nil)
 	// The lease's row names the attempt and the epoch (enginesql.LeaseReason)
 	// and the claim's fingerprint, which the job does not carry.
 	sqlClaimLeaseAudited = withAudit(sqlClaimLease, 4, map[int]string{
@@ -347,13 +353,42 @@ FROM audit_events
 WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3
 ORDER BY id`
 
+// A claim awaiting approval has no job: JobID zero holds it.
 var sqlClaimAbandon = `
 UPDATE idempotency_claims SET
-	status = 'failed', error = $4, lease_expires_at = NULL, updated_at = now(),
+	status = 'failed', error = $4, lease_expires_at = NULL, approval_expires_at = NULL, updated_at = now(),
 	expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => ttl_seconds)
-WHERE id = $1 AND epoch = $2 AND job_id = $3
-	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= coalesce($5::timestamptz, now())))
+WHERE id = $1 AND epoch = $2 AND coalesce(job_id, 0) = $3
+	AND (status IN ('queued', 'awaiting_approval')
+		OR (status = 'running' AND lease_expires_at <= coalesce($5::timestamptz, now())))
 RETURNING ` + claimColumns + computed("$5")
+
+// sqlClaimApprove queues a claim awaiting approval, of the approved
+// fingerprint and within its window, pointing at the job inserted in the
+// same transaction.
+var sqlClaimApprove = `
+UPDATE idempotency_claims SET
+	status = 'queued', job_id = $3, approval_expires_at = NULL, updated_at = now()
+WHERE id = $1 AND status = 'awaiting_approval' AND args_hash = $2
+	AND approval_expires_at > coalesce($4::timestamptz, now())
+RETURNING ` + claimColumns + computed("$4")
+
+// sqlClaimDecline fails a claim awaiting approval: a denial ($3 false)
+// within its window, an expiry ($3 true) after it.
+var sqlClaimDecline = `
+UPDATE idempotency_claims SET
+	status = 'failed', error = $2, approval_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND status = 'awaiting_approval'
+	AND (approval_expires_at <= coalesce($4::timestamptz, now())) = $3::boolean
+RETURNING ` + claimColumns + computed("$4")
+
+var sqlClaimListApprovalExpired = `
+SELECT ` + claimColumns + computed("$2") + `
+FROM idempotency_claims
+WHERE status = 'awaiting_approval' AND approval_expires_at <= coalesce($2::timestamptz, now())
+ORDER BY approval_expires_at
+LIMIT $1`
 
 // A claim is orphaned when it waits on a job that will never run it again.
 var sqlClaimListOrphaned = `

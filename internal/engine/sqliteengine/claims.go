@@ -70,7 +70,8 @@ func (e executor) audited(ctx context.Context, audit *gate.AuditInsertParams, fi
 func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
 	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
 		return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
-			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey)
+			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
+			approvalWindow(p.ApprovalWindow))
 	})
 }
 
@@ -119,7 +120,8 @@ func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams
 			return translate(err)
 		}
 		c, err := e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
-			int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID, p.IntentKey)
+			int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
+			approvalWindow(p.ApprovalWindow))
 		if err != nil {
 			return err
 		}
@@ -188,6 +190,31 @@ func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) 
 		return nil, err
 	}
 	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, string(errJSON), nullTime(p.Now))
+}
+
+// approvalWindow is a claim's approval window as a strftime modifier, ""
+// for a claim that does not wait.
+func approvalWindow(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return seconds(d)
+}
+
+func (e executor) ClaimApprove(ctx context.Context, p *gate.ClaimApproveParams) (*Claim, error) {
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimApprove, p.ID, p.ArgsHash, p.JobID, nullTime(p.Now))
+}
+
+func (e executor) ClaimDecline(ctx context.Context, p *gate.ClaimDeclineParams) (*Claim, error) {
+	errJSON, err := json.Marshal(p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimDecline, p.ID, string(errJSON), p.Expired, nullTime(p.Now))
+}
+
+func (e executor) ClaimListApprovalExpired(ctx context.Context, p *gate.ClaimListApprovalExpiredParams) ([]*Claim, error) {
+	return e.claimRows(ctx, sqlClaimListApprovalExpired, p.Limit, nullTime(p.Now))
 }
 
 func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {

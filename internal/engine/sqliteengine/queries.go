@@ -26,7 +26,7 @@ func plus(t, m string) string { return "strftime('%Y-%m-%dT%H:%M:%fZ', " + t + "
 // last two, expired and lease_live, follow: computed, or false.
 const claimColumns = `id, operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash,
 	status, epoch, lease_expires_at, attempts, coalesce(job_id, 0), generation, downstream_key, ttl_seconds,
-	result, error, last_error, first_called_at, created_at, updated_at, expires_at`
+	result, error, last_error, first_called_at, created_at, updated_at, expires_at, approval_expires_at`
 
 // computed returns the expired and lease_live columns against the clock
 // parameter p, which may be NULL.
@@ -40,11 +40,13 @@ func computed(p string) string {
 const notComputed = `, 0, 0`
 
 // sqlClaimInsert inserts unless the key is taken, or a live tombstone says
-// this very intent (same fingerprint) already ran.
-const sqlClaimInsert = `
+// this very intent (same fingerprint) already ran. ?12 is the approval
+// window as a strftime modifier, ” for a claim that does not wait.
+var sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds, job_id, intent_key)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, nullif(?10, 0), nullif(?11, '')
+	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?12 <> '' THEN 'awaiting_approval' ELSE 'queued' END, ?8, ?9,
+	nullif(?10, 0), nullif(?11, ''), CASE WHEN ?12 <> '' THEN ` + plus(sqlNow, "?12") + ` END
 WHERE NOT EXISTS (
 	SELECT 1 FROM idempotency_tombstones t
 	WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7 AND t.retain_until > ` + sqlNow + `
@@ -67,7 +69,9 @@ WHERE id = ?1`
 var sqlClaimTakeOver = `
 UPDATE idempotency_claims SET
 	operation_id = ?2, user_id = ?3, args = ?4, args_hash = ?5, ttl_seconds = ?6, retention_seconds = ?8,
-	intent_key = nullif(?10, ''), status = 'queued', lease_expires_at = NULL, attempts = 0, job_id = nullif(?9, 0), generation = 0,
+	intent_key = nullif(?10, ''), status = CASE WHEN ?11 <> '' THEN 'awaiting_approval' ELSE 'queued' END,
+	approval_expires_at = CASE WHEN ?11 <> '' THEN ` + plus(at("?7"), "?11") + ` END,
+	lease_expires_at = NULL, attempts = 0, job_id = nullif(?9, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = ` + sqlNow + `, updated_at = ` + sqlNow + `, expires_at = NULL
 WHERE id = ?1 AND status IN ('succeeded', 'failed') AND expires_at <= ` + at("?7") + `
@@ -139,16 +143,43 @@ UPDATE idempotency_claims SET
 	job_id = coalesce(nullif(?3, 0), job_id),
 	attempts = 0, result = NULL, error = NULL, lease_expires_at = NULL, expires_at = NULL,
 	updated_at = ` + sqlNow + `
-WHERE id = ?1 AND status = 'failed' AND coalesce(json_extract(error, '$.code'), '') <> 'cancelled'
+WHERE id = ?1 AND status = 'failed'
+	AND coalesce(json_extract(error, '$.code'), '') NOT IN ('cancelled', 'approval_denied', 'approval_expired')
 RETURNING ` + claimColumns + notComputed
 
+// A claim awaiting approval has no job: JobID zero holds it.
 var sqlClaimAbandon = `
 UPDATE idempotency_claims SET
-	status = 'failed', error = ?4, lease_expires_at = NULL, updated_at = ` + sqlNow + `,
+	status = 'failed', error = ?4, lease_expires_at = NULL, approval_expires_at = NULL, updated_at = ` + sqlNow + `,
 	expires_at = ` + plus(at("?5"), "'+' || ttl_seconds || ' seconds'") + `
-WHERE id = ?1 AND epoch = ?2 AND job_id = ?3
-	AND (status = 'queued' OR (status = 'running' AND lease_expires_at <= ` + at("?5") + `))
+WHERE id = ?1 AND epoch = ?2 AND coalesce(job_id, 0) = ?3
+	AND (status IN ('queued', 'awaiting_approval') OR (status = 'running' AND lease_expires_at <= ` + at("?5") + `))
 RETURNING ` + claimColumns + computed("?5")
+
+// sqlClaimApprove queues a claim awaiting approval, of the approved
+// fingerprint and within its window, pointing at the job inserted in the
+// same transaction.
+var sqlClaimApprove = `
+UPDATE idempotency_claims SET
+	status = 'queued', job_id = ?3, approval_expires_at = NULL, updated_at = ` + sqlNow + `
+WHERE id = ?1 AND status = 'awaiting_approval' AND args_hash = ?2 AND approval_expires_at > ` + at("?4") + `
+RETURNING ` + claimColumns + computed("?4")
+
+// sqlClaimDecline fails a claim awaiting approval: a denial (?3 false)
+// within its window, an expiry (?3 true) after it.
+var sqlClaimDecline = `
+UPDATE idempotency_claims SET
+	status = 'failed', error = ?2, approval_expires_at = NULL, updated_at = ` + sqlNow + `,
+	expires_at = ` + plus(at("?4"), "'+' || ttl_seconds || ' seconds'") + `
+WHERE id = ?1 AND status = 'awaiting_approval' AND (approval_expires_at <= ` + at("?4") + `) = ?3
+RETURNING ` + claimColumns + computed("?4")
+
+var sqlClaimListApprovalExpired = `
+SELECT ` + claimColumns + computed("?2") + `
+FROM idempotency_claims
+WHERE status = 'awaiting_approval' AND approval_expires_at <= ` + at("?2") + `
+ORDER BY approval_expires_at
+LIMIT ?1`
 
 // A claim is orphaned when it waits on a job that will never run it again.
 var sqlClaimListOrphaned = `
@@ -313,7 +344,7 @@ var allQueries = []string{
 	sqlClaimComplete, sqlClaimCompleteLocked, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
 	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimListTerminal, sqlClaimArchiveDelete, sqlClaimTakeOverHistory, sqlHistoryUpsert,
 	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlAuditInsert,
-	sqlAuditListByKey,
+	sqlAuditListByKey, sqlClaimApprove, sqlClaimDecline, sqlClaimListApprovalExpired,
 }
 
 // Tokens, orders and seeding.

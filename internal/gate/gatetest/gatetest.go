@@ -53,6 +53,7 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 	maps.Copy(all, groupTests)
 	maps.Copy(all, historyTests)
 	maps.Copy(all, intentTests)
+	maps.Copy(all, approvalTests)
 	for name, test := range all {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -100,6 +101,8 @@ type ClaimOpts struct {
 	Key    string
 	Args   map[string]any
 	Wait   time.Duration
+	// ApprovalWindow, when positive, claims an intent that awaits approval.
+	ApprovalWindow time.Duration
 }
 
 var keySeq atomic.Int64
@@ -140,9 +143,10 @@ func claim(ctx context.Context, g *gate.Gate, opts *ClaimOpts) (*gate.ClaimResul
 		return nil, err
 	}
 	return g.Claim(ctx, &gate.ClaimParams{
-		Actor:  domain.Actor{TenantID: o.Tenant, UserID: "support-bot", TokenID: "tok_test"},
-		Intent: in,
-		Wait:   o.Wait,
+		Actor:          domain.Actor{TenantID: o.Tenant, UserID: "support-bot", TokenID: "tok_test"},
+		Intent:         in,
+		Wait:           o.Wait,
+		ApprovalWindow: o.ApprovalWindow,
 	})
 }
 

@@ -206,6 +206,10 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, gate.TransitionOf(gate.EventForget).Decision, events[n+1].Decision)
 		seen[gate.EventForget] = true
 
+		// The approval events, driven through the gate as well.
+		approvalEvents(ctx, t, s, check)
+		seen[gate.EventAwaitTakeOver] = true // its audit row is the call's (Claim)
+
 		for _, tr := range gate.Transitions {
 			require.True(t, seen[tr.Event], fmt.Sprintf("event %s is in the table but not exercised here", tr.Event))
 		}

@@ -65,7 +65,8 @@ func ScanClaim(row Row, t Times) (*gate.Claim, error) {
 	if err := row.Scan(&c.ID, &c.OperationID, &c.TenantID, &c.Tool, &c.IdempotencyKey, &c.UserID, &args,
 		&c.ArgsHash, &status, &c.Epoch, t.NullTime(&c.LeaseExpiresAt), &c.Attempts, &c.JobID, &c.Generation,
 		&c.DownstreamKey, &ttlSeconds, &result, &errJSON, &lastErr, t.NullTime(&c.FirstCalledAt),
-		t.Time(&c.CreatedAt), t.Time(&c.UpdatedAt), t.NullTime(&c.ExpiresAt), &c.Expired, &c.LeaseLive); err != nil {
+		t.Time(&c.CreatedAt), t.Time(&c.UpdatedAt), t.NullTime(&c.ExpiresAt), t.NullTime(&c.ApprovalExpiresAt),
+		&c.Expired, &c.LeaseLive); err != nil {
 		return nil, err
 	}
 	c.Args = args
