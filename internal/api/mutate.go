@@ -131,12 +131,36 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 	if c.noWait {
 		wait = 0
 	}
-	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: wait})
+	window, err := s.approvalWindow(ctx, c)
+	if err != nil {
+		return nil, s.internal(ctx, c, err)
+	}
+	if window > 0 {
+		wait = 0 // a person decides: nothing to wait for here
+	}
+	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: wait,
+		ApprovalWindow: window})
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}
 	s.metrics.outcome(c.tool.Name, res.Outcome)
 	return answer(res)
+}
+
+// approvalWindow is how long c's call waits for a person's approval, or 0
+// when its tool asks none for these arguments (tool.Mutation.Approval, run
+// on a read-only transaction with the caller).
+func (s *Server) approvalWindow(ctx context.Context, c *call) (time.Duration, error) {
+	if c.tool.NeedsApproval == nil {
+		return 0, nil
+	}
+	tx := &readTx{store: s.gate.Store()}
+	defer tx.end(ctx)
+	needs, err := c.tool.NeedsApproval(ctx, tx, toolspec.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID, Scopes: c.actor.Scopes}, c.raw)
+	if err != nil || !needs {
+		return 0, err
+	}
+	return c.tool.ApprovalWindow, nil
 }
 
 // answer is how a claim's result is answered: an Answer, or the tool

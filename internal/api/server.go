@@ -283,6 +283,8 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 		r.Post("/v1/tools/{tool}", s.restTool)
 		r.Get("/v1/operations", s.restListOperations)
 		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
+		r.Get("/v1/approvals/{id}", s.restApproval)
+		r.Post("/v1/approvals/{id}", s.restDecide)
 	})
 	return r
 }

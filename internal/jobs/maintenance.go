@@ -164,7 +164,13 @@ func (w *ReaperWorker) Reap(ctx context.Context) error {
 		w.Logger.InfoContext(ctx, "reaper", string(gate.EventReclaim), res.Reclaimed, string(gate.EventRepoint), res.Repointed,
 			string(gate.EventGiveUp), res.GaveUp, string(gate.EventAbandon), res.Abandoned)
 	}
-	return err
+	// Operations whose approval window ended fail approval_expired: no
+	// job exists for them, so nothing else would.
+	expired, expErr := w.Gate.ExpireApprovals(ctx, &gate.ExpireApprovalsParams{})
+	if expired > 0 {
+		w.Logger.InfoContext(ctx, "reaper", string(gate.EventApprovalExpire), expired)
+	}
+	return errors.Join(err, expErr)
 }
 
 // PrunerWorker runs gate.Prune.

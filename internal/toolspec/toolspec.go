@@ -212,9 +212,16 @@ func (r *Registry) ToolScopes() []string {
 }
 
 // Scopes returns every scope a token may be granted: ToolScopes plus the
-// operators' ops:admin, sorted.
+// operators' ops:admin and, when a tool asks for approval, the approvers'
+// approvals:decide, sorted.
 func (r *Registry) Scopes() []string {
 	out := append(r.ToolScopes(), tokenspec.ScopeOpsAdmin)
+	for _, s := range r.specs {
+		if s.NeedsApproval != nil {
+			out = append(out, tokenspec.ScopeApprovalsDecide)
+			break
+		}
+	}
 	sort.Strings(out)
 	return out
 }

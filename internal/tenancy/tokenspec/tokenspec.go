@@ -22,6 +22,9 @@ import (
 const (
 	ScopeOperationsRead = "operations:read"
 	ScopeOpsAdmin       = "ops:admin"
+	// ScopeApprovalsDecide lets a person approve or deny the calls of
+	// their tenant that wait for approval (never their own).
+	ScopeApprovalsDecide = "approvals:decide"
 )
 
 // scopePattern is a scope's shape: resource:action.

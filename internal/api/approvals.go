@@ -1,0 +1,121 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+)
+
+// Approval is an operation awaiting a person's approval, as an approver
+// sees it: the tool, the arguments as the gate hashed them, their
+// fingerprint (which a decision must name), the requester and the window.
+type Approval struct {
+	OperationID       string          `json:"operation_id"`
+	Tool              string          `json:"tool"`
+	Args              json.RawMessage `json:"args"`
+	ArgsHash          string          `json:"args_hash"`
+	RequestedBy       string          `json:"requested_by"`
+	RequestedAt       time.Time       `json:"requested_at"`
+	Status            domain.Status   `json:"status"`
+	ApprovalExpiresAt *time.Time      `json:"approval_expires_at,omitempty"`
+}
+
+// decision is the body of POST /v1/approvals/{id}.
+type decision struct {
+	Decision string `json:"decision"`
+	ArgsHash string `json:"args_hash"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// restApproval is GET /v1/approvals/{id}: the operation to decide on,
+// for a person of its tenant with approvals:decide.
+func (s *Server) restApproval(w http.ResponseWriter, r *http.Request) {
+	actor, _ := ActorFromContext(r.Context())
+	if !actor.HasScope(tokenspec.ScopeApprovalsDecide) {
+		writeProblem(w, r, http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s", tokenspec.ScopeApprovalsDecide)})
+		return
+	}
+	c, err := s.gate.Store().ClaimGetByOperation(r.Context(), &gate.ClaimGetByOperationParams{TenantID: actor.TenantID, OperationID: chi.URLParam(r, "id")})
+	if errors.Is(err, domain.ErrNotFound) {
+		writeProblem(w, r, http.StatusNotFound, &callError{err: domain.Errorf(domain.CodeNotFound, "id", "no operation with this id")})
+		return
+	}
+	if err != nil {
+		writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, approvalOf(c))
+}
+
+// approvalOf is c as an approver sees it.
+func approvalOf(c *gate.Claim) *Approval {
+	return &Approval{OperationID: c.OperationID, Tool: c.Tool, Args: c.Args, ArgsHash: c.ArgsHash, RequestedBy: c.UserID,
+		RequestedAt: c.CreatedAt, Status: c.Status, ApprovalExpiresAt: c.ApprovalExpiresAt}
+}
+
+// restDecide is POST /v1/approvals/{id}: approve or deny the operation for
+// the fingerprint the approver saw. Approving enqueues its job in the
+// transaction that records the decision; every refusal changes nothing
+// but an audit row.
+func (s *Server) restDecide(w http.ResponseWriter, r *http.Request) {
+	actor, _ := ActorFromContext(r.Context())
+	if !actor.HasScope(tokenspec.ScopeApprovalsDecide) {
+		writeProblem(w, r, http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s", tokenspec.ScopeApprovalsDecide)})
+		return
+	}
+	var d decision
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		writeProblem(w, r, http.StatusBadRequest, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "want {\"decision\": \"approve\" or \"deny\", \"args_hash\": …}: %v", err)})
+		return
+	}
+	if d.ArgsHash == "" {
+		writeProblem(w, r, http.StatusUnprocessableEntity, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "args_hash", "is required: the fingerprint of the arguments you decide on (GET /v1/approvals/{id})")})
+		return
+	}
+	p := &gate.DecideParams{Approver: actor, RequestID: RequestIDFromContext(r.Context()), OperationID: chi.URLParam(r, "id"), ArgsHash: d.ArgsHash, Reason: d.Reason}
+	var (
+		c   *gate.Claim
+		err error
+	)
+	switch d.Decision {
+	case "approve":
+		c, err = s.gate.Approve(r.Context(), p)
+	case "deny":
+		c, err = s.gate.Deny(r.Context(), p)
+	default:
+		writeProblem(w, r, http.StatusUnprocessableEntity, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "decision", "must be approve or deny, got %q", d.Decision)})
+		return
+	}
+	if err != nil {
+		status, cerr := decideError(err)
+		writeProblem(w, r, status, cerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, approvalOf(c))
+}
+
+// decideError is the answer to a refused decision.
+func decideError(err error) (int, *callError) {
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		return http.StatusNotFound, &callError{err: domain.Errorf(domain.CodeNotFound, "id", "no operation with this id")}
+	case errors.Is(err, gate.ErrApprovalFingerprint):
+		return http.StatusUnprocessableEntity, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "args_hash", "names other arguments than the operation's: decide on what GET /v1/approvals/{id} shows")}
+	case errors.Is(err, gate.ErrApprovalSelf):
+		return http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "", "the requester may not approve or deny their own call (four eyes)")}
+	case errors.Is(err, gate.ErrApprovalExpired):
+		return http.StatusUnprocessableEntity, &callError{err: domain.Errorf(domain.CodeApprovalExpired, "", "the approval window has ended")}
+	case errors.Is(err, gate.ErrApprovalNotAwaiting):
+		return http.StatusConflict, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "id", "the operation is not awaiting approval (decided already, or never asked)")}
+	}
+	return http.StatusServiceUnavailable, unavailableFor(err)
+}
