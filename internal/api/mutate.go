@@ -131,7 +131,7 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 	if c.noWait {
 		wait = 0
 	}
-	window, err := s.approvalWindow(ctx, c)
+	window, err := s.approvalWindow(ctx, c, intent.Canonical)
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}
@@ -150,13 +150,16 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 // approvalWindow is how long c's call waits for a person's approval, or 0
 // when its tool asks none for these arguments (tool.Mutation.Approval, run
 // on a read-only transaction with the caller).
-func (s *Server) approvalWindow(ctx context.Context, c *call) (time.Duration, error) {
+func (s *Server) approvalWindow(ctx context.Context, c *call, canonical json.RawMessage) (time.Duration, error) {
 	if c.tool.NeedsApproval == nil {
 		return 0, nil
 	}
+	// The canonical arguments, as the claim stores them and the effect
+	// will see them (1e3 is 1000).
+	raw := canonical
 	tx := &readTx{store: s.gate.Store()}
 	defer tx.end(ctx)
-	needs, err := c.tool.NeedsApproval(ctx, tx, toolspec.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID, Scopes: c.actor.Scopes}, c.raw)
+	needs, err := c.tool.NeedsApproval(ctx, tx, toolspec.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID, Scopes: c.actor.Scopes}, raw)
 	if err != nil || !needs {
 		return 0, err
 	}
