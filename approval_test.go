@@ -26,7 +26,9 @@ type payResult struct {
 // pay asks for approval above 1000 cents.
 var pay = &tool.Mutation[payArgs, payResult]{
 	Name: "pay", Title: "Pay", Description: "Pays once per key.", Scope: "payments:create",
-	Approval: func(_ context.Context, _ tool.Tx, _ tool.Caller, a *payArgs) (bool, error) { return a.AmountCents > 1000, nil },
+	Approval: func(_ context.Context, _ tool.Tx, _ tool.Caller, a *payArgs) (bool, error) {
+		return a.AmountCents > 1000, nil
+	},
 	InTx: func(_ context.Context, _ tool.Tx, op *tool.Op[payArgs]) (*payResult, error) {
 		return &payResult{AmountCents: op.Args.AmountCents}, nil
 	},
