@@ -131,15 +131,11 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 	if c.noWait {
 		wait = 0
 	}
-	window, err := s.approvalWindow(ctx, c, intent.Canonical)
-	if err != nil {
-		return nil, s.internal(ctx, c, err)
+	params := &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: wait}
+	if c.tool.NeedsApproval != nil {
+		params.Approval = func(ctx context.Context) (time.Duration, error) { return s.approvalWindow(ctx, c, intent.Canonical) }
 	}
-	if window > 0 {
-		wait = 0 // a person decides: nothing to wait for here
-	}
-	res, err := s.gate.Claim(ctx, &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: wait,
-		ApprovalWindow: window})
+	res, err := s.gate.Claim(ctx, params)
 	if err != nil {
 		return nil, s.internal(ctx, c, err)
 	}
@@ -149,11 +145,9 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 
 // approvalWindow is how long c's call waits for a person's approval, or 0
 // when its tool asks none for these arguments (tool.Mutation.Approval, run
-// on a read-only transaction with the caller).
+// on a read-only transaction with the caller). The gate asks it only for a
+// call that writes a new intent (gate.ClaimParams.Approval).
 func (s *Server) approvalWindow(ctx context.Context, c *call, canonical json.RawMessage) (time.Duration, error) {
-	if c.tool.NeedsApproval == nil {
-		return 0, nil
-	}
 	// The canonical arguments, as the claim stores them and the effect
 	// will see them (1e3 is 1000).
 	raw := canonical

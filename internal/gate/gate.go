@@ -253,6 +253,11 @@ type ClaimParams struct {
 	// (EventAwait). A retry of the same intent answers the same waiting
 	// operation; the window does not change an existing claim.
 	ApprovalWindow time.Duration
+	// Approval, when set, gives ApprovalWindow (or 0) and is asked only
+	// once the gate knows the call writes a new intent (no claim of its
+	// key, or one to take over), outside any transaction: retries and
+	// replays, the common case, never pay for it.
+	Approval func(ctx context.Context) (time.Duration, error)
 }
 
 // ClaimResult is the answer to a mutation call.
@@ -362,6 +367,15 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 	default:
 		return nil, err
 	}
+	if params.Approval != nil && params.ApprovalWindow <= 0 {
+		window, aerr := params.Approval(ctx)
+		if aerr != nil {
+			return nil, aerr
+		}
+		p := *params
+		p.ApprovalWindow, p.Approval = window, nil
+		params = &p
+	}
 	// A new key joins the next group of new claims; an expired claim of
 	// other arguments is taken over on the single path, where it is read
 	// and replaced in one transaction.
@@ -393,7 +407,7 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 // accepted waits up to the call's Wait for the outcome of the claim it
 // created; its audit row is committed with the claim.
 func (g *Gate) accepted(ctx context.Context, params *ClaimParams, res *ClaimResult) (*ClaimResult, error) {
-	if params.Wait > 0 && !res.Claim.Status.Terminal() {
+	if params.Wait > 0 && !res.Claim.Status.Terminal() && res.Claim.Status != domain.StatusAwaitingApproval {
 		var err error
 		if res.Claim, err = g.await(ctx, res.Claim, params.Wait); err != nil {
 			return nil, err
@@ -427,7 +441,7 @@ func (g *Gate) answerExisting(ctx context.Context, params *ClaimParams, policy *
 		res.Outcome = domain.OutcomeConflict
 		res.Conflict = g.conflict(current, in, policy)
 	} else {
-		if params.Wait > 0 && !current.Status.Terminal() {
+		if params.Wait > 0 && !current.Status.Terminal() && current.Status != domain.StatusAwaitingApproval {
 			var err error
 			if res.Claim, err = g.await(ctx, current, params.Wait); err != nil {
 				return nil, err
