@@ -58,18 +58,7 @@ func TestApprovalOverREST(t *testing.T) {
 			srv := httptest.NewServer(svc)
 			t.Cleanup(srv.Close)
 			do := func(method, path, token, key, body string) (int, map[string]any) {
-				req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+token)
-				req.Header.Set("Content-Type", "application/json")
-				if key != "" {
-					req.Header.Set("Idempotency-Key", key)
-				}
-				resp, err := http.DefaultClient.Do(req)
-				require.NoError(t, err)
-				defer resp.Body.Close()
-				var m map[string]any
-				require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
-				return resp.StatusCode, m
+				return callJSON(t, method, srv.URL+path, token, key, body)
 			}
 			status := func(key string) string {
 				_, op := do(http.MethodGet, "/v1/operations/pay/"+key, agent, "", "")

@@ -2,11 +2,9 @@ package idemgate_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -59,18 +57,7 @@ func TestReadToolsGetAReadOnlyTransaction(t *testing.T) {
 			t.Cleanup(srv.Close)
 
 			post := func(path, key, body string) (int, map[string]any) {
-				req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+token)
-				req.Header.Set("Content-Type", "application/json")
-				if key != "" {
-					req.Header.Set("Idempotency-Key", key)
-				}
-				resp, err := http.DefaultClient.Do(req)
-				require.NoError(t, err)
-				defer resp.Body.Close()
-				var m map[string]any
-				require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
-				return resp.StatusCode, m
+				return callJSON(t, http.MethodPost, srv.URL+path, token, key, body)
 			}
 			for i, key := range []string{"read-tx-note-01", "read-tx-note-02"} {
 				status, ans := post("/v1/tools/add_note", key, `{"text":"hi"}`)

@@ -2,6 +2,8 @@ package idemgate_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,4 +47,23 @@ func runService(t *testing.T, dbURL string, reg *tool.Registry, opts *idemgate.O
 		svc.Close()
 	})
 	return svc
+}
+
+// callJSON sends a JSON request with a bearer token (and an
+// Idempotency-Key when key is set) and decodes the JSON answer.
+func callJSON(t *testing.T, method, url, token, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var m map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+	return resp.StatusCode, m
 }
