@@ -37,9 +37,8 @@ type decision struct {
 // restApproval is GET /v1/approvals/{id}: the operation to decide on,
 // for a person of its tenant with approvals:decide.
 func (s *Server) restApproval(w http.ResponseWriter, r *http.Request) {
-	actor, _ := ActorFromContext(r.Context())
-	if !actor.HasScope(tokenspec.ScopeApprovalsDecide) {
-		writeProblem(w, r, http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s", tokenspec.ScopeApprovalsDecide)})
+	actor, ok := decider(w, r)
+	if !ok {
 		return
 	}
 	c, err := s.gate.Store().ClaimGetByOperation(r.Context(), &gate.ClaimGetByOperationParams{TenantID: actor.TenantID, OperationID: chi.URLParam(r, "id")})
@@ -54,6 +53,17 @@ func (s *Server) restApproval(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, approvalOf(c))
 }
 
+// decider is the request's actor when it may decide on approvals
+// (approvals:decide); otherwise it answers 403 and reports false.
+func decider(w http.ResponseWriter, r *http.Request) (domain.Actor, bool) {
+	actor, _ := ActorFromContext(r.Context())
+	if !actor.HasScope(tokenspec.ScopeApprovalsDecide) {
+		writeProblem(w, r, http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s", tokenspec.ScopeApprovalsDecide)})
+		return domain.Actor{}, false
+	}
+	return actor, true
+}
+
 // approvalOf is c as an approver sees it.
 func approvalOf(c *gate.Claim) *Approval {
 	return &Approval{OperationID: c.OperationID, Tool: c.Tool, Args: c.Args, ArgsHash: c.ArgsHash, RequestedBy: c.UserID,
@@ -65,9 +75,8 @@ func approvalOf(c *gate.Claim) *Approval {
 // transaction that records the decision; every refusal changes nothing
 // but an audit row.
 func (s *Server) restDecide(w http.ResponseWriter, r *http.Request) {
-	actor, _ := ActorFromContext(r.Context())
-	if !actor.HasScope(tokenspec.ScopeApprovalsDecide) {
-		writeProblem(w, r, http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s", tokenspec.ScopeApprovalsDecide)})
+	actor, ok := decider(w, r)
+	if !ok {
 		return
 	}
 	var d decision
