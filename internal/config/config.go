@@ -54,6 +54,11 @@ type Config struct {
 	// APIAddr is the host:port cmd/api listens on (port 0 picks a free one).
 	APIAddr string `name:"api-addr" env:"IDEMGATE_API_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" help:"where the api listens (port 0 picks a free one)"`
 
+	// PublicURL is the api's base URL as people reach it: the approval
+	// pages idemgate links to (in answers and mails) are
+	// PublicURL/approvals/{id}. Empty means PublicURLOrDefault's.
+	PublicURL string `name:"public-url" env:"IDEMGATE_PUBLIC_URL" placeholder:"URL" help:"the api's base URL as people reach it (https://idemgate.example.com), for the approval page links in answers and mails; empty: http://<api addr>, 127.0.0.1 standing in for an all-interfaces address"`
+
 	// BuiltinSettings are the built-in tools' settings, read only in a
 	// program that links them (EnableBuiltinSettings).
 	BuiltinSettings `kong:"-"`
@@ -187,6 +192,7 @@ const (
 	EnvOAuthIssuer     = "IDEMGATE_OAUTH_ISSUER"
 	EnvOAuthAudience   = "IDEMGATE_OAUTH_AUDIENCE"
 	EnvAPIAddr         = "IDEMGATE_API_ADDR"
+	EnvPublicURL       = "IDEMGATE_PUBLIC_URL"
 	EnvStripeAPIKey    = "STRIPE_API_KEY"
 	EnvStripeAPIBase   = "STRIPE_API_BASE"
 	EnvSMTPAddr        = "SMTP_ADDR"
@@ -361,20 +367,29 @@ func (c *Config) SQLitePath() string {
 }
 
 // ResetLinkBaseOrDefault returns ResetLinkBase, or when it is empty the
-// api's own page: http://<api addr>/reset-password, with 127.0.0.1 for an
-// empty or all-interfaces host (0.0.0.0, [::]), which no browser can open.
+// api's own page: PublicURLOrDefault() + "/reset-password".
 func (c *Config) ResetLinkBaseOrDefault() string {
 	if c.ResetLinkBase != "" {
 		return c.ResetLinkBase
 	}
+	return c.PublicURLOrDefault() + "/reset-password"
+}
+
+// PublicURLOrDefault returns PublicURL without a trailing slash, or when it
+// is empty http://<api addr>, with 127.0.0.1 for an empty or
+// all-interfaces host (0.0.0.0, [::]), which no browser can open.
+func (c *Config) PublicURLOrDefault() string {
+	if c.PublicURL != "" {
+		return strings.TrimRight(c.PublicURL, "/")
+	}
 	host, port, err := net.SplitHostPort(c.APIAddr)
 	if err != nil {
-		return "http://" + c.APIAddr + "/reset-password" // Validate reports the address
+		return "http://" + c.APIAddr // Validate reports the address
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port) + "/reset-password"
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // RequireSecret returns an error naming IDEMGATE_SECRET when it is empty.

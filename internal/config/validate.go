@@ -30,6 +30,13 @@ func (c *Config) Validate() error {
 	if !operatorTenantPattern.MatchString(c.OperatorTenant) {
 		add(settingErr(EnvOperatorTenant, "%q must be 1 to 64 characters of [A-Za-z0-9_.:-]", c.OperatorTenant))
 	}
+	if c.PublicURL != "" {
+		if err := domain.CheckLinkBase(c.PublicURL); err != nil {
+			add(settingErr(EnvPublicURL, "%q %v (example: https://idemgate.example.com)", c.PublicURL, err))
+		} else if u, _ := url.Parse(c.PublicURL); u.RawQuery != "" {
+			add(settingErr(EnvPublicURL, "%q must not have a query (example: https://idemgate.example.com)", c.PublicURL))
+		}
+	}
 	if builtinSettings.Load() {
 		add(validateStripeAPIBase(c.StripeAPIBase))
 		// A live key travels only over TLS: plain http is for stripe-mock and
