@@ -3,6 +3,7 @@ package idemgate_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -49,14 +50,17 @@ func TestApprovalOverREST(t *testing.T) {
 			if engine == tool.Postgres {
 				dbURL, _ = postgresDB(t, 4)
 			}
-			svc := runService(t, dbURL, tool.NewRegistry().MustAdd(pay), nil)
+			// The page links name the test server: its listener first.
+			srv := httptest.NewUnstartedServer(nil)
+			svc := runService(t, dbURL, tool.NewRegistry().MustAdd(pay), nil, "--public-url=http://"+srv.Listener.Addr().String())
+			srv.Config.Handler = svc
+			srv.Start()
+			t.Cleanup(srv.Close)
 			ctx := t.Context()
 			agent, err := svc.CreateToken(ctx, "acme", "agent", "payments:create", "approvals:decide")
 			require.NoError(t, err)
 			boss, err := svc.CreateToken(ctx, "acme", "boss", "approvals:decide")
 			require.NoError(t, err)
-			srv := httptest.NewServer(svc)
-			t.Cleanup(srv.Close)
 			do := func(method, path, token, key, body string) (int, map[string]any) {
 				return callJSON(t, method, srv.URL+path, token, key, body)
 			}
@@ -73,6 +77,11 @@ func TestApprovalOverREST(t *testing.T) {
 			_, again := do(http.MethodPost, "/v1/tools/pay", agent, "approve-key-0001", `{"amount_cents":5000}`)
 			require.Equal(t, id, again["operation"].(map[string]any)["operation_id"])
 			require.Equal(t, "awaiting_approval", status("approve-key-0001"))
+			require.Equal(t, srv.URL+"/approvals/"+id, op["approval"].(map[string]any)["url"], "the page, on IDEMGATE_PUBLIC_URL")
+			code, listed := do(http.MethodGet, "/v1/approvals", boss, "", "")
+			require.Equal(t, http.StatusOK, code, "%v", listed)
+			require.Len(t, listed["approvals"], 1)
+			require.Equal(t, id, listed["approvals"].([]any)[0].(map[string]any)["operation_id"])
 
 			// What the approver sees, and the refusals.
 			code, shown := do(http.MethodGet, "/v1/approvals/"+id, boss, "", "")
@@ -110,6 +119,19 @@ func TestApprovalOverREST(t *testing.T) {
 			// Under the predicate: no approval asked.
 			_, small := do(http.MethodPost, "/v1/tools/pay", agent, "approve-key-0003", `{"amount_cents":500}`)
 			require.NotEqual(t, "awaiting_approval", small["operation"].(map[string]any)["status"])
+			_, listed = do(http.MethodGet, "/v1/approvals", boss, "", "")
+			require.Empty(t, listed["approvals"])
+
+			// Counted: two requests, one approval, one denial.
+			resp, err := http.Get(srv.URL + "/metrics")
+			require.NoError(t, err)
+			metrics, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			for _, want := range []string{`idemgate_approvals_total{event="requested"} 2`, `idemgate_approvals_total{event="approved"} 1`,
+				`idemgate_approvals_total{event="denied"} 1`} {
+				require.Contains(t, string(metrics), want)
+			}
 		})
 	}
 }

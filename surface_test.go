@@ -34,8 +34,9 @@ func TestPublicSurface(t *testing.T) {
 	t.Logf("total: %d exported names", total)
 	// 150 when the surface was cut (from 754); 170 since a Service mounts
 	// in a team's own router and go-sdk server with its own auth, and the
-	// test kit kills workers mid-effect and speaks MCP.
-	require.LessOrEqual(t, total, 170, "the public surface grew past its budget")
+	// test kit kills workers mid-effect and speaks MCP; 175 since an
+	// operation awaiting approval says where and by whom it is decided.
+	require.LessOrEqual(t, total, 175, "the public surface grew past its budget")
 }
 
 // TestImportLayers refuses an import from a lower layer to a higher one

@@ -56,6 +56,24 @@ type Operation struct {
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
 	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
+	// Approval says where and by whom the operation is decided, while it
+	// is awaiting_approval; nil otherwise.
+	Approval *Approval `json:"approval,omitempty"`
+}
+
+// Approval is how an operation awaiting approval gets decided: on the
+// page at URL, by a person of the operation's tenant who holds the scope
+// approvals:decide and is not RequestedBy (four eyes), before ExpiresAt.
+type Approval struct {
+	// URL is the page where a person approves or denies the operation.
+	URL string `json:"url,omitempty"`
+	// RequestedBy is the user whose call asked for approval.
+	RequestedBy string `json:"requested_by"`
+	// MayDecide says who may decide, in words an agent can relay.
+	MayDecide string `json:"may_decide"`
+	// ExpiresAt ends the window; after it the operation fails
+	// approval_expired.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // ErrorInfo is an operation's stored error: a stable code and a message.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -25,6 +26,8 @@ type Approval struct {
 	RequestedAt       time.Time       `json:"requested_at"`
 	Status            domain.Status   `json:"status"`
 	ApprovalExpiresAt *time.Time      `json:"approval_expires_at,omitempty"`
+	// URL is the operation's approval page.
+	URL string `json:"url"`
 }
 
 // decision is the body of POST /v1/approvals/{id}.
@@ -50,7 +53,7 @@ func (s *Server) restApproval(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, approvalOf(c))
+	writeJSON(w, http.StatusOK, s.approvalOf(c))
 }
 
 // decider is the request's actor when it may decide on approvals
@@ -65,9 +68,9 @@ func decider(w http.ResponseWriter, r *http.Request) (domain.Actor, bool) {
 }
 
 // approvalOf is c as an approver sees it.
-func approvalOf(c *gate.Claim) *Approval {
+func (s *Server) approvalOf(c *gate.Claim) *Approval {
 	return &Approval{OperationID: c.OperationID, Tool: c.Tool, Args: c.Args, ArgsHash: c.ArgsHash, RequestedBy: c.UserID,
-		RequestedAt: c.CreatedAt, Status: c.Status, ApprovalExpiresAt: c.ApprovalExpiresAt}
+		RequestedAt: c.CreatedAt, Status: c.Status, ApprovalExpiresAt: c.ApprovalExpiresAt, URL: s.approvalURL(c.OperationID)}
 }
 
 // restDecide is POST /v1/approvals/{id}: approve or deny the operation for
@@ -109,7 +112,7 @@ func (s *Server) restDecide(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, status, cerr)
 		return
 	}
-	writeJSON(w, http.StatusOK, approvalOf(c))
+	writeJSON(w, http.StatusOK, s.approvalOf(c))
 }
 
 // decideError is the answer to a refused decision.
@@ -127,4 +130,57 @@ func decideError(err error) (int, *callError) {
 		return http.StatusConflict, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "id", "the operation is not awaiting approval (decided already, or never asked)")}
 	}
 	return http.StatusServiceUnavailable, unavailableFor(err)
+}
+
+// ApprovalPath is where the approval page of an operation is served:
+// ApprovalPath + operation id.
+const ApprovalPath = "/approvals/"
+
+// approvalURL is the page where a person decides on the operation.
+func (s *Server) approvalURL(operationID string) string {
+	return s.publicURL + ApprovalPath + operationID
+}
+
+// linkApproval sets the page's URL on op's approval, when it awaits one,
+// and returns op.
+func (s *Server) linkApproval(op *domain.Operation) *domain.Operation {
+	if op != nil && op.Approval != nil {
+		op.Approval.URL = s.approvalURL(op.OperationID)
+	}
+	return op
+}
+
+// approvalList is GET /v1/approvals' answer.
+type approvalList struct {
+	Approvals []*Approval `json:"approvals"`
+}
+
+// restListApprovals is GET /v1/approvals?limit=N: the operations of the
+// approver's tenant awaiting approval, newest first (at most MaxPageSize;
+// default DefaultPageSize).
+func (s *Server) restListApprovals(w http.ResponseWriter, r *http.Request) {
+	actor, ok := decider(w, r)
+	if !ok {
+		return
+	}
+	limit := DefaultPageSize
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			writeProblem(w, r, http.StatusBadRequest, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "limit", "must be an integer from 1 to %d, got %q", MaxPageSize, v)})
+			return
+		}
+		limit = n
+	}
+	claims, err := s.gate.Store().ClaimListNewest(r.Context(), &gate.ClaimListNewestParams{
+		TenantID: actor.TenantID, Status: domain.StatusAwaitingApproval, Limit: limit})
+	if err != nil {
+		writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
+		return
+	}
+	out := approvalList{Approvals: make([]*Approval, 0, len(claims))}
+	for _, c := range claims {
+		out.Approvals = append(out.Approvals, s.approvalOf(c))
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -140,7 +140,12 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 		return nil, s.internal(ctx, c, err)
 	}
 	s.metrics.outcome(c.tool.Name, res.Outcome)
-	return answer(res)
+	ans, cerr = answer(res)
+	if ans != nil && ans.Operation.Approval != nil {
+		s.linkApproval(ans.Operation)
+		ans.RetryAfterMS = gate.ApprovalRetryAfter.Milliseconds()
+	}
+	return ans, cerr
 }
 
 // approvalWindow is how long c's call waits for a person's approval, or 0

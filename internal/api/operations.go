@@ -105,7 +105,7 @@ func (s *Server) listOperations(ctx context.Context, tenant, toolName string, st
 			page.NextCursor = encodeCursor(&gate.ClaimCursor{CreatedAt: last.CreatedAt, ID: last.ID})
 			break
 		}
-		page.Operations = append(page.Operations, c.Operation())
+		page.Operations = append(page.Operations, s.linkApproval(c.Operation()))
 	}
 	return page, nil
 }
@@ -145,7 +145,7 @@ func decodeCursor(s string) (*gate.ClaimCursor, error) {
 // task status: the operation with, while it waits for a retry, when its
 // job runs next.
 func (s *Server) describe(ctx context.Context, c *gate.Claim) *domain.Operation {
-	return s.withNextAttempt(ctx, c.Operation())
+	return s.withNextAttempt(ctx, s.linkApproval(c.Operation()))
 }
 
 // withNextAttempt sets a queued op's NextAttemptAt from its job, and

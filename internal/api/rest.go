@@ -72,6 +72,13 @@ func (s *Server) restMutate(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	status := http.StatusOK
 	switch {
+	case ans.Operation.Approval != nil:
+		// Awaiting a person, first call and retries alike: accepted, with
+		// the page where a person decides.
+		status = http.StatusAccepted
+		w.Header().Set("Retry-After", retryAfterSeconds(time.Duration(ans.RetryAfterMS)*time.Millisecond))
+		w.Header().Set("Location", operationPath(c.tool.Name, key))
+		w.Header().Set("Link", "<"+ans.Operation.Approval.URL+`>; rel="approval"`)
 	case ans.Outcome == domain.OutcomeInFlight:
 		status = http.StatusConflict
 		w.Header().Set("Retry-After", retryAfterSeconds(time.Duration(ans.RetryAfterMS)*time.Millisecond))

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +63,11 @@ type Config struct {
 	Jobs gate.JobControl
 	// Wait is how long a mutation waits for its outcome (IDEMGATE_WAIT).
 	Wait time.Duration
+	// PublicURL is the api's base URL as people reach it
+	// (IDEMGATE_PUBLIC_URL, without a trailing slash): an operation
+	// awaiting approval links to PublicURL/approvals/{id}. Empty links to
+	// the path alone.
+	PublicURL string
 	// DBTimeout bounds reads and audit writes. Default gate.DefaultDBTimeout.
 	DBTimeout time.Duration
 	// MaxBodyBytes bounds request bodies. Default DefaultMaxBodyBytes.
@@ -114,8 +120,10 @@ type Server struct {
 	getOperation       *toolspec.Spec
 	listOperationsTool *toolspec.Spec
 	// jobs cancels a cancelled task's job.
-	jobs      gate.JobControl
-	wait      time.Duration
+	jobs gate.JobControl
+	wait time.Duration
+	// publicURL is Config.PublicURL.
+	publicURL string
 	dbTimeout time.Duration
 	maxBody   int64
 	ready     func(ctx context.Context) error
@@ -211,6 +219,7 @@ func newServer(cfg *Config) *Server {
 		tools:     cfg.Tools,
 		jobs:      cfg.Jobs,
 		wait:      cfg.Wait,
+		publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		dbTimeout: cfg.DBTimeout,
 		maxBody:   cfg.MaxBodyBytes,
 		ready:     cfg.Ready,
@@ -283,6 +292,7 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 		r.Post("/v1/tools/{tool}", s.restTool)
 		r.Get("/v1/operations", s.restListOperations)
 		r.Get("/v1/operations/{tool}/{key}", s.restOperation)
+		r.Get("/v1/approvals", s.restListApprovals)
 		r.Get("/v1/approvals/{id}", s.restApproval)
 		r.Post("/v1/approvals/{id}", s.restDecide)
 	})

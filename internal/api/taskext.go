@@ -41,8 +41,14 @@ import (
 //   - tasks/cancel acknowledges with an empty result whatever the id, and
 //     cancels through the gate when it can (cooperative, as the extension
 //     says: a started task runs on, its status says how it ended);
-//   - tasks/update acknowledges with an empty result: no task of ours asks
-//     for input (yet);
+//   - a task awaiting a person's approval is input_required, and tasks/get
+//     carries one input request: a URL-mode elicitation (key "approval")
+//     whose URL is the approval page, where a person of the tenant other
+//     than the requester decides;
+//   - tasks/update acknowledges with an empty result once the task is
+//     found: an answer to the elicitation (the user saying "done") is not
+//     the decision, only the client's cue to poll tasks/get, which reads
+//     the decision from the database;
 //   - ttlSeconds and pollIntervalMilliseconds, not ttl and pollInterval;
 //     no tasks/result and no tasks/list (-32601 on 2026-07-28).
 
@@ -93,7 +99,29 @@ type extTask struct {
 	PollIntervalMilliseconds int64  `json:"pollIntervalMilliseconds,omitempty"`
 	// Result is the outcome of a completed task: a CallToolResult.
 	Result *mcp.CallToolResult `json:"result,omitempty"`
+	// InputRequests are an input_required task's requests to the client,
+	// by key: here the approval page as a URL-mode elicitation.
+	InputRequests map[string]*inputRequest `json:"inputRequests,omitempty"`
 }
+
+// inputRequest is a server-to-client request carried in a task
+// (elicitation/create, URL mode).
+type inputRequest struct {
+	Method string          `json:"method"`
+	Params *urlElicitation `json:"params"`
+}
+
+// urlElicitation asks the user to open URL (elicitation/create's
+// URL-mode params).
+type urlElicitation struct {
+	Mode          string `json:"mode"`
+	Message       string `json:"message"`
+	URL           string `json:"url"`
+	ElicitationID string `json:"elicitationId"`
+}
+
+// approvalInput is the key of the approval's input request.
+const approvalInput = "approval"
 
 // ackResult is the empty acknowledgement of tasks/cancel and tasks/update.
 type ackResult struct {
@@ -145,11 +173,27 @@ func (s *Server) extTaskCall(ctx context.Context, next mcp.MethodHandler, method
 // extTaskGet is tasks/get on 2026-07-28.
 func (s *Server) extTaskGet(ctx context.Context, c *gate.Claim) (mcp.Result, error) {
 	t := s.extTaskOf(s.describe(ctx, c), "complete")
+	if c.Status == domain.StatusAwaitingApproval {
+		t.InputRequests = map[string]*inputRequest{approvalInput: {Method: "elicitation/create", Params: &urlElicitation{
+			Mode: "url", Message: t.StatusMessage, URL: s.approvalURL(c.OperationID), ElicitationID: c.OperationID}}}
+	}
 	if c.Status.Terminal() && t.Status == TaskCompleted {
 		ans, cerr := answer(&gate.ClaimResult{Outcome: domain.OutcomeReplayed, Replayed: true, Claim: c})
 		t.Result = callResult(ans, cerr)
 	}
 	return t, nil
+}
+
+// extTaskUpdate is tasks/update: an acknowledgement for the caller's task.
+// Whatever the client answers to the approval's elicitation decides
+// nothing (a person decides on the page); its next tasks/get reads what
+// was decided. Responses to keys that are not outstanding are ignored, as
+// the extension says.
+func (s *Server) extTaskUpdate(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
+	if _, _, err := s.taskClaim(ctx, p.id(), false); err != nil {
+		return nil, err
+	}
+	return &ackResult{ResultType: "complete"}, nil
 }
 
 // extTaskCancel is tasks/cancel on 2026-07-28: an acknowledgement whatever

@@ -86,8 +86,9 @@ func (s *Server) taskOf(op *domain.Operation) Task {
 	case domain.StatusRunning:
 		t.StatusMessage = fmt.Sprintf("running: attempt %d", op.Attempts)
 	case domain.StatusAwaitingApproval:
-		// Both task shapes name the state in which a person must act.
-		t.Status, t.StatusMessage = TaskInputRequired, "awaiting_approval: a person of the tenant must approve it"
+		// Both task shapes name the state in which a person must act, and
+		// where.
+		t.Status, t.StatusMessage = TaskInputRequired, s.awaitingMessage(op)
 	default:
 		t.StatusMessage = "queued"
 		if op.Attempts > 0 {
@@ -104,6 +105,19 @@ func (s *Server) taskOf(op *domain.Operation) Task {
 	return t
 }
 
+// awaitingMessage is the status message of a task awaiting approval: who
+// may decide, where and until when.
+func (s *Server) awaitingMessage(op *domain.Operation) string {
+	msg := "awaiting_approval: " + s.approvalURL(op.OperationID)
+	if a := op.Approval; a != nil {
+		msg = "awaiting_approval: " + a.MayDecide + " must approve it at " + s.approvalURL(op.OperationID)
+		if a.ExpiresAt != nil {
+			msg += " before " + a.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+	}
+	return msg
+}
+
 // pollInterval is the poll interval of an operation's task, the same in
 // every answer that shows it (CreateTaskResult, tasks/get, tasks/list, on
 // both revisions): the time to its next attempt (200 ms to 1 min) while it
@@ -114,6 +128,8 @@ func pollInterval(op *domain.Operation, now time.Time) time.Duration {
 	switch {
 	case op.Status.Terminal():
 		return 0
+	case op.Status == domain.StatusAwaitingApproval:
+		return gate.ApprovalRetryAfter
 	case op.Status == domain.StatusQueued && op.NextAttemptAt != nil && op.NextAttemptAt.After(now):
 		return min(max(op.NextAttemptAt.Sub(now), minPollInterval), maxPollInterval)
 	}
@@ -184,11 +200,7 @@ func (s *Server) addTaskMethods(server *mcp.Server) error {
 	}); err != nil {
 		return err
 	}
-	if err := mcp.AddReceivingCustomMethod(server, "tasks/update", func(context.Context, *mcp.ServerSession, *taskIDParams) (mcp.Result, error) {
-		// No task of ours asks for input: responses are ignored, as the
-		// extension says for keys that are not outstanding.
-		return &ackResult{ResultType: "complete"}, nil
-	}); err != nil {
+	if err := mcp.AddReceivingCustomMethod(server, "tasks/update", s.extTaskUpdate); err != nil {
 		return err
 	}
 	if err := mcp.AddReceivingCustomMethod(server, "tasks/result", s.taskPayload); err != nil {

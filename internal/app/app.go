@@ -101,19 +101,24 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 		}
 	}
 	warnNoSecret(cfg, logger)
+	promReg := prometheus.NewRegistry()
+	onTransition, err := newApprovalCounter(promReg, nil)
+	if err != nil {
+		return nil, err
+	}
 	g, err := gate.New(&gate.Config{
-		Store:    data,
-		Enqueuer: riverClient,
-		Policies: tools.Policies(),
-		Secret:   []byte(cfg.Secret),
-		Logger:   logger,
+		Store:        data,
+		Enqueuer:     riverClient,
+		Policies:     tools.Policies(),
+		Secret:       []byte(cfg.Secret),
+		Logger:       logger,
+		OnTransition: onTransition,
 
 		TracerProvider: opts.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
 	}
-	promReg := prometheus.NewRegistry()
 	srv, err := newAPIServer(cfg, g, riverClient, data, tools, drv.Migrated, opts, promReg, logger)
 	if err != nil {
 		return nil, err
@@ -181,6 +186,7 @@ func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, 
 		Tools:      tools,
 		Jobs:       jobControl,
 		Wait:       cfg.Wait,
+		PublicURL:  cfg.PublicURLOrDefault(),
 		RateLimit:  rateLimit,
 		RateBurst:  rateBurst,
 		Resets:     resetTokens(tools, data),

@@ -66,10 +66,14 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
+	onTransition, err := newApprovalCounter(reg, metrics.Transition)
+	if err != nil {
+		return nil, err
+	}
 	client := drv.NewRiver()
 	warnNoSecret(cfg, logger)
 	g, err := gate.New(&gate.Config{
-		OnTransition: metrics.Transition,
+		OnTransition: onTransition,
 		Store:        data,
 		Enqueuer:     client,
 		Policies:     tools.Policies(),

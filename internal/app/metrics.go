@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgate/idemgate/internal/gate"
 )
 
 // ClaimsRefresh is how often at most the claim gauges are counted: scrapes
@@ -58,4 +60,39 @@ func (c *claimsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, status := range []string{"awaiting_approval", "queued", "running", "succeeded", "failed"} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(got[status]), status)
 	}
+}
+
+// approvalEvents name the gate's approval transitions in
+// idemgate_approvals_total.
+var approvalEvents = map[gate.Event]string{
+	gate.EventAwait:          "requested",
+	gate.EventAwaitTakeOver:  "requested",
+	gate.EventApprove:        "approved",
+	gate.EventDeny:           "denied",
+	gate.EventApprovalExpire: "expired",
+}
+
+// newApprovalCounter registers idemgate_approvals_total{event} (requested,
+// approved, denied, expired: the approval transitions this process
+// committed) and returns the gate's OnTransition that counts them, then
+// calls next (when set).
+func newApprovalCounter(reg prometheus.Registerer, next func(gate.Event)) (func(gate.Event), error) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idemgate_approvals_total",
+		Help: "Approvals committed by this process: requested (a call awaits a person), approved, denied, expired (the window ended).",
+	}, []string{"event"})
+	for _, name := range []string{"requested", "approved", "denied", "expired"} {
+		c.WithLabelValues(name) // every series from the start
+	}
+	if err := reg.Register(c); err != nil {
+		return nil, err
+	}
+	return func(e gate.Event) {
+		if name, ok := approvalEvents[e]; ok {
+			c.WithLabelValues(name).Inc()
+		}
+		if next != nil {
+			next(e)
+		}
+	}, nil
 }

@@ -85,8 +85,12 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if err != nil {
 		return nil, err
 	}
+	onTransition, err := newApprovalCounter(reg, metrics.Transition)
+	if err != nil {
+		return nil, err
+	}
 	client := drv.NewRiver()
-	g, err := gate.New(&gate.Config{Store: data, Enqueuer: client, Policies: tools.Policies(), OnTransition: metrics.Transition, Logger: logger,
+	g, err := gate.New(&gate.Config{Store: data, Enqueuer: client, Policies: tools.Policies(), OnTransition: onTransition, Logger: logger,
 		Secret: []byte(cfg.Secret), TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, err

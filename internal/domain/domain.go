@@ -99,3 +99,7 @@ type Operation = idemtype.Operation
 
 // ErrorInfo is a stored, redacted error: a stable code and a message.
 type ErrorInfo = idemtype.ErrorInfo
+
+// Approval is how an operation awaiting approval gets decided
+// (idemtype.Approval).
+type Approval = idemtype.Approval

@@ -28,6 +28,11 @@ import (
 // before polling again.
 const DefaultRetryAfter = time.Second
 
+// ApprovalRetryAfter is what an answer about an operation awaiting a
+// person's approval tells the client to wait before polling again: people
+// decide in minutes, not milliseconds.
+const ApprovalRetryAfter = 5 * time.Second
+
 // maxClaimLoops bounds the claim loop when a claim vanishes (pruned) or a
 // take-over races between the insert and the read.
 const maxClaimLoops = 8

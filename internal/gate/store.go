@@ -3,9 +3,11 @@ package gate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 )
 
 // Claim is one row of idempotency_claims: the gate's record of one intent.
@@ -77,6 +79,10 @@ func (c *Claim) Operation() *domain.Operation {
 	}
 	if c.Status == domain.StatusRunning {
 		op.LeaseExpiresAt = c.LeaseExpiresAt
+	}
+	if c.Status == domain.StatusAwaitingApproval {
+		op.Approval = &domain.Approval{RequestedBy: c.UserID, ExpiresAt: c.ApprovalExpiresAt,
+			MayDecide: fmt.Sprintf("a person of tenant %s with scope %s who is not %s", c.TenantID, tokenspec.ScopeApprovalsDecide, c.UserID)}
 	}
 	return op
 }
