@@ -18,7 +18,8 @@ import (
 )
 
 // exitRefused is the exit code of a re-drive the gate refused (the
-// operation succeeded, or is still queued or running).
+// operation succeeded, or is still queued or running), and of a refused
+// approval decision.
 const exitRefused = 3
 
 // exitError makes run exit with code.
