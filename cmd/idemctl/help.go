@@ -10,6 +10,7 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"github.com/idemgate/idemgate/internal/tools"
 )
 
@@ -22,6 +23,7 @@ func helpVars() kong.Vars {
 		"operator_tenant_env":     "$" + config.EnvOperatorTenant,
 		"default_operator_tenant": config.DefaultOperatorTenant,
 		"scope_ops_admin":         tenancy.ScopeOpsAdmin,
+		"scope_approvals_decide":  tokenspec.ScopeApprovalsDecide,
 		"default_list_limit":      strconv.Itoa(defaultListLimit),
 		"max_list_limit":          strconv.Itoa(maxListLimit),
 		"default_redrive_limit":   strconv.Itoa(ops.DefaultRedriveLimit),

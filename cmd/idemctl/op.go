@@ -18,7 +18,8 @@ import (
 )
 
 // exitRefused is the exit code of a re-drive the gate refused (the
-// operation succeeded, or is still queued or running).
+// operation succeeded, or is still queued or running), and of a refused
+// approval decision.
 const exitRefused = 3
 
 // exitError makes run exit with code.
@@ -69,7 +70,10 @@ func (*opGetCmd) Help() string {
 	return "Print the operation of (tenant, tool, idempotency key) as one JSON object: the client's view\n" +
 		"(operation_id, status, attempts, job_id, result or error, times) plus tenant_id, user_id, args_hash,\n" +
 		"generation, downstream_key, epoch, lease_expires_at and last_error, with its whole audit trail\n" +
-		"under \"audit\", oldest first. Exits 1 when there is no such operation."
+		"under \"audit\", oldest first. An operation that awaited a person's approval also has \"approval\":\n" +
+		"requested_by, requested_at, approval_expires_at while it waits, then decision (approved, denied,\n" +
+		"expired or cancelled), decided_by, decided_at and reason, and the refused decisions under \"refused\".\n" +
+		"Exits 1 when there is no such operation."
 }
 
 func (c *opGetCmd) Run(ctx context.Context, a *app) error {

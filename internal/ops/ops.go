@@ -84,14 +84,16 @@ func ViewAudit(e *gate.AuditEvent) AuditView {
 }
 
 // OperationDetail is an operation with its whole audit trail, oldest first
-// (every row of its tenant, tool and key, earlier intents' included).
+// (every row of its tenant, tool and key, earlier intents' included), and
+// the summary of its approval when it awaited one.
 type OperationDetail struct {
 	OperationView
-	Audit []AuditView `json:"audit"`
+	Audit    []AuditView    `json:"audit"`
+	Approval *ApprovalTrail `json:"approval,omitempty"`
 }
 
 // GetOperation returns the operation of (tenant, tool, key) with its audit
-// trail, or domain.ErrNotFound.
+// trail and approval summary, or domain.ErrNotFound.
 func GetOperation(ctx context.Context, s gate.Executor, tenantID, tool, key string) (*OperationDetail, error) {
 	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: tenantID, Tool: tool, IdempotencyKey: key})
 	if err != nil {
@@ -101,7 +103,7 @@ func GetOperation(ctx context.Context, s gate.Executor, tenantID, tool, key stri
 	if err != nil {
 		return nil, err
 	}
-	d := &OperationDetail{OperationView: ViewOperation(c), Audit: make([]AuditView, 0, len(events))}
+	d := &OperationDetail{OperationView: ViewOperation(c), Audit: make([]AuditView, 0, len(events)), Approval: ApprovalTrailOf(c, events)}
 	for _, e := range events {
 		d.Audit = append(d.Audit, ViewAudit(e))
 	}
