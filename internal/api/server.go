@@ -275,7 +275,7 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 	}
 	if s.resets != nil {
 		r.Post(RedeemPath, s.redeemResetToken)
-		r.Get(ResetPagePath, serveResetPage)
+		r.Get(ResetPagePath, resetPage.ServeHTTP)
 	}
 	r.Group(func(r chi.Router) {
 		r.Use(s.checkOrigin, s.authenticate, s.readBody)
