@@ -11,7 +11,7 @@ import (
 // pageFiles are the api's own pages: each a directory with page.html,
 // page.css and page.js.
 //
-//go:embed resetpage
+//go:embed resetpage approvalpage
 var pageFiles embed.FS
 
 // staticPage is one of the api's pages with its style and script inline
