@@ -1,5 +1,6 @@
-// What both browser tests share: their settings, JSON answers, polling, and
-// Chromium on a fresh profile removed when the test file ends.
+// What the browser tests share: their settings, JSON answers, polling,
+// patient requests, and Chromium on a fresh profile removed when the test
+// file ends.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -37,6 +38,20 @@ export async function poll(what, fn, { timeoutMs = 30_000, intervalMs = 200 } = 
     if (last?.done) return last.value;
     if (Date.now() > deadline) assert.fail(`${what}: gave up after ${timeoutMs}ms; last: ${JSON.stringify(last?.value)}`);
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
+// fetchPatiently sends a request to the api again while it answers 503
+// (unavailable: retry with the same idempotency key), for up to 60s: on a
+// loaded machine the embedded SQLite process's one connection can stay busy
+// past the api's bounds.
+export async function fetchPatiently(url, init) {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const res = await fetch(url, init);
+    if (res.status !== 503 || Date.now() > deadline) return res;
+    await res.arrayBuffer();
+    await new Promise((resolve) => setTimeout(resolve, 200));
   }
 }
 

@@ -2,8 +2,12 @@
 # e2e/browser/run.sh: idemgate in a real browser, on each engine. A headless
 # Chromium (Debian's package), driven by playwright-core, retries the
 # cancelled job of a failed refund in River UI, and the worker re-drives the
-# operation through the gate; and it opens a password-reset link from
-# Mailpit and redeems it on the api's page. Runs from any directory.
+# operation through the gate; it opens a password-reset link from Mailpit
+# and redeems it on the api's page; and on the approval page
+# (/approvals/<operation id>) fin-lead approves a refund above acme's
+# threshold (it runs once at the test Stripe), the requester's own approval
+# is refused (four eyes), a denial refunds nothing, and a page of another
+# origin decides nothing. Runs from any directory.
 #
 #   e2e/browser/run.sh [ENGINE...] [NODE_ARGS...]
 #
@@ -31,7 +35,10 @@
 #      scripts/services.sh's), its links pointing to the api's page;
 #   6. runs `node --test e2e/browser/*.test.mjs` with IDEMGATE_ENGINE,
 #      IDEMGATE_URL, TESTSTRIPE_URL, IDEMGATE_TOKEN_ACME, IDEMGATE_OPS_USER,
-#      IDEMGATE_OPS_PASSWORD, IDEMCTL, DATABASE_URL and MAILPIT_API_URL;
+#      IDEMGATE_OPS_PASSWORD, IDEMCTL, DATABASE_URL and MAILPIT_API_URL
+#      (the other tokens are seed.json's); the files run at the same time
+#      against one test Stripe, so each counts the refunds of its own charge
+#      or operation;
 #   7. stops what it started, printing the logs when anything failed.
 #
 # Needs: go, node 20+ and npm, psql, curl; apt-get for Chromium. An engine

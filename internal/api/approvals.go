@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -78,6 +79,9 @@ func (s *Server) approvalOf(c *gate.Claim) *Approval {
 // transaction that records the decision; every refusal changes nothing
 // but an audit row.
 func (s *Server) restDecide(w http.ResponseWriter, r *http.Request) {
+	if !jsonBody(w, r) {
+		return
+	}
 	actor, ok := decider(w, r)
 	if !ok {
 		return
@@ -115,6 +119,20 @@ func (s *Server) restDecide(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.approvalOf(c))
 }
 
+// jsonBody reports whether r declares a JSON body (application/json,
+// parameters allowed); otherwise it answers 415 naming the Content-Type. A
+// decision is JSON only: an HTML form sends urlencoded, multipart or
+// text/plain bodies, so a page of another site cannot submit one.
+func jsonBody(w http.ResponseWriter, r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
+		return true
+	}
+	writeProblem(w, r, http.StatusUnsupportedMediaType, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "Content-Type",
+		"the Content-Type must be application/json, got %q: a decision is a JSON body ({\"decision\": …, \"args_hash\": …})", ct)})
+	return false
+}
+
 // decideError is the answer to a refused decision.
 func decideError(err error) (int, *callError) {
 	switch {
@@ -132,13 +150,9 @@ func decideError(err error) (int, *callError) {
 	return http.StatusServiceUnavailable, unavailableFor(err)
 }
 
-// ApprovalPath is where the approval page of an operation is served:
-// ApprovalPath + operation id.
-const ApprovalPath = "/approvals/"
-
 // approvalURL is the page where a person decides on the operation.
 func (s *Server) approvalURL(operationID string) string {
-	return s.publicURL + ApprovalPath + operationID
+	return s.publicURL + ApprovalPagePath + operationID
 }
 
 // linkApproval sets the page's URL on op's approval, when it awaits one,

@@ -284,8 +284,9 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 	}
 	if s.resets != nil {
 		r.Post(RedeemPath, s.redeemResetToken)
-		r.Get(ResetPagePath, serveResetPage)
+		r.Get(ResetPagePath, resetPage.ServeHTTP)
 	}
+	r.Get(ApprovalPagePath+"{id}", approvalPage.ServeHTTP)
 	r.Group(func(r chi.Router) {
 		r.Use(s.checkOrigin, s.authenticate, s.readBody)
 		r.Handle("/mcp", mcpHandler)
