@@ -39,7 +39,7 @@ var Layers = [][]string{
 	{"internal/toolkit", "tool/tooltest", "internal/oauth/oauthtest", "internal/gate/gatetest", "internal/store/storetest", "internal/pgtest", "internal/sqlitetest",
 		"internal/enginetest", "internal/stripetest/", "internal/mailpit", "internal/smtptest"},
 	// Harnesses and commands: on top, never imported by the product.
-	{"internal/chaos/", "internal/model", "internal/failover", "cmd/", "examples/"},
+	{"internal/chaos/", "internal/model", "internal/failover", "cmd/", "examples/", "e2e/"},
 }
 
 // Graph maps each package (module-relative) to the module packages it
