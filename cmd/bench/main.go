@@ -9,6 +9,8 @@
 //  3. idemgate: the same operations as apply_credit through the gate, in
 //     process (gate.Claim, the real jobs.Runner workers) and over MCP (the
 //     real api handler, the official go-sdk client, Streamable HTTP);
+//     beside it a plain go-sdk MCP server whose tool inserts bare River's
+//     job with InsertTx (no idempotency), driven by the same client code;
 //  4. replays of existing keys;
 //  5. a storm of 1000 identical calls;
 //  6. accepts with an empty claims table and with a million claims, and the
@@ -80,7 +82,7 @@ type options struct {
 }
 
 // scenarios are the names -only accepts.
-var scenarios = []string{"commit", "bare", "inproc", "mcp", "stripe", "drain", "replay", "storm", "growth"}
+var scenarios = []string{"commit", "bare", "inproc", "mcp", "plain", "stripe", "drain", "replay", "storm", "growth"}
 
 func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -249,6 +251,7 @@ func run() error {
 			{"bare", func() error { return r.e2eLevel(ctx, r.bareSpec(), c) }},
 			{"inproc", func() error { return r.e2eLevel(ctx, r.idemSpec(), c) }},
 			{"mcp", func() error { return r.e2eLevel(ctx, r.mcpSpec(), c) }},
+			{"plain", func() error { return r.e2eLevel(ctx, r.plainSpec(), c) }},
 			{"stripe", func() error { return r.stripeLevel(ctx, c) }},
 		}
 		for _, s := range steps {

@@ -49,18 +49,30 @@ type runInfo struct {
 // baseline is the figure a series is compared with in the "× bare River"
 // column.
 var baseline = map[string]string{
-	sIdemAccept: sBareInsert,
-	sMCPAccept:  sBareInsert,
-	sIdemE2E:    sBareE2E,
-	sMCPE2E:     sBareE2E,
+	sIdemAccept:  sBareInsert,
+	sMCPAccept:   sBareInsert,
+	sIdemE2E:     sBareE2E,
+	sMCPE2E:      sBareE2E,
+	sPlainAccept: sBareInsert,
+	sPlainE2E:    sBareE2E,
 
 	sIdemStripeAccept: sBareStripeInsert,
 	sIdemStripeE2E:    sBareStripeE2E,
 	sIdemDrain:        sBareDrain,
 }
 
-var tableOrder = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E,
+var tableOrder = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E, sPlainAccept, sPlainE2E,
 	sBareStripeInsert, sBareStripeE2E, sIdemStripeAccept, sIdemStripeE2E, sReplay, sReplayMCP}
+
+// has reports whether series has a row at any concurrency.
+func (r *runner) has(series string) bool {
+	for i := range r.rows {
+		if r.rows[i].Series == series {
+			return true
+		}
+	}
+	return false
+}
 
 func ratio(a, b *row) string {
 	if a == nil || b == nil || b.Rate == 0 {
@@ -114,6 +126,8 @@ func (r *runner) markdown(info *runInfo) string {
 		}
 	}
 	w("\n")
+
+	r.plainMarkdown(w, info)
 
 	if r.find(sBareDrain, drainFillConc) != nil || r.find(sIdemDrain, drainFillConc) != nil {
 		w("### Drain\n\n")
@@ -190,6 +204,39 @@ func (r *runner) markdown(info *runInfo) string {
 	return b.String()
 }
 
+// plainMarkdown compares idemgate over MCP with the plain MCP server, per
+// concurrency: accepts and end to end, with CPU per operation.
+func (r *runner) plainMarkdown(w func(string, ...any), info *runInfo) {
+	if !r.has(sPlainAccept) {
+		return
+	}
+	w("### idemgate over MCP against a plain MCP server\n\n")
+	w("The server a team would write instead: a go-sdk v1.8.0 MCP server served like idemgate's api (Streamable HTTP, stateless, JSON responses, a JSON log line per call, a static bearer token checked) ")
+	w("whose one tool, `apply_credit` (typed `mcp.AddTool`, so the SDK validates the arguments against the inferred schema), inserts bare River's credit job with `InsertTx` in its own transaction and answers `accepted` with the job id: no idempotency at all. ")
+	w("Bare River's worker (the currency check, the ledger row, `JobCompleteTx` in one transaction) works it with the tuning above. Both are driven by the same client code: one go-sdk client session per client over one keep-alive connection each. ")
+	w("× plain is idemgate's ops/s over the plain server's; the CPU columns are harness + Postgres ms per operation.\n\n")
+	w("| c | accept: plain ops/s | idemgate ops/s | × plain | CPU ms/op plain | idemgate | end to end: plain ops/s | idemgate ops/s | × plain | CPU ms/op plain | idemgate |\n")
+	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	cell := func(rw *row) (rate, cpu string) {
+		if rw == nil {
+			return "–", "–"
+		}
+		return fmt.Sprintf("%.0f", rw.Rate), rw.cpuPerOp()
+	}
+	for _, c := range info.Concs {
+		pa, ia, pe, ie := r.find(sPlainAccept, c), r.find(sMCPAccept, c), r.find(sPlainE2E, c), r.find(sMCPE2E, c)
+		if pa == nil && pe == nil {
+			continue
+		}
+		paRate, paCPU := cell(pa)
+		iaRate, iaCPU := cell(ia)
+		peRate, peCPU := cell(pe)
+		ieRate, ieCPU := cell(ie)
+		w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, paRate, iaRate, ratio(ia, pa), paCPU, iaCPU, peRate, ieRate, ratio(ie, pe), peCPU, ieCPU)
+	}
+	w("\n")
+}
+
 func outcomes(m map[domain.Outcome]int) string {
 	keys := make([]domain.Outcome, 0, len(m))
 	for k := range m {
@@ -243,6 +290,12 @@ func (r *runner) targets(info *runInfo) []target {
 	}
 	if s, v, ok := perC(sMCPAccept, sBareInsert); ok {
 		out = append(out, target{"accept over MCP ≥ 0.8 × bare River's InsertTx (c=32)", s, verdict(v >= 0.8) + " at c=32"})
+	}
+	if s, v, ok := perC(sMCPE2E, sPlainE2E); ok {
+		out = append(out, target{"end to end over MCP, idemgate ahead of a plain MCP server doing InsertTx (≥ 1.0 ×)", s, verdict(v >= 1.0) + " at c=32"})
+	}
+	if s, v, ok := perC(sMCPAccept, sPlainAccept); ok {
+		out = append(out, target{"accepts over MCP, idemgate ahead of a plain MCP server doing InsertTx (≥ 1.0 ×)", s, verdict(v >= 1.0) + " at c=32"})
 	}
 	if s, v, ok := perC(sIdemStripeE2E, sBareStripeE2E); ok {
 		out = append(out, target{"external-effect tool (refund_order at the test Stripe) end to end ≥ 0.7 × bare River making the same Stripe call", s, verdict(v >= 0.7) + " at c=32"})
@@ -323,18 +376,20 @@ func writeMarkdown(path, section string) error {
 	return os.WriteFile(path, doc, 0o644)
 }
 
-var plotSeries = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E, sBareStripeE2E, sIdemStripeE2E, sReplay, sReplayMCP}
+var plotSeries = []string{sCommit, sBareInsert, sBareE2E, sIdemAccept, sIdemE2E, sMCPAccept, sMCPE2E, sPlainAccept, sPlainE2E, sBareStripeE2E, sIdemStripeE2E, sReplay, sReplayMCP}
 
 var plotColors = map[string]color.Color{
-	sCommit:     color.RGBA{0, 0, 0, 255},
-	sBareInsert: color.RGBA{31, 119, 180, 255},
-	sBareE2E:    color.RGBA{31, 119, 180, 255},
-	sIdemAccept: color.RGBA{214, 39, 40, 255},
-	sIdemE2E:    color.RGBA{214, 39, 40, 255},
-	sMCPAccept:  color.RGBA{255, 127, 14, 255},
-	sMCPE2E:     color.RGBA{255, 127, 14, 255},
-	sReplay:     color.RGBA{44, 160, 44, 255},
-	sReplayMCP:  color.RGBA{148, 103, 189, 255},
+	sCommit:      color.RGBA{0, 0, 0, 255},
+	sBareInsert:  color.RGBA{31, 119, 180, 255},
+	sBareE2E:     color.RGBA{31, 119, 180, 255},
+	sIdemAccept:  color.RGBA{214, 39, 40, 255},
+	sIdemE2E:     color.RGBA{214, 39, 40, 255},
+	sMCPAccept:   color.RGBA{255, 127, 14, 255},
+	sMCPE2E:      color.RGBA{255, 127, 14, 255},
+	sPlainAccept: color.RGBA{127, 127, 127, 255},
+	sPlainE2E:    color.RGBA{127, 127, 127, 255},
+	sReplay:      color.RGBA{44, 160, 44, 255},
+	sReplayMCP:   color.RGBA{148, 103, 189, 255},
 
 	sBareStripeE2E: color.RGBA{23, 190, 207, 255},
 	sIdemStripeE2E: color.RGBA{140, 86, 75, 255},

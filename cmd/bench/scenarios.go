@@ -32,15 +32,17 @@ import (
 
 // Series are the measured figures; each has one row per concurrency.
 const (
-	sCommit     = "commit"      // claim-shaped one-row insert transactions
-	sBareInsert = "bare_insert" // bare River: InsertTx, one transaction per operation
-	sBareE2E    = "bare_e2e"    // bare River: inserted and worked
-	sIdemAccept = "idem_accept" // idemgate in process: gate.Claim accepted
-	sIdemE2E    = "idem_e2e"    // idemgate in process: accepted and worked
-	sMCPAccept  = "mcp_accept"  // idemgate over MCP: accepted
-	sMCPE2E     = "mcp_e2e"     // idemgate over MCP: accepted and worked
-	sReplay     = "replay"      // in process: retries of terminal claims
-	sReplayMCP  = "replay_mcp"  // over MCP: retries of terminal claims
+	sCommit      = "commit"       // claim-shaped one-row insert transactions
+	sBareInsert  = "bare_insert"  // bare River: InsertTx, one transaction per operation
+	sBareE2E     = "bare_e2e"     // bare River: inserted and worked
+	sIdemAccept  = "idem_accept"  // idemgate in process: gate.Claim accepted
+	sIdemE2E     = "idem_e2e"     // idemgate in process: accepted and worked
+	sMCPAccept   = "mcp_accept"   // idemgate over MCP: accepted
+	sMCPE2E      = "mcp_e2e"      // idemgate over MCP: accepted and worked
+	sPlainAccept = "plain_accept" // a plain go-sdk MCP server whose tool does InsertTx: accepted
+	sPlainE2E    = "plain_e2e"    // the plain MCP server: accepted and worked by bare River's worker
+	sReplay      = "replay"       // in process: retries of terminal claims
+	sReplayMCP   = "replay_mcp"   // over MCP: retries of terminal claims
 
 	// An external effect: a refund at the test Stripe (stripe-mock).
 	sBareStripeInsert = "bare_stripe_insert" // bare River: InsertTx of the refund job
@@ -56,15 +58,17 @@ const (
 )
 
 var seriesLabel = map[string]string{
-	sCommit:     "commit limit: claim-shaped insert tx",
-	sBareInsert: "bare River: InsertTx (accept)",
-	sBareE2E:    "bare River: end to end",
-	sIdemAccept: "idemgate in-process: accept",
-	sIdemE2E:    "idemgate in-process: end to end",
-	sMCPAccept:  "idemgate MCP/HTTP: accept",
-	sMCPE2E:     "idemgate MCP/HTTP: end to end",
-	sReplay:     "idemgate in-process: replay",
-	sReplayMCP:  "idemgate MCP/HTTP: replay",
+	sCommit:      "commit limit: claim-shaped insert tx",
+	sBareInsert:  "bare River: InsertTx (accept)",
+	sBareE2E:     "bare River: end to end",
+	sIdemAccept:  "idemgate in-process: accept",
+	sIdemE2E:     "idemgate in-process: end to end",
+	sMCPAccept:   "idemgate MCP/HTTP: accept",
+	sMCPE2E:      "idemgate MCP/HTTP: end to end",
+	sPlainAccept: "plain MCP server (InsertTx): accept",
+	sPlainE2E:    "plain MCP server (InsertTx): end to end",
+	sReplay:      "idemgate in-process: replay",
+	sReplayMCP:   "idemgate MCP/HTTP: replay",
 
 	sBareStripeInsert: "bare River + Stripe refund: InsertTx (accept)",
 	sBareStripeE2E:    "bare River + Stripe refund: end to end",
