@@ -16,7 +16,10 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/gate"
 )
 
 // Markers delimit the generated part of docs/benchmarks.md; the text around
@@ -181,6 +184,8 @@ func (r *runner) markdown(info *runInfo) string {
 		w("\n")
 	}
 
+	r.loneMarkdown(w)
+
 	if g := r.growthRes; g != nil {
 		w("### Growth\n\n")
 		w("Accepts in process at c=%d for %s with the workers running, on a fresh database with an empty claims table and on one holding %d terminal claims (100 tenants, random keys, live for another day) loaded with COPY in %s (%.0f rows/s; table and indexes %d MB). ",
@@ -235,6 +240,77 @@ func (r *runner) plainMarkdown(w func(string, ...any), info *runInfo) {
 		w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, paRate, iaRate, ratio(ia, pa), paCPU, iaCPU, peRate, ieRate, ratio(ie, pe), peCPU, ieCPU)
 	}
 	w("\n")
+}
+
+// loneMarkdown renders the lone-call figures.
+func (r *runner) loneMarkdown(w func(string, ...any)) {
+	if len(r.lones) == 0 {
+		return
+	}
+	w("### Lone calls: time to the outcome, one call at a time\n\n")
+	w("One client makes one `apply_credit`-shaped call at a time, back to back (after %d unmeasured calls), and times it to its outcome. ", loneWarmup)
+	w("*idemgate over MCP*: the go-sdk client calls the api with IDEMGATE_WAIT at its default (%s): the call answers with the operation `succeeded`, seen by the gate's waiter, which reads the awaited claims every %s from the first tick after the claim commits (`get_operation` is polled only if the answer is not terminal). ", config.DefaultWait, gate.DefaultPollInterval)
+	w("*bare River*: `InsertTx` in its own transaction, then the job row read every %s from its commit, the same mechanism; its worker completes the job in the effect's transaction (`JobCompleteTx`), so the row is `completed` when the effect commits. ", gate.DefaultPollInterval)
+	w("River's own completion event (`Client.Subscribe` in the worker's process) is given beside it: River's batch completer sends it when it flushes, every 250 ms while fewer than 100 completions wait. ")
+	w("Queue wait and run are River's `JobStatistics` per job (from the insert's `scheduled_at` to the fetch; the worker's `Work`); *rest* is the call's time outside both: the insert (for idemgate the claim), the poll's lag and, over MCP, the transport. ")
+	w("A call *waited for the fetch poll* when its queue wait exceeded %s: no insert NOTIFY woke the worker. ", fmtDur(loneSlowWait))
+	w("Configurations: *%s* is River as the quickstart runs it: the worker with the app's FetchCooldown %s, FetchPollInterval %s and MaxWorkers %d, the inserting client (the api's insert-only client) at River's defaults, whose FetchCooldown (100 ms) is also its NOTIFY limiter: one insert notification per queue per 100 ms; ",
+		loneDefaults, app.DefaultFetchCooldown, app.DefaultFetchPollInterval, app.DefaultMaxWorkers)
+	w("*%s* is the tuning of the figures above (MaxWorkers %d, the rest alike). The experiments change one thing: bare River's inserting client with FetchCooldown %s (a NOTIFY for every insert 10 ms apart), and %s between calls (longer than the limiter's 100 ms). ",
+		loneTuned, r.tn.MaxWorkers, app.DefaultFetchCooldown, fmtDur(loneGap))
+	w("× bare River divides idemgate's percentile by bare River's (polled) in the same configuration.\n\n")
+	w("| configuration | system | calls | mean | p50 | p90 | p99 | max | × bare River mean / p50 / p90 / p99 | waited for the fetch poll | queue wait p50 / p99 | run p50 | rest p50 / p99 | River's completion event p50 | CPU ms/call: harness + Postgres |\n")
+	w("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---:|---:|\n")
+	for _, res := range r.lones {
+		vs := "–"
+		if res.System == loneIdem {
+			if b := r.loneFind(res.Config.Name, loneBare); b != nil {
+				vs = loneRatios(res, b)
+			}
+		}
+		w("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %d | %s / %s | %s | %s / %s | %s | %s |\n", res.Config.Name, res.System, len(res.Lat),
+			fmtDur(mean(res.Lat)), fmtDur(percentile(res.Lat, 50)), fmtDur(percentile(res.Lat, 90)), fmtDur(percentile(res.Lat, 99)), fmtDur(percentile(res.Lat, 100)), vs,
+			res.polled(), fmtDur(percentile(res.QueueWait, 50)), fmtDur(percentile(res.QueueWait, 99)), fmtDur(percentile(res.Run, 50)),
+			fmtDur(percentile(res.Rest, 50)), fmtDur(percentile(res.Rest, 99)), fmtDur(percentile(res.EventLat, 50)), res.cpuPerCall())
+	}
+	w("\n")
+}
+
+func (r *runner) loneFind(config, system string) *loneResult {
+	for _, res := range r.lones {
+		if res.Config.Name == config && res.System == system {
+			return res
+		}
+	}
+	return nil
+}
+
+// mean is the mean of lat.
+func mean(lat []time.Duration) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	return sum / time.Duration(len(lat))
+}
+
+// loneRatios is a's mean, p50, p90 and p99 over b's.
+func loneRatios(a, b *loneResult) string {
+	var parts []string
+	if mb := mean(b.Lat); mb > 0 {
+		parts = append(parts, fmt.Sprintf("%.2f", float64(mean(a.Lat))/float64(mb)))
+	}
+	for _, p := range []float64{50, 90, 99} {
+		x, y := percentile(a.Lat, p), percentile(b.Lat, p)
+		if y == 0 {
+			return "–"
+		}
+		parts = append(parts, fmt.Sprintf("%.2f", float64(x)/float64(y)))
+	}
+	return strings.Join(parts, " / ")
 }
 
 func outcomes(m map[domain.Outcome]int) string {
@@ -339,6 +415,18 @@ func (r *runner) targets(info *runInfo) []target {
 		out = append(out, target{"storm of 1000 over MCP: p99 ≤ 250 ms, one effect",
 			fmt.Sprintf("worst p99 %s; effects per storm %s", fmtDur(worst), strings.Join(effects, ", ")),
 			verdict(worst <= 250*time.Millisecond && effectsOK)})
+	}
+	for _, name := range []string{loneDefaults, loneTuned} {
+		a, b := r.loneFind(name, loneIdem), r.loneFind(name, loneBare)
+		if a == nil || b == nil {
+			continue
+		}
+		p50 := float64(percentile(a.Lat, 50)) / float64(percentile(b.Lat, 50))
+		p99 := float64(percentile(a.Lat, 99)) / float64(percentile(b.Lat, 99))
+		out = append(out, target{fmt.Sprintf("lone call over MCP, time to the outcome ≤ 2 × bare River's InsertTx to completed (%s)", name),
+			fmt.Sprintf("mean / p50 / p90 / p99: %s (%s against %s at p50, %s against %s at p99)", loneRatios(a, b),
+				fmtDur(percentile(a.Lat, 50)), fmtDur(percentile(b.Lat, 50)), fmtDur(percentile(a.Lat, 99)), fmtDur(percentile(b.Lat, 99))),
+			verdict(p50 <= 2 && p99 <= 2) + " at p50 and p99"})
 	}
 	if g := r.growthRes; g != nil && g.Empty != nil && g.Full != nil && g.Empty.Rate > 0 {
 		v := g.Full.Rate / g.Empty.Rate

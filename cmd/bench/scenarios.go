@@ -129,6 +129,7 @@ type runner struct {
 	rows      []row
 	checks    []string // write checks and their verdicts
 	storms    []stormResult
+	lones     []*loneResult
 	growthRes *growthResult
 }
 

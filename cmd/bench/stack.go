@@ -399,7 +399,13 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	if rs == nil {
 		rs = tunedRiver(tn.MaxWorkers)
 	}
-	if s.inserter, err = river.NewClient(riverpgxv5.New(s.insertPool), &river.Config{FetchCooldown: rs.InsertFetchCooldown, Logger: logger}); err != nil {
+	// River refuses a FetchPollInterval shorter than the FetchCooldown,
+	// even on a client that fetches nothing.
+	insertPoll := time.Duration(0)
+	if rs.InsertFetchCooldown > river.FetchPollIntervalDefault {
+		insertPoll = rs.InsertFetchCooldown
+	}
+	if s.inserter, err = river.NewClient(riverpgxv5.New(s.insertPool), &river.Config{FetchCooldown: rs.InsertFetchCooldown, FetchPollInterval: insertPoll, Logger: logger}); err != nil {
 		s.stop()
 		return nil, err
 	}
