@@ -173,15 +173,16 @@ func (r *runner) markdown(info *runInfo) string {
 		w("### Retry storm\n\n")
 		w("Identical `apply_credit` calls (same key, same arguments) released at once over MCP (one go-sdk session, one keep-alive connection per call, opened by an unmeasured first storm), IDEMGATE_WAIT=0; ")
 		w("the last storm sends the same calls to the REST twin (`POST /v1/tools/apply_credit`, `Idempotency-Key` header) over the same connections, to show what the MCP layer adds. ")
-		w("Effects are the ledger rows of the operation; call audit rows are the accepted, in_flight and replayed rows of the key; settled is the time from the release to the claim's terminal status.\n\n")
-		w("| storm | via | calls | p50 | p99 | max | outcomes | errors | effects | jobs | claims | call audit rows | settled | CPU ms/call: harness + Postgres | cores: harness + Postgres · machine busy |\n")
-		w("|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		w("Effects are the ledger rows of the operation; call audit rows are the accepted, in_flight and replayed rows of the key, with the transactions that wrote them (their distinct xmin: the gate writes them in batches); settled is the time from the release to the claim's terminal status.\n\n")
+		w("| storm | via | calls | p50 | p99 | max | outcomes | errors | effects | jobs | claims | call audit rows (commits) | settled | CPU ms/call: harness + Postgres | cores: harness + Postgres · machine busy |\n")
+		w("|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---|\n")
 		for i, s := range r.storms {
 			perCall := fmt.Sprintf("%.2f + %.2f", s.CPU.HarnessCores*s.CPU.Seconds/float64(s.Calls)*1000, s.CPU.PGCores*s.CPU.Seconds/float64(s.Calls)*1000)
-			w("| %d | %s | %d | %s | %s | %s | %s | %d | %d | %d | %d | %d | %s | %s | %s |\n", i+1, s.Via, s.Calls, fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max),
-				outcomes(s.Outcomes), s.Errors, s.Effects, s.Jobs, s.Claims, s.AuditRows, fmtDur(s.Settled), perCall, s.CPU)
+			w("| %d | %s | %d | %s | %s | %s | %s | %d | %d | %d | %d | %d (%d) | %s | %s | %s |\n", i+1, s.Via, s.Calls, fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max),
+				outcomes(s.Outcomes), s.Errors, s.Effects, s.Jobs, s.Claims, s.AuditRows, s.AuditCommits, fmtDur(s.Settled), perCall, s.CPU)
 		}
 		w("\n")
+		r.stormBreakdownMarkdown(w)
 	}
 
 	r.loneMarkdown(w)
@@ -240,6 +241,47 @@ func (r *runner) plainMarkdown(w func(string, ...any), info *runInfo) {
 		w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, paRate, iaRate, ratio(ia, pa), paCPU, iaCPU, peRate, ieRate, ratio(ie, pe), peCPU, ieCPU)
 	}
 	w("\n")
+}
+
+// stormBreakdownMarkdown renders where the storms' time went.
+func (r *runner) stormBreakdownMarkdown(w func(string, ...any)) {
+	w("#### Where a storm's time goes\n\n")
+	w("Each call of a storm is timed at four points on one clock (the client, the api and the workers are one process): its release; the api's handler getting it (a middleware in front of the api's handler, after net/http has read the request's headers); the handler returning; the answer decoded by the client. ")
+	w("*Before the handler* is the client's encoding (go-sdk for MCP), the connection and net/http reading the request, and any wait for a core; *in the handler* is authentication, the MCP or REST decoding, the api's mutation (its own `mutation` log line's duration: the scope check, the arguments, the gate's claim read, shared by concurrent identical calls, and the batched audit row, to the answer) and writing the answer; *after the handler* is the answer's way back and the client's decoding. ")
+	w("Each cell is p50 / p99 over the group's calls; *slowest 1 %%* are the calls above the storm's p99. The histogram counts the calls' total time in 100 ms buckets. ")
+	w("The second table is the Go runtime over each storm (runtime/metrics): how long runnable goroutines waited for a core (`/sched/latencies`, bucket upper bounds), GC's share of the process's CPU, and the CPU floor: the storm's CPU (harness + Postgres) divided by the machine's %d cores, the time its work needs if it used every core and nothing else ran.\n\n", numCPU())
+	w("| storm | via | calls | total | before the handler | in the handler | of which the mutation | the rest of the handler | after the handler | total time, 100 ms buckets |\n")
+	w("|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for i, st := range r.storms {
+		for _, g := range st.Breakdown {
+			calls := fmt.Sprintf("%s %d", g.Group, g.Calls)
+			if g.Matched != g.Calls {
+				calls += fmt.Sprintf(" (%d timed in the api)", g.Matched)
+			}
+			w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", i+1, st.Via, calls, pair(g.Total), pair(g.Before), pair(g.Handler), pair(g.Mutation), pair(g.Other), pair(g.After), g.histogram())
+		}
+	}
+	w("\n| storm | via | goroutine runs | waited for a core p50 / p99 | GC share of the process CPU | CPU floor | p99 |\n")
+	w("|---:|---|---:|---:|---:|---:|---:|\n")
+	for i, st := range r.storms {
+		ru := st.Runtime
+		floor := time.Duration((st.CPU.HarnessCores + st.CPU.PGCores) * st.CPU.Seconds / float64(numCPU()) * float64(time.Second))
+		waits := "–"
+		if ru.Measured {
+			waits = fmtSched(ru.SchedP50) + " / " + fmtSched(ru.SchedP99)
+		}
+		w("| %d | %s | %d | %s | %.0f%% | %s | %s |\n", i+1, st.Via, ru.Scheduled, waits, 100*ru.GCShare, fmtDur(floor), fmtDur(st.P99))
+	}
+	w("\n")
+}
+
+// fmtSched is fmtDur with the runtime histogram's smallest buckets shown
+// as under 0.01 ms.
+func fmtSched(d time.Duration) string {
+	if d < 10*time.Microsecond {
+		return "< 0.01 ms"
+	}
+	return fmtDur(d)
 }
 
 // loneMarkdown renders the lone-call figures.

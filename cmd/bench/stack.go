@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,6 +81,8 @@ type stackOptions struct {
 	noWorker bool
 	// stripeBase is the test Stripe the worker's refund_order calls.
 	stripeBase string
+	// wrap, when set, wraps the api's handler as served over HTTP.
+	wrap func(http.Handler) http.Handler
 }
 
 func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger, o stackOptions) (*idemStack, error) {
@@ -118,7 +121,11 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 			s.stop()
 			return nil, err
 		}
-		s.srv = &http.Server{Handler: s.api.Handler, ReadHeaderTimeout: 5 * time.Second}
+		var h http.Handler = s.api.Handler
+		if o.wrap != nil {
+			h = o.wrap(h)
+		}
+		s.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		s.url = "http://" + ln.Addr().String()
 		go func() { _ = s.srv.Serve(ln) }()
 	}
@@ -167,12 +174,16 @@ func (s *idemStack) stop() {
 	}
 }
 
-// bearer adds the benchmark token to every request.
+// bearer adds the benchmark token to every request, and a storm call's
+// index (benchCallKey in its context) as callHeader.
 type bearer struct{ rt http.RoundTripper }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+benchToken)
+	if i, ok := r.Context().Value(benchCallKey{}).(int); ok {
+		r.Header.Set(callHeader, strconv.Itoa(i))
+	}
 	return b.rt.RoundTrip(r)
 }
 
