@@ -731,9 +731,9 @@ type stormResult struct {
 	// AuditCommits counts the transactions that wrote the call audit rows
 	// (their distinct xmin): the gate writes them in batches.
 	AuditCommits int
-	Settled   time.Duration // first call to terminal claim
-	CPU       cpuUsage
-	FirstErr  string
+	Settled      time.Duration // first call to terminal claim
+	CPU          cpuUsage
+	FirstErr     string
 	// Breakdown is where the calls' time went, per outcome.
 	Breakdown []*stormBreakdown
 	// Runtime is the Go runtime over the storm: goroutines' waits for a
