@@ -315,9 +315,10 @@ func TestStormMarkdownShowsWhereTheTimeGoes(t *testing.T) {
 	}
 	r := &runner{storms: []stormResult{{Via: "MCP", Calls: 2, Outcomes: map[domain.Outcome]int{domain.OutcomeAccepted: 1, domain.OutcomeInFlight: 1},
 		P50: 150 * time.Millisecond, P99: 250 * time.Millisecond, Effects: 1, AuditRows: 2, AuditCommits: 1, Breakdown: breakdown(calls),
-		CPU: cpuUsage{Seconds: 0.25, HarnessCores: 1.6, PGCores: 0.4}, Runtime: runtimeUsage{Measured: true, Scheduled: 10, SchedP50: time.Microsecond, SchedP99: 50 * time.Millisecond, GCShare: 0.2}}}}
+		CPU: cpuUsage{Seconds: 0.25, HarnessCores: 1.6, PGCores: 0.4}, Runtime: runtimeUsage{Measured: true, Scheduled: 10, SchedP50: time.Microsecond, SchedP99: 50 * time.Millisecond, GCShare: 0.2},
+		AuditBatches: []auditBatch{{Rows: 1, Start: 100 * time.Millisecond}, {Rows: 1, Start: 180 * time.Millisecond}}}}}
 	md := r.markdown(&runInfo{Concs: []int{32}})
 	require.Contains(t, md, "| 2 (1) |")
 	require.Contains(t, md, "| 1 | MCP | in_flight 1 | 250 ms / 250 ms | 150 ms / 150 ms | 60.0 ms / 60.0 ms | 59.0 ms / 59.0 ms | 1.0 ms / 1.0 ms | 40.0 ms / 40.0 ms | 200–300 ms: 1 |")
-	require.Contains(t, md, fmt.Sprintf("| 1 | MCP | 10 | < 0.01 ms / 50.0 ms | 20%% | %s | 250 ms |", fmtDur(time.Duration(0.5/float64(numCPU())*float64(time.Second)))))
+	require.Contains(t, md, fmt.Sprintf("| 1 | MCP | 10 | < 0.01 ms / 50.0 ms | 20%% | %s | 250 ms | 1 @ 100 ms · 1 @ 180 ms |", fmtDur(time.Duration(0.5/float64(numCPU())*float64(time.Second)))))
 }

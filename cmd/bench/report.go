@@ -249,7 +249,7 @@ func (r *runner) stormBreakdownMarkdown(w func(string, ...any)) {
 	w("Each call of a storm is timed at four points on one clock (the client, the api and the workers are one process): its release; the api's handler getting it (a middleware in front of the api's handler, after net/http has read the request's headers); the handler returning; the answer decoded by the client. ")
 	w("*Before the handler* is the client's encoding (go-sdk for MCP), the connection and net/http reading the request, and any wait for a core; *in the handler* is authentication, the MCP or REST decoding, the api's mutation (its own `mutation` log line's duration: the scope check, the arguments, the gate's claim read, shared by concurrent identical calls, and the batched audit row, to the answer) and writing the answer; *after the handler* is the answer's way back and the client's decoding. ")
 	w("Each cell is p50 / p99 over the group's calls; *slowest 1 %%* are the calls above the storm's p99. The histogram counts the calls' total time in 100 ms buckets. ")
-	w("The second table is the Go runtime over each storm (runtime/metrics): how long runnable goroutines waited for a core (`/sched/latencies`, bucket upper bounds), GC's share of the process's CPU, and the CPU floor: the storm's CPU (harness + Postgres) divided by the machine's %d cores, the time its work needs if it used every core and nothing else ran.\n\n", numCPU())
+	w("The second table is the Go runtime over each storm (runtime/metrics): how long runnable goroutines waited for a core (`/sched/latencies`, bucket upper bounds), GC's share of the process's CPU, the CPU floor: the storm's CPU (harness + Postgres) divided by the machine's %d cores, the time its work needs if it used every core and nothing else ran, and the transactions that wrote the call audit rows (grouped by xmin), each with its rows and when it began after the release (its rows' `created_at`): the gate writes the audit rows of calls answered from an existing claim in batches of at most 256, one batch at a time, and each such call answers once its row is committed.\n\n", numCPU())
 	w("| storm | via | calls | total | before the handler | in the handler | of which the mutation | the rest of the handler | after the handler | total time, 100 ms buckets |\n")
 	w("|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for i, st := range r.storms {
@@ -261,8 +261,8 @@ func (r *runner) stormBreakdownMarkdown(w func(string, ...any)) {
 			w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", i+1, st.Via, calls, pair(g.Total), pair(g.Before), pair(g.Handler), pair(g.Mutation), pair(g.Other), pair(g.After), g.histogram())
 		}
 	}
-	w("\n| storm | via | goroutine runs | waited for a core p50 / p99 | GC share of the process CPU | CPU floor | p99 |\n")
-	w("|---:|---|---:|---:|---:|---:|---:|\n")
+	w("\n| storm | via | goroutine runs | waited for a core p50 / p99 | GC share of the process CPU | CPU floor | p99 | call audit rows per commit, @ when it began |\n")
+	w("|---:|---|---:|---:|---:|---:|---:|---|\n")
 	for i, st := range r.storms {
 		ru := st.Runtime
 		floor := time.Duration((st.CPU.HarnessCores + st.CPU.PGCores) * st.CPU.Seconds / float64(numCPU()) * float64(time.Second))
@@ -270,7 +270,11 @@ func (r *runner) stormBreakdownMarkdown(w func(string, ...any)) {
 		if ru.Measured {
 			waits = fmtSched(ru.SchedP50) + " / " + fmtSched(ru.SchedP99)
 		}
-		w("| %d | %s | %d | %s | %.0f%% | %s | %s |\n", i+1, st.Via, ru.Scheduled, waits, 100*ru.GCShare, fmtDur(floor), fmtDur(st.P99))
+		var batches []string
+		for _, b := range st.AuditBatches {
+			batches = append(batches, fmt.Sprintf("%d @ %s", b.Rows, fmtDur(max(b.Start, time.Microsecond))))
+		}
+		w("| %d | %s | %d | %s | %.0f%% | %s | %s | %s |\n", i+1, st.Via, ru.Scheduled, waits, 100*ru.GCShare, fmtDur(floor), fmtDur(st.P99), strings.Join(batches, " · "))
 	}
 	w("\n")
 }
@@ -315,7 +319,18 @@ func (r *runner) loneMarkdown(w func(string, ...any)) {
 			res.polled(), fmtDur(percentile(res.QueueWait, 50)), fmtDur(percentile(res.QueueWait, 99)), fmtDur(percentile(res.Run, 50)),
 			fmtDur(percentile(res.Rest, 50)), fmtDur(percentile(res.Rest, 99)), fmtDur(percentile(res.EventLat, 50)), res.cpuPerCall())
 	}
-	w("\n")
+	var fallbacks []string
+	for _, res := range r.lones {
+		if res.System == loneIdem && res.Fallback > 0 {
+			fallbacks = append(fallbacks, fmt.Sprintf("%s: %d of %d", res.Config.Name, res.Fallback, len(res.Lat)))
+		}
+	}
+	if len(fallbacks) == 0 {
+		w("\nEvery idemgate call was answered with its outcome within the wait (no `get_operation` poll). ")
+	} else {
+		w("\nidemgate calls answered before their outcome, then polled with `get_operation`: %s. ", strings.Join(fallbacks, "; "))
+	}
+	w("CPU per call includes what both processes do while idle between the calls' steps (River's producers and pollers, the gate's waiter).\n\n")
 }
 
 func (r *runner) loneFind(config, system string) *loneResult {

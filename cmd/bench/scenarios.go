@@ -739,6 +739,41 @@ type stormResult struct {
 	// Runtime is the Go runtime over the storm: goroutines' waits for a
 	// core, and GC's share of the CPU.
 	Runtime runtimeUsage
+	// AuditBatches are the transactions that wrote the call audit rows,
+	// in the order they began.
+	AuditBatches []auditBatch
+}
+
+// auditBatch is one transaction that wrote call audit rows: how many, and
+// when it began (its rows' created_at, now() of the transaction) after the
+// storm's release.
+type auditBatch struct {
+	Rows  int
+	Start time.Duration
+}
+
+// auditBatches reads the transactions that wrote key's call audit rows.
+func auditBatches(ctx context.Context, pool *pgxpool.Pool, key string, release time.Time) ([]auditBatch, error) {
+	rows, err := pool.Query(ctx, `
+SELECT count(*), extract(epoch FROM min(created_at))::float8
+FROM audit_events WHERE idempotency_key = $1 AND decision IN ('accepted', 'replayed', 'in_flight', 'conflict')
+GROUP BY xmin::text ORDER BY 2`, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []auditBatch
+	for rows.Next() {
+		var (
+			n     int
+			epoch float64
+		)
+		if err := rows.Scan(&n, &epoch); err != nil {
+			return nil, err
+		}
+		out = append(out, auditBatch{Rows: n, Start: time.Duration(epoch*float64(time.Second)) - time.Duration(release.UnixNano())})
+	}
+	return out, rows.Err()
 }
 
 // storm fires size identical apply_credit calls at once over MCP at an api
@@ -890,6 +925,9 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 			}
 		}
 		sr.Breakdown = breakdown(calls)
+		if sr.AuditBatches, err = auditBatches(ctx, pool, key, t0); err != nil {
+			return err
+		}
 		err := pool.QueryRow(ctx, `
 SELECT (SELECT count(*) FROM ledger_entries l JOIN idempotency_claims c ON c.operation_id = l.operation_id
         WHERE c.tenant_id = $1 AND c.idempotency_key = $2),
