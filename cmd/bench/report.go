@@ -304,7 +304,8 @@ func (r *runner) loneMarkdown(w func(string, ...any)) {
 		loneDefaults, app.DefaultFetchCooldown, app.DefaultFetchPollInterval, app.DefaultMaxWorkers)
 	w("*%s* is the tuning of the figures above (MaxWorkers %d, the rest alike). The experiments change one thing: bare River's inserting client with FetchCooldown %s (a NOTIFY for every insert 10 ms apart), and %s between calls (longer than the limiter's 100 ms). ",
 		loneTuned, r.tn.MaxWorkers, app.DefaultFetchCooldown, fmtDur(loneGap))
-	w("× bare River divides idemgate's percentile by bare River's (polled) in the same configuration.\n\n")
+	w("× bare River divides idemgate's mean or percentile by bare River's (polled) in the same configuration. ")
+	w("Back to back, the calls whose insert the limiter let notify are fast and the next one waits for the poll, so about half wait: the p50 falls between the two modes and swings from one to the other between runs; the mean, p90 and p99 are the stable figures, and the target is judged on the mean and p99.\n\n")
 	w("| configuration | system | calls | mean | p50 | p90 | p99 | max | × bare River mean / p50 / p90 / p99 | waited for the fetch poll | queue wait p50 / p99 | run p50 | rest p50 / p99 | River's completion event p50 | CPU ms/call: harness + Postgres |\n")
 	w("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---:|---:|\n")
 	for _, res := range r.lones {
@@ -478,12 +479,15 @@ func (r *runner) targets(info *runInfo) []target {
 		if a == nil || b == nil {
 			continue
 		}
-		p50 := float64(percentile(a.Lat, 50)) / float64(percentile(b.Lat, 50))
+		// Judged on the mean and p99: back to back, about half the calls
+		// wait for the worker's fetch poll, so the p50 falls between two
+		// modes and swings from one to the other between runs.
+		avg := float64(mean(a.Lat)) / float64(mean(b.Lat))
 		p99 := float64(percentile(a.Lat, 99)) / float64(percentile(b.Lat, 99))
 		out = append(out, target{fmt.Sprintf("lone call over MCP, time to the outcome ≤ 2 × bare River's InsertTx to completed (%s)", name),
-			fmt.Sprintf("mean / p50 / p90 / p99: %s (%s against %s at p50, %s against %s at p99)", loneRatios(a, b),
-				fmtDur(percentile(a.Lat, 50)), fmtDur(percentile(b.Lat, 50)), fmtDur(percentile(a.Lat, 99)), fmtDur(percentile(b.Lat, 99))),
-			verdict(p50 <= 2 && p99 <= 2) + " at p50 and p99"})
+			fmt.Sprintf("mean / p50 / p90 / p99: %s (%s against %s on the mean, %s against %s at p99)", loneRatios(a, b),
+				fmtDur(mean(a.Lat)), fmtDur(mean(b.Lat)), fmtDur(percentile(a.Lat, 99)), fmtDur(percentile(b.Lat, 99))),
+			verdict(avg <= 2 && p99 <= 2) + " on the mean and p99"})
 	}
 	if g := r.growthRes; g != nil && g.Empty != nil && g.Full != nil && g.Empty.Rate > 0 {
 		v := g.Full.Rate / g.Empty.Rate
