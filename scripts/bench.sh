@@ -4,12 +4,14 @@
 # its plotting dependencies stay out of the service's go.mod). Runs from any
 # directory.
 #
-#   scripts/bench.sh                 the full run (under 10 minutes): c=1,8,32,64,
-#                                    1M claims; prints Markdown and rewrites the
-#                                    generated part of docs/benchmarks.md and
-#                                    docs/benchmarks.svg
-#   scripts/bench.sh --quick         about a minute, for iteration: c=8,32, 1.5s
-#                                    windows, 50k claims; writes nothing
+#   scripts/bench.sh                 the full run (about 11 minutes): c=1,8,32,64,
+#                                    the plain MCP server beside idemgate's,
+#                                    200 lone calls per figure, 1M claims; prints
+#                                    Markdown and rewrites the generated part of
+#                                    docs/benchmarks.md and docs/benchmarks.svg
+#   scripts/bench.sh --quick         about two minutes, for iteration: c=8,32,
+#                                    1.5s windows, 40 lone calls, 50k claims;
+#                                    writes nothing
 #   scripts/bench.sh --profile       the run on a private throwaway Postgres with
 #                                    pg_stat_statements, a CPU profile of the
 #                                    harness and the top statements per figure in
@@ -44,7 +46,7 @@ for a in "$@"; do
 	--quick) quick=1 ;;
 	--profile) profile=1 ;;
 	-h | --help)
-		sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) args+=("$a") ;;

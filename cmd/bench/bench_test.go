@@ -1,15 +1,24 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/procstat"
@@ -158,7 +167,8 @@ func TestWritePlotAndMarkdown(t *testing.T) {
 		f := float64(i + 1)
 		for s, rate := range map[string]float64{sCommit: 1500 * f, sBareInsert: 400 * f, sBareE2E: 350 * f, sIdemAccept: 200 * f,
 			sIdemE2E: 150 * f, sMCPAccept: 120 * f, sMCPE2E: 110 * f, sReplay: 900 * f, sReplayMCP: 400 * f,
-			sBareStripeInsert: 380 * f, sBareStripeE2E: 200 * f, sIdemStripeAccept: 190 * f, sIdemStripeE2E: 150 * f} {
+			sBareStripeInsert: 380 * f, sBareStripeE2E: 200 * f, sIdemStripeAccept: 190 * f, sIdemStripeE2E: 150 * f,
+			sPlainAccept: 240 * f, sPlainE2E: 220 * f} {
 			r.rows = append(r.rows, row{Series: s, Conc: c, N: 100, Rate: rate, CPU: cpuUsage{Seconds: 1, HarnessCores: 0.5, PGCores: 1}})
 		}
 	}
@@ -180,6 +190,9 @@ func TestWritePlotAndMarkdown(t *testing.T) {
 	require.Contains(t, md, "| idemgate: drain (one worker process) | 5000 | 20000 ms | 250 | 0.50 | 1.00 + 3.00 |")
 	require.Contains(t, md, "| one worker process drains a backlog ≥ 1.0 × bare River's drain (MaxWorkers 20) | 0.50 (5000 operations: 250 vs 500 ops/s; CPU ms/op 1.00 + 3.00 vs 0.50 + 1.50) | **missed** |")
 
+	require.Contains(t, md, "| 32 | 720 | 360 | 0.50 | 5.00 + 10.00 | 5.00 + 10.00 | 660 | 330 | 0.50 | 5.00 + 10.00 | 5.00 + 10.00 |")
+	require.Contains(t, md, "| end to end over MCP, idemgate ahead of a plain MCP server doing InsertTx (≥ 1.0 ×) | c=1 0.50, c=8 0.50, c=32 0.50, c=64 0.50 | **missed** at c=32 |")
+
 	md = (&runner{}).markdown(&runInfo{Concs: []int{32}, StripeSkipped: true})
 	require.Contains(t, md, "not measured: no test Stripe")
 	require.NotContains(t, md, "### Drain")
@@ -194,4 +207,118 @@ func TestListenerPIDFindsThisProcess(t *testing.T) {
 	defer ln.Close()
 	require.Equal(t, os.Getpid(), listenerPID("http://"+ln.Addr().String()))
 	require.Equal(t, 0, listenerPID("http://127.0.0.1"))
+}
+
+func TestLoneMarkdownComparesLikeConfigurations(t *testing.T) {
+	t.Parallel()
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	tuned := loneConfig{Name: loneTuned, Idem: true}
+	r := &runner{lones: []*loneResult{
+		{Config: tuned, System: loneBare, Lat: ms(20, 20, 20, 260), QueueWait: ms(2, 2, 2, 240), Run: ms(1, 1, 1, 1), Rest: ms(17, 17, 17, 19)},
+		{Config: tuned, System: loneIdem, Lat: ms(40, 40, 40, 260), QueueWait: ms(2, 2, 2, 240), Run: ms(2, 2, 2, 2), Rest: ms(36, 36, 36, 18),
+			CPU: cpuUsage{Seconds: 1, HarnessCores: 0.4, PGCores: 0.2}},
+	}}
+	require.Equal(t, 80*time.Millisecond, mean(r.lones[0].Lat))
+	require.Equal(t, 1, r.lones[1].polled())
+	require.Equal(t, "1.19 / 2.00 / 1.00 / 1.00", loneRatios(r.lones[1], r.lones[0]))
+	md := r.markdown(&runInfo{Concs: []int{32}})
+	require.Contains(t, md, "| bench tuning | idemgate over MCP | 4 | 95.0 ms | 40.0 ms | 260 ms | 260 ms | 260 ms | 1.19 / 2.00 / 1.00 / 1.00 | 1 | 2.0 ms / 240 ms | 2.0 ms | 36.0 ms / 36.0 ms | – | 100.00 + 50.00 |")
+	require.Contains(t, md, "| lone call over MCP, time to the outcome ≤ 2 × bare River's InsertTx to completed (bench tuning) | mean / p50 / p90 / p99: 1.19 / 2.00 / 1.00 / 1.00 (95.0 ms against 80.0 ms on the mean, 260 ms against 260 ms at p99) | met on the mean and p99 |")
+}
+
+func TestBreakdownSplitsByOutcomeAndSlowest(t *testing.T) {
+	t.Parallel()
+	var calls []callPhases
+	for i := range 200 {
+		out := domain.OutcomeInFlight
+		if i == 0 {
+			out = domain.OutcomeAccepted
+		}
+		d := time.Duration(i+1) * time.Millisecond
+		calls = append(calls, callPhases{Outcome: out, Total: d, Server: i != 5, Before: d / 2, Handler: d / 4, After: d / 4, Mutation: d / 8})
+	}
+	groups := breakdown(calls)
+	var names []string
+	for _, g := range groups {
+		names = append(names, g.Group)
+	}
+	require.Equal(t, []string{"all", "accepted", "in_flight", "slowest 1 %"}, names)
+	all := groups[0]
+	require.Equal(t, 200, all.Calls)
+	require.Equal(t, 199, all.Matched)
+	require.Equal(t, []int{99, 100, 1}, all.Histogram)
+	require.Equal(t, "0–100 ms: 99 · 100–200 ms: 100 · 200–300 ms: 1", all.histogram())
+	slow := groups[3]
+	require.Equal(t, 2, slow.Calls)
+	require.Equal(t, 199*time.Millisecond, slow.Total[0])
+	require.Equal(t, "99.5 ms / 100 ms", pair(slow.Before))
+	require.Equal(t, "–", pair(nil))
+}
+
+func TestPhaseRecorderTimesACallInTheHandler(t *testing.T) {
+	t.Parallel()
+	rec := newPhaseRecorder(4)
+	logger := rec.logger(slog.New(slog.NewJSONHandler(io.Discard, nil))).With("component", "api")
+	h := rec.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond)
+		logger.LogAttrs(r.Context(), slog.LevelInfo, "mutation", slog.Duration("duration", 3*time.Millisecond))
+		_, _ = w.Write([]byte("{}"))
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	hc := httpClient(1)
+	ctx := context.WithValue(context.Background(), benchCallKey{}, 2)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	t0 := time.Now()
+	resp, err := hc.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	t1 := time.Now()
+	require.Eventually(t, func() bool { return rec.end[2].Load() != 0 }, time.Second, time.Millisecond)
+	c := rec.phases(2, t0, t1, domain.OutcomeInFlight)
+	require.True(t, c.Server)
+	require.Equal(t, 3*time.Millisecond, c.Mutation)
+	require.GreaterOrEqual(t, c.Handler, 5*time.Millisecond)
+	require.Equal(t, c.Total, c.Before+c.Handler+c.After)
+	require.False(t, rec.phases(1, t0, t1, domain.OutcomeInFlight).Server)
+}
+
+func TestRuntimeBetweenReadsSchedulingWaits(t *testing.T) {
+	t.Parallel()
+	buckets := []float64{0, 0.001, 0.01, 0.1, math.Inf(1)}
+	a := runtimeSnap{sched: &metrics.Float64Histogram{Counts: []uint64{5, 0, 0, 0}, Buckets: buckets}, gcCPU: 1, allCPU: 10}
+	b := runtimeSnap{sched: &metrics.Float64Histogram{Counts: []uint64{5, 90, 9, 1}, Buckets: buckets}, gcCPU: 2, allCPU: 14}
+	u := runtimeBetween(a, b)
+	require.True(t, u.Measured)
+	require.Equal(t, uint64(100), u.Scheduled)
+	// Bucket upper bounds; the last, unbounded, bucket reads as its lower.
+	require.Equal(t, 10*time.Millisecond, u.SchedP50)
+	require.Equal(t, 100*time.Millisecond, u.SchedP99)
+	require.InDelta(t, 0.25, u.GCShare, 1e-9)
+	require.False(t, runtimeBetween(runtimeSnap{}, b).Measured)
+	require.NotNil(t, readRuntime().sched)
+}
+
+func TestStormMarkdownShowsWhereTheTimeGoes(t *testing.T) {
+	t.Parallel()
+	calls := []callPhases{
+		{Outcome: domain.OutcomeAccepted, Total: 150 * time.Millisecond, Server: true, Before: 10 * time.Millisecond, Handler: 120 * time.Millisecond, After: 20 * time.Millisecond, Mutation: 119 * time.Millisecond},
+		{Outcome: domain.OutcomeInFlight, Total: 250 * time.Millisecond, Server: true, Before: 150 * time.Millisecond, Handler: 60 * time.Millisecond, After: 40 * time.Millisecond, Mutation: 59 * time.Millisecond},
+	}
+	r := &runner{storms: []stormResult{{Via: "MCP", Calls: 2, Outcomes: map[domain.Outcome]int{domain.OutcomeAccepted: 1, domain.OutcomeInFlight: 1},
+		P50: 150 * time.Millisecond, P99: 250 * time.Millisecond, Effects: 1, AuditRows: 2, AuditCommits: 1, Breakdown: breakdown(calls),
+		CPU: cpuUsage{Seconds: 0.25, HarnessCores: 1.6, PGCores: 0.4}, Runtime: runtimeUsage{Measured: true, Scheduled: 10, SchedP50: time.Microsecond, SchedP99: 50 * time.Millisecond, GCShare: 0.2},
+		AuditBatches: []auditBatch{{Rows: 1, Start: 100 * time.Millisecond}, {Rows: 1, Start: 180 * time.Millisecond}}}}}
+	md := r.markdown(&runInfo{Concs: []int{32}})
+	require.Contains(t, md, "| 2 (1) |")
+	require.Contains(t, md, "| 1 | MCP | in_flight 1 | 250 ms / 250 ms | 150 ms / 150 ms | 60.0 ms / 60.0 ms | 59.0 ms / 59.0 ms | 1.0 ms / 1.0 ms | 40.0 ms / 40.0 ms | 200–300 ms: 1 |")
+	require.Contains(t, md, fmt.Sprintf("| 1 | MCP | 10 | < 0.01 ms / 50.0 ms | 20%% | %s | 250 ms | 1 @ 100 ms · 1 @ 180 ms |", fmtDur(time.Duration(0.5/float64(numCPU())*float64(time.Second)))))
 }

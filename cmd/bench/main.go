@@ -9,13 +9,19 @@
 //  3. idemgate: the same operations as apply_credit through the gate, in
 //     process (gate.Claim, the real jobs.Runner workers) and over MCP (the
 //     real api handler, the official go-sdk client, Streamable HTTP);
+//     beside it a plain go-sdk MCP server whose tool inserts bare River's
+//     job with InsertTx (no idempotency), driven by the same client code;
 //  4. replays of existing keys;
 //  5. a storm of 1000 identical calls;
 //  6. accepts with an empty claims table and with a million claims, and the
 //     pruner's rate;
 //  7. an external effect: refund_order against the test Stripe (stripe-mock)
 //     end to end, beside bare River whose worker makes the same Stripe call;
-//  8. a backlog drained by one worker process, idemgate's and bare River's.
+//  8. a backlog drained by one worker process, idemgate's and bare River's;
+//  9. lone calls: the time to the outcome of one call at a time, idemgate
+//     over MCP (the call waits for its outcome) and bare River (InsertTx,
+//     the job polled), in the quickstart's River configuration and the
+//     bench's tuning.
 //
 // It prints Markdown, writes it into docs/benchmarks.md between markers and
 // draws throughput against concurrency. scripts/bench.sh runs it; see
@@ -76,11 +82,12 @@ type options struct {
 	apiConns    int
 	workerConns int
 	drainOps    int
+	loneCalls   int
 	stripeURL   string
 }
 
 // scenarios are the names -only accepts.
-var scenarios = []string{"commit", "bare", "inproc", "mcp", "stripe", "drain", "replay", "storm", "growth"}
+var scenarios = []string{"commit", "bare", "inproc", "mcp", "plain", "stripe", "drain", "replay", "storm", "lone", "growth"}
 
 func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -107,6 +114,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.apiConns, "api-conns", 20, "pool of the inserting side (idemgate's api, bare River's inserter)")
 	fs.IntVar(&o.workerConns, "worker-conns", 24, "pool of the worker side (idemgate's worker, bare River's worker)")
 	fs.IntVar(&o.drainOps, "drain-ops", 0, "operations in the backlog one worker process drains (default 5000; quick 1000)")
+	fs.IntVar(&o.loneCalls, "lone-calls", 0, "calls made one at a time per lone-call figure (default 200; quick 40; half of it for the spaced experiment)")
 	fs.StringVar(&o.stripeURL, "stripe-url", os.Getenv("STRIPE_MOCK_URL"), "the test Stripe (stripe-mock) of the refund figures (default $STRIPE_MOCK_URL; scripts/bench.sh starts one); without it they are skipped")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -124,6 +132,7 @@ func parseFlags(args []string) (*options, error) {
 	def(&o.replayKeys, 2000, 200)
 	def(&o.storms, 3, 1)
 	def(&o.drainOps, 5000, 1000)
+	def(&o.loneCalls, 200, 40)
 	if o.window == 0 {
 		o.window = 8 * time.Second
 		if o.quick {
@@ -249,6 +258,7 @@ func run() error {
 			{"bare", func() error { return r.e2eLevel(ctx, r.bareSpec(), c) }},
 			{"inproc", func() error { return r.e2eLevel(ctx, r.idemSpec(), c) }},
 			{"mcp", func() error { return r.e2eLevel(ctx, r.mcpSpec(), c) }},
+			{"plain", func() error { return r.e2eLevel(ctx, r.plainSpec(), c) }},
 			{"stripe", func() error { return r.stripeLevel(ctx, c) }},
 		}
 		for _, s := range steps {
@@ -273,6 +283,11 @@ func run() error {
 	if o.runs("storm") {
 		if err := r.storm(ctx, o.storms, o.stormSize); err != nil {
 			return fmt.Errorf("storm: %w", err)
+		}
+	}
+	if o.runs("lone") {
+		if err := r.lone(ctx, o.loneCalls); err != nil {
+			return fmt.Errorf("lone calls: %w", err)
 		}
 	}
 	if o.runs("growth") {

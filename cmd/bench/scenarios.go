@@ -32,15 +32,17 @@ import (
 
 // Series are the measured figures; each has one row per concurrency.
 const (
-	sCommit     = "commit"      // claim-shaped one-row insert transactions
-	sBareInsert = "bare_insert" // bare River: InsertTx, one transaction per operation
-	sBareE2E    = "bare_e2e"    // bare River: inserted and worked
-	sIdemAccept = "idem_accept" // idemgate in process: gate.Claim accepted
-	sIdemE2E    = "idem_e2e"    // idemgate in process: accepted and worked
-	sMCPAccept  = "mcp_accept"  // idemgate over MCP: accepted
-	sMCPE2E     = "mcp_e2e"     // idemgate over MCP: accepted and worked
-	sReplay     = "replay"      // in process: retries of terminal claims
-	sReplayMCP  = "replay_mcp"  // over MCP: retries of terminal claims
+	sCommit      = "commit"       // claim-shaped one-row insert transactions
+	sBareInsert  = "bare_insert"  // bare River: InsertTx, one transaction per operation
+	sBareE2E     = "bare_e2e"     // bare River: inserted and worked
+	sIdemAccept  = "idem_accept"  // idemgate in process: gate.Claim accepted
+	sIdemE2E     = "idem_e2e"     // idemgate in process: accepted and worked
+	sMCPAccept   = "mcp_accept"   // idemgate over MCP: accepted
+	sMCPE2E      = "mcp_e2e"      // idemgate over MCP: accepted and worked
+	sPlainAccept = "plain_accept" // a plain go-sdk MCP server whose tool does InsertTx: accepted
+	sPlainE2E    = "plain_e2e"    // the plain MCP server: accepted and worked by bare River's worker
+	sReplay      = "replay"       // in process: retries of terminal claims
+	sReplayMCP   = "replay_mcp"   // over MCP: retries of terminal claims
 
 	// An external effect: a refund at the test Stripe (stripe-mock).
 	sBareStripeInsert = "bare_stripe_insert" // bare River: InsertTx of the refund job
@@ -56,15 +58,17 @@ const (
 )
 
 var seriesLabel = map[string]string{
-	sCommit:     "commit limit: claim-shaped insert tx",
-	sBareInsert: "bare River: InsertTx (accept)",
-	sBareE2E:    "bare River: end to end",
-	sIdemAccept: "idemgate in-process: accept",
-	sIdemE2E:    "idemgate in-process: end to end",
-	sMCPAccept:  "idemgate MCP/HTTP: accept",
-	sMCPE2E:     "idemgate MCP/HTTP: end to end",
-	sReplay:     "idemgate in-process: replay",
-	sReplayMCP:  "idemgate MCP/HTTP: replay",
+	sCommit:      "commit limit: claim-shaped insert tx",
+	sBareInsert:  "bare River: InsertTx (accept)",
+	sBareE2E:     "bare River: end to end",
+	sIdemAccept:  "idemgate in-process: accept",
+	sIdemE2E:     "idemgate in-process: end to end",
+	sMCPAccept:   "idemgate MCP/HTTP: accept",
+	sMCPE2E:      "idemgate MCP/HTTP: end to end",
+	sPlainAccept: "plain MCP server (InsertTx): accept",
+	sPlainE2E:    "plain MCP server (InsertTx): end to end",
+	sReplay:      "idemgate in-process: replay",
+	sReplayMCP:   "idemgate MCP/HTTP: replay",
 
 	sBareStripeInsert: "bare River + Stripe refund: InsertTx (accept)",
 	sBareStripeE2E:    "bare River + Stripe refund: end to end",
@@ -125,6 +129,7 @@ type runner struct {
 	rows      []row
 	checks    []string // write checks and their verdicts
 	storms    []stormResult
+	lones     []*loneResult
 	growthRes *growthResult
 }
 
@@ -723,9 +728,52 @@ type stormResult struct {
 	Jobs      int
 	Claims    int
 	AuditRows int
-	Settled   time.Duration // first call to terminal claim
-	CPU       cpuUsage
-	FirstErr  string
+	// AuditCommits counts the transactions that wrote the call audit rows
+	// (their distinct xmin): the gate writes them in batches.
+	AuditCommits int
+	Settled      time.Duration // first call to terminal claim
+	CPU          cpuUsage
+	FirstErr     string
+	// Breakdown is where the calls' time went, per outcome.
+	Breakdown []*stormBreakdown
+	// Runtime is the Go runtime over the storm: goroutines' waits for a
+	// core, and GC's share of the CPU.
+	Runtime runtimeUsage
+	// AuditBatches are the transactions that wrote the call audit rows,
+	// in the order they began.
+	AuditBatches []auditBatch
+}
+
+// auditBatch is one transaction that wrote call audit rows: how many, and
+// when it began (its rows' created_at, now() of the transaction) after the
+// storm's release.
+type auditBatch struct {
+	Rows  int
+	Start time.Duration
+}
+
+// auditBatches reads the transactions that wrote key's call audit rows.
+func auditBatches(ctx context.Context, pool *pgxpool.Pool, key string, release time.Time) ([]auditBatch, error) {
+	rows, err := pool.Query(ctx, `
+SELECT count(*), extract(epoch FROM min(created_at))::float8
+FROM audit_events WHERE idempotency_key = $1 AND decision IN ('accepted', 'replayed', 'in_flight', 'conflict')
+GROUP BY xmin::text ORDER BY 2`, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []auditBatch
+	for rows.Next() {
+		var (
+			n     int
+			epoch float64
+		)
+		if err := rows.Scan(&n, &epoch); err != nil {
+			return nil, err
+		}
+		out = append(out, auditBatch{Rows: n, Start: time.Duration(epoch*float64(time.Second)) - time.Duration(release.UnixNano())})
+	}
+	return out, rows.Err()
 }
 
 // storm fires size identical apply_credit calls at once over MCP at an api
@@ -736,7 +784,8 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 		return err
 	}
 	defer db.drop()
-	s, err := startIdem(ctx, db, r.tn, r.logger, stackOptions{http: true})
+	rec := newPhaseRecorder(size)
+	s, err := startIdem(ctx, db, r.tn, rec.logger(r.logger), stackOptions{http: true, wrap: rec.middleware})
 	if err != nil {
 		return err
 	}
@@ -799,15 +848,19 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 			wg    sync.WaitGroup
 			start = make(chan struct{})
 			lat   = make([]time.Duration, size)
+			t0s   = make([]time.Time, size)
 			outs  = make([]domain.Outcome, size)
 			errs  = make([]error, size)
 		)
+		rec.reset()
 		for i := range size {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				ctx := context.WithValue(ctx, benchCallKey{}, i)
 				<-start
 				t0 := time.Now()
+				t0s[i] = t0
 				var (
 					out domain.Outcome
 					err error
@@ -829,11 +882,11 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 			}()
 		}
 		time.Sleep(50 * time.Millisecond) // every goroutine parked on start
-		a := smp.snap(ctx)
+		a, ra := smp.snap(ctx), readRuntime()
 		t0 := time.Now()
 		close(start)
 		wg.Wait()
-		b := smp.snap(ctx)
+		b, rb := smp.snap(ctx), readRuntime()
 		// Wait for the one operation to finish.
 		var settled time.Duration
 		for {
@@ -851,7 +904,7 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 		if !measured {
 			return nil
 		}
-		sr := stormResult{Via: via, Calls: size, Outcomes: map[domain.Outcome]int{}, Settled: settled, CPU: usage(a, b)}
+		sr := stormResult{Via: via, Calls: size, Outcomes: map[domain.Outcome]int{}, Settled: settled, CPU: usage(a, b), Runtime: runtimeBetween(ra, rb)}
 		ok := lat[:0:0]
 		for i := range size {
 			if errs[i] != nil {
@@ -865,21 +918,38 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 			ok = append(ok, lat[i])
 		}
 		sr.P50, sr.P99, sr.Max = percentile(ok, 50), percentile(ok, 99), percentile(ok, 100)
+		calls := make([]callPhases, 0, size)
+		for i := range size {
+			if errs[i] == nil {
+				calls = append(calls, rec.phases(i, t0s[i], t0s[i].Add(lat[i]), outs[i]))
+			}
+		}
+		sr.Breakdown = breakdown(calls)
+		if sr.AuditBatches, err = auditBatches(ctx, pool, key, t0); err != nil {
+			return err
+		}
 		err := pool.QueryRow(ctx, `
 SELECT (SELECT count(*) FROM ledger_entries l JOIN idempotency_claims c ON c.operation_id = l.operation_id
         WHERE c.tenant_id = $1 AND c.idempotency_key = $2),
        (SELECT count(*) FROM river_job WHERE args->>'idempotency_key' = $2),
        (SELECT count(*) FROM idempotency_claims WHERE idempotency_key = $2),
-       (SELECT count(*) FROM audit_events WHERE idempotency_key = $2 AND decision IN ('accepted', 'replayed', 'in_flight', 'conflict'))`,
-			benchTenant, key).Scan(&sr.Effects, &sr.Jobs, &sr.Claims, &sr.AuditRows)
+       (SELECT count(*) FROM audit_events WHERE idempotency_key = $2 AND decision IN ('accepted', 'replayed', 'in_flight', 'conflict')),
+       (SELECT count(DISTINCT xmin::text) FROM audit_events WHERE idempotency_key = $2 AND decision IN ('accepted', 'replayed', 'in_flight', 'conflict'))`,
+			benchTenant, key).Scan(&sr.Effects, &sr.Jobs, &sr.Claims, &sr.AuditRows, &sr.AuditCommits)
 		if err != nil {
 			return err
 		}
 		r.mu.Lock()
 		r.storms = append(r.storms, sr)
 		r.mu.Unlock()
-		r.progress("storm of %d over %s: p50 %s p99 %s max %s, outcomes %v, errors %d (first: %s), effects %d, jobs %d, claims %d, call audit rows %d, settled in %s, cpu %s",
-			size, via, fmtDur(sr.P50), fmtDur(sr.P99), fmtDur(sr.Max), sr.Outcomes, sr.Errors, sr.FirstErr, sr.Effects, sr.Jobs, sr.Claims, sr.AuditRows, fmtDur(sr.Settled), sr.CPU)
+		r.progress("storm of %d over %s: p50 %s p99 %s max %s, outcomes %v, errors %d (first: %s), effects %d, jobs %d, claims %d, call audit rows %d in %d commits, settled in %s, cpu %s",
+			size, via, fmtDur(sr.P50), fmtDur(sr.P99), fmtDur(sr.Max), sr.Outcomes, sr.Errors, sr.FirstErr, sr.Effects, sr.Jobs, sr.Claims, sr.AuditRows, sr.AuditCommits, fmtDur(sr.Settled), sr.CPU)
+		r.progress("  Go runtime over the storm: %d goroutine runs waited for a core p50 %s p99 %s; GC %.0f%% of the process CPU",
+			sr.Runtime.Scheduled, fmtDur(sr.Runtime.SchedP50), fmtDur(sr.Runtime.SchedP99), 100*sr.Runtime.GCShare)
+		for _, g := range sr.Breakdown {
+			r.progress("  %-12s %4d calls (%d timed in the api): total %s, before the handler %s, in it %s (mutation %s, the rest %s), after it %s; %s",
+				g.Group, g.Calls, g.Matched, pair(g.Total), pair(g.Before), pair(g.Handler), pair(g.Mutation), pair(g.Other), pair(g.After), g.histogram())
+		}
 		return nil
 	}
 	// The first storm opens the client's connections and warms the token

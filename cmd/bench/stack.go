@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,6 +81,8 @@ type stackOptions struct {
 	noWorker bool
 	// stripeBase is the test Stripe the worker's refund_order calls.
 	stripeBase string
+	// wrap, when set, wraps the api's handler as served over HTTP.
+	wrap func(http.Handler) http.Handler
 }
 
 func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger, o stackOptions) (*idemStack, error) {
@@ -118,7 +121,11 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 			s.stop()
 			return nil, err
 		}
-		s.srv = &http.Server{Handler: s.api.Handler, ReadHeaderTimeout: 5 * time.Second}
+		var h http.Handler = s.api.Handler
+		if o.wrap != nil {
+			h = o.wrap(h)
+		}
+		s.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		s.url = "http://" + ln.Addr().String()
 		go func() { _ = s.srv.Serve(ln) }()
 	}
@@ -167,12 +174,16 @@ func (s *idemStack) stop() {
 	}
 }
 
-// bearer adds the benchmark token to every request.
+// bearer adds the benchmark token to every request, and a storm call's
+// index (benchCallKey in its context) as callHeader.
 type bearer struct{ rt http.RoundTripper }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+benchToken)
+	if i, ok := r.Context().Value(benchCallKey{}).(int); ok {
+		r.Header.Set(callHeader, strconv.Itoa(i))
+	}
 	return b.rt.RoundTrip(r)
 }
 
@@ -361,6 +372,28 @@ type bareOptions struct {
 	stripeBase string
 	// deferStart leaves the worker client stopped: startWorker starts it.
 	deferStart bool
+	// river is the River configuration of both clients; nil is the
+	// bench's (tunedRiver with the run's MaxWorkers).
+	river *riverSettings
+}
+
+// riverSettings are the River settings that decide how soon a worker sees
+// a new job: the worker client's fetch cooldown, fetch poll interval and
+// MaxWorkers, and the inserting client's FetchCooldown, which River also
+// uses as that client's NOTIFY limiter (one insert notification per queue
+// per FetchCooldown). Zero durations are River's defaults (100ms, 1s).
+type riverSettings struct {
+	FetchCooldown       time.Duration
+	FetchPollInterval   time.Duration
+	MaxWorkers          int
+	InsertFetchCooldown time.Duration
+}
+
+// tunedRiver is the bench's tuning: the app's fetch settings on the
+// worker, maxWorkers, and the inserting client left at River's defaults,
+// as the api's insert-only client is.
+func tunedRiver(maxWorkers int) *riverSettings {
+	return &riverSettings{FetchCooldown: app.DefaultFetchCooldown, FetchPollInterval: app.DefaultFetchPollInterval, MaxWorkers: maxWorkers}
 }
 
 func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger, o bareOptions) (*bareStack, error) {
@@ -373,7 +406,17 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 		s.insertPool.Close()
 		return nil, err
 	}
-	if s.inserter, err = river.NewClient(riverpgxv5.New(s.insertPool), &river.Config{Logger: logger}); err != nil {
+	rs := o.river
+	if rs == nil {
+		rs = tunedRiver(tn.MaxWorkers)
+	}
+	// River refuses a FetchPollInterval shorter than the FetchCooldown,
+	// even on a client that fetches nothing.
+	insertPoll := time.Duration(0)
+	if rs.InsertFetchCooldown > river.FetchPollIntervalDefault {
+		insertPoll = rs.InsertFetchCooldown
+	}
+	if s.inserter, err = river.NewClient(riverpgxv5.New(s.insertPool), &river.Config{FetchCooldown: rs.InsertFetchCooldown, FetchPollInterval: insertPoll, Logger: logger}); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -385,10 +428,10 @@ func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	}
 	inflight := config.DefaultInflightTimeout
 	s.worker, err = river.NewClient(riverpgxv5.New(s.workerPool), &river.Config{
-		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: tn.MaxWorkers}},
+		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: rs.MaxWorkers}},
 		Workers:              workers,
-		FetchCooldown:        app.DefaultFetchCooldown,
-		FetchPollInterval:    app.DefaultFetchPollInterval,
+		FetchCooldown:        rs.FetchCooldown,
+		FetchPollInterval:    rs.FetchPollInterval,
 		JobTimeout:           jobs.JobTimeout(inflight),
 		RescueStuckJobsAfter: inflight + 2*config.DefaultReaperInterval,
 		Logger:               logger,
@@ -415,15 +458,22 @@ func (s *bareStack) startWorker(ctx context.Context) error {
 
 // insert inserts one operation in its own transaction with InsertTx.
 func (s *bareStack) insert(ctx context.Context, args river.JobArgs) error {
+	_, err := s.insertJob(ctx, args)
+	return err
+}
+
+// insertJob is insert returning the job's id.
+func (s *bareStack) insertJob(ctx context.Context, args river.JobArgs) (int64, error) {
 	tx, err := s.insertPool.Begin(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := s.inserter.InsertTx(ctx, tx, args, jobs.InsertOpts()); err != nil {
-		return err
+	res, err := s.inserter.InsertTx(ctx, tx, args, jobs.InsertOpts())
+	if err != nil {
+		return 0, err
 	}
-	return tx.Commit(ctx)
+	return res.Job.ID, tx.Commit(ctx)
 }
 
 func (s *bareStack) stop() {
