@@ -16,7 +16,7 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { before, test } from 'node:test';
 
-import { env, fetchPatiently, json, launch, poll } from './helpers.mjs';
+import { dump, env, fetchPatiently, json, launch, openPage, poll, refundsOf, signIn } from './helpers.mjs';
 
 const base = env('IDEMGATE_URL');
 const stripe = env('TESTSTRIPE_URL');
@@ -84,53 +84,10 @@ async function approval(id) {
   return json(res);
 }
 
-// refundsOf counts the refunds the test Stripe made for an operation (the
-// refund's metadata names it).
-async function refundsOf(operationID) {
-  const res = await fetch(`${stripe}/_stats`);
-  assert.equal(res.status, 200);
-  const stats = await json(res);
-  return stats.refunds_by_metadata?.idemgate_operation_id?.[operationID] ?? 0;
-}
-
 // audit is the operation's audit trail, as idemctl shows it.
 function audit(key) {
   const detail = JSON.parse(execFileSync(idemctl, ['op', 'get', '--tenant', 'acme', '--tool', 'refund_order', '--key', key], { encoding: 'utf8' }));
   return detail.audit.map((e) => ({ decision: e.decision, user: e.user_id }));
-}
-
-// openPage opens the approval page of id in a fresh Chromium; errors
-// collects page errors and console errors (a CSP violation, say), but for
-// Chromium's note of a refusal whose status is in expected.
-async function openPage(id, expected = []) {
-  const context = await launch();
-  const errors = [];
-  const page = await context.newPage();
-  page.on('pageerror', (err) => errors.push(err.message));
-  page.on('console', (msg) => {
-    if (msg.type() !== 'error') return;
-    const status = /Failed to load resource: the server responded with a status of (\d+)/.exec(msg.text())?.[1];
-    // 503: the api was busy and the page asked again (a loaded SQLite).
-    if (status && (expected.includes(Number(status)) || status === '503')) return;
-    errors.push(msg.text());
-  });
-  const resp = await page.goto(`${base}/approvals/${id}`);
-  assert.equal(resp.status(), 200);
-  return { context, page, errors };
-}
-
-// signIn enters token on the page and waits for the call's tool.
-async function signIn(page, token) {
-  await page.getByLabel('Your token').fill(token);
-  await page.getByRole('button', { name: 'Show the call' }).click();
-}
-
-// dump shows what the page looked like when a step failed.
-async function dump(page, err) {
-  try {
-    console.error(`page ${page.url()}:\n${await page.locator('body').ariaSnapshot()}`);
-  } catch {}
-  throw err;
 }
 
 test(`a person approves a large refund on the page, and it runs once (${engine})`, { timeout: 180_000 }, async () => {

@@ -83,3 +83,68 @@ export async function launch(options = {}) {
   context.setDefaultTimeout(20_000);
   return context;
 }
+
+// refundsOf counts the refunds the test Stripe made for an operation (the
+// refund's metadata names it).
+export async function refundsOf(operationID) {
+  const res = await fetch(`${env('TESTSTRIPE_URL')}/_stats`);
+  assert.equal(res.status, 200);
+  const stats = await json(res);
+  return stats.refunds_by_metadata?.idemgate_operation_id?.[operationID] ?? 0;
+}
+
+// openPage opens the approval page of id (at url: by default the api's own)
+// in a fresh Chromium; errors collects page errors and console errors (a
+// CSP violation, say), but for Chromium's note of a refusal whose status
+// is in expected.
+export async function openPage(id, expected = [], url = `${env('IDEMGATE_URL')}/approvals/${id}`) {
+  const context = await launch();
+  const errors = [];
+  const page = await context.newPage();
+  page.on('pageerror', (err) => errors.push(err.message));
+  page.on('console', (msg) => {
+    if (msg.type() !== 'error') return;
+    const status = /Failed to load resource: the server responded with a status of (\d+)/.exec(msg.text())?.[1];
+    // 503: the api was busy and the page asked again (a loaded SQLite).
+    if (status && (expected.includes(Number(status)) || status === '503')) return;
+    errors.push(msg.text());
+  });
+  const resp = await page.goto(url);
+  assert.equal(resp.status(), 200);
+  return { context, page, errors };
+}
+
+// signIn enters token on the page and waits for the call's tool.
+export async function signIn(page, token) {
+  await page.getByLabel('Your token').fill(token);
+  await page.getByRole('button', { name: 'Show the call' }).click();
+}
+
+// dump shows what the page looked like when a step failed.
+export async function dump(page, err) {
+  try {
+    console.error(`page ${page.url()}:\n${await page.locator('body').ariaSnapshot()}`);
+  } catch {}
+  throw err;
+}
+
+// decideOnPage opens url (an approval page an agent was given), signs in
+// with token and clicks decision ('Approve' or 'Deny'); it waits for the
+// page to say so and requires that the page ran without errors.
+export async function decideOnPage(id, url, token, decision) {
+  const { context, page, errors } = await openPage(id, [], url);
+  try {
+    try {
+      await signIn(page, token);
+      await page.locator('#status').filter({ hasText: /^awaiting_approval$/ }).waitFor();
+      await page.getByRole('button', { name: decision }).click();
+      const said = decision === 'Approve' ? /^Approved: the operation is/ : /^Denied: the operation is failed/;
+      await page.getByRole('status').filter({ hasText: said }).waitFor();
+    } catch (err) {
+      await dump(page, err);
+    }
+    assert.deepEqual(errors, [], 'the page ran without errors');
+  } finally {
+    await context.close();
+  }
+}

@@ -7,7 +7,10 @@
 # (/approvals/<operation id>) fin-lead approves a refund above acme's
 # threshold (it runs once at the test Stripe), the requester's own approval
 # is refused (four eyes), a denial refunds nothing, and a page of another
-# origin decides nothing. Runs from any directory.
+# origin decides nothing; MCP clients (the TypeScript SDK's 2025-11-25
+# tasks, the go-sdk's 2026-07-28 calls and the tasks extension through
+# e2e/goclient) wait for an approval given on the page, and a denied or
+# expired one refunds nothing. Runs from any directory.
 #
 #   e2e/browser/run.sh [ENGINE...] [NODE_ARGS...]
 #
@@ -35,7 +38,7 @@
 #      scripts/services.sh's), its links pointing to the api's page;
 #   6. runs `node --test e2e/browser/*.test.mjs` with IDEMGATE_ENGINE,
 #      IDEMGATE_URL, TESTSTRIPE_URL, IDEMGATE_TOKEN_ACME, IDEMGATE_OPS_USER,
-#      IDEMGATE_OPS_PASSWORD, IDEMCTL, DATABASE_URL and MAILPIT_API_URL
+#      IDEMGATE_OPS_PASSWORD, IDEMCTL, GOCLIENT, DATABASE_URL and MAILPIT_API_URL
 #      (the other tokens are seed.json's); the files run at the same time
 #      against one test Stripe, so each counts the refunds of its own charge
 #      or operation;
@@ -86,6 +89,16 @@ if [[ ! -x "$CHROMIUM_PATH" ]]; then
 	[[ -x "$CHROMIUM_PATH" ]] || die "apt-get installed chromium but $CHROMIUM_PATH is still missing"
 fi
 log "$("$CHROMIUM_PATH" --version 2>/dev/null | head -n 1)"
+
+# sqlite3, with which approval-mcp.test.mjs moves an approval window into
+# the past on the SQLite engine.
+if ! command -v sqlite3 >/dev/null; then
+	log "installing sqlite3 with apt-get"
+	as_root=()
+	[[ $EUID -ne 0 ]] && as_root=(sudo)
+	"${as_root[@]}" apt-get update -qq >&2
+	"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >&2
+fi
 
 admin_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 
@@ -204,9 +217,10 @@ wait_log() {
 # ---------------------------------------------------------------------------
 # 2. build, and the browser test's packages: once for every engine
 # ---------------------------------------------------------------------------
-log "building cmd/api, cmd/worker, cmd/idemctl and teststripe"
-go build -o "$tmp/bin/" ./cmd/api ./cmd/worker ./cmd/idemctl ./internal/stripetest/cmd/teststripe
+log "building cmd/api, cmd/worker, cmd/idemctl, teststripe and e2e/goclient"
+go build -o "$tmp/bin/" ./cmd/api ./cmd/worker ./cmd/idemctl ./internal/stripetest/cmd/teststripe ./e2e/goclient
 export IDEMCTL="$tmp/bin/idemctl" # the test reads the audit trail with it
+export GOCLIENT="$tmp/bin/goclient" # the go-sdk client of approval-mcp.test.mjs
 
 installed="$browser_dir/node_modules/.package-lock.json"
 if [[ ! -f "$installed" || "$browser_dir/package-lock.json" -nt "$installed" || "$browser_dir/package.json" -nt "$installed" ]]; then
