@@ -21,7 +21,7 @@
 # credentials, River UI, Mailpit, a curl line that makes a refund and an
 # idemctl line for the same database. When ready it writes DEV_DIR/env, which
 # another shell sources (source .tmp/dev/env) to get IDEMGATE_URL,
-# IDEMGATE_TOKEN, DATABASE_URL, IDEMGATE_OPS_USER, IDEMGATE_OPS_PASSWORD,
+# IDEMGATE_TOKEN, IDEMGATE_APPROVER_TOKEN, DATABASE_URL, IDEMGATE_OPS_USER, IDEMGATE_OPS_PASSWORD,
 # MAILPIT_API_URL, STRIPE_URL (and TESTSTRIPE_URL under --stripe test) and
 # .tmp/bin (idemctl) first on PATH; it is removed when dev.sh stops. The
 # README's runnable blocks use these (scripts/readme.sh runs them). The
@@ -338,6 +338,8 @@ export IDEMGATE_SECRET IDEMGATE_OPS_USER=$ops_user IDEMGATE_OPS_PASSWORD=$ops_pa
 IDEMGATE_SECRET=$(keep_random "$dev_dir/secret" 32)
 export IDEMGATE_API_ADDR=$api_addr
 token=$(sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' scripts/demo-seed.json | head -n 1)
+# fin-lead, a person of acme who may approve (approvals:decide).
+approver_token=$(sed -n 's/.*"token": *"\(idg_demo_acme_fin_lead\)".*/\1/p' scripts/demo-seed.json)
 
 # ---------------------------------------------------------------------------
 # 4. Migrate and seed.
@@ -456,6 +458,7 @@ q() { printf '%q' "$1"; }
 	printf '# scripts/dev.sh %s, %s: source this file in another shell. Removed when dev.sh stops.\n' "$*" "$(date -u +%FT%TZ)"
 	printf 'export IDEMGATE_URL=%s\n' "$(q "$base")"
 	printf 'export IDEMGATE_TOKEN=%s\n' "$(q "$token")"
+	printf 'export IDEMGATE_APPROVER_TOKEN=%s\n' "$(q "$approver_token")"
 	printf 'export DATABASE_URL=%s\n' "$(q "$DATABASE_URL")"
 	printf 'export IDEMGATE_OPS_USER=%s IDEMGATE_OPS_PASSWORD=%s\n' "$(q "$ops_user")" "$(q "$ops_password")"
 	printf 'export MAILPIT_API_URL=%s\n' "$(q "$MAILPIT_API_URL")"
@@ -471,9 +474,10 @@ idemgate is running on $where.
 
   MCP endpoint (Streamable HTTP):  $base/mcp
   Demo token (tenant acme):        $token
+  Approver token (fin-lead):       $approver_token   (approves large refunds at $base/approvals/…)
   Operator login (HTTP Basic):     $ops_user / $ops_password   (for /ops; kept in $(show "$dev_dir/ops-password"))
   River UI:                        $riverui
-  Mailpit (password-reset mail):   $MAILPIT_API_URL   (SMTP $MAILPIT_SMTP_ADDR; mailbox $(show "$dev_dir/mailpit.db"))
+  Mailpit (reset, approval mail):  $MAILPIT_API_URL   (SMTP $MAILPIT_SMTP_ADDR; mailbox $(show "$dev_dir/mailpit.db"))
 $stripe_about
   Metrics:                         $metrics
   Logs:                            $logs; setup: $(show "$logf")
