@@ -69,6 +69,7 @@ type Store interface {
 	gate.Store
 	store.Tokens
 	store.Seeder
+	store.TenantSettings
 }
 
 // River is a River client on a driver's database, with the gate's job

@@ -56,6 +56,16 @@ func TestParseSeed(t *testing.T) {
 		require.Equal(t, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), *f.Tokens[0].ExpiresAt)
 	})
 
+	t.Run("ApprovalMailTo", func(t *testing.T) {
+		t.Parallel()
+		f, err := store.ParseSeed(strings.NewReader(`{"tenants": [
+			{"tenant": "acme", "approval_mail_to": ["finance@acme.example", "cfo@acme.example"]},
+			{"tenant": "beta", "approval_mail_to": []}]}`))
+		require.NoError(t, err)
+		require.Equal(t, []string{"finance@acme.example", "cfo@acme.example"}, f.Tenants[0].ApprovalMailTo)
+		require.Empty(t, f.Tenants[1].ApprovalMailTo, "an empty list mails nobody")
+	})
+
 	t.Run("MaxAmount", func(t *testing.T) {
 		t.Parallel()
 		_, err := store.ParseSeed(strings.NewReader(
@@ -128,6 +138,12 @@ var parseSeedRefusals = []struct {
 	{"TenantLinkBaseWithToken", `{"tenants": [{"tenant": "a", "reset_link_base": "https://a.example.com/r?token=x"}]}`, "token parameter"},
 	{"TenantThresholdNotPositive", `{"tenants": [{"tenant": "a", "approval_thresholds": {"refund_order": 0}}]}`, `tenants[0].approval_thresholds: "refund_order": 0 must be a tool name with a positive amount in cents`},
 	{"TenantThresholdBadTool", `{"tenants": [{"tenant": "a", "approval_thresholds": {"Refund Order": 100}}]}`, `tenants[0].approval_thresholds: "Refund Order"`},
+	{"TenantMailToEmptyEntry", `{"tenants": [{"tenant": "a", "approval_mail_to": ["fin@a.example", ""]}]}`, "tenants[0].approval_mail_to[1]: required"},
+	{"TenantMailToNoAt", `{"tenants": [{"tenant": "a", "approval_mail_to": ["finance"]}]}`, `tenants[0].approval_mail_to[0]: "finance" is not an email address like ana@example.com`},
+	{"TenantMailToDisplayName", `{"tenants": [{"tenant": "a", "approval_mail_to": ["Fin <fin@a.example>"]}]}`, `tenants[0].approval_mail_to[0]: "Fin <fin@a.example>" is not an email address`},
+	{"TenantMailToTwoInOne", `{"tenants": [{"tenant": "a", "approval_mail_to": ["fin@a.example, ops@a.example"]}]}`, "tenants[0].approval_mail_to[0]:"},
+	{"TenantMailToRepeated", `{"tenants": [{"tenant": "a", "approval_mail_to": ["fin@a.example", "FIN@a.example"]}]}`, `tenants[0].approval_mail_to[1]: "FIN@a.example" is listed twice`},
+	{"TenantMailToNotAList", `{"tenants": [{"tenant": "a", "approval_mail_to": "fin@a.example"}]}`, "approval_mail_to"},
 	{"TenantDuplicate", `{"tenants": [{"tenant": "a"}, {"tenant": "a", "reset_link_base": "https://a.example.com/r"}]}`, "tenants[1]: duplicates tenants[0]"},
 
 	{"TokenTenantMissing", seedToken(`"user": "u", "scopes": ["billing:refund"]`), "tokens[0].tenant: required"},
