@@ -17,7 +17,8 @@ const designExample = `{
   "seats":     [{"tenant": "acme", "seat_id": "seat_1", "user_id": "usr_1"}],
   "users":     [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}],
   "tokens":    [{"tenant": "acme", "user": "support-bot", "scopes": ["billing:refund"], "token": "idg_test_acme"}],
-  "tenants":   [{"tenant": "acme", "reset_link_base": "https://app.acme.example/reset-password"}]
+  "tenants":   [{"tenant": "acme", "reset_link_base": "https://app.acme.example/reset-password",
+                 "approval_thresholds": {"refund_order": 10000}, "approval_mail_to": ["finance@acme.example"]}]
 }`
 
 func TestParseSeed(t *testing.T) {
@@ -33,7 +34,8 @@ func TestParseSeed(t *testing.T) {
 			Seats:     []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}},
 			Users:     []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
 			Tokens:    []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund"}, Token: "idg_test_acme"}},
-			Tenants:   []store.SeedTenant{{Tenant: "acme", ResetLinkBase: "https://app.acme.example/reset-password"}},
+			Tenants: []store.SeedTenant{{Tenant: "acme", ResetLinkBase: "https://app.acme.example/reset-password",
+				ApprovalThresholds: map[string]int64{"refund_order": 10000}, ApprovalMailTo: []string{"finance@acme.example"}}},
 		}, f)
 	})
 
