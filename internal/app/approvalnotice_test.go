@@ -32,7 +32,7 @@ import (
 // noticeBundle is the api and its worker on one engine (Postgres: NewAPI
 // and NewWorker; SQLite: NewEmbedded), with the test Stripe and Mailpit.
 // acme and globex ask approval of refunds above 1000 cents; acme's
-// approvers are approvers (two fresh addresses), globex has none.
+// approval_mail_to is two fresh addresses, globex has none.
 type noticeBundle struct {
 	url       string
 	publicURL string

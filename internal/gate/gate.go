@@ -57,7 +57,7 @@ type BatchEnqueuer interface {
 // a claim (EventAwait, EventAwaitTakeOver), so that the notice is sent
 // exactly when the claim commits (a transactional outbox).
 type ApprovalNoticer interface {
-	// ApprovalNoticeInsert inserts, in tx, what notices the approvers of
+	// ApprovalNoticeInsert inserts in tx whatever tells the approvers of
 	// claim (just written, awaiting approval); it may insert nothing.
 	ApprovalNoticeInsert(ctx context.Context, tx Tx, claim *Claim) error
 }
