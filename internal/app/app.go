@@ -92,6 +92,9 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 	if err := riverClient.Open(&river.Config{Logger: logger, Middleware: telemetry.RiverMiddleware(opts.TracerProvider)}); err != nil {
 		return nil, err
 	}
+	// Claims awaiting approval mail the approvers (a job in the claim's
+	// transaction) when the workers have the built-ins' mailer to do it.
+	riverClient.SetApprovalNotices(approvalNotices())
 	data := drv.Store()
 	tools := opts.Tools
 	if tools == nil {

@@ -86,7 +86,11 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
-	workers, _, err := newWorkers(cfg, g, tools, client, metrics, logger, workerOpts.Fault)
+	notices, err := approvalNoticeWorker(cfg, data, metrics, logger, tp)
+	if err != nil {
+		return nil, err
+	}
+	workers, _, err := newWorkers(cfg, g, tools, client, notices, metrics, logger, workerOpts.Fault)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/toolspec"
 )
@@ -33,6 +34,10 @@ type Builtins struct {
 	Migrate func(ctx context.Context, drv engine.Driver, logger *slog.Logger) (int, error)
 	// ResetTokens redeems send_password_reset's links on a store.
 	ResetTokens func(st gate.Store) store.ResetTokens
+	// ApprovalMailer mails approval notices, its calls traced with tp:
+	// with it, claims awaiting approval insert a notice job and workers
+	// work them.
+	ApprovalMailer func(cfg *config.Config, tp trace.TracerProvider) (jobs.ApprovalMailer, error)
 }
 
 var (
@@ -108,4 +113,33 @@ func builtinTools(cfg *config.Config, data gate.Store, tp trace.TracerProvider) 
 		return nil, err
 	}
 	return b.Tools(cfg, data, tp)
+}
+
+// approvalMailer is the built-ins' mailer of approval notices, traced with
+// tp, or nil when they are not linked: then claims awaiting approval
+// insert no notice job and no worker works one.
+func approvalMailer(cfg *config.Config, tp trace.TracerProvider) (jobs.ApprovalMailer, error) {
+	b, err := LinkedBuiltins()
+	if err != nil || b.ApprovalMailer == nil {
+		return nil, nil
+	}
+	return b.ApprovalMailer(cfg, tp)
+}
+
+// approvalNotices reports whether claims awaiting approval insert a notice
+// job: the built-ins' mailer is linked to work them.
+func approvalNotices() bool {
+	b, err := LinkedBuiltins()
+	return err == nil && b.ApprovalMailer != nil
+}
+
+// approvalNoticeWorker is the worker of approval notices on data, or nil
+// when no mailer is linked (approvalMailer).
+func approvalNoticeWorker(cfg *config.Config, data engine.Store, metrics *jobs.Metrics, logger *slog.Logger, tp trace.TracerProvider) (*jobs.ApprovalNoticeWorker, error) {
+	mailer, err := approvalMailer(cfg, tp)
+	if mailer == nil || err != nil {
+		return nil, err
+	}
+	return &jobs.ApprovalNoticeWorker{Store: data, Settings: data, Mailer: mailer, PublicURL: cfg.PublicURLOrDefault(),
+		Metrics: metrics, Logger: logger}, nil
 }

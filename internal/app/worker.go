@@ -95,7 +95,11 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if err != nil {
 		return nil, err
 	}
-	workers, runner, err := newWorkers(cfg, g, tools, client, metrics, logger, opts.Fault)
+	notices, err := approvalNoticeWorker(cfg, data, metrics, logger, opts.TracerProvider)
+	if err != nil {
+		return nil, err
+	}
+	workers, runner, err := newWorkers(cfg, g, tools, client, notices, metrics, logger, opts.Fault)
 	if err != nil {
 		return nil, err
 	}
@@ -111,9 +115,10 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 
 // newWorkers builds the claim jobs' runner over the registry's mutations
 // (with a test's fault, nil in production), and River's workers for them
-// (on client's River driver) and for the reaper and pruner.
-func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
-	client engine.River, metrics *jobs.Metrics, logger *slog.Logger, fault jobs.Fault,
+// (on client's River driver), for the reaper and pruner, and for approval
+// notices when notices is set; client inserts notices exactly then.
+func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry, client engine.River,
+	notices *jobs.ApprovalNoticeWorker, metrics *jobs.Metrics, logger *slog.Logger, fault jobs.Fault,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
 		Gate:            g,
@@ -132,6 +137,12 @@ func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
 	}
 	river.AddWorker(workers, newReaper(cfg, g, client, logger))
 	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
+	if notices != nil {
+		if err := river.AddWorkerSafely(workers, notices); err != nil {
+			return nil, nil, err
+		}
+	}
+	client.SetApprovalNotices(notices != nil)
 	return workers, runner, nil
 }
 

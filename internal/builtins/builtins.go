@@ -19,12 +19,14 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/domain/approvalmail"
 	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/domain/resetmail"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/tool"
@@ -95,10 +97,9 @@ func traced(cfg *config.Config, data toolData, tp trace.TracerProvider) (*toolsp
 			return nil, err
 		}
 	}
-	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom,
-		LinkBase: cfg.ResetLinkBaseOrDefault(), Timeout: 10 * time.Second, TracerProvider: tp})
+	sender, err := newSender(cfg, tp)
 	if err != nil {
-		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM/%s: %w", config.EnvResetLinkBase, err)
+		return nil, err
 	}
 	deps := &tools.Deps{DB: StoreDB(data), Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}
 	if a, ok := data.(tools.Auditor); ok { // the engines' stores are
@@ -109,6 +110,45 @@ func traced(cfg *config.Config, data toolData, tp trace.TracerProvider) (*toolsp
 		return nil, err
 	}
 	return toolspec.Of(reg), nil
+}
+
+// newSender is the built-in tools' SMTP sender (SMTP_ADDR, MAIL_FROM), its
+// calls traced with tp (nil: not traced).
+func newSender(cfg *config.Config, tp trace.TracerProvider) (*resetmail.Sender, error) {
+	sender, err := resetmail.NewSender(&resetmail.SenderConfig{Addr: cfg.SMTPAddr, From: cfg.MailFrom,
+		LinkBase: cfg.ResetLinkBaseOrDefault(), Timeout: 10 * time.Second, TracerProvider: tp})
+	if err != nil {
+		return nil, fmt.Errorf("SMTP_ADDR/MAIL_FROM/%s: %w", config.EnvResetLinkBase, err)
+	}
+	return sender, nil
+}
+
+// ApprovalMailer mails approval notices (approvalmail) on the sender of
+// the password-reset mails, traced with tp (nil: not traced).
+func ApprovalMailer(cfg *config.Config, tp trace.TracerProvider) (jobs.ApprovalMailer, error) {
+	sender, err := newSender(cfg, tp)
+	if err != nil {
+		return nil, err
+	}
+	return approvalMailer{&approvalmail.Mailer{Sender: sender}}, nil
+}
+
+// approvalMailer is approvalmail's Mailer as a jobs.ApprovalMailer.
+type approvalMailer struct{ m *approvalmail.Mailer }
+
+// MailApprovalNotice implements jobs.ApprovalMailer: resetmail's permanent
+// errors are jobs.ErrNoticeRejected.
+func (a approvalMailer) MailApprovalNotice(ctx context.Context, c *gate.Claim, to []string, link string) error {
+	n := &approvalmail.Notice{To: to, TenantID: c.TenantID, Tool: c.Tool, OperationID: c.OperationID,
+		Args: c.Args, ArgsHash: c.ArgsHash, RequesterID: c.UserID, RequestedAt: c.CreatedAt, Link: link}
+	if c.ApprovalExpiresAt != nil {
+		n.ExpiresAt = *c.ApprovalExpiresAt
+	}
+	_, err := a.m.Send(ctx, n)
+	if resetmail.Permanent(err) {
+		return fmt.Errorf("%w: %w", jobs.ErrNoticeRejected, err)
+	}
+	return err
 }
 
 // ResetTokens redeems the reset links of the built-in send_password_reset
@@ -145,5 +185,7 @@ func init() {
 		CheckWorker:  CheckWorker,
 		Migrate:      Migrate,
 		ResetTokens:  ResetTokens,
+
+		ApprovalMailer: ApprovalMailer,
 	})
 }

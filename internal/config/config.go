@@ -162,8 +162,9 @@ type BuiltinSettings struct {
 	// fragment; a trailing slash is removed when loaded.
 	StripeAPIBase string `name:"stripe-api-base" env:"STRIPE_API_BASE" default:"https://api.stripe.com" placeholder:"URL" help:"base URL of Stripe's API (stripe-mock in dev and tests); plain http only with a test key"`
 
-	// SMTPAddr is the host:port of the SMTP server for password-reset mail.
-	SMTPAddr string `name:"smtp-addr" env:"SMTP_ADDR" default:"127.0.0.1:1025" placeholder:"HOST:PORT" help:"SMTP server for password-reset mail"`
+	// SMTPAddr is the host:port of the SMTP server for password-reset
+	// mails and approval notices.
+	SMTPAddr string `name:"smtp-addr" env:"SMTP_ADDR" default:"127.0.0.1:1025" placeholder:"HOST:PORT" help:"SMTP server for password-reset mails and approval notices"`
 
 	// MailFrom is the From address of outgoing mail, in net/mail syntax.
 	MailFrom string `name:"mail-from" env:"MAIL_FROM" default:"idemgate <no-reply@localhost>" placeholder:"ADDRESS" help:"From address of outgoing mail"`

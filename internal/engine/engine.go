@@ -69,6 +69,7 @@ type Store interface {
 	gate.Store
 	store.Tokens
 	store.Seeder
+	store.TenantSettings
 }
 
 // River is a River client on a driver's database, with the gate's job
@@ -77,6 +78,12 @@ type Store interface {
 type River interface {
 	gate.BatchEnqueuer
 	gate.JobControl
+	// ApprovalNoticeInsert inserts the job that mails a claim's approvers,
+	// once SetApprovalNotices turned it on; before, it inserts nothing.
+	gate.ApprovalNoticer
+	// SetApprovalNotices turns ApprovalNoticeInsert on or off: on only
+	// where the deployment's workers work the notices.
+	SetApprovalNotices(on bool)
 	// JobRetryable reports whether JobRetryTx would retry the job itself;
 	// false means a fresh job would replace it.
 	JobRetryable(ctx context.Context, jobID int64) (bool, error)

@@ -57,6 +57,16 @@ type BatchEnqueuer interface {
 	JobDeleteMany(ctx context.Context, tx Tx, ids []int64) error
 }
 
+// ApprovalNoticer is an Enqueuer that also tells approvers of a claim
+// awaiting approval: the gate calls it in the transaction that writes such
+// a claim (EventAwait, EventAwaitTakeOver), so that the notice is sent
+// exactly when the claim commits (a transactional outbox).
+type ApprovalNoticer interface {
+	// ApprovalNoticeInsert inserts in tx whatever tells the approvers of
+	// claim (just written, awaiting approval); it may insert nothing.
+	ApprovalNoticeInsert(ctx context.Context, tx Tx, claim *Claim) error
+}
+
 // Waiter tells waiting callers that a claim has reached a terminal status.
 // The gate's own (Config.Waiter nil) polls the database for all the
 // process's waiting calls at once.
@@ -580,6 +590,13 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 		}
 	default:
 		return nil, nil, err
+	}
+	if params.ApprovalWindow > 0 {
+		if n, ok := g.enqueuer.(ApprovalNoticer); ok {
+			if err := n.ApprovalNoticeInsert(ctx, tx, claim); err != nil {
+				return nil, nil, fmt.Errorf("gate: insert approval notice: %w", err)
+			}
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/riverqueue/river"
 
@@ -76,6 +77,8 @@ type Enqueuer[TTx any] struct {
 	// in domain.ErrUnavailable so that callers answer "unavailable, retry"
 	// rather than "internal".
 	Unavailable func(error) bool
+	// notices is whether ApprovalNoticeInsert inserts (SetApprovalNotices).
+	notices atomic.Bool
 }
 
 // JobInsert implements gate.Enqueuer.

@@ -54,3 +54,42 @@ func TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[0]}, left)
 }
+
+// TestEnqueuerApprovalNoticeOnlyWhenOn: the notice job goes into the
+// gate's transaction (none when it rolls back), and only once notices are
+// on.
+func TestEnqueuerApprovalNoticeOnlyWhenOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := pgtest.NewDB(t)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
+	require.NoError(t, err)
+	enq := &jobs.Enqueuer[pgx.Tx]{Client: client}
+	st := pgengine.New(pool)
+	c := &gate.Claim{OperationID: "00000000-0000-4000-8000-000000000001", TenantID: "acme", Tool: "refund_order"}
+	notices := func() []string {
+		rows, err := pool.Query(ctx, `SELECT args->>'tenant_id' || '/' || (args->>'operation_id') FROM river_job WHERE kind = $1`, jobs.ApprovalNoticeKind)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	insert := func(commit bool) {
+		t.Helper()
+		tx, err := st.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		require.NoError(t, enq.ApprovalNoticeInsert(ctx, tx, c))
+		if commit {
+			require.NoError(t, tx.Commit(ctx))
+		}
+	}
+
+	insert(true)
+	require.Empty(t, notices(), "off by default: no worker would work it")
+	enq.SetApprovalNotices(true)
+	insert(false)
+	require.Empty(t, notices(), "rolled back with the claim's transaction")
+	insert(true)
+	require.Equal(t, []string{"acme/" + c.OperationID}, notices())
+}

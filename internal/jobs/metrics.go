@@ -13,6 +13,7 @@ type Metrics struct {
 	downstream  *prometheus.CounterVec
 	jobDuration *prometheus.HistogramVec
 	transitions *prometheus.CounterVec
+	notices     *prometheus.CounterVec
 }
 
 // NewMetrics registers the worker's series with reg.
@@ -31,13 +32,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "idemgate_claim_transitions_total",
 			Help: "Claim transitions committed by this process, by event (the gate's state machine: insert, take_over, lease, complete, apply, fail, release, reclaim, give_up, repoint, abandon, cancel, redrive, archive, forget).",
 		}, []string{"event"}),
+		notices: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_approval_notices_total",
+			Help: "Approval notice jobs by outcome (sent, no_recipients, not_awaiting, rejected, retry, gave_up).",
+		}, []string{"outcome"}),
+	}
+	for _, o := range noticeOutcomes {
+		m.notices.WithLabelValues(o)
 	}
 	for _, e := range gate.Transitions {
 		if e.Store != nil { // expire writes nothing: archive counts it
 			m.transitions.WithLabelValues(string(e.Event)) // every series from the start
 		}
 	}
-	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions} {
+	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions, m.notices} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -64,5 +72,12 @@ func (m *Metrics) job(tool, result string, d time.Duration) {
 func (m *Metrics) Transition(e gate.Event) {
 	if m != nil {
 		m.transitions.WithLabelValues(string(e)).Inc()
+	}
+}
+
+// notice counts an approval notice job's outcome.
+func (m *Metrics) notice(outcome string) {
+	if m != nil {
+		m.notices.WithLabelValues(outcome).Inc()
 	}
 }

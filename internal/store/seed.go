@@ -110,6 +110,10 @@ type SeedTenant struct {
 	// apply_credit), the amount in cents above which a call waits for a
 	// person's approval. Loaded with the built-in tools' rows (LoadRows).
 	ApprovalThresholds map[string]int64 `json:"approval_thresholds,omitempty"`
+	// ApprovalMailTo is optional: the bare addresses that a call of the
+	// tenant waiting for approval is mailed to, one message to all of
+	// them; empty mails nobody.
+	ApprovalMailTo []string `json:"approval_mail_to,omitempty"`
 }
 
 // ParseSeed decodes and validates a seed file. Unknown fields, trailing
@@ -272,10 +276,27 @@ func (f *SeedFile) validateTenants(dup dupFunc) error {
 		if err := firstErr(
 			checkID(name, "tenant", tn.Tenant),
 			baseErr,
+			checkMailTo(name, tn.ApprovalMailTo),
 			dup(name, seedKey{"tenants", tn.Tenant}),
 		); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkMailTo checks approval_mail_to: bare addresses, each once.
+func checkMailTo(entry string, addrs []string) error {
+	seen := make(map[string]bool, len(addrs))
+	for i, a := range addrs {
+		field := fmt.Sprintf("approval_mail_to[%d]", i)
+		if err := checkEmail(entry, field, a); err != nil {
+			return err
+		}
+		if seen[strings.ToLower(a)] {
+			return fmt.Errorf("%s.%s: %q is listed twice", entry, field, a)
+		}
+		seen[strings.ToLower(a)] = true
 	}
 	return nil
 }

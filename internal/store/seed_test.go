@@ -17,7 +17,8 @@ const designExample = `{
   "seats":     [{"tenant": "acme", "seat_id": "seat_1", "user_id": "usr_1"}],
   "users":     [{"tenant": "acme", "user_id": "usr_1", "email": "ana@example.com"}],
   "tokens":    [{"tenant": "acme", "user": "support-bot", "scopes": ["billing:refund"], "token": "idg_test_acme"}],
-  "tenants":   [{"tenant": "acme", "reset_link_base": "https://app.acme.example/reset-password"}]
+  "tenants":   [{"tenant": "acme", "reset_link_base": "https://app.acme.example/reset-password",
+                 "approval_thresholds": {"refund_order": 10000}, "approval_mail_to": ["finance@acme.example"]}]
 }`
 
 func TestParseSeed(t *testing.T) {
@@ -33,7 +34,8 @@ func TestParseSeed(t *testing.T) {
 			Seats:     []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}},
 			Users:     []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
 			Tokens:    []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund"}, Token: "idg_test_acme"}},
-			Tenants:   []store.SeedTenant{{Tenant: "acme", ResetLinkBase: "https://app.acme.example/reset-password"}},
+			Tenants: []store.SeedTenant{{Tenant: "acme", ResetLinkBase: "https://app.acme.example/reset-password",
+				ApprovalThresholds: map[string]int64{"refund_order": 10000}, ApprovalMailTo: []string{"finance@acme.example"}}},
 		}, f)
 	})
 
@@ -54,6 +56,16 @@ func TestParseSeed(t *testing.T) {
 		require.Empty(t, f.Seats[0].UserID)
 		require.Empty(t, f.Tokens[0].Token)
 		require.Equal(t, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), *f.Tokens[0].ExpiresAt)
+	})
+
+	t.Run("ApprovalMailTo", func(t *testing.T) {
+		t.Parallel()
+		f, err := store.ParseSeed(strings.NewReader(`{"tenants": [
+			{"tenant": "acme", "approval_mail_to": ["finance@acme.example", "cfo@acme.example"]},
+			{"tenant": "beta", "approval_mail_to": []}]}`))
+		require.NoError(t, err)
+		require.Equal(t, []string{"finance@acme.example", "cfo@acme.example"}, f.Tenants[0].ApprovalMailTo)
+		require.Empty(t, f.Tenants[1].ApprovalMailTo, "an empty list mails nobody")
 	})
 
 	t.Run("MaxAmount", func(t *testing.T) {
@@ -128,6 +140,12 @@ var parseSeedRefusals = []struct {
 	{"TenantLinkBaseWithToken", `{"tenants": [{"tenant": "a", "reset_link_base": "https://a.example.com/r?token=x"}]}`, "token parameter"},
 	{"TenantThresholdNotPositive", `{"tenants": [{"tenant": "a", "approval_thresholds": {"refund_order": 0}}]}`, `tenants[0].approval_thresholds: "refund_order": 0 must be a tool name with a positive amount in cents`},
 	{"TenantThresholdBadTool", `{"tenants": [{"tenant": "a", "approval_thresholds": {"Refund Order": 100}}]}`, `tenants[0].approval_thresholds: "Refund Order"`},
+	{"TenantMailToEmptyEntry", `{"tenants": [{"tenant": "a", "approval_mail_to": ["fin@a.example", ""]}]}`, "tenants[0].approval_mail_to[1]: required"},
+	{"TenantMailToNoAt", `{"tenants": [{"tenant": "a", "approval_mail_to": ["finance"]}]}`, `tenants[0].approval_mail_to[0]: "finance" is not an email address like ana@example.com`},
+	{"TenantMailToDisplayName", `{"tenants": [{"tenant": "a", "approval_mail_to": ["Fin <fin@a.example>"]}]}`, `tenants[0].approval_mail_to[0]: "Fin <fin@a.example>" is not an email address`},
+	{"TenantMailToTwoInOne", `{"tenants": [{"tenant": "a", "approval_mail_to": ["fin@a.example, ops@a.example"]}]}`, "tenants[0].approval_mail_to[0]:"},
+	{"TenantMailToRepeated", `{"tenants": [{"tenant": "a", "approval_mail_to": ["fin@a.example", "FIN@a.example"]}]}`, `tenants[0].approval_mail_to[1]: "FIN@a.example" is listed twice`},
+	{"TenantMailToNotAList", `{"tenants": [{"tenant": "a", "approval_mail_to": "fin@a.example"}]}`, "approval_mail_to"},
 	{"TenantDuplicate", `{"tenants": [{"tenant": "a"}, {"tenant": "a", "reset_link_base": "https://a.example.com/r"}]}`, "tenants[1]: duplicates tenants[0]"},
 
 	{"TokenTenantMissing", seedToken(`"user": "u", "scopes": ["billing:refund"]`), "tokens[0].tenant: required"},

@@ -96,6 +96,15 @@ type ResetTokens interface {
 	ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*ResetTokenRedemption, error)
 }
 
+// TenantSettings reads a tenant's own settings (tenant_settings), which
+// the seed file's "tenants" entries write.
+type TenantSettings interface {
+	// TenantApprovalMailTo returns the addresses the tenant's approval
+	// notices are mailed to, as seeded; nil (and no error) when it has
+	// none.
+	TenantApprovalMailTo(ctx context.Context, tenantID string) ([]string, error)
+}
+
 // Seeder loads a seed file.
 type Seeder interface {
 	// Seed validates f (SeedFile.Validate) and loads it in one transaction.

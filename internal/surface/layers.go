@@ -18,7 +18,7 @@ var Layers = [][]string{
 	// The shared internal types.
 	{"internal/domain"},
 	// The gate, configuration and the domain's clients.
-	{"internal/gate", "internal/config", "internal/domain/refunds", "internal/domain/resetmail", "internal/domain/resettoken", "internal/oauth"},
+	{"internal/gate", "internal/config", "internal/domain/refunds", "internal/domain/resetmail", "internal/domain/resettoken", "internal/domain/approvalmail", "internal/oauth"},
 	// What the engines store besides the gate.
 	{"internal/store/", "internal/tenancy"},
 	// What the assembly reads of a declaration.

@@ -64,8 +64,8 @@ func OutcomeUnknown(err error) bool {
 }
 
 // sendError classifies err from go-mail and wraps it in a *SendError whose
-// text has the recipient's address replaced.
-func (s *Sender) sendError(ctx context.Context, messageID, stage, rcpt string, err error) error {
+// text has the recipients' addresses replaced.
+func (s *Sender) sendError(ctx context.Context, messageID, stage string, rcpts []string, err error) error {
 	se := &SendError{Addr: s.addr, MessageID: messageID, Stage: stage, err: err}
 
 	var gse *gomail.SendError
@@ -90,8 +90,10 @@ func (s *Sender) sendError(ctx context.Context, messageID, stage, rcpt string, e
 	}
 
 	text := err.Error()
-	if rcpt != "" {
-		text = strings.ReplaceAll(text, rcpt, "recipient")
+	for _, rcpt := range rcpts {
+		if rcpt != "" {
+			text = strings.ReplaceAll(text, rcpt, "recipient")
+		}
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		// The connection was closed because ctx ended: say so, and let

@@ -410,3 +410,63 @@ func TestUnansweredMessageIsUnknown(t *testing.T) {
 			err, resetmail.OutcomeUnknown(err), resetmail.Permanent(err))
 	}
 }
+
+// TestSendMessageToManyArrivesOnce: a message of another kind goes to all
+// its recipients as one message, with the Message-ID of its key.
+func TestSendMessageToManyArrivesOnce(t *testing.T) {
+	t.Parallel()
+	smtpAddr, apiURL := mailpit.Start(t)
+	mp := mailpit.New(apiURL)
+	s := newSender(t, smtpAddr)
+	ctx := t.Context()
+
+	key := "idg_note_" + newKey()
+	sent, err := s.SendMessage(ctx, &resetmail.Message{To: []string{"finance@example.com", "CFO <cfo@example.com>"},
+		Subject: "A note", Body: "Hello,\r\nthis is a note.\r\n", Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := resetmail.MessageID(key, s.Domain()); sent.MessageID != want {
+		t.Errorf("Sent.MessageID = %q, want %q", sent.MessageID, want)
+	}
+	ms, err := mp.ByMessageID(ctx, sent.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 {
+		t.Fatalf("%d messages with Message-ID %s, want 1", len(ms), sent.MessageID)
+	}
+	m := ms[0]
+	if m.Subject != "A note" || m.From.Address != "no-reply@idemgate.test" || len(m.To) != 2 ||
+		m.To[0].Address != "finance@example.com" || m.To[1].Address != "cfo@example.com" {
+		t.Errorf("message = %+v", m)
+	}
+	body, err := mp.Body(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(body, "this is a note.") {
+		t.Errorf("body = %q", body)
+	}
+}
+
+func TestInvalidMessageIsPermanent(t *testing.T) {
+	t.Parallel()
+	s := newSender(t, "127.0.0.1:1") // never dialled
+	for _, m := range []*resetmail.Message{
+		nil,
+		{Key: "idg_x"},
+		{To: []string{"a@example.com", "not-an-address"}, Key: "idg_x"},
+		{To: []string{"a@example.com\r\nBcc: x@example.com"}, Key: "idg_x"},
+		{To: []string{"a@example.com"}, Key: ""},
+		{To: []string{"a@example.com"}, Key: "idg x>"},
+	} {
+		_, err := s.SendMessage(t.Context(), m)
+		if !errors.Is(err, resetmail.ErrInvalidMail) || !resetmail.Permanent(err) {
+			t.Errorf("SendMessage(%+v) = %v, want a permanent ErrInvalidMail", m, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "not-an-address") {
+			t.Errorf("error names a recipient: %v", err)
+		}
+	}
+}

@@ -57,8 +57,10 @@ type SenderConfig struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Sender sends password-reset mail. It holds no connection: each Send dials,
-// sends one message and quits, so a Sender is safe for concurrent use.
+// Sender sends password-reset mail (Send), and plain-text messages of other
+// kinds, such as approval notices, on the same settings (SendMessage). It
+// holds no connection: each send dials, sends one message and quits, so a
+// Sender is safe for concurrent use.
 type Sender struct {
 	host, addr string
 	port       int
@@ -190,10 +192,56 @@ var ErrInvalidMail = errors.New("resetmail: invalid mail")
 // Errors are ErrInvalidMail (permanent) or a *SendError; classify them with
 // Permanent and OutcomeUnknown.
 func (s *Sender) Send(ctx context.Context, m *Mail) (*Sent, error) {
+	return s.traced(ctx, func(ctx context.Context) (*Sent, error) { return s.send(ctx, m) })
+}
+
+// Message is one plain-text message of any kind (SendMessage), from
+// SenderConfig.From.
+type Message struct {
+	// To are the recipients, each a bare address or "Name <address>": at
+	// least one. They all get the one message.
+	To []string
+	// Subject is the subject line.
+	Subject string
+	// Body is the plain text; lines end in CRLF.
+	Body string
+	// Key is the Message-ID's left part (MessageID): letters, digits and
+	// . _ + -. The same key gives the same Message-ID, so receivers can
+	// fold resends.
+	Key string
+}
+
+// SendMessage sends m once, as Send sends a password-reset mail: the same
+// server, connection settings, timeouts and error classes (Permanent,
+// OutcomeUnknown). Sending the same m again sends a second message with
+// the same Message-ID.
+func (s *Sender) SendMessage(ctx context.Context, m *Message) (*Sent, error) {
+	return s.traced(ctx, func(ctx context.Context) (*Sent, error) {
+		if m == nil {
+			return nil, fmt.Errorf("%w: no message", ErrInvalidMail)
+		}
+		if len(m.To) == 0 {
+			return nil, fmt.Errorf("%w: no recipient (message %q)", ErrInvalidMail, m.Key)
+		}
+		to := make([]*netmail.Address, len(m.To))
+		for i, a := range m.To {
+			var err error
+			if to[i], err = netmail.ParseAddress(a); err != nil {
+				// The address itself is personal data: keep it out of the error.
+				return nil, fmt.Errorf("%w: recipient %d of message %q is not a valid address: %v", ErrInvalidMail, i, m.Key, err)
+			}
+		}
+		return s.deliver(ctx, m.Key, to, m.Subject, m.Body)
+	})
+}
+
+// traced runs send in a client span (smtp.send) naming the server and, once
+// sent, the Message-ID.
+func (s *Sender) traced(ctx context.Context, send func(context.Context) (*Sent, error)) (*Sent, error) {
 	ctx, span := s.tracer.Start(ctx, "smtp.send", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("server.address", s.host), attribute.Int("server.port", s.port)))
 	defer span.End()
-	sent, err := s.send(ctx, m)
+	sent, err := send(ctx)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "mail not sent")
@@ -223,26 +271,40 @@ func (s *Sender) send(ctx context.Context, m *Mail) (*Sent, error) {
 		// The address itself is personal data: keep it out of the error.
 		return nil, fmt.Errorf("%w: recipient of user %q is not a valid address: %v", ErrInvalidMail, m.UserID, err)
 	}
-	messageID := MessageID(m.DownstreamKey, s.domain)
+	return s.deliver(ctx, m.DownstreamKey, []*netmail.Address{to}, Subject, body(href))
+}
+
+// deliver sends one message with Message-ID MessageID(key, domain) to the
+// recipients over one SMTP connection, bounded by ctx and the Sender's
+// timeout.
+func (s *Sender) deliver(ctx context.Context, key string, to []*netmail.Address, subject, text string) (*Sent, error) {
+	if !atomRE.MatchString(key) {
+		return nil, fmt.Errorf("%w: key %q cannot be a Message-ID's left part", ErrInvalidMail, key)
+	}
+	messageID := MessageID(key, s.domain)
+	rcpts := make([]string, len(to))
+	for i, a := range to {
+		rcpts[i] = a.Address
+	}
 
 	msg := gomail.NewMsg()
 	msg.FromMailAddress(s.from)
-	msg.ToMailAddress(to)
-	msg.Subject(Subject)
-	msg.SetMessageIDWithValue(m.DownstreamKey + "@" + s.domain)
+	msg.ToMailAddress(to...)
+	msg.Subject(subject)
+	msg.SetMessageIDWithValue(key + "@" + s.domain)
 	msg.SetDate()
-	msg.SetBodyString(gomail.TypeTextPlain, body(href))
+	msg.SetBodyString(gomail.TypeTextPlain, text)
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	client, err := gomail.NewClient(s.host, s.clientOptions(ctx)...)
 	if err != nil {
-		return nil, s.sendError(ctx, messageID, "configuring the SMTP client", to.Address, err)
+		return nil, s.sendError(ctx, messageID, "configuring the SMTP client", rcpts, err)
 	}
 
 	conn, err := client.DialToSMTPClientWithContext(ctx)
 	if err != nil {
-		return nil, s.sendError(ctx, messageID, "connecting", to.Address, err)
+		return nil, s.sendError(ctx, messageID, "connecting", rcpts, err)
 	}
 	err = client.SendWithSMTPClient(conn, msg)
 	if !msg.IsDelivered() {
@@ -250,7 +312,7 @@ func (s *Sender) send(ctx context.Context, m *Mail) (*Sent, error) {
 		if err == nil {
 			err = errors.New("message not delivered, for no reason given")
 		}
-		return nil, s.sendError(ctx, messageID, "sending", to.Address, err)
+		return nil, s.sendError(ctx, messageID, "sending", rcpts, err)
 	}
 	// The server took the message: what follows (QUIT) cannot undo that.
 	sentAt := time.Now()

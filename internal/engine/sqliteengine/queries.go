@@ -379,11 +379,16 @@ ORDER BY created_at, id`
 // rows (orders, customers, seats, users) are seeded by tools.SeedRows.
 
 // A tenant's settings are inserted if it has none; NULL reset_link_base
-// leaves the deployment's.
+// leaves the deployment's, NULL approval_mail_to mails nobody.
 const sqlSeedTenant = `
-INSERT INTO tenant_settings (tenant_id, reset_link_base)
-VALUES (?1, ?2)
+INSERT INTO tenant_settings (tenant_id, reset_link_base, approval_mail_to)
+VALUES (?1, ?2, ?3)
 ON CONFLICT (tenant_id) DO NOTHING`
+
+// sqlTenantApprovalMailTo reads a tenant's approval_mail_to
+// (Store.TenantApprovalMailTo).
+const sqlTenantApprovalMailTo = `
+SELECT approval_mail_to FROM tenant_settings WHERE tenant_id = ?1`
 
 // A fixed token value is inserted by hash if absent.
 const sqlSeedTokenFixed = `

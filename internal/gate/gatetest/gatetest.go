@@ -54,6 +54,7 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 	maps.Copy(all, historyTests)
 	maps.Copy(all, intentTests)
 	maps.Copy(all, approvalTests)
+	maps.Copy(all, noticeTests)
 	for name, test := range all {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

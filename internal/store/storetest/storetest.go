@@ -29,6 +29,7 @@ import (
 type Store interface {
 	store.Tokens
 	store.Seeder
+	store.TenantSettings
 }
 
 // Bundle is what an engine's test gives the suite: a fresh, migrated store
@@ -358,6 +359,34 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.Equal(t, "https://acme.example.com/reset?lang=en", base("acme"))
 		require.Empty(t, base("beta"))
 		require.Equal(t, 2, b.Count(ctx, "tenant_settings"))
+	},
+
+	"SeedTenantApprovalMailTo": func(ctx context.Context, t *testing.T, b *Bundle) {
+		const file = `{"tenants": [{"tenant": "acme", "approval_mail_to": ["finance@acme.example", "cfo@acme.example"]},
+			{"tenant": "beta", "approval_mail_to": []}, {"tenant": "gamma", "reset_link_base": "https://gamma.example.com/reset"}]}`
+		res, err := b.Store.Seed(ctx, parseSeed(t, file))
+		require.NoError(t, err)
+		require.Equal(t, store.SeedCount{Created: 3}, res.Tenants)
+		mailTo := func(tenant string) []string {
+			t.Helper()
+			addrs, err := b.Store.TenantApprovalMailTo(ctx, tenant)
+			require.NoError(t, err)
+			return addrs
+		}
+		require.Equal(t, []string{"finance@acme.example", "cfo@acme.example"}, mailTo("acme"), "as seeded, in order")
+		require.Nil(t, mailTo("beta"), "an empty list: nobody")
+		require.Nil(t, mailTo("gamma"), "a row without addresses: nobody")
+		require.Nil(t, mailTo("delta"), "no row: nobody")
+
+		// Again, with other addresses: the rows exist and are left as they are.
+		changed := parseSeed(t, file)
+		changed.Tenants[0].ApprovalMailTo = []string{"other@acme.example"}
+		changed.Tenants[2].ApprovalMailTo = []string{"ops@gamma.example"}
+		res, err = b.Store.Seed(ctx, changed)
+		require.NoError(t, err)
+		require.Equal(t, store.SeedCount{Existing: 3}, res.Tenants)
+		require.Equal(t, []string{"finance@acme.example", "cfo@acme.example"}, mailTo("acme"))
+		require.Nil(t, mailTo("gamma"))
 	},
 
 	"SeedBuiltinRowsNeedLoadRows": func(ctx context.Context, t *testing.T, b *Bundle) {

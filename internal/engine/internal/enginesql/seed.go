@@ -24,12 +24,17 @@ type SeedTx interface {
 	TokenArgs(p *store.TokenInsertParams) ([]any, error)
 	// TokenGetByHash is store.Tokens.TokenGetByHash in the transaction.
 	TokenGetByHash(ctx context.Context, hash []byte) (*store.Token, error)
+	// ListArg is the engine's parameter of a list of strings, NULL when
+	// it is empty (tenant_settings.approval_mail_to).
+	ListArg(v []string) (any, error)
 }
 
 // SeedStatements are an engine's seeding statements. Each inserts one row
 // unless it exists (by primary key; a fixed token by hash), with the
 // parameters in the seed entry's field order.
 type SeedStatements struct {
+	// Tenant takes the tenant, reset_link_base and approval_mail_to
+	// (SeedTx.ListArg).
 	Tenant string
 	// Token inserts a minted token, TokenFixed a fixed value unless a
 	// token has its hash; both take SeedTx.TokenArgs.
@@ -76,7 +81,11 @@ func seed(ctx context.Context, f *store.SeedFile, tx SeedTx, stmts *SeedStatemen
 			return nil, err
 		}
 	}
-	for _, r := range seedRows(f, res, stmts) {
+	rows, err := seedRows(f, res, tx, stmts)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
 		created, err := tx.Insert(ctx, r.query, r.args...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.entry, err)
@@ -97,19 +106,24 @@ func seed(ctx context.Context, f *store.SeedFile, tx SeedTx, stmts *SeedStatemen
 
 // seedRows are the inserts of f's tenants, in file order, each counted in
 // res.
-func seedRows(f *store.SeedFile, res *store.SeedResult, stmts *SeedStatements) []seedRow {
+func seedRows(f *store.SeedFile, res *store.SeedResult, tx SeedTx, stmts *SeedStatements) ([]seedRow, error) {
 	var rows []seedRow
 	add := func(entry string, count *store.SeedCount, query string, args ...any) {
 		rows = append(rows, seedRow{entry: entry, count: count, query: query, args: args})
 	}
 	for i, tn := range f.Tenants {
+		entry := fmt.Sprintf("tenants[%d]", i)
 		var base any // NULL: the deployment's
 		if tn.ResetLinkBase != "" {
 			base = tn.ResetLinkBase
 		}
-		add(fmt.Sprintf("tenants[%d]", i), &res.Tenants, stmts.Tenant, tn.Tenant, base)
+		mailTo, err := tx.ListArg(tn.ApprovalMailTo) // NULL: nobody
+		if err != nil {
+			return nil, fmt.Errorf("%s.approval_mail_to: %w", entry, err)
+		}
+		add(entry, &res.Tenants, stmts.Tenant, tn.Tenant, base, mailTo)
 	}
-	return rows
+	return rows, nil
 }
 
 // seedToken loads f.Tokens[i]: a fixed value by hash if absent, otherwise a
