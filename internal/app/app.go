@@ -87,9 +87,15 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 		return nil, errors.New("DATABASE_URL: on " + string(drv.Engine()) + " the api runs with the worker in one process (NewEmbedded)")
 	}
 	logger = tracedLogger(logger, opts.TracerProvider)
-	// Insert-only: no queues and no workers in the api process.
+	// Insert-only: no queues and no workers in the api process. Its
+	// FetchCooldown is also its NOTIFY limiter: an insert wakes the workers
+	// at most once per queue per cooldown, so River's default (100 ms)
+	// leaves a call inserted within 100 ms of the last notified one to the
+	// workers' poll (DefaultFetchPollInterval); the workers' 10 ms bounds
+	// the notifications at 100 a second per api process.
 	riverClient := drv.NewRiver()
-	if err := riverClient.Open(&river.Config{Logger: logger, Middleware: telemetry.RiverMiddleware(opts.TracerProvider)}); err != nil {
+	if err := riverClient.Open(&river.Config{Logger: logger, FetchCooldown: DefaultFetchCooldown,
+		Middleware: telemetry.RiverMiddleware(opts.TracerProvider)}); err != nil {
 		return nil, err
 	}
 	// Claims awaiting approval mail the approvers (a job in the claim's

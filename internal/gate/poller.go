@@ -60,12 +60,16 @@ func (p *poller) Subscribe(claimID int64) (<-chan struct{}, func()) {
 	}
 }
 
-// run polls until nobody waits.
+// run polls until nobody waits. The first poll comes after a quarter of
+// the interval: a lone call's job often ends within a few milliseconds.
 func (p *poller) run() {
+	first := time.NewTimer(p.interval / 4)
+	defer first.Stop()
 	ticker := time.NewTicker(p.interval)
 	defer ticker.Stop()
 	failing := false // logged once per outage, not once per tick
-	for range ticker.C {
+	for tick := first.C; ; tick = ticker.C {
+		<-tick
 		ids := p.awaited()
 		if ids == nil {
 			return
