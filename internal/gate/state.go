@@ -211,7 +211,8 @@ var Transitions = []Transition{
 	{Event: EventRedrive, From: failed, To: domain.StatusQueued, Decision: domain.DecisionRedriven, Store: Executor.ClaimRedrive,
 		Condition: "failed, not cancelled by its owner, not denied or expired awaiting approval; a retried or fresh job",
 		Refused: map[domain.Status]error{domain.StatusSucceeded: ErrRedriveSucceeded,
-			domain.StatusQueued: ErrRedriveNotFailed, domain.StatusRunning: ErrRedriveNotFailed},
+			domain.StatusQueued: ErrRedriveNotFailed, domain.StatusRunning: ErrRedriveNotFailed,
+			domain.StatusAwaitingApproval: ErrRedriveNotFailed},
 		Guard: func(c *Claim, _ Facts) error {
 			switch {
 			case c.Error == nil:

@@ -6,11 +6,18 @@
 //
 // The actions, over two tenants, two tools (apply_credit, an
 // in-transaction effect on the ledger; refund_order, an external effect on
-// a counting test Stripe), two keys per tenant and tool and three argument
-// sets (each with its own amount, so an effect names its fingerprint):
+// a counting test Stripe), two keys per tenant and tool and four argument
+// sets (each with its own amount, so an effect names its fingerprint; the
+// last two are above the tenants' approval threshold, so that a new intent
+// of them waits for a person's approval, as the built-ins' Approval asks
+// it through gate.ClaimParams.Approval):
 //
 //   - call: one to three concurrent identical calls (sometimes with another
-//     volatile memo/reason, which is the same fingerprint);
+//     volatile memo/reason, which is the same fingerprint; one in five
+//     retries the key's current arguments); call_awaiting is a call on a
+//     key whose operation awaits approval: a retry while waiting gets the
+//     same operation, still waiting, with no job (never a second request),
+//     other arguments the usual conflict;
 //   - await: wait for a pending operation to finish, nudging a job River
 //     holds for a retry (as River UI's Retry would);
 //   - expire: the claim's TTL ends (its expires_at is moved into the past);
@@ -34,22 +41,46 @@
 //   - redrive, redrive_set: an operator's re-drive (ops.Redriver.Redrive and
 //     RedriveSet);
 //   - riverui_retry: River UI's Retry of the claim's job (River's JobRetry),
-//     which the worker then sees.
+//     which the worker then sees;
+//   - approve, deny: a person's decision (gate.Gate.Approve and Deny) on an
+//     operation awaiting approval: by another user of the tenant with the
+//     operation's fingerprint (approve queues it with its one job, in the
+//     deciding transaction; deny fails it approval_denied), sometimes
+//     decided again at once (refused, the first decision stands); or
+//     refused, changing nothing: by the requester (four eyes), by a user of
+//     the other tenant (not found), with the fingerprint of other
+//     arguments, or on an operation that awaits no decision (any more);
+//   - expire_approval: nobody decides in time: the operation's approval
+//     window is moved into the past by the database's clock (a late
+//     decision is then refused) and gate.Gate.ExpireApprovals runs, or it
+//     runs as of a time past every window (ExpireApprovalsParams.Now); the
+//     operations fail approval_expired.
+//
+// Cancel, redrive, redrive_set, expire, prune, pause, fail and lose meet
+// approvals too: an operation awaiting approval is always cancelled (it
+// has no job and nothing ran) and never re-driven (it has not failed); a
+// denied or approval-expired one is final, never re-driven (by an
+// operator or River UI, which has no job to retry), and ages, is pruned
+// and is remembered in its key's history like any failure; an approved one
+// is queued (unfetched while paused, so a cancel must succeed) and then
+// runs, fails or loses its outcome like any other.
 //
 // The model keeps, per (tenant, tool, key), the current claim (its
 // operation, argument set, status, whether its TTL ended) and the history
 // of earlier intents (taken over or pruned), plus the effects known per
 // argument set. After every action the invariant check counts effects where
 // they land (ledger rows, the test Stripe's refunds): no fingerprint takes
-// effect twice under one key, a cancelled or failed intent has none, a
-// succeeded one has exactly one. Each action checks every answer against
+// effect twice under one key, a cancelled or failed intent has none (nor a
+// denied, approval-expired or waiting one), a succeeded one (approved and
+// run, or needing no approval) has exactly one. Each action checks every answer against
 // the model: accepted, replayed (the first outcome), in_flight, conflict,
 // or idempotency_key_expired naming the operation in the key's history;
 // a cancelled intent is never re-driven (operator or River UI) and never
 // takes effect; a succeeded one is never re-run.
 //
 // Run (both engines; Postgres from TEST_DATABASE_URL, default the local
-// server; well under a minute for both, fixed seeds: 8 cases of about 40 steps each):
+// server; about a minute for both under -race, fixed seeds: 20 cases of
+// 40 steps each on average):
 //
 //	go test -race -count=1 ./internal/model/ -run TestModel -v
 //
@@ -66,6 +97,8 @@
 //	go test ./internal/model/ -run 'TestModelPostgres$' -rapid.seed=1234 -v
 //
 // (MODEL_CHECKS, MODEL_STEPS and MODEL_SEED set the same three numbers.)
+// Each test logs at the end how often each action ran and some outcomes
+// it reached ("model: seen"), such as approvals that then ran.
 // rapid minimises a failing sequence only while its replays fail with the
 // same message, so failure messages name operations op1, op2, … in the
 // order the model met them and leave out case numbers, job ids, amounts

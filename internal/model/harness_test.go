@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +49,15 @@ const (
 	// chargeAmount is each key's charge (and order): far more than the
 	// refunds one key can make.
 	chargeAmount = 900_000_000
+	// approvalThreshold is each tenant's threshold for both tools
+	// (approval_thresholds): an amount above it waits for a person's
+	// approval, as the built-ins' Approval asks. Far above the amounts of
+	// the argument sets that need none, and the two sets that need one
+	// refund less than chargeAmount together.
+	approvalThreshold = 400_000_000
+	// requester and approver are the users who call and who decide.
+	requester = "model"
+	approver  = "model-approver"
 	// waitTimeout bounds every wait for the system: a stuck test's deadline,
 	// not a speed requirement.
 	waitTimeout = 90 * time.Second
@@ -81,6 +92,7 @@ type harness struct {
 	gate     *gate.Gate
 	store    gate.Store
 	data     store.Seeder
+	tools    *toolspec.Registry
 	client   riverClient
 	control  ops.Jobs
 	redriver *ops.Redriver
@@ -91,11 +103,18 @@ type harness struct {
 	// failures counts the model's failures in this test (the first one's
 	// actions are reported).
 	failures atomic.Int64
+	// seen counts the actions that ran (skipped ones left out) and some
+	// outcomes worth knowing a run reached, logged at the end.
+	seen counter
 	// expire ends the replay window of (tenant, tool, key)'s terminal claim.
 	expire func(ctx context.Context, tenant, toolName, key string) error
 	// expireIn ends that window d from now by the database's clock, and
 	// returns whether the database's clock has passed that instant.
 	expireIn func(ctx context.Context, tenant, toolName, key string, d time.Duration) (passed func(context.Context) (bool, error), err error)
+	// expireApproval ends the approval window of (tenant, tool, key)'s
+	// awaiting claim by the database's clock; it reports whether there was
+	// such a claim.
+	expireApproval func(ctx context.Context, tenant, toolName, key string) (bool, error)
 	// ledger counts credits to customerID per (tenant, amount).
 	ledger func(ctx context.Context, lo, hi int64) (map[ledgerKey]int, error)
 }
@@ -145,11 +164,14 @@ func stripeClient(t tb, url string) *refunds.Client {
 	return c
 }
 
+// seedCustomers seeds the customer and each tenant's approval thresholds.
 func seedCustomers(t tb, s store.Seeder) {
 	t.Helper()
 	f := &store.SeedFile{LoadRows: tools.SeedRows}
 	for _, tn := range tenants {
 		f.Customers = append(f.Customers, store.SeedCustomer{Tenant: tn, CustomerID: customerID, Currency: "usd"})
+		f.Tenants = append(f.Tenants, store.SeedTenant{Tenant: tn,
+			ApprovalThresholds: map[string]int64{toolCredit: approvalThreshold, toolRefund: approvalThreshold}})
 	}
 	_, err := s.Seed(context.Background(), f)
 	require.NoError(t, err)
@@ -169,7 +191,7 @@ func newPostgres(t *testing.T) *harness {
 	cfg := newConfig(dbURL, stripeHTTP.URL)
 	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
-	h := &harness{engine: "postgres", gate: w.Gate, store: w.Gate.Store(), data: data, client: w.Client.(interface{ Client() *river.Client[pgx.Tx] }).Client(), control: w.Client,
+	h := &harness{engine: "postgres", gate: w.Gate, store: w.Gate.Store(), data: data, tools: reg, client: w.Client.(interface{ Client() *river.Client[pgx.Tx] }).Client(), control: w.Client,
 		redriver: &ops.Redriver{Gate: w.Gate, Jobs: w.Client}, stripe: stripeSrv, faults: f}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
 		_, err := pool.Exec(ctx, `UPDATE idempotency_claims SET expires_at = now() - interval '1 second'
@@ -192,6 +214,11 @@ func newPostgres(t *testing.T) *harness {
 			err := pool.QueryRow(ctx, `SELECT clock_timestamp() > $1`, until).Scan(&passed)
 			return passed, err
 		}, nil
+	}
+	h.expireApproval = func(ctx context.Context, tenant, toolName, key string) (bool, error) {
+		tag, err := pool.Exec(ctx, `UPDATE idempotency_claims SET approval_expires_at = now() - interval '1 second'
+			WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND status = 'awaiting_approval'`, tenant, toolName, key)
+		return tag.RowsAffected() == 1, err
 	}
 	h.ledger = func(ctx context.Context, lo, hi int64) (map[ledgerKey]int, error) {
 		rows, err := pool.Query(ctx, `SELECT tenant_id, amount_cents, count(*) FROM ledger_entries
@@ -230,7 +257,7 @@ func newSQLite(t *testing.T) *harness {
 	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
 	control := e.Client
-	h := &harness{engine: "sqlite", gate: e.Gate, store: e.Gate.Store(), data: data,
+	h := &harness{engine: "sqlite", gate: e.Gate, store: e.Gate.Store(), data: data, tools: reg,
 		client: e.Client.(interface{ Client() *river.Client[*sql.Tx] }).Client(), control: control,
 		redriver: &ops.Redriver{Gate: e.Gate, Jobs: control}, stripe: stripeSrv, faults: f}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
@@ -254,6 +281,15 @@ func newSQLite(t *testing.T) *harness {
 			err := db.QueryRowContext(ctx, `SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now') > ?1`, until).Scan(&passed)
 			return passed, err
 		}, nil
+	}
+	h.expireApproval = func(ctx context.Context, tenant, toolName, key string) (bool, error) {
+		res, err := db.ExecContext(ctx, `UPDATE idempotency_claims SET approval_expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 seconds')
+			WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND status = 'awaiting_approval'`, tenant, toolName, key)
+		if err != nil {
+			return false, err
+		}
+		n, err := res.RowsAffected()
+		return n == 1, err
 	}
 	h.ledger = func(ctx context.Context, lo, hi int64) (map[ledgerKey]int, error) {
 		rows, err := db.QueryContext(ctx, `SELECT tenant_id, amount_cents, count(*) FROM ledger_entries
@@ -345,8 +381,9 @@ func retryErr(fn func() error) error {
 	}
 }
 
-// call is one mutation call through the gate, as the api makes it.
-func (h *harness) call(tenant, toolName, key string, args map[string]any) (*gate.ClaimResult, error) {
+// intent is the intent of a call of toolName with key and args, as the
+// api decodes and fingerprints it.
+func (h *harness) intent(toolName, key string, args map[string]any) (*gate.Intent, error) {
 	all := map[string]any{"idempotency_key": key}
 	for k, v := range args {
 		all[k] = v
@@ -359,21 +396,61 @@ func (h *harness) call(tenant, toolName, key string, args map[string]any) (*gate
 	if err != nil {
 		return nil, err
 	}
-	in, err := h.gate.NewIntent(toolName, decoded)
+	return h.gate.NewIntent(toolName, decoded)
+}
+
+// call is one mutation call through the gate, as the api makes it: the
+// tool's Approval (the built-ins': above the tenant's threshold) is asked
+// through gate.ClaimParams.Approval, on a read-only transaction.
+func (h *harness) call(tenant, toolName, key string, args map[string]any) (*gate.ClaimResult, error) {
+	in, err := h.intent(toolName, key, args)
 	if err != nil {
 		return nil, err
+	}
+	actor := domain.Actor{TenantID: tenant, UserID: requester, TokenID: requester, Scopes: []string{"billing:credit", "billing:refund"}}
+	params := &gate.ClaimParams{Actor: actor, RequestID: "model", Intent: in}
+	if spec, ok := h.tools.Get(toolName); ok && spec.NeedsApproval != nil {
+		params.Approval = func(ctx context.Context) (time.Duration, error) {
+			return h.approvalWindow(ctx, spec, actor, in.Canonical)
+		}
 	}
 	var res *gate.ClaimResult
 	err = retryErr(func() error {
 		var err error
-		res, err = h.gate.Claim(context.Background(), &gate.ClaimParams{
-			Actor:     domain.Actor{TenantID: tenant, UserID: "model", TokenID: "model", Scopes: []string{"billing:credit", "billing:refund"}},
-			RequestID: "model",
-			Intent:    in,
-		})
+		res, err = h.gate.Claim(context.Background(), params)
 		return err
 	})
 	return res, err
+}
+
+// approvalWindow is how long a call of spec with the canonical arguments
+// waits for approval, 0 for none: the tool's predicate on a read-only
+// transaction, as the api asks it.
+func (h *harness) approvalWindow(ctx context.Context, spec *toolspec.Spec, actor domain.Actor, canonical json.RawMessage) (time.Duration, error) {
+	var (
+		gtx gate.Tx
+		err error
+	)
+	if rb, ok := h.store.(interface {
+		BeginRead(context.Context) (gate.Tx, error)
+	}); ok {
+		gtx, err = rb.BeginRead(ctx)
+	} else {
+		gtx, err = h.store.Begin(ctx)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = gtx.Rollback(context.WithoutCancel(ctx)) }()
+	tx, err := toolspec.WrapTx(gtx)
+	if err != nil {
+		return 0, err
+	}
+	needs, err := spec.NeedsApproval(ctx, tx, toolspec.Caller{TenantID: actor.TenantID, UserID: actor.UserID, Scopes: actor.Scopes}, canonical)
+	if err != nil || !needs {
+		return 0, err
+	}
+	return spec.ApprovalWindow, nil
 }
 
 // claim reads the current claim of (tenant, tool, key).
@@ -545,6 +622,32 @@ func (e *faultyEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage
 
 func (e *faultyEffect) Record(ctx context.Context, tx toolspec.Tx, c *gate.Claim, result json.RawMessage) error {
 	return e.inner.Record(ctx, tx, c, result)
+}
+
+// counter counts named events.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counter) add(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[name]++
+}
+
+func (c *counter) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := slices.Sorted(maps.Keys(c.n))
+	out := make([]string, len(names))
+	for i, name := range names {
+		out[i] = fmt.Sprintf("%s %d", name, c.n[name])
+	}
+	return strings.Join(out, ", ")
 }
 
 func (h *harness) String() string { return fmt.Sprintf("harness(%s)", h.engine) }

@@ -25,10 +25,11 @@ import (
 	"github.com/idemgate/idemgate/internal/tools"
 )
 
-// Default runs: fixed seeds, bounded checks and steps (a few seconds per
-// engine under -race). MODEL_LONG=1 runs more of both, from random seeds.
+// Default runs: fixed seeds, bounded checks and steps (about half a
+// minute per engine under -race). MODEL_LONG=1 runs more of both, from
+// random seeds.
 const (
-	defaultChecks = 8
+	defaultChecks = 20
 	defaultSteps  = 40
 	longChecks    = 200
 	longSteps     = 80
@@ -111,27 +112,45 @@ func run(t *testing.T, h *harness) {
 		rt.Repeat(m.actions())
 		m.finish(rt)
 	})
+	t.Logf("model: seen (shrinking replays included): %s", &h.seen)
 }
 
-// Argument sets and fingerprints.
-const argSets = 3
+// Argument sets and fingerprints: the amounts of the last approvalSets
+// are above the tenants' approval threshold, so a new intent of one of
+// them waits for a person.
+const (
+	argSets      = 4
+	approvalSets = 2
+)
+
+// needsApproval reports whether argument set a waits for approval.
+func needsApproval(a int) bool { return a >= argSets-approvalSets }
 
 // amount is the amount of argument set a of key k in case n: distinct per
 // (case, key, argument set), so that an effect names its fingerprint.
-func amount(n, k, a int) int64 { return int64(n)*1000 + int64(k)*10 + int64(a) + 1 }
+// The sets that need approval add approvalThreshold.
+func amount(n, k, a int) int64 {
+	base := int64(n)*1000 + int64(k)*10 + int64(a) + 1
+	if needsApproval(a) {
+		base += approvalThreshold
+	}
+	return base
+}
 
 // status is what the model knows of an intent.
 type status int
 
 const (
-	// pending: accepted or re-driven, not yet seen terminal.
+	// pending: accepted, approved or re-driven, not yet seen terminal.
 	pending status = iota
 	succeeded
 	failed
+	// awaiting: accepted, waiting for a person's approval, with no job.
+	awaiting
 )
 
 func (s status) String() string {
-	return [...]string{"pending", "succeeded", "failed"}[s]
+	return [...]string{"pending", "succeeded", "failed", "awaiting"}[s]
 }
 
 // intent is one operation under a key.
@@ -146,6 +165,20 @@ type intent struct {
 	// expired: its TTL ended (the claim may still be there, or pruned by
 	// the pruner in the background).
 	expired bool
+	// jobless: it awaited approval and was never approved, so it has no
+	// job (awaiting, denied, its window ended, or cancelled while waiting).
+	jobless bool
+	// approved: it awaited approval and was approved.
+	approved bool
+}
+
+// finished reports whether the intent is known terminal.
+func (in *intent) finished() bool { return in.status == succeeded || in.status == failed }
+
+// declined reports whether the intent failed awaiting approval: denied,
+// or its approval window ended. Like a cancellation, that is final.
+func (in *intent) declined() bool {
+	return in.status == failed && (in.code == domain.CodeApprovalDenied || in.code == domain.CodeApprovalExpired)
 }
 
 func (in *intent) String() string {
@@ -187,6 +220,8 @@ func (k *keyModel) known(args int) *intent {
 }
 
 func (k *keyModel) pending() bool { return k.cur != nil && k.cur.status == pending }
+
+func (k *keyModel) awaiting() bool { return k.cur != nil && k.cur.status == awaiting }
 
 // failCode is the code a refused run of the key fails with.
 func (k *keyModel) failCode() domain.Code {
@@ -331,6 +366,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			all[name] = func(t *rapid.T) {
 				m.trail = append(m.trail, "action "+name)
 				action(t)
+				m.h.seen.add(strings.TrimRight(name, "_"))
 			}
 		}
 	}
@@ -360,6 +396,14 @@ func (m *machine) allActions() map[string]func(*rapid.T) {
 		"redrive_set":          m.redriveSet,
 		"riverui_retry":        m.uiRetry,
 		"":                     m.check,
+		// Approvals: a call on a waiting key; approvals are drawn twice
+		// as often as denials and expiries. (Each skips, drawing another
+		// action, while no operation awaits approval.)
+		"call_awaiting":   m.callAwaiting,
+		"approve":         m.approve,
+		"approve_":        m.approve,
+		"deny":            m.deny,
+		"expire_approval": m.expireApproval,
 	}
 }
 
@@ -384,10 +428,24 @@ func (m *machine) pick(t *rapid.T, label string, ok func(*keyModel) bool) *keyMo
 
 func anyKey(*keyModel) bool { return true }
 
-// call: one to three identical concurrent calls of argument set a.
-func (m *machine) call(t *rapid.T) {
-	k := m.pick(t, "key", anyKey)
-	a := rapid.IntRange(0, argSets-1).Draw(t, "args")
+// call: one to three identical concurrent calls of argument set a: one
+// of the sets, or (one call in five) the key's current claim's, as an
+// agent's retry (of an intent awaiting approval too).
+func (m *machine) call(t *rapid.T) { m.callKey(t, m.pick(t, "key", anyKey)) }
+
+// callAwaiting: a call on a key whose operation awaits approval: a retry
+// while waiting (the same operation, still waiting, no second request)
+// or other arguments (a conflict).
+func (m *machine) callAwaiting(t *rapid.T) { m.callKey(t, m.pick(t, "key", (*keyModel).awaiting)) }
+
+func (m *machine) callKey(t *rapid.T, k *keyModel) {
+	a := rapid.IntRange(0, argSets).Draw(t, "args")
+	if a == argSets {
+		a = 0
+		if k.cur != nil {
+			a = k.cur.args
+		}
+	}
 	n := rapid.IntRange(1, 3).Draw(t, "callers")
 	volatile := rapid.SampledFrom([]string{"", "", "retry by the agent"}).Draw(t, "volatile")
 	results := make([]*gate.ClaimResult, n)
@@ -450,7 +508,13 @@ func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*gate.ClaimRe
 					m.fatalf(t, "want a conflict: %s", describe())
 				}
 			}
+			if k.cur.status == awaiting {
+				m.h.seen.add("(conflict while awaiting)")
+			}
 			return
+		}
+		if k.cur.status == awaiting {
+			m.h.seen.add("(retry while awaiting)")
 		}
 		for _, r := range results {
 			m.expectExisting(t, k, r, describe)
@@ -480,7 +544,18 @@ func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*gate.ClaimRe
 	if k.cur != nil {
 		k.history = append(k.history, k.cur) // taken over
 	}
-	k.cur = &intent{op: op, args: a, status: pending, fresh: m.h.paused}
+	c := accepted.Claim
+	if needsApproval(a) {
+		if c.Status != domain.StatusAwaitingApproval || c.JobID != 0 || c.ApprovalExpiresAt == nil {
+			m.fatalf(t, "want the new intent awaiting approval with no job, got %s (job %d, window %v): %s", c.Status, c.JobID, c.ApprovalExpiresAt, describe())
+		}
+		k.cur = &intent{op: op, args: a, status: awaiting, jobless: true}
+	} else {
+		if c.Status == domain.StatusAwaitingApproval || c.JobID == 0 {
+			m.fatalf(t, "want the new intent queued with a job, got %s (job %d): %s", c.Status, c.JobID, describe())
+		}
+		k.cur = &intent{op: op, args: a, status: pending, fresh: m.h.paused}
+	}
 	for _, r := range results {
 		if r != accepted {
 			m.expectExisting(t, k, r, describe)
@@ -497,13 +572,24 @@ func (m *machine) expectExisting(t *rapid.T, k *keyModel, r *gate.ClaimResult, d
 	}
 	switch r.Outcome {
 	case domain.OutcomeInFlight:
+		if k.cur.status == awaiting {
+			// A retry while waiting: the same operation, still waiting,
+			// and no second request (no job).
+			if r.Claim.Status != domain.StatusAwaitingApproval || r.Claim.JobID != 0 {
+				m.fatalf(t, "in_flight for an operation awaiting approval, but %s (job %d): %s", r.Claim.Status, r.Claim.JobID, describe())
+			}
+			return
+		}
 		if k.cur.status != pending {
 			m.fatalf(t, "in_flight for a finished operation: %s", describe())
 		}
-		if r.Claim.Status.Terminal() {
-			m.fatalf(t, "in_flight with a terminal claim: %s", describe())
+		if r.Claim.Status.Terminal() || r.Claim.Status == domain.StatusAwaitingApproval {
+			m.fatalf(t, "in_flight with a %s claim: %s", r.Claim.Status, describe())
 		}
 	case domain.OutcomeReplayed:
+		if k.cur.status == awaiting {
+			m.fatalf(t, "replayed an operation awaiting approval: %s", describe())
+		}
 		if !r.Replayed || !r.Claim.Status.Terminal() {
 			m.fatalf(t, "replayed without a terminal claim: %s", describe())
 		}
@@ -551,7 +637,14 @@ func (m *machine) expectClaim(t *rapid.T, k *keyModel, c *gate.Claim, what strin
 	if c.OperationID != in.op {
 		m.fatalf(t, "%s %s: operation %s, the model's %v", what, k, c.OperationID, in)
 	}
+	if in.jobless && c.JobID != 0 {
+		m.fatalf(t, "%s %s: job %d, but it was never approved (the model's %v)", what, k, c.JobID, in)
+	}
 	switch in.status {
+	case awaiting:
+		if c.Status != domain.StatusAwaitingApproval || c.ApprovalExpiresAt == nil {
+			m.fatalf(t, "%s %s: %s (%v), the model's %v", what, k, c.Status, c.Error, in)
+		}
 	case succeeded:
 		if c.Status != domain.StatusSucceeded {
 			m.fatalf(t, "%s %s: %s (%v), the model's %v", what, k, c.Status, c.Error, in)
@@ -571,6 +664,9 @@ func (m *machine) resolve(t *rapid.T, k *keyModel, c *gate.Claim, what string) {
 	in.status, in.code = m.outcome(t, k, c, what)
 	if in.status == succeeded {
 		k.effects[in.args] = 1
+	}
+	if in.approved {
+		m.h.seen.add("(approved, then " + in.status.String() + ")")
 	}
 	in.fresh = false
 	k.lose = m.h.faults.loseArmed(k.id())
@@ -614,7 +710,7 @@ func (m *machine) await(t *rapid.T) {
 
 // expire: the TTL of a finished claim ends.
 func (m *machine) expire(t *rapid.T) {
-	k := m.pick(t, "key", func(k *keyModel) bool { return k.cur != nil && k.cur.status != pending && !k.cur.expired })
+	k := m.pick(t, "key", func(k *keyModel) bool { return k.cur != nil && k.cur.finished() && !k.cur.expired })
 	retry(t, func() error { return m.h.expire(context.Background(), k.tenant, k.tool, k.key) })
 	k.cur.expired = true
 	m.logf("model: expire %s: %v", k, k.cur)
@@ -651,7 +747,7 @@ func (m *machine) expireWhilePruning(t *rapid.T) {
 	}
 	var all []*expiring
 	for _, k := range m.keys {
-		if k.cur == nil || k.cur.status == pending || k.cur.expired {
+		if k.cur == nil || !k.cur.finished() || k.cur.expired {
 			continue
 		}
 		if ms := rapid.IntRange(0, 30).Draw(t, "ms "+k.String()); ms > 0 {
@@ -743,7 +839,8 @@ func (m *machine) resume(t *rapid.T) {
 }
 
 // cancel: the agent cancels an operation (tasks/cancel). One queued
-// while the queue was paused must be cancelled; a finished one is refused.
+// while the queue was paused, or awaiting approval (no job, nothing ran),
+// must be cancelled; a finished one is refused.
 // (A cancel racing a running worker is left out: either answer would be
 // right, and a sequence that depends on it could not be replayed.)
 func (m *machine) cancel(t *rapid.T) {
@@ -766,8 +863,16 @@ func (m *machine) cancel(t *rapid.T) {
 		if c == nil || c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != domain.CodeCancelled {
 			m.fatalf(t, "cancel %s: answered %+v", k, c)
 		}
+		if k.cur.jobless && c.JobID != 0 {
+			m.fatalf(t, "cancel %s: a cancelled operation awaiting approval has job %d", k, c.JobID)
+		}
+		if k.cur.jobless {
+			m.h.seen.add("(cancelled while awaiting)")
+		}
 		k.cur.status, k.cur.code, k.cur.fresh = failed, domain.CodeCancelled, false
 		k.lose = m.h.faults.loseArmed(k.id())
+	case k.cur.status == awaiting:
+		m.fatalf(t, "cancel %s: an operation awaiting approval was not cancelled: %v", k, err)
 	case k.cur.fresh:
 		m.fatalf(t, "cancel %s: a queued operation that no worker fetched was not cancelled: %v", k, err)
 	case k.cur.status != pending:
@@ -817,7 +922,8 @@ func (m *machine) armLose(t *rapid.T) {
 }
 
 // redrive: an operator re-drives one operation (idemctl op redrive,
-// POST /ops/redrive). Succeeded ones are refused; cancelled ones too.
+// POST /ops/redrive). Succeeded ones are refused; cancelled, denied and
+// approval-expired ones too, and ones awaiting approval (not failed).
 func (m *machine) redrive(t *rapid.T) {
 	k := m.pick(t, "key", func(k *keyModel) bool {
 		return k.cur == nil && len(k.history) > 0 || k.cur != nil && !k.cur.expired && (k.cur.status != pending || k.cur.fresh)
@@ -842,6 +948,17 @@ func (m *machine) redrive(t *rapid.T) {
 		if !ops.Refused(err) {
 			m.fatalf(t, "redrive %s (queued): want refused, got %+v, %v", k, line, err)
 		}
+	case in.status == awaiting:
+		if !ops.Refused(err) || line == nil || line.Action != ops.ActionRefused {
+			m.fatalf(t, "redrive %s (awaiting approval): want refused, got %+v, %v", k, line, err)
+		}
+		m.expectClaimNow(t, k, "redrive of an operation awaiting approval")
+	case in.declined():
+		if !errors.Is(err, gate.ErrRedriveApproval) || !ops.Refused(err) || line == nil || line.Action != ops.ActionRefused {
+			m.fatalf(t, "redrive %s (%v): want refused as not approved, got %+v, %v", k, in, line, err)
+		}
+		m.expectClaimNow(t, k, "redrive of an operation that was not approved")
+		m.h.seen.add("(redrive refused: not approved)")
 	case in.status == succeeded:
 		if !ops.Refused(err) || line == nil || line.Action != ops.ActionRefused {
 			m.fatalf(t, "redrive %s (succeeded): want refused, got %+v, %v", k, line, err)
@@ -898,9 +1015,12 @@ func (m *machine) redriveSet(t *rapid.T) {
 		line := lines[k.tool+"/"+k.key]
 		in := k.cur
 		switch {
-		case in == nil || in.status == pending:
+		case in == nil || in.status == pending || in.status == awaiting:
 			if line != nil && line.Action == ops.ActionRedriven {
 				m.fatalf(t, "redrive set %s: re-drove %s, which the model has as %v: %+v", tenant, k, in, line)
+			}
+			if in != nil && in.status == awaiting {
+				m.expectClaimNow(t, k, "redrive set beside an operation awaiting approval")
 			}
 		case in.status == succeeded:
 			if line != nil && line.Action == ops.ActionRedriven {
@@ -912,6 +1032,13 @@ func (m *machine) redriveSet(t *rapid.T) {
 			}
 			if !in.expired {
 				m.expectClaimNow(t, k, "redrive set of a cancelled operation")
+			}
+		case in.declined():
+			if line != nil && line.Action == ops.ActionRedriven {
+				m.fatalf(t, "redrive set %s: re-drove %s, which was not approved: %+v", tenant, k, line)
+			}
+			if !in.expired {
+				m.expectClaimNow(t, k, "redrive set of an operation that was not approved")
 			}
 		case in.expired:
 			// Still there, or pruned in the background: either answer.
@@ -934,7 +1061,8 @@ func (m *machine) uiRetry(t *rapid.T) {
 	if m.h.paused {
 		t.Skip("paused")
 	}
-	k := m.pick(t, "key", func(k *keyModel) bool { return k.cur != nil && k.cur.status != pending && !k.cur.expired })
+	// An operation that was never approved has no job to retry.
+	k := m.pick(t, "key", func(k *keyModel) bool { return k.cur != nil && k.cur.finished() && !k.cur.jobless && !k.cur.expired })
 	c, err := m.h.claim(t, k.tenant, k.tool, k.key)
 	if err != nil {
 		m.fatalf(t, "riverui retry %s: %v", k, err)
@@ -956,13 +1084,242 @@ func (m *machine) uiRetry(t *rapid.T) {
 	m.expectClaim(t, k, after, "riverui retry of a "+in.status.String()+" operation")
 }
 
+// approve: a person decides on an operation awaiting approval (GET and
+// POST /v1/approvals/{id}): usually another user of the tenant with the
+// operation's fingerprint, which queues it with its one job; sometimes the
+// requester (four eyes), a user of the other tenant (not found), or the
+// fingerprint of other arguments; sometimes the same approver again right
+// after, or a decision on an operation that awaits none (a second
+// decision). Every refusal changes nothing.
+func (m *machine) approve(t *rapid.T) { m.decide(t, false) }
+
+// deny: as approve, but the decision is a denial: approval_denied, final,
+// nothing happened.
+func (m *machine) deny(t *rapid.T) { m.decide(t, true) }
+
+// The deciders decide draws from.
+const (
+	deciderApprover    = "approver"
+	deciderRequester   = "requester"
+	deciderOtherTenant = "other_tenant"
+	deciderOtherArgs   = "other_args"
+)
+
+func (m *machine) decide(t *rapid.T, deny bool) {
+	what := "approve"
+	if deny {
+		what = "deny"
+	}
+	// While some operation awaits approval, one decision in eight is on
+	// an operation that awaits none. (The skip comes before any draw:
+	// rapid then draws another action; a skip after a draw counts against
+	// the sequence, which rapid ends after a few.)
+	if !slices.ContainsFunc(m.keys, (*keyModel).awaiting) {
+		t.Skip("no operation awaits approval")
+	}
+	live := func(k *keyModel) bool { return k.cur != nil && !k.cur.expired && k.cur.status != awaiting }
+	var k *keyModel
+	if slices.ContainsFunc(m.keys, live) && rapid.IntRange(0, 7).Draw(t, "stale") == 0 {
+		k = m.pick(t, "key", live)
+	} else {
+		k = m.pick(t, "key", (*keyModel).awaiting)
+	}
+	who := rapid.SampledFrom([]string{deciderApprover, deciderApprover, deciderApprover, deciderApprover, deciderApprover,
+		deciderRequester, deciderOtherTenant, deciderOtherArgs}).Draw(t, "decider")
+	twice := who == deciderApprover && rapid.IntRange(0, 3).Draw(t, "twice") == 0
+	in := k.cur
+	p := &gate.DecideParams{Approver: domain.Actor{TenantID: k.tenant, UserID: approver, TokenID: approver},
+		RequestID: "model", OperationID: in.op, ArgsHash: m.fingerprint(t, k, in.args), Reason: "model " + what}
+	switch who {
+	case deciderRequester:
+		p.Approver.UserID, p.Approver.TokenID = requester, requester
+	case deciderOtherTenant:
+		p.Approver.TenantID = otherTenant(k.tenant)
+	case deciderOtherArgs:
+		p.ArgsHash = m.fingerprint(t, k, (in.args+1)%argSets)
+	}
+	c, err := m.decision(p, deny)
+	m.logf("model: %s %s (%v) by %s: %v", what, k, in, who, err)
+	want := func(refusals ...error) {
+		t.Helper()
+		for _, r := range refusals {
+			if errors.Is(err, r) {
+				return
+			}
+		}
+		m.fatalf(t, "%s %s (%v) by %s: want refused with %v, got %v", what, k, in, who, refusals, err)
+	}
+	switch {
+	case who == deciderOtherTenant:
+		want(domain.ErrNotFound)
+	case in.status != awaiting && who == deciderOtherArgs:
+		// Two reasons to refuse; the state table's comes first.
+		want(gate.ErrApprovalNotAwaiting, gate.ErrApprovalFingerprint)
+	case in.status != awaiting:
+		want(gate.ErrApprovalNotAwaiting)
+	case who == deciderOtherArgs:
+		want(gate.ErrApprovalFingerprint)
+	case who == deciderRequester:
+		want(gate.ErrApprovalSelf)
+	case err != nil:
+		m.fatalf(t, "%s %s (%v): %v", what, k, in, err)
+	case c == nil || c.OperationID != in.op:
+		m.fatalf(t, "%s %s (%v): answered %+v", what, k, in, c)
+	case deny:
+		m.h.seen.add("(denied)")
+		if c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != domain.CodeApprovalDenied || c.JobID != 0 {
+			m.fatalf(t, "deny %s: %s (%v, job %d), want failed %s with no job", k, c.Status, c.Error, c.JobID, domain.CodeApprovalDenied)
+		}
+		in.status, in.code = failed, domain.CodeApprovalDenied
+	default:
+		m.h.seen.add("(approved)")
+		if c.Status != domain.StatusQueued || c.JobID == 0 || c.ApprovalExpiresAt != nil {
+			m.fatalf(t, "approve %s: %s (job %d), want queued with a job", k, c.Status, c.JobID)
+		}
+		in.status, in.fresh, in.jobless, in.approved = pending, m.h.paused, false, true
+	}
+	if err != nil {
+		m.h.seen.add("(decision refused)")
+	}
+	if err != nil || !twice {
+		if err != nil && !in.expired && in.status != pending {
+			m.expectClaimNow(t, k, what+" refused")
+		}
+		return
+	}
+	// The same approver decides again (approve or deny): refused, and
+	// the first decision stands (an approved operation keeps its job).
+	first := c
+	again := rapid.Bool().Draw(t, "deny again")
+	c, err = m.decision(p, again)
+	m.logf("model: %s %s again (deny %v): %v", what, k, again, err)
+	if !errors.Is(err, gate.ErrApprovalNotAwaiting) {
+		m.fatalf(t, "%s %s: a second decision: want refused as not awaiting, got %v", what, k, err)
+	}
+	if c == nil || c.OperationID != in.op || c.JobID != first.JobID {
+		m.fatalf(t, "%s %s: a second decision answered %+v, the first %+v", what, k, c, first)
+	}
+	if in.status != pending {
+		m.expectClaimNow(t, k, what+" twice")
+	}
+}
+
+// decision is an approval or a denial, retried while the database is busy.
+func (m *machine) decision(p *gate.DecideParams, deny bool) (*gate.Claim, error) {
+	var (
+		c   *gate.Claim
+		err error
+	)
+	err = retryErr(func() error {
+		if deny {
+			c, err = m.h.gate.Deny(context.Background(), p)
+		} else {
+			c, err = m.h.gate.Approve(context.Background(), p)
+		}
+		return err
+	})
+	return c, err
+}
+
+// fingerprint is the fingerprint of argument set a of k, as an approver
+// sees it on the approval page.
+func (m *machine) fingerprint(t *rapid.T, k *keyModel, a int) string {
+	in, err := m.h.intent(k.tool, k.key, m.args(k, a, ""))
+	if err != nil {
+		m.fatalf(t, "%s args %d: intent: %v", k, a, err)
+	}
+	return in.ArgsHash
+}
+
+func otherTenant(tenant string) string {
+	if tenant == tenants[0] {
+		return tenants[1]
+	}
+	return tenants[0]
+}
+
+// expireApproval: nobody decides within an operation's approval window.
+// Either its window is moved into the past by the database's clock (and a
+// late approval or denial is refused: the window has ended, or the
+// reaper's pass in the background has expired it already), or the expiry
+// runs as of a time past every window (ExpireApprovalsParams.Now), which
+// ends every waiting operation. gate.Gate.ExpireApprovals (the reaper's
+// pass) then fails them approval_expired: final, nothing happened, no job.
+func (m *machine) expireApproval(t *rapid.T) {
+	ctx := context.Background()
+	k := m.pick(t, "key", (*keyModel).awaiting)
+	all := rapid.IntRange(0, 3).Draw(t, "all") == 0
+	expiring := []*keyModel{k}
+	var now *time.Time
+	if all {
+		expiring = nil
+		for _, k := range m.keys {
+			if k.awaiting() {
+				expiring = append(expiring, k)
+			}
+		}
+		at := time.Now().Add(25 * time.Hour) // past the built-ins' window (a day at most)
+		now = &at
+	} else {
+		var found bool
+		retry(t, func() error {
+			var err error
+			found, err = m.h.expireApproval(ctx, k.tenant, k.tool, k.key)
+			return err
+		})
+		if !found {
+			m.fatalf(t, "expire approval %s (%v): no claim awaiting approval", k, k.cur)
+		}
+		switch late := rapid.SampledFrom([]string{"none", "approve", "deny"}).Draw(t, "late"); late {
+		case "approve", "deny":
+			p := &gate.DecideParams{Approver: domain.Actor{TenantID: k.tenant, UserID: approver, TokenID: approver},
+				RequestID: "model", OperationID: k.cur.op, ArgsHash: m.fingerprint(t, k, k.cur.args), Reason: "model late"}
+			c, err := m.decision(p, late == "deny")
+			m.logf("model: %s %s after its window: %v", late, k, err)
+			if !errors.Is(err, gate.ErrApprovalExpired) && !errors.Is(err, gate.ErrApprovalNotAwaiting) {
+				m.fatalf(t, "%s %s after its window: want refused, got %v", late, k, err)
+			}
+			if c != nil && c.Status != domain.StatusAwaitingApproval &&
+				(c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != domain.CodeApprovalExpired) {
+				m.fatalf(t, "%s %s after its window: the claim is %s (%v)", late, k, c.Status, c.Error)
+			}
+		}
+	}
+	for {
+		var n int
+		retry(t, func() error {
+			var err error
+			n, err = m.h.gate.ExpireApprovals(ctx, &gate.ExpireApprovalsParams{Now: now})
+			return err
+		})
+		if now == nil || n == 0 {
+			break
+		}
+	}
+	var names []string
+	for _, k := range expiring {
+		m.h.seen.add("(approval expired)")
+		k.cur.status, k.cur.code = failed, domain.CodeApprovalExpired
+		m.expectClaimNow(t, k, "expire approval")
+		names = append(names, k.String())
+	}
+	m.logf("model: expire approval of %s (all %v)", strings.Join(names, ", "), all)
+}
+
 // check: effects counted where they land agree with the model. A
 // fingerprint takes effect at most once; a pending one may have, a
-// succeeded one has exactly once, a failed or cancelled one never.
+// succeeded one has exactly once, a failed, cancelled, denied or
+// approval-expired one never, nor one awaiting approval.
 func (m *machine) check(t *rapid.T) {
-	ledger, err := m.h.ledger(context.Background(), amount(m.n, 0, 0), amount(m.n+1, 0, 0)-1)
-	if err != nil {
-		m.fatalf(t, "ledger: %v", err)
+	ledger := map[ledgerKey]int{}
+	for _, a := range []int{0, argSets - approvalSets} {
+		got, err := m.h.ledger(context.Background(), amount(m.n, 0, a), amount(m.n+1, 0, a)-1)
+		if err != nil {
+			m.fatalf(t, "ledger: %v", err)
+		}
+		for k, n := range got {
+			ledger[k] += n
+		}
 	}
 	refunds := m.h.refunds()
 	for _, k := range m.keys {
@@ -989,12 +1346,16 @@ func (m *machine) check(t *rapid.T) {
 }
 
 // finish resumes the queue and waits for every pending operation, which
-// must end as the model predicts; then the effects are checked once more.
+// must end as the model predicts; one awaiting approval must still wait,
+// with no job. Then the effects are checked once more.
 func (m *machine) finish(t *rapid.T) {
 	m.h.setPaused(t, false)
 	for _, k := range m.keys {
-		if k.pending() {
+		switch {
+		case k.pending():
 			m.resolve(t, k, m.h.await(t, k.tenant, k.tool, k.key), "final await")
+		case k.awaiting():
+			m.expectClaimNow(t, k, "final read")
 		}
 	}
 	m.check(t)

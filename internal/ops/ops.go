@@ -173,10 +173,11 @@ type RedriveParams struct {
 }
 
 // Refused reports whether err is a refused re-drive: the operation
-// succeeded, is queued or running, or was cancelled by its owner (final).
+// succeeded, is queued, running or awaiting approval, or was cancelled by
+// its owner, denied by an approver or not approved in time (final).
 func Refused(err error) bool {
 	return errors.Is(err, gate.ErrRedriveSucceeded) || errors.Is(err, gate.ErrRedriveNotFailed) ||
-		errors.Is(err, gate.ErrRedriveCancelled)
+		errors.Is(err, gate.ErrRedriveCancelled) || errors.Is(err, gate.ErrRedriveApproval)
 }
 
 // Redrive re-drives one failed operation. A refused re-drive returns its

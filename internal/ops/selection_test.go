@@ -143,6 +143,67 @@ func TestRedriveSelection(t *testing.T) {
 	})
 }
 
+// TestRedriveNotApproved: an operation denied by an approver, or whose
+// approval window ended, is refused as final (a refused line, Refused),
+// and a set re-drive counts it refused and goes on; one awaiting approval
+// is refused as not failed.
+func TestRedriveNotApproved(t *testing.T) {
+	t.Parallel()
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		b := setupSelection(t, engine)
+		ctx := t.Context()
+		g := b.ops.Gate
+		await := func(key string) *gate.Claim {
+			t.Helper()
+			res := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: key, ApprovalWindow: time.Hour})
+			require.Equal(t, domain.StatusAwaitingApproval, res.Claim.Status)
+			return res.Claim
+		}
+		expired := await("sel-expired-0001")
+		later := time.Now().Add(2 * time.Hour)
+		n, err := g.ExpireApprovals(ctx, &gate.ExpireApprovalsParams{Now: &later})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		denied := await("sel-denied-00001")
+		_, err = g.Deny(ctx, &gate.DecideParams{Approver: domain.Actor{TenantID: "acme", UserID: "finance-lead"},
+			OperationID: denied.OperationID, ArgsHash: denied.ArgsHash})
+		require.NoError(t, err)
+		waiting := await("sel-waiting-0001")
+		declined := b.claim(t, "sel-declined-002", domain.CodeCardDeclined)
+		one := func(key string) *ops.RedriveSelectionParams {
+			return &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order", Key: key, Operator: "alice", Reason: "r"}
+		}
+
+		for _, c := range []*gate.Claim{denied, expired} {
+			lines, res, err := b.redrive(t, one(c.IdempotencyKey))
+			require.True(t, ops.Refused(err), "%s: %v", c.IdempotencyKey, err)
+			require.ErrorIs(t, err, gate.ErrRedriveApproval)
+			require.Len(t, lines, 1)
+			require.Equal(t, ops.ActionRefused, res.Line.Action)
+			require.Equal(t, domain.StatusFailed, res.Line.Status)
+		}
+		lines, res, err := b.redrive(t, one(waiting.IdempotencyKey))
+		require.True(t, ops.Refused(err), "%v", err)
+		require.ErrorIs(t, err, gate.ErrRedriveNotFailed)
+		require.Len(t, lines, 1)
+		require.Equal(t, domain.StatusAwaitingApproval, res.Line.Status)
+
+		limit := 10
+		lines, res, err = b.redrive(t, &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order",
+			Status: domain.StatusFailed, Since: time.Now().Add(-time.Hour), Limit: &limit, Operator: "bob", Reason: "r"})
+		require.NoError(t, err)
+		require.Equal(t, &ops.RedriveSetResult{Matched: 3, Redriven: 1, Refused: 2}, res.Set)
+		require.Len(t, lines, 3)
+		for _, l := range lines {
+			want := ops.ActionRefused
+			if l.Key == declined.IdempotencyKey {
+				want = ops.ActionRedriven
+			}
+			require.Equal(t, want, l.Action, l.Key)
+		}
+	})
+}
+
 func TestRedriveSelectionValidate(t *testing.T) {
 	t.Parallel()
 	zero, many, five := 0, ops.MaxRedriveLimit+1, 5
