@@ -85,7 +85,10 @@ function sql(statement) {
   if (databaseURL.startsWith('sqlite:')) {
     execFileSync('sqlite3', ['-cmd', '.timeout 10000', databaseURL.replace(/^sqlite:(\/\/)?/, ''), statement]);
   } else {
-    execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', databaseURL, '-c', statement]);
+    // pgx's own parameters (pool_max_conns, …) are not libpq's.
+    const url = new URL(databaseURL);
+    for (const name of [...url.searchParams.keys()].filter((k) => k.startsWith('pool_'))) url.searchParams.delete(name);
+    execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', url.toString(), '-c', statement]);
   }
 }
 
