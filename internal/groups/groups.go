@@ -16,6 +16,10 @@ type Queue[R any] struct {
 	Runners int
 	// Do runs one group.
 	Do func(group []R)
+	// Share, when set, has a group take at most its share of what is
+	// queued, (queued + Runners - 1) / Runners, so that a burst is spread
+	// over the runners rather than taken by the first one free.
+	Share bool
 	// Formed, when set (tests), is told the size of every group taken.
 	Formed func(n int)
 
@@ -51,6 +55,9 @@ func (q *Queue[R]) run() {
 	for {
 		q.mu.Lock()
 		n := min(len(q.pending), q.Max)
+		if q.Share {
+			n = min(n, (len(q.pending)+q.Runners-1)/q.Runners)
+		}
 		if n == 0 {
 			q.running--
 			q.mu.Unlock()

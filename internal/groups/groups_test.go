@@ -49,3 +49,52 @@ func TestQueueFormsTheNextGroupFromWhatQueued(t *testing.T) {
 		return q.running == 0
 	}, time.Minute, time.Millisecond, "the runner ends when nothing is queued")
 }
+
+// TestQueueSharesABurstOverItsRunners: with Share, a runner takes its
+// share of what queued, so that the runners split a burst.
+func TestQueueSharesABurstOverItsRunners(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	started := make(chan struct{}, 2)
+	var mu sync.Mutex
+	var sizes []int
+	var wg sync.WaitGroup
+	q := &Queue[int]{Max: 32, Runners: 2, Share: true}
+	q.Do = func(group []int) {
+		mu.Lock()
+		sizes = append(sizes, len(group))
+		first := len(sizes) <= 2
+		mu.Unlock()
+		if first {
+			started <- struct{}{}
+			<-hold
+		}
+		for range group {
+			wg.Done()
+		}
+	}
+	for i := range 2 { // one group of one per runner, both held
+		wg.Add(1)
+		q.Add(i)
+		<-started
+	}
+	for i := range 9 {
+		wg.Add(1)
+		q.Add(10 + i)
+	}
+	close(hold)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 1}, sizes[:2])
+	require.Equal(t, 9, sizes[2]+sizes[3]+sum(sizes[4:]))
+	require.LessOrEqual(t, sizes[2], 5, "the first runner free takes its share of 9: 5")
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
