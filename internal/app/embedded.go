@@ -86,7 +86,7 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
-	workers, _, err := newWorkers(cfg, g, tools, client, metrics, logger, workerOpts.Fault)
+	workers, _, err := newWorkers(cfg, g, tools, client, metrics, logger, workerOpts)
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,9 @@ type WorkerOptions struct {
 	// tools' Stripe and SMTP calls), and its log lines get trace ids. Nil:
 	// no tracing.
 	TracerProvider trace.TracerProvider
+	// MaxGroup is jobs.RunnerConfig.MaxGroup: how many in-transaction jobs
+	// share a transaction (0: jobs.DefaultMaxGroup; 1: none).
+	MaxGroup int
 	// Fault, nil in production, is a test's hook at points of every claim
 	// job (jobs.RunnerConfig.Fault): package toolkit kills jobs with it.
 	Fault jobs.Fault
@@ -95,7 +98,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if err != nil {
 		return nil, err
 	}
-	workers, runner, err := newWorkers(cfg, g, tools, client, metrics, logger, opts.Fault)
+	workers, runner, err := newWorkers(cfg, g, tools, client, metrics, logger, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -110,10 +113,11 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 }
 
 // newWorkers builds the claim jobs' runner over the registry's mutations
-// (with a test's fault, nil in production), and River's workers for them
-// (on client's River driver) and for the reaper and pruner.
+// (with opts' group size and a test's fault, nil in production), and
+// River's workers for them (on client's River driver) and for the reaper
+// and pruner.
 func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
-	client engine.River, metrics *jobs.Metrics, logger *slog.Logger, fault jobs.Fault,
+	client engine.River, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
 		Gate:            g,
@@ -121,7 +125,8 @@ func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
 		InflightTimeout: cfg.InflightTimeout,
 		Metrics:         metrics,
 		Logger:          logger,
-		Fault:           fault,
+		MaxGroup:        opts.MaxGroup,
+		Fault:           opts.Fault,
 	})
 	if err != nil {
 		return nil, nil, err

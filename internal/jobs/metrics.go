@@ -13,6 +13,7 @@ type Metrics struct {
 	downstream  *prometheus.CounterVec
 	jobDuration *prometheus.HistogramVec
 	transitions *prometheus.CounterVec
+	groupSize   prometheus.Histogram
 }
 
 // NewMetrics registers the worker's series with reg.
@@ -31,13 +32,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "idemgate_claim_transitions_total",
 			Help: "Claim transitions committed by this process, by event (the gate's state machine: insert, take_over, lease, complete, apply, fail, release, reclaim, give_up, repoint, abandon, cancel, redrive, archive, forget).",
 		}, []string{"event"}),
+		groupSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idemgate_worker_group_operations",
+			Help:    "In-transaction operations stored per committed group transaction (the worker's group commit): its count is the commits, its sum the operations.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
 	}
 	for _, e := range gate.Transitions {
 		if e.Store != nil { // expire writes nothing: archive counts it
 			m.transitions.WithLabelValues(string(e.Event)) // every series from the start
 		}
 	}
-	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions} {
+	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions, m.groupSize} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -64,5 +70,12 @@ func (m *Metrics) job(tool, result string, d time.Duration) {
 func (m *Metrics) Transition(e gate.Event) {
 	if m != nil {
 		m.transitions.WithLabelValues(string(e)).Inc()
+	}
+}
+
+// group counts a committed group transaction of n operations.
+func (m *Metrics) group(n int) {
+	if m != nil {
+		m.groupSize.Observe(float64(n))
 	}
 }
