@@ -98,7 +98,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if err != nil {
 		return nil, err
 	}
-	workers, runner, err := newWorkers(cfg, g, tools, client, metrics, logger, opts)
+	workers, runner, err := newWorkers(cfg, g, tools, client, metrics, logger, opts, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -113,11 +113,11 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 }
 
 // newWorkers builds the claim jobs' runner over the registry's mutations
-// (with opts' group size and a test's fault, nil in production), and
-// River's workers for them (on client's River driver) and for the reaper
-// and pruner.
+// (with opts' group size and a test's fault, nil in production, and
+// groupsAtOnce, 0 for jobs.DefaultGroups), and River's workers for them
+// (on client's River driver) and for the reaper and pruner.
 func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
-	client engine.River, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions,
+	client engine.River, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions, groupsAtOnce int,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
 		Gate:            g,
@@ -126,6 +126,7 @@ func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry,
 		Metrics:         metrics,
 		Logger:          logger,
 		MaxGroup:        opts.MaxGroup,
+		Groups:          groupsAtOnce,
 		Fault:           opts.Fault,
 	})
 	if err != nil {

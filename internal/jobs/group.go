@@ -13,8 +13,8 @@ import (
 
 // Group commit of in-transaction operations: the in-transaction jobs of
 // one worker process that run at once share transactions (gate.WorkTx).
-// Jobs queue; up to txGroupRunners groups run at once, and a runner free
-// takes its share of what queued, at most RunnerConfig.MaxGroup jobs.
+// Jobs queue; up to RunnerConfig.Groups groups run at once, and a runner
+// free takes its share of what queued, at most RunnerConfig.MaxGroup jobs.
 // Nobody waits for a group to fill: a lone job is a group of one, with the
 // statements it has alone. In a group each job in turn locks its claim,
 // runs its effect and stores its outcome with its job's completion, under
@@ -35,12 +35,11 @@ const DefaultMaxGroup = 32
 // every snapshot in the cluster gets costlier.
 const MaxMaxGroup = 64
 
-// txGroupRunners is how many group transactions run at once, each taking
-// its share of what queued (groups.Queue.Share). Four beat both fewer
-// (each group's statements run one after another) and more (groups of
-// one, and more transactions contending for two cores) in the drain
-// benchmark (docs/benchmarks.md).
-const txGroupRunners = 4
+// DefaultGroups is the default RunnerConfig.Groups. Four beat both fewer
+// (a group's statements run one after another) and more (groups of one,
+// and more transactions contending for two cores) in the drain benchmark
+// (docs/benchmarks.md).
+const DefaultGroups = 4
 
 // errAlone is runGrouped's answer for a job that runs alone.
 var errAlone = errors.New("jobs: the job runs alone")

@@ -36,6 +36,10 @@ type RunnerConfig struct {
 	// (group commit, group.go): default DefaultMaxGroup, at most
 	// MaxMaxGroup; 1 gives each its own.
 	MaxGroup int
+	// Groups is how many group transactions run at once: default
+	// DefaultGroups; 1 where transactions wait for one another anyway
+	// (SQLite's one connection), so that one group takes what queued.
+	Groups int
 	// Fault, nil in production, is a test's hook called at each FaultPoint
 	// of every claim job; package toolkit kills jobs with it.
 	Fault Fault
@@ -100,16 +104,19 @@ func NewRunner(cfg *RunnerConfig) (*Runner, error) {
 	if cfg.InflightTimeout <= 0 {
 		return nil, errors.New("jobs: RunnerConfig.InflightTimeout must be positive")
 	}
-	maxGroup := cmp.Or(cfg.MaxGroup, DefaultMaxGroup)
+	maxGroup, groupsAtOnce := cmp.Or(cfg.MaxGroup, DefaultMaxGroup), cmp.Or(cfg.Groups, DefaultGroups)
 	if maxGroup < 1 || maxGroup > MaxMaxGroup {
 		return nil, fmt.Errorf("jobs: RunnerConfig.MaxGroup must be between 1 and %d", MaxMaxGroup)
+	}
+	if groupsAtOnce < 1 {
+		return nil, errors.New("jobs: RunnerConfig.Groups must be positive")
 	}
 	r := &Runner{gate: cfg.Gate, store: cfg.Gate.Store(), tools: cfg.Tools, lease: cfg.InflightTimeout, metrics: cfg.Metrics, logger: cfg.Logger, fault: cfg.Fault}
 	if r.logger == nil {
 		r.logger = slog.Default()
 	}
 	if maxGroup > 1 {
-		r.txGroups = &groups.Queue[*txOp]{Max: maxGroup, Runners: txGroupRunners, Share: true, Do: r.runGroup}
+		r.txGroups = &groups.Queue[*txOp]{Max: maxGroup, Runners: groupsAtOnce, Share: true, Do: r.runGroup}
 	}
 	return r, nil
 }
