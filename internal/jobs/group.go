@@ -133,9 +133,10 @@ func (r *Runner) runGroup(ops []*txOp) {
 				continue // alone, after the group
 			}
 			r.logger.WarnContext(gctx, "a group's transaction failed; each of its jobs runs alone", "jobs", len(ops), "error", err)
+			clearEffectErrors(ops)
 			return
 		}
-		done, err := r.applyOp(gctx, w, op, deadline)
+		done, err := r.applyOp(w, op, deadline)
 		var (
 			killed    *killedError
 			effectErr *effectError
@@ -189,7 +190,7 @@ func clearEffectErrors(ops []*txOp) {
 // outcome with the job's completion, and the fault's BeforeCommit point.
 // Any error but a fault's (killedError) undoes only this job; an effect's
 // own error is an effectError.
-func (r *Runner) applyOp(gctx context.Context, w *gate.WorkTx, op *txOp, deadline time.Time) (done *gate.Claim, err error) {
+func (r *Runner) applyOp(w *gate.WorkTx, op *txOp, deadline time.Time) (done *gate.Claim, err error) {
 	defer func() {
 		if p := recover(); p != nil { // it panics again alone, in River's goroutine
 			err = fmt.Errorf("jobs: the effect panicked: %v", p)
