@@ -315,7 +315,11 @@ func TestCostPerCall(t *testing.T) {
 	groupWorkTrips, groupCommits := tracer.take()
 	t.Logf("%d operations queued before the worker: %d round trips (%.2f per operation), %d commits (%.2f per operation)",
 		m, groupWorkTrips, float64(groupWorkTrips)/m, groupCommits, float64(groupCommits)/m)
-	require.Less(t, float64(groupCommits)/m, 0.5, "commits per operation")
+	// How many share depends on when the jobs reach the runners (12 to 14
+	// commits for 32 here when idle); a loaded machine must not fail the
+	// guard, so it asks for a quarter saved at least. The exact grouping
+	// is jobs.TestGroupCommitsConcurrentJobsTogether's, with held jobs.
+	require.Less(t, float64(groupCommits)/m, 0.75, "commits per operation")
 	require.LessOrEqual(t, groupWorkTrips, 7*m, "round trips grew")
 	require.Equal(t, m, tracer.takeVersions(), "one claim version per operation")
 
