@@ -90,7 +90,8 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
-	workers, _, err := newWorkers(cfg, g, tools, client, notices, metrics, logger, workerOpts.Fault)
+	// One group at a time: every transaction waits for the one connection.
+	workers, _, err := newWorkers(cfg, g, tools, client, notices, metrics, logger, workerOpts, 1)
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,9 @@ type WorkerOptions struct {
 	// tools' Stripe and SMTP calls), and its log lines get trace ids. Nil:
 	// no tracing.
 	TracerProvider trace.TracerProvider
+	// MaxGroup is jobs.RunnerConfig.MaxGroup: how many in-transaction jobs
+	// share a transaction (0: jobs.DefaultMaxGroup; 1: none).
+	MaxGroup int
 	// Fault, nil in production, is a test's hook at points of every claim
 	// job (jobs.RunnerConfig.Fault): package toolkit kills jobs with it.
 	Fault jobs.Fault
@@ -99,7 +102,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if err != nil {
 		return nil, err
 	}
-	workers, runner, err := newWorkers(cfg, g, tools, client, notices, metrics, logger, opts.Fault)
+	workers, runner, err := newWorkers(cfg, g, tools, client, notices, metrics, logger, opts, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -114,11 +117,12 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 }
 
 // newWorkers builds the claim jobs' runner over the registry's mutations
-// (with a test's fault, nil in production), and River's workers for them
+// (with opts' group size and a test's fault, nil in production, and
+// groupsAtOnce, 0 for jobs.DefaultGroups), and River's workers for them
 // (on client's River driver), for the reaper and pruner, and for approval
 // notices when notices is set; client inserts notices exactly then.
 func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry, client engine.River,
-	notices *jobs.ApprovalNoticeWorker, metrics *jobs.Metrics, logger *slog.Logger, fault jobs.Fault,
+	notices *jobs.ApprovalNoticeWorker, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions, groupsAtOnce int,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
 		Gate:            g,
@@ -126,7 +130,9 @@ func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry, client
 		InflightTimeout: cfg.InflightTimeout,
 		Metrics:         metrics,
 		Logger:          logger,
-		Fault:           fault,
+		MaxGroup:        opts.MaxGroup,
+		Groups:          groupsAtOnce,
+		Fault:           opts.Fault,
 	})
 	if err != nil {
 		return nil, nil, err

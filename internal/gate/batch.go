@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/groups"
 )
 
 // Group commit: the new claims of concurrent calls are written together,
@@ -47,12 +48,12 @@ type claimReq struct {
 type batcher struct {
 	g      *Gate
 	enq    BatchEnqueuer
-	groups groups[*claimReq]
+	groups groups.Queue[*claimReq]
 }
 
 func newBatcher(g *Gate, enq BatchEnqueuer, max int) *batcher {
 	b := &batcher{g: g, enq: enq}
-	b.groups = groups[*claimReq]{max: max, runners: claimGroups, do: b.commit}
+	b.groups = groups.Queue[*claimReq]{Max: max, Runners: claimGroups, Do: b.commit}
 	return b
 }
 
@@ -60,7 +61,7 @@ func newBatcher(g *Gate, enq BatchEnqueuer, max int) *batcher {
 // nil when the call must claim on its own. It fails only when ctx ends.
 func (b *batcher) claim(ctx context.Context, params *ClaimParams, policy *Policy, auditArgs json.RawMessage, start time.Time) (*Claim, error) {
 	req := &claimReq{ctx: ctx, params: params, policy: policy, auditArgs: auditArgs, start: start, done: make(chan struct{})}
-	b.groups.add(req)
+	b.groups.Add(req)
 	select {
 	case <-req.done:
 		return req.claim, nil

@@ -177,7 +177,7 @@ func groupGate(t *testing.T, s *groupStore, jobs *groupJobs, formed func(int)) *
 	g, err := New(&Config{Store: s, Enqueuer: jobs, Policies: []Policy{{Tool: "t", TTL: time.Hour}}, DBTimeout: time.Minute})
 	require.NoError(t, err)
 	require.NotNil(t, g.batch, "a BatchEnqueuer turns group commit on")
-	g.batch.groups.formed = formed
+	g.batch.groups.Formed = formed
 	return g
 }
 
@@ -213,7 +213,7 @@ func runGroups(t *testing.T, s *groupStore, g *Gate, formedSizes chan int, keys 
 	}
 	rest := len(keys) - claimGroups
 	require.Eventually(t, func() bool { // every other call waits for the next group
-		return g.batch.groups.queued() == rest
+		return g.batch.groups.Queued() == rest
 	}, time.Minute, time.Millisecond)
 	close(s.hold)
 	out := map[string]answer{}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/groups"
 )
 
 // Identical concurrent calls (same tenant, tool, key and fingerprint) are
@@ -92,12 +93,12 @@ const maxAuditBatch = 256
 type auditBatcher struct {
 	store   Store
 	timeout time.Duration
-	groups  groups[*auditRequest]
+	groups  groups.Queue[*auditRequest]
 }
 
 func newAuditBatcher(store Store, timeout time.Duration) *auditBatcher {
 	b := &auditBatcher{store: store, timeout: timeout}
-	b.groups = groups[*auditRequest]{max: maxAuditBatch, runners: 1, do: b.flush}
+	b.groups = groups.Queue[*auditRequest]{Max: maxAuditBatch, Runners: 1, Do: b.flush}
 	return b
 }
 
@@ -109,7 +110,7 @@ type auditRequest struct {
 // write appends row and returns once it is committed (or failed).
 func (b *auditBatcher) write(ctx context.Context, row *AuditInsertParams) error {
 	req := &auditRequest{row: row, done: make(chan error, 1)}
-	b.groups.add(req)
+	b.groups.Add(req)
 	select {
 	case err := <-req.done:
 		return err

@@ -185,7 +185,7 @@ func TestOneBadAuditRowFailsOnlyItsCall(t *testing.T) {
 		go func() { results[i] <- b.write(ctx, &AuditInsertParams{Reason: reason}) }()
 	}
 	require.Eventually(t, func() bool {
-		return b.groups.queued() == len(rows)
+		return b.groups.Queued() == len(rows)
 	}, time.Minute, time.Millisecond)
 	close(s.writing)
 	require.NoError(t, <-errs)

@@ -127,6 +127,15 @@ type Tx interface {
 	Rollback(ctx context.Context) error
 }
 
+// Savepointer is a Tx with savepoints, which a WorkTx needs to hold more
+// than one operation; both engines' transactions are. Savepoint marks
+// the transaction's state; RollbackToSavepoint undoes everything since
+// the latest mark, which stays.
+type Savepointer interface {
+	Savepoint(ctx context.Context) error
+	RollbackToSavepoint(ctx context.Context) error
+}
+
 // Executor runs the gate's statements, on a pool or inside a transaction.
 // Every method translates engine errors at the boundary: missing rows are
 // domain.ErrNotFound, failed conditions are domain.ErrAlreadyExists,

@@ -176,6 +176,19 @@ func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) 
 		}
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	done, event, err := g.complete(ctx, tx, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	g.observe(event)
+	return done, nil
+}
+
+// complete writes Complete's rows in tx, without committing.
+func (g *Gate) complete(ctx context.Context, tx Tx, p *CompleteParams) (*Claim, Event, error) {
 	event := EventComplete
 	if p.Locked {
 		event = EventApply
@@ -183,22 +196,18 @@ func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) 
 	done, err := apply(ctx, tx, event, p.Claim, Facts{}, &ClaimCompleteParams{ID: p.Claim.ID, Epoch: p.Claim.Epoch, Result: p.Result,
 		Locked: p.Locked, Audit: transitionAudit(ctx, p.Claim, event, "", p.Result)})
 	if err != nil {
-		return nil, err
+		return nil, event, err
 	}
 	if p.Record != nil {
 		if err := p.Record(ctx, tx, done); err != nil {
-			return nil, err
+			return nil, event, err
 		}
 	}
 	if err := p.Job.Complete(ctx, tx); err != nil {
 		g.logger.WarnContext(ctx, "river did not complete the job row; committing the claim anyway",
 			"claim_id", done.ID, "job_id", done.JobID, "error", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	g.observe(event)
-	return done, nil
+	return done, event, nil
 }
 
 // Fail stores a definitive failure (EventFail) and cancels the job in one

@@ -20,3 +20,16 @@ func (m *Metrics) Downstream() *prometheus.CounterVec    { return m.downstream }
 
 // MaxDeleteMany is maxDeleteMany, for enqueuer_test.go.
 const MaxDeleteMany = maxDeleteMany
+
+// HoldGroups makes r run one group at a time and tells formed the size of
+// each group it takes, for tests that queue jobs behind a group.
+func (r *Runner) HoldGroups(formed func(n int)) {
+	r.txGroups.Runners = 1
+	r.txGroups.Formed = formed
+}
+
+// QueuedForGroup returns how many jobs wait for the next group.
+func (r *Runner) QueuedForGroup() int { return r.txGroups.Queued() }
+
+// GroupSize is the worker's group size histogram.
+func (m *Metrics) GroupSize() prometheus.Histogram { return m.groupSize }

@@ -114,12 +114,20 @@ func TestRunnerConfigAndLeases(t *testing.T) {
 		{&RunnerConfig{Tools: reg, InflightTimeout: time.Minute}, "Gate is required"},
 		{&RunnerConfig{Gate: g, InflightTimeout: time.Minute}, "Tools is required"},
 		{&RunnerConfig{Gate: g, Tools: reg}, "InflightTimeout must be positive"},
+		{&RunnerConfig{Gate: g, Tools: reg, InflightTimeout: time.Minute, MaxGroup: MaxMaxGroup + 1}, "MaxGroup must be between 1 and 64"},
+		{&RunnerConfig{Gate: g, Tools: reg, InflightTimeout: time.Minute, MaxGroup: -1}, "MaxGroup must be between 1 and 64"},
+		{&RunnerConfig{Gate: g, Tools: reg, InflightTimeout: time.Minute, Groups: -1}, "Groups must be positive"},
 	} {
 		_, err := NewRunner(tc.cfg)
 		require.ErrorContains(t, err, tc.want)
 	}
 	r, err := NewRunner(&RunnerConfig{Gate: g, Tools: reg, InflightTimeout: time.Minute})
 	require.NoError(t, err)
+	require.Equal(t, DefaultMaxGroup, r.txGroups.Max)
+	require.Equal(t, DefaultGroups, r.txGroups.Runners)
+	alone, err := NewRunner(&RunnerConfig{Gate: g, Tools: reg, InflightTimeout: time.Minute, MaxGroup: 1})
+	require.NoError(t, err)
+	require.Nil(t, alone.txGroups, "MaxGroup 1: every in-transaction job alone")
 	require.Equal(t, time.Minute, r.Lease("refund_order"), "the global lease")
 	require.Equal(t, 30*time.Second, r.Lease("send_password_reset"), "the tool's own lease")
 

@@ -14,6 +14,7 @@ type Metrics struct {
 	jobDuration *prometheus.HistogramVec
 	transitions *prometheus.CounterVec
 	notices     *prometheus.CounterVec
+	groupSize   prometheus.Histogram
 }
 
 // NewMetrics registers the worker's series with reg.
@@ -36,6 +37,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "idemgate_approval_notices_total",
 			Help: "Approval notice jobs by outcome (sent, no_recipients, not_awaiting, rejected, retry, gave_up).",
 		}, []string{"outcome"}),
+		groupSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idemgate_worker_group_operations",
+			Help:    "In-transaction operations stored per committed group transaction (the worker's group commit): its count is the commits, its sum the operations.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
 	}
 	for _, o := range noticeOutcomes {
 		m.notices.WithLabelValues(o)
@@ -45,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			m.transitions.WithLabelValues(string(e.Event)) // every series from the start
 		}
 	}
-	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions, m.notices} {
+	for _, c := range []prometheus.Collector{m.downstream, m.jobDuration, m.transitions, m.notices, m.groupSize} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -79,5 +85,12 @@ func (m *Metrics) Transition(e gate.Event) {
 func (m *Metrics) notice(outcome string) {
 	if m != nil {
 		m.notices.WithLabelValues(outcome).Inc()
+	}
+}
+
+// group counts a committed group transaction of n operations.
+func (m *Metrics) group(n int) {
+	if m != nil {
+		m.groupSize.Observe(float64(n))
 	}
 }

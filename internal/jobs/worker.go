@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/groups"
 )
 
 // RunnerConfig configures a Runner.
@@ -30,6 +32,14 @@ type RunnerConfig struct {
 	Metrics *Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// MaxGroup is the most in-transaction jobs that share one transaction
+	// (group commit, group.go): default DefaultMaxGroup, at most
+	// MaxMaxGroup; 1 gives each its own.
+	MaxGroup int
+	// Groups is how many group transactions run at once: default
+	// DefaultGroups; 1 where transactions wait for one another anyway
+	// (SQLite's one connection), so that one group takes what queued.
+	Groups int
 	// Fault, nil in production, is a test's hook called at each FaultPoint
 	// of every claim job; package toolkit kills jobs with it.
 	Fault Fault
@@ -65,7 +75,8 @@ func (p FaultPoint) String() string {
 // FaultBeforeCommit with the completing transaction (else nil). An error
 // abandons the job there, as a killed process would: the runner writes
 // nothing more, rolls tx back (the hook may have ended it already) and
-// returns the error to River.
+// returns the error to River. When the transaction is a group's, the
+// whole group is abandoned: its other jobs return errAbandoned.
 type Fault func(ctx context.Context, at FaultPoint, c *gate.Claim, tx gate.Tx) error
 
 // Runner runs claim jobs through the gate's worker steps: check, enter,
@@ -78,6 +89,8 @@ type Runner struct {
 	metrics *Metrics
 	logger  *slog.Logger
 	fault   Fault
+	// txGroups forms the groups of in-transaction jobs; nil: MaxGroup 1.
+	txGroups *groups.Queue[*txOp]
 }
 
 // NewRunner returns a Runner.
@@ -91,9 +104,19 @@ func NewRunner(cfg *RunnerConfig) (*Runner, error) {
 	if cfg.InflightTimeout <= 0 {
 		return nil, errors.New("jobs: RunnerConfig.InflightTimeout must be positive")
 	}
+	maxGroup, groupsAtOnce := cmp.Or(cfg.MaxGroup, DefaultMaxGroup), cmp.Or(cfg.Groups, DefaultGroups)
+	if maxGroup < 1 || maxGroup > MaxMaxGroup {
+		return nil, fmt.Errorf("jobs: RunnerConfig.MaxGroup must be between 1 and %d", MaxMaxGroup)
+	}
+	if groupsAtOnce < 1 {
+		return nil, errors.New("jobs: RunnerConfig.Groups must be positive")
+	}
 	r := &Runner{gate: cfg.Gate, store: cfg.Gate.Store(), tools: cfg.Tools, lease: cfg.InflightTimeout, metrics: cfg.Metrics, logger: cfg.Logger, fault: cfg.Fault}
 	if r.logger == nil {
 		r.logger = slog.Default()
+	}
+	if maxGroup > 1 {
+		r.txGroups = &groups.Queue[*txOp]{Max: maxGroup, Runners: groupsAtOnce, Share: true, Do: r.runGroup}
 	}
 	return r, nil
 }
@@ -245,15 +268,30 @@ func classify(err error) (domain.ErrorInfo, bool) {
 // runs the effect, takes the lease and stores the result in one fenced
 // write with its audit row, and completes the job. Nothing is committed
 // before, so nothing can happen twice: a worker killed mid-way leaves the
-// claim as it was. A failed effect rolls back, and a second transaction
-// records the failure (definitive) or the attempt (transient).
+// claim as it was. The transaction is a group's, shared with the
+// process's other in-transaction jobs (group.go): a failed effect is
+// undone and recorded after the group, and a job that fails there in
+// another way runs alone.
 func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks gate.JobHooks, log *slog.Logger) (string, error) {
+	if r.txGroups != nil {
+		if result, err := r.runGrouped(ctx, params, spec, job, hooks, log); !errors.Is(err, errAlone) {
+			return result, err
+		}
+	}
+	return r.runAlone(ctx, params, spec, job, hooks, log)
+}
+
+// runAlone is runInTx in a transaction of the job's own. A failed effect
+// rolls back, and a second transaction records the failure (definitive)
+// or the attempt (transient).
+func (r *Runner) runAlone(ctx context.Context, params *gate.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks gate.JobHooks, log *slog.Logger) (string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectDeadline(params.Lease))
 	defer cancel()
 	tx, locked, err := r.gate.LockTx(ctx, params)
 	if err != nil {
 		return notLeased(ctx, locked, err, params.Lease, log)
 	}
+	defer func() { _ = tx.Rollback(ctx) }() // a panicking effect's too
 	log = log.With("epoch", locked.Epoch, "attempt", locked.Attempts+1)
 	ttx, err := toolspec.WrapTx(tx)
 	if err != nil {
@@ -266,6 +304,13 @@ func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *to
 		return "succeeded", r.complete(ctx, locked, spec, tx, result, hooks, log)
 	}
 	_ = tx.Rollback(ctx)
+	return r.effectFailed(ctx, params, locked, spec, job, hooks, err, log)
+}
+
+// effectFailed records the failure (definitive) or the attempt
+// (transient) of an in-transaction effect on the claim as locked, whose
+// transaction rolled back.
+func (r *Runner) effectFailed(ctx context.Context, params *gate.LeaseParams, locked *gate.Claim, spec *toolspec.Spec, job jobInfo, hooks gate.JobHooks, err error, log *slog.Logger) (string, error) {
 	info, failed := r.verdict(err, job, spec.Provider)
 	// The attempt rolled back: take the lease, committed, to record it
 	// (attempts, last_error) or the failure.
@@ -321,6 +366,9 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *toolspec
 		return nil
 	}
 	if err == nil {
+		if spec.InTx {
+			r.metrics.group(1)
+		}
 		log.DebugContext(ctx, "operation succeeded")
 	}
 	return err

@@ -14,7 +14,7 @@ import (
 // "/" covers a folder and everything under it; the longest match wins.
 var Layers = [][]string{
 	// Leaves: import nothing of ours.
-	{"idemtype", "internal/telemetry", "internal/tenancy/tokenspec", "internal/surface/", "internal/procstat", "internal/logtest"},
+	{"idemtype", "internal/telemetry", "internal/tenancy/tokenspec", "internal/surface/", "internal/procstat", "internal/logtest", "internal/groups"},
 	// The shared internal types.
 	{"internal/domain"},
 	// The gate, configuration and the domain's clients.

@@ -66,7 +66,10 @@ type left struct {
 // worker's reaper, which gives the claim a fresh job; the effect runs
 // again with the same downstream key. The killed job's goroutine ends,
 // writing nothing, once the reaper pass ran (its River job is cancelled),
-// so that it does not hold a worker slot for the rest of the test.
+// so that it does not hold a worker slot for the rest of the test. The
+// other in-transaction jobs of its group, if it ran in one (the worker's
+// group commit), roll back with it and return an error: River runs them
+// again.
 //
 // It panics when toolName is not a mutation of the harness, or at is
 // AfterCall and the tool is in-transaction: a mistake in the test.

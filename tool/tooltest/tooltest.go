@@ -137,7 +137,9 @@ func (h *Harness) KillNextAfterCall(toolName string) { h.h.KillNext(toolName, to
 // Call's Record) and just before COMMIT, as SIGKILL would: the
 // transaction rolls back and the job stays running. The harness then
 // brings the claim back as KillNextAfterCall does, and the effect runs
-// again with the same downstream key.
+// again with the same downstream key. In-transaction jobs that ran at the
+// same time may share that transaction (the worker's group commit): they
+// roll back with it, and River runs them again.
 func (h *Harness) KillNextBeforeCommit(toolName string) { h.h.KillNext(toolName, toolkit.BeforeCommit) }
 
 // URL is the harness's base URL: MCP at URL()+"/mcp", the REST twins at

@@ -42,7 +42,10 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-var _ engine.Store = (*Store)(nil)
+var (
+	_ engine.Store     = (*Store)(nil)
+	_ gate.Savepointer = (*Tx)(nil)
+)
 
 // New returns a Store on pool. It panics if pool is nil.
 func New(pool *pgxpool.Pool) *Store {
@@ -95,6 +98,19 @@ func (t *Tx) Rollback(ctx context.Context) error {
 // DriverTx returns the pgx.Tx, for River's InsertTx and JobCompleteTx
 // (jobs.DriverTx).
 func (t *Tx) DriverTx() pgx.Tx { return t.tx }
+
+// Savepoint implements gate.Savepointer.
+func (t *Tx) Savepoint(ctx context.Context) error { return t.exec(ctx, sqlSavepoint) }
+
+// RollbackToSavepoint implements gate.Savepointer.
+func (t *Tx) RollbackToSavepoint(ctx context.Context) error {
+	return t.exec(ctx, sqlRollbackToSavepoint)
+}
+
+func (t *Tx) exec(ctx context.Context, sql string) error {
+	_, err := t.tx.Exec(ctx, sql)
+	return translate(err)
+}
 
 // Exec implements tool.Tx.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {

@@ -57,7 +57,10 @@ type Store struct {
 	db *sql.DB
 }
 
-var _ engine.Store = (*Store)(nil)
+var (
+	_ engine.Store     = (*Store)(nil)
+	_ gate.Savepointer = (*Tx)(nil)
+)
 
 // New returns a Store on db, which should come from Open (or at least use
 // DSN's settings). It panics if db is nil.
@@ -158,6 +161,19 @@ func (t *Tx) Rollback(context.Context) error {
 // DriverTx returns the *sql.Tx, for River's InsertTx and JobCompleteTx
 // (jobs.DriverTx).
 func (t *Tx) DriverTx() *sql.Tx { return t.tx }
+
+// Savepoint implements gate.Savepointer.
+func (t *Tx) Savepoint(ctx context.Context) error { return t.exec(ctx, sqlSavepoint) }
+
+// RollbackToSavepoint implements gate.Savepointer.
+func (t *Tx) RollbackToSavepoint(ctx context.Context) error {
+	return t.exec(ctx, sqlRollbackToSavepoint)
+}
+
+func (t *Tx) exec(ctx context.Context, sql string) error {
+	_, err := t.tx.ExecContext(ctx, sql)
+	return translate(err)
+}
 
 // Exec implements tool.Tx.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {

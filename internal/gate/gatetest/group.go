@@ -146,6 +146,75 @@ var groupTests = map[string]func(t *testing.T, s *suite){
 		require.Len(t, audit(ctx, t, s.Store, "acme", "refund_order", "group-contested-0001"), contested)
 		require.Len(t, audit(ctx, t, s.Store, "acme", "refund_order", "group-prior-0001"), 1+retries)
 	},
+
+	"WorkTxCommitsWhatItKeptAndNothingItUndid": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		hooks := gate.JobHooks{Complete: func(context.Context, gate.Tx) error { return nil }}
+		claims := map[string]*gate.Claim{}
+		for _, k := range []string{"a", "b", "c", "d"} {
+			claims[k] = Claim(ctx, t, s.gate, &ClaimOpts{Key: "worktx-" + k}).Claim
+		}
+		params := func(c *gate.Claim) *gate.LeaseParams {
+			return &gate.LeaseParams{Claim: &gate.Claim{TenantID: c.TenantID, OperationID: c.OperationID}, JobID: c.JobID, Lease: time.Minute}
+		}
+		w := s.gate.BeginWork()
+		defer func() { _ = w.Rollback(ctx) }()
+		run := func(k string) {
+			require.NoError(t, w.Mark(ctx), k)
+			locked, err := w.Lock(ctx, params(claims[k]))
+			require.NoError(t, err, k)
+			_, err = w.Apply(ctx, locked, json.RawMessage(`{"op":"`+k+`"}`), hooks)
+			require.NoError(t, err, k)
+		}
+		// a, the first operation, is undone: no savepoint, the transaction
+		// rolls back and b begins another.
+		run("a")
+		require.NoError(t, w.Undo(ctx))
+		run("b")
+		w.Keep()
+		// c is undone at its savepoint after its writes and a failed
+		// statement (which aborts a Postgres transaction but for the
+		// savepoint); d goes on in the same transaction.
+		run("c")
+		type execer interface {
+			Exec(ctx context.Context, query string, args ...any) (int64, error)
+		}
+		_, err := w.Tx().(execer).Exec(ctx, `SELECT no_such_column FROM idempotency_claims`)
+		require.Error(t, err)
+		require.NoError(t, w.Undo(ctx))
+		run("d")
+		w.Keep()
+		// A claim that is not to be had answers as ClaimLock does.
+		require.NoError(t, w.Mark(ctx))
+		_, err = w.Lock(ctx, &gate.LeaseParams{Claim: claims["b"], JobID: claims["b"].JobID + 1000, Lease: time.Minute})
+		require.ErrorIs(t, err, domain.ErrLeaseUnavailable)
+		require.NoError(t, w.Undo(ctx))
+		require.Equal(t, 2, w.Kept())
+		require.NoError(t, w.Commit(ctx))
+
+		for k, want := range map[string]domain.Status{"a": domain.StatusQueued, "b": domain.StatusSucceeded, "c": domain.StatusQueued, "d": domain.StatusSucceeded} {
+			c := claims[k]
+			got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+			require.NoError(t, err)
+			require.Equal(t, want, got.Status, k)
+			d := decisionsOf(ctx, t, s.Store, c.IdempotencyKey)
+			if want == domain.StatusSucceeded {
+				require.Equal(t, c.Epoch+1, got.Epoch, k)
+				require.JSONEq(t, `{"op":"`+k+`"}`, string(got.Result), k)
+				require.Equal(t, 1, d[domain.DecisionSucceeded], k)
+			} else {
+				require.Equal(t, c.Epoch, got.Epoch, "%s: nothing of an undone operation stays", k)
+				require.Zero(t, got.Attempts, k)
+				require.Zero(t, d[domain.DecisionSucceeded], k)
+			}
+		}
+		// An undone operation's claim is to be had again.
+		again := s.gate.BeginWork()
+		defer func() { _ = again.Rollback(ctx) }()
+		require.NoError(t, again.Mark(ctx))
+		_, err = again.Lock(ctx, params(claims["c"]))
+		require.NoError(t, err)
+	},
 }
 
 // decisionsOf counts the audit rows of key by decision.
