@@ -148,8 +148,28 @@ dev_dir=$work/dev
 mkdir -p "$dev_dir"
 
 # start_dev ARGS: scripts/dev.sh ARGS in the background; returns once it
-# wrote DEV_DIR/env.
+# wrote DEV_DIR/env. A port that another process took between
+# services_free_port and the bind ("address already in use") is not a
+# failure of the quickstart: new ports are chosen and it starts again, up
+# to three times.
 start_dev() {
+	local attempt
+	for attempt in 1 2 3; do
+		if start_dev_once "$1"; then
+			return 0
+		fi
+		grep -Eq 'address already in use|is already in use' "$work/dev.$starts.out" "$dev_dir"/*.log 2>/dev/null || return 1
+		stop_dev
+		log "a port was taken meanwhile (attempt $attempt); choosing new ports"
+		api=$(services_free_port)
+		smtp=$(services_free_port "$api")
+		ui=$(services_free_port "$api" "$smtp")
+	done
+	return 1
+}
+
+# start_dev_once ARGS: one start of scripts/dev.sh ARGS (start_dev).
+start_dev_once() {
 	local args=$1 out deadline
 	out=$work/dev.$((++starts)).out
 	log "starting the quickstart: scripts/dev.sh${args:+ $args} (DEV_DIR $dev_dir, api 127.0.0.1:$api)"
