@@ -35,14 +35,16 @@ type loneConfig struct {
 
 // loneConfigs are the configurations the lone-call figures run in: the
 // quickstart's (the app's worker settings with its default MaxWorkers,
-// the inserting client at River's defaults as the api's is), the bench's
-// tuning, and two experiments on bare River alone that price the inserting
-// client's NOTIFY limiter.
+// the inserting client's NOTIFY limiter at the app's 10 ms, as the api's
+// is), the bench's tuning, and two experiments: bare River's inserting
+// client at River's default FetchCooldown (100 ms, the api's until
+// 2026-12-05), and calls spaced wider than that.
 func (r *runner) loneConfigs() []loneConfig {
-	quick := riverSettings{FetchCooldown: app.DefaultFetchCooldown, FetchPollInterval: app.DefaultFetchPollInterval, MaxWorkers: app.DefaultMaxWorkers}
+	quick := riverSettings{FetchCooldown: app.DefaultFetchCooldown, FetchPollInterval: app.DefaultFetchPollInterval, MaxWorkers: app.DefaultMaxWorkers,
+		InsertFetchCooldown: app.DefaultFetchCooldown}
 	tuned := *tunedRiver(r.tn.MaxWorkers)
 	notify := tuned
-	notify.InsertFetchCooldown = app.DefaultFetchCooldown
+	notify.InsertFetchCooldown = 0 // River's default, 100 ms
 	return []loneConfig{
 		{Name: loneDefaults, Idem: true, River: quick},
 		{Name: loneTuned, Idem: true, River: tuned},
@@ -54,7 +56,7 @@ func (r *runner) loneConfigs() []loneConfig {
 const (
 	loneDefaults = "quickstart defaults"
 	loneTuned    = "bench tuning"
-	loneNotify   = "experiment: inserting client's FetchCooldown 10ms"
+	loneNotify   = "experiment: inserting client's FetchCooldown at River's 100ms"
 	loneSpaced   = "experiment: bench tuning, 150 ms between calls"
 	// loneGap is longer than River's default FetchCooldown (100ms), the
 	// inserting clients' NOTIFY limiter: every insert then notifies.

@@ -300,12 +300,12 @@ func (r *runner) loneMarkdown(w func(string, ...any)) {
 	w("River's own completion event (`Client.Subscribe` in the worker's process) is given beside it: River's batch completer sends it when it flushes, every 250 ms while fewer than 100 completions wait. ")
 	w("Queue wait and run are River's `JobStatistics` per job (from the insert's `scheduled_at` to the fetch; the worker's `Work`); *rest* is the call's time outside both: the insert (for idemgate the claim), the poll's lag and, over MCP, the transport. ")
 	w("A call *waited for the fetch poll* when its queue wait exceeded %s: no insert NOTIFY woke the worker. ", fmtDur(loneSlowWait))
-	w("Configurations: *%s* is River as the quickstart runs it: the worker with the app's FetchCooldown %s, FetchPollInterval %s and MaxWorkers %d, the inserting client (the api's insert-only client) at River's defaults, whose FetchCooldown (100 ms) is also its NOTIFY limiter: one insert notification per queue per 100 ms; ",
-		loneDefaults, app.DefaultFetchCooldown, app.DefaultFetchPollInterval, app.DefaultMaxWorkers)
-	w("*%s* is the tuning of the figures above (MaxWorkers %d, the rest alike). The experiments change one thing: bare River's inserting client with FetchCooldown %s (a NOTIFY for every insert 10 ms apart), and %s between calls (longer than the limiter's 100 ms). ",
-		loneTuned, r.tn.MaxWorkers, app.DefaultFetchCooldown, fmtDur(loneGap))
+	w("Configurations: *%s* is River as the quickstart runs it: the worker with the app's FetchCooldown %s, FetchPollInterval %s and MaxWorkers %d, the inserting client (the api's insert-only client) with the app's FetchCooldown %s too, which River also uses as its NOTIFY limiter: one insert notification per queue per %s; ",
+		loneDefaults, app.DefaultFetchCooldown, app.DefaultFetchPollInterval, app.DefaultMaxWorkers, app.DefaultFetchCooldown, app.DefaultFetchCooldown)
+	w("*%s* is the tuning of the figures above (MaxWorkers %d, the rest alike). The experiments change one thing: bare River's inserting client at River's default FetchCooldown (100 ms: the api's until 2026-12-05, when a call inserted within 100 ms of the last notified one waited for the worker's poll), and %s between calls. ",
+		loneTuned, r.tn.MaxWorkers, fmtDur(loneGap))
 	w("× bare River divides idemgate's mean or percentile by bare River's (polled) in the same configuration. ")
-	w("Back to back, the calls whose insert the limiter let notify are fast and the next one waits for the poll, so about half wait: the p50 falls between the two modes and swings from one to the other between runs; the mean, p90 and p99 are the stable figures, and the target is judged on the mean and p99.\n\n")
+	w("With a 100 ms limiter, back-to-back calls alternate: the one whose insert notifies is fast and the next waits for the poll, so the p50 falls between the two modes; the mean, p90 and p99 are the stable figures, and the target is judged on the mean and p99.\n\n")
 	w("| configuration | system | calls | mean | p50 | p90 | p99 | max | × bare River mean / p50 / p90 / p99 | waited for the fetch poll | queue wait p50 / p99 | run p50 | rest p50 / p99 | River's completion event p50 | CPU ms/call: harness + Postgres |\n")
 	w("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---:|---:|\n")
 	for _, res := range r.lones {

@@ -390,10 +390,11 @@ type riverSettings struct {
 }
 
 // tunedRiver is the bench's tuning: the app's fetch settings on the
-// worker, maxWorkers, and the inserting client left at River's defaults,
-// as the api's insert-only client is.
+// worker, maxWorkers, and the inserting client's FetchCooldown (its NOTIFY
+// limiter) at the app's, as the api's insert-only client has it.
 func tunedRiver(maxWorkers int) *riverSettings {
-	return &riverSettings{FetchCooldown: app.DefaultFetchCooldown, FetchPollInterval: app.DefaultFetchPollInterval, MaxWorkers: maxWorkers}
+	return &riverSettings{FetchCooldown: app.DefaultFetchCooldown, FetchPollInterval: app.DefaultFetchPollInterval, MaxWorkers: maxWorkers,
+		InsertFetchCooldown: app.DefaultFetchCooldown}
 }
 
 func startBare(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger, o bareOptions) (*bareStack, error) {
