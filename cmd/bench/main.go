@@ -79,6 +79,7 @@ type options struct {
 	pprofAddr   string
 	command     string
 	maxWorkers  int
+	maxGroup    int
 	apiConns    int
 	workerConns int
 	drainOps    int
@@ -111,6 +112,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address while running (goroutine and block profiles)")
 	fs.StringVar(&o.command, "command", "", "the command line to show in the report (scripts/bench.sh passes its own)")
 	fs.IntVar(&o.maxWorkers, "max-workers", 20, "River MaxWorkers of the claim queue and of bare River's queue")
+	fs.IntVar(&o.maxGroup, "max-group", 0, "idemgate's worker group commit size (0: the app's default; 1: no grouping)")
 	fs.IntVar(&o.apiConns, "api-conns", 20, "pool of the inserting side (idemgate's api, bare River's inserter)")
 	fs.IntVar(&o.workerConns, "worker-conns", 24, "pool of the worker side (idemgate's worker, bare River's worker)")
 	fs.IntVar(&o.drainOps, "drain-ops", 0, "operations in the backlog one worker process drains (default 5000; quick 1000)")
@@ -226,7 +228,7 @@ func run() error {
 		Machine:    machineInfo(),
 		GoVersion:  runtime.Version(),
 		LoadBefore: procstat.LoadAvg(),
-		Tuning:     tuning{MaxWorkers: o.maxWorkers, APIConns: int32(o.apiConns), WorkerConns: int32(o.workerConns)},
+		Tuning:     tuning{MaxWorkers: o.maxWorkers, MaxGroup: o.maxGroup, APIConns: int32(o.apiConns), WorkerConns: int32(o.workerConns)},
 		Window:     o.window,
 		Concs:      o.concs,
 		DrainOps:   o.drainOps,

@@ -36,6 +36,9 @@ type tuning struct {
 	APIConns int32
 	// WorkerConns is the worker process's pool.
 	WorkerConns int32
+	// MaxGroup is idemgate's worker group commit size (0: the app's
+	// default; 1: no grouping).
+	MaxGroup int
 }
 
 func (t tuning) String() string {
@@ -141,7 +144,7 @@ func newIdemWorker(ctx context.Context, db *benchDB, tn tuning, logger *slog.Log
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers, MaxGroup: tn.MaxGroup})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
