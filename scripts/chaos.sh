@@ -135,14 +135,17 @@ alive() { kill -0 "$1" 2>/dev/null; }
 # stop_pid PID: SIGTERM, then SIGKILL after 5s, and reap.
 stop_pid() {
 	local pid=$1 i
-	alive "$pid" || { wait "$pid" 2>/dev/null; return 0; }
+	# A process that already exited (Mailpit on a port taken meanwhile) is
+	# reaped whatever its status: under set -e a failing wait would end
+	# the script, and the caller's retry with it.
+	alive "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
 	kill "$pid" 2>/dev/null
 	for ((i = 0; i < 50; i++)); do
 		alive "$pid" || break
 		sleep 0.1
 	done
 	alive "$pid" && kill -9 "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null || true
 	return 0
 }
 
