@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -135,6 +136,22 @@ type Savepointer interface {
 	Savepoint(ctx context.Context) error
 	RollbackToSavepoint(ctx context.Context) error
 }
+
+// Pipeliner is a Tx that sends a WorkTx's statements between two effects
+// in one round trip (Postgres pipelines them): the previous operation's
+// completion when there is one (ClaimComplete with Locked and its audit
+// row), a savepoint when asked, and the next operation's ClaimLock.
+// completed is the completion's claim. An error wrapping ErrTxBroken
+// means the completion or the savepoint failed: the transaction holds
+// nothing to keep. Any other error is the lock's, as ClaimLock answers,
+// after the savepoint.
+type Pipeliner interface {
+	PipelineLock(ctx context.Context, complete *ClaimCompleteParams, savepoint bool, lock *ClaimLeaseParams) (completed, locked *Claim, err error)
+}
+
+// ErrTxBroken is a Pipeliner's error for a completion or savepoint that
+// failed: the operations of the transaction so far cannot be kept.
+var ErrTxBroken = errors.New("gate: the group's transaction failed before the next operation")
 
 // Executor runs the gate's statements, on a pool or inside a transaction.
 // Every method translates engine errors at the boundary: missing rows are

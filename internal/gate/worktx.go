@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // ErrNoSavepoints: the store's transactions have no savepoints
@@ -14,16 +15,45 @@ var ErrNoSavepoints = errors.New("gate: the store's transactions have no savepoi
 // group (the worker's group commit). Each operation begins with Mark, is
 // locked (Lock), runs its effect in Tx and stores its outcome (Apply),
 // then ends with Keep, or with Undo, which takes back its writes and
-// nothing else. Commit stores every operation kept, with one commit. The
-// first operation of a transaction needs no savepoint: its Undo rolls the
-// transaction back, and the next Mark begins another; each later one
-// marks a savepoint.
+// nothing else. Commit stores every operation kept, with one commit, and
+// Flush sends a completion that Apply left to go with the next
+// statement (Pipeliner), now; a failure breaks the transaction.
+func (w *WorkTx) Flush(ctx context.Context) error {
+	if w.broken != nil || w.pending == nil {
+		return w.broken
+	}
+	done, err := w.tx.ClaimComplete(ctx, w.pending)
+	if err != nil {
+		w.broken = fmt.Errorf("%w: %w", ErrTxBroken, err)
+		return w.broken
+	}
+	w.kept[len(w.kept)-1], w.pending = done, nil
+	return nil
+}
+
+// Committed returns their claims. The first operation of a transaction
+// needs no savepoint: its Undo rolls the transaction back, and the next
+// Mark begins another; each later one marks a savepoint.
+//
+// On a Pipeliner (Postgres) the statements between two effects travel
+// together: an operation's completion is sent with the next operation's
+// savepoint and lock, or with Commit, so that a group of n costs n-1
+// round trips fewer than its statements. A completion that fails there
+// breaks the transaction: Commit then fails and keeps nothing.
 type WorkTx struct {
 	g    *Gate
 	tx   Tx
-	kept int
-	// marked: the operation in progress began at a savepoint.
-	marked bool
+	kept []*Claim
+	// marked: the operation in progress began at a savepoint; toMark: that
+	// savepoint is still to be sent (with the lock, on a Pipeliner).
+	marked, toMark bool
+	// pending is a completion not yet sent (Pipeliner): the operation in
+	// progress's when current, else the last kept one's, whose claim is
+	// kept[len(kept)-1] until it is sent.
+	pending *ClaimCompleteParams
+	current bool
+	// broken is the error that made the transaction unusable.
+	broken error
 }
 
 // BeginWork returns an empty WorkTx: its transaction begins with the
@@ -35,23 +65,27 @@ func (g *Gate) BeginWork() *WorkTx { return &WorkTx{g: g} }
 // transaction on engines that tie it to the context of its BEGIN: keep it
 // alive until Commit or Rollback.
 func (w *WorkTx) Mark(ctx context.Context) error {
+	if w.broken != nil {
+		return w.broken
+	}
 	if w.tx == nil {
 		tx, err := w.g.store.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		w.tx, w.marked = tx, false
+		w.tx, w.marked, w.toMark = tx, false, false
 		return nil
 	}
 	sp, ok := w.tx.(Savepointer)
 	if !ok {
 		return ErrNoSavepoints
 	}
-	if err := sp.Savepoint(ctx); err != nil {
-		return err
-	}
 	w.marked = true
-	return nil
+	if _, ok := w.tx.(Pipeliner); ok {
+		w.toMark = true // sent with the lock
+		return nil
+	}
+	return sp.Savepoint(ctx)
 }
 
 // Tx is the transaction (after Mark), which the operation's effect writes
@@ -62,27 +96,77 @@ func (w *WorkTx) Tx() Tx { return w.tx }
 // had (ClaimLock); otherwise it answers as ClaimLock does, and LockTx
 // tells why.
 func (w *WorkTx) Lock(ctx context.Context, p *LeaseParams) (*Claim, error) {
-	return w.tx.ClaimLock(ctx, p.store(nil))
+	if w.broken != nil {
+		return nil, w.broken
+	}
+	pl, ok := w.tx.(Pipeliner)
+	if !ok {
+		return w.tx.ClaimLock(ctx, p.store(nil))
+	}
+	completed, locked, err := pl.PipelineLock(ctx, w.pending, w.toMark, p.store(nil))
+	if w.pending != nil && completed != nil {
+		w.kept[len(w.kept)-1] = completed
+	}
+	if errors.Is(err, ErrTxBroken) {
+		w.broken = err
+		return nil, err
+	}
+	w.pending, w.toMark = nil, false
+	return locked, err
 }
 
 // Apply stores the outcome of the operation on c, which Lock locked
 // (EventApply: the lease and the result in one fenced write with the
-// audit row), and completes its job, as Complete does with Locked.
-func (w *WorkTx) Apply(ctx context.Context, c *Claim, result json.RawMessage, job JobHooks) (*Claim, error) {
-	done, _, err := w.g.complete(ctx, w.tx, &CompleteParams{Locked: true, Claim: c, Result: result, Job: job})
-	return done, err
+// audit row), and completes its job, as Complete does with Locked. On a
+// Pipeliner the job is completed first and the outcome is sent with the
+// next statement.
+func (w *WorkTx) Apply(ctx context.Context, c *Claim, result json.RawMessage, job JobHooks) error {
+	if w.broken != nil {
+		return w.broken
+	}
+	if _, ok := w.tx.(Pipeliner); !ok {
+		done, _, err := w.g.complete(ctx, w.tx, &CompleteParams{Locked: true, Claim: c, Result: result, Job: job})
+		if err == nil {
+			w.kept = append(w.kept, done)
+			w.current = true
+		}
+		return err
+	}
+	if err := TransitionOf(EventApply).Check(c, Facts{}); err != nil {
+		return err
+	}
+	if err := job.Complete(ctx, w.tx); err != nil {
+		w.g.logger.WarnContext(ctx, "river did not complete the job row; committing the claim anyway",
+			"claim_id", c.ID, "job_id", c.JobID, "error", err)
+	}
+	w.pending = &ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: result, Locked: true,
+		Audit: transitionAudit(ctx, c, EventApply, "", result)}
+	w.kept = append(w.kept, c) // replaced by the stored claim once sent
+	w.current = true
+	return nil
 }
 
 // Keep ends the operation; the commit stores it.
-func (w *WorkTx) Keep() { w.kept++ }
+func (w *WorkTx) Keep() { w.current = false }
 
 // Undo takes back the operation in progress. An error leaves the
 // transaction unusable: Rollback it.
 func (w *WorkTx) Undo(ctx context.Context) error {
-	if w.tx == nil {
-		return nil
+	if w.current {
+		w.kept = w.kept[:len(w.kept)-1]
+		if w.pending != nil {
+			w.pending = nil
+		}
+		w.current = false
+	}
+	if w.tx == nil || w.broken != nil {
+		return w.broken
 	}
 	if w.marked {
+		if w.toMark { // never sent: nothing of this operation was
+			w.toMark = false
+			return nil
+		}
 		return w.tx.(Savepointer).RollbackToSavepoint(ctx)
 	}
 	// The first operation: nothing else is in the transaction.
@@ -92,20 +176,32 @@ func (w *WorkTx) Undo(ctx context.Context) error {
 }
 
 // Kept returns how many operations Commit would store.
-func (w *WorkTx) Kept() int { return w.kept }
+func (w *WorkTx) Kept() int { return len(w.kept) }
 
 // Commit stores the operations kept, together, and reports them
 // (Config.OnTransition).
 func (w *WorkTx) Commit(ctx context.Context) error {
+	if w.broken != nil {
+		return w.broken
+	}
 	if w.tx == nil {
 		return nil
+	}
+	if w.current {
+		return errors.New("gate: WorkTx.Commit with an operation neither kept nor undone")
+	}
+	if err := w.Flush(ctx); err != nil {
+		return err
 	}
 	if err := w.tx.Commit(ctx); err != nil {
 		return err
 	}
-	w.g.observeN(EventApply, w.kept)
+	w.g.observeN(EventApply, len(w.kept))
 	return nil
 }
+
+// Committed returns the claims Commit stored, in the order kept.
+func (w *WorkTx) Committed() []*Claim { return w.kept }
 
 // Rollback abandons the transaction and every operation in it; after
 // Commit it does nothing.

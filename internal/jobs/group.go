@@ -126,7 +126,7 @@ func (r *Runner) runGroup(ops []*txOp) {
 	defer cancel()
 	w := r.gate.BeginWork()
 	defer func() { _ = w.Rollback(gctx) }()
-	kept := make([]*gate.Claim, len(ops))
+	var kept []int // the ops kept, in order
 	for i, op := range ops {
 		if err := w.Mark(gctx); err != nil {
 			if errors.Is(err, gate.ErrNoSavepoints) {
@@ -136,7 +136,7 @@ func (r *Runner) runGroup(ops []*txOp) {
 			clearEffectErrors(ops)
 			return
 		}
-		done, err := r.applyOp(w, op, deadline)
+		err := r.applyOp(w, op, deadline)
 		var (
 			killed    *killedError
 			effectErr *effectError
@@ -144,7 +144,7 @@ func (r *Runner) runGroup(ops []*txOp) {
 		switch {
 		case err == nil:
 			w.Keep()
-			kept[i] = done
+			kept = append(kept, i)
 			continue
 		case errors.As(err, &effectErr):
 			op.locked, op.effectErr = effectErr.locked, effectErr.err
@@ -173,8 +173,8 @@ func (r *Runner) runGroup(ops []*txOp) {
 		return
 	}
 	r.metrics.group(w.Kept())
-	for i, op := range ops {
-		op.claim = kept[i]
+	for j, claim := range w.Committed() {
+		ops[kept[j]].claim = claim
 	}
 }
 
@@ -190,7 +190,7 @@ func clearEffectErrors(ops []*txOp) {
 // outcome with the job's completion, and the fault's BeforeCommit point.
 // Any error but a fault's (killedError) undoes only this job; an effect's
 // own error is an effectError.
-func (r *Runner) applyOp(w *gate.WorkTx, op *txOp, deadline time.Time) (done *gate.Claim, err error) {
+func (r *Runner) applyOp(w *gate.WorkTx, op *txOp, deadline time.Time) (err error) {
 	defer func() {
 		if p := recover(); p != nil { // it panics again alone, in River's goroutine
 			err = fmt.Errorf("jobs: the effect panicked: %v", p)
@@ -200,27 +200,31 @@ func (r *Runner) applyOp(w *gate.WorkTx, op *txOp, deadline time.Time) (done *ga
 	defer cancel()
 	locked, err := w.Lock(ctx, op.params)
 	if err != nil {
-		return nil, err // runAlone tells why
+		return err // runAlone tells why
 	}
 	ttx, err := toolspec.WrapTx(w.Tx())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	result, err := op.spec.Effect.Apply(ctx, ttx, locked)
 	if err != nil {
-		return nil, &effectError{locked: locked, err: err}
+		return &effectError{locked: locked, err: err}
 	}
 	stored, err := op.spec.Policy.RedactResult(result)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if done, err = w.Apply(ctx, locked, stored, op.hooks); err != nil {
-		return nil, err
+	if err := w.Apply(ctx, locked, stored, op.hooks); err != nil {
+		return err
 	}
 	if r.fault != nil {
+		// The fault sees the claim's completion written, as alone.
+		if err := w.Flush(ctx); err != nil {
+			return err
+		}
 		if err := r.fault(ctx, FaultBeforeCommit, locked, w.Tx()); err != nil {
-			return nil, &killedError{err}
+			return &killedError{err}
 		}
 	}
-	return done, nil
+	return nil
 }

@@ -3,6 +3,8 @@ package pgengine
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,12 +80,69 @@ func (e executor) leaseRead(ctx context.Context, p *gate.ClaimLeaseParams) func(
 }
 
 func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
+	sql, args := claimCompleteSQL(p)
+	return e.claimWrite(ctx, domain.ErrLeaseLost, sql, args...)
+}
+
+// claimCompleteSQL is ClaimComplete's statement and arguments.
+func claimCompleteSQL(p *gate.ClaimCompleteParams) (string, []any) {
 	plain, withAudit := sqlClaimComplete, sqlClaimCompleteAudited
 	if p.Locked {
 		plain, withAudit = sqlClaimCompleteLocked, sqlClaimCompleteLockedAudited
 	}
-	sql, args := audited(p.Audit, plain, withAudit, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sql, args...)
+	return audited(p.Audit, plain, withAudit, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
+}
+
+// PipelineLock implements gate.Pipeliner: the completion, the savepoint
+// and the lock in one batch, which pgx sends in one round trip.
+func (t *Tx) PipelineLock(ctx context.Context, complete *gate.ClaimCompleteParams, savepoint bool, lock *gate.ClaimLeaseParams) (completed, locked *Claim, err error) {
+	if complete == nil && !savepoint {
+		locked, err = t.ClaimLock(ctx, lock)
+		return nil, locked, err
+	}
+	b := &pgx.Batch{}
+	if complete != nil {
+		sql, args := claimCompleteSQL(complete)
+		b.Queue(sql, args...)
+	}
+	if savepoint {
+		b.Queue(sqlSavepoint)
+	}
+	b.Queue(sqlClaimLock, lock.OperationID, lock.JobID, lock.Now)
+	br := t.tx.SendBatch(ctx, b)
+	completed, locked, err = readPipelineLock(br, complete != nil, savepoint)
+	if cerr := br.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("%w: %w", gate.ErrTxBroken, translate(cerr))
+	}
+	if err != nil {
+		return completed, nil, err
+	}
+	if locked == nil { // matched no row: read the claim to tell why
+		locked, err = enginesql.Leased(nil, domain.ErrNotFound, t.leaseRead(ctx, lock))
+	}
+	return completed, locked, err
+}
+
+// readPipelineLock reads PipelineLock's results in order; locked is nil
+// when the lock matched no row.
+func readPipelineLock(br pgx.BatchResults, complete, savepoint bool) (completed, locked *Claim, err error) {
+	if complete {
+		c, err := scanClaim(br.QueryRow())
+		if c, err = enginesql.Conditional(c, translate(err), domain.ErrLeaseLost); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", gate.ErrTxBroken, err)
+		}
+		completed = c
+	}
+	if savepoint {
+		if _, err := br.Exec(); err != nil {
+			return completed, nil, fmt.Errorf("%w: %w", gate.ErrTxBroken, translate(err))
+		}
+	}
+	locked, err = scanClaim(br.QueryRow())
+	if err = translate(err); errors.Is(err, domain.ErrNotFound) {
+		return completed, nil, nil
+	}
+	return completed, locked, err
 }
 
 func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {

@@ -45,6 +45,7 @@ type Store struct {
 var (
 	_ engine.Store     = (*Store)(nil)
 	_ gate.Savepointer = (*Tx)(nil)
+	_ gate.Pipeliner   = (*Tx)(nil)
 )
 
 // New returns a Store on pool. It panics if pool is nil.
