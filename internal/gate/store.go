@@ -145,8 +145,19 @@ type Savepointer interface {
 // means the completion or the savepoint failed: the transaction holds
 // nothing to keep. Any other error is the lock's, as ClaimLock answers,
 // after the savepoint.
+// CommitWith sends the last completion with COMMIT: an error wrapping
+// ErrTxBroken is the completion's, any other the commit's.
 type Pipeliner interface {
 	PipelineLock(ctx context.Context, complete *ClaimCompleteParams, savepoint bool, lock *ClaimLeaseParams) (completed, locked *Claim, err error)
+	CommitWith(ctx context.Context, complete *ClaimCompleteParams) (completed *Claim, err error)
+}
+
+// PipelineBeginner is a Store that begins a WorkTx's transaction with its
+// first claim lock in one round trip. The lock answers as ClaimLock does;
+// with an error from the lock itself the transaction is returned open,
+// for the caller to roll back; with any other, tx is nil.
+type PipelineBeginner interface {
+	BeginLock(ctx context.Context, lock *ClaimLeaseParams) (tx Tx, locked *Claim, err error)
 }
 
 // ErrTxBroken is a Pipeliner's error for a completion or savepoint that

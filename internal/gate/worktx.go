@@ -35,18 +35,20 @@ func (w *WorkTx) Flush(ctx context.Context) error {
 // needs no savepoint: its Undo rolls the transaction back, and the next
 // Mark begins another; each later one marks a savepoint.
 //
-// On a Pipeliner (Postgres) the statements between two effects travel
-// together: an operation's completion is sent with the next operation's
-// savepoint and lock, or with Commit, so that a group of n costs n-1
-// round trips fewer than its statements. A completion that fails there
-// breaks the transaction: Commit then fails and keeps nothing.
+// On Postgres (PipelineBeginner, Pipeliner) the statements between two
+// effects travel together: BEGIN with the first lock, an operation's
+// completion with the next operation's savepoint and lock, the last one
+// with COMMIT; a group of k costs 4k+1 round trips (an effect of two
+// statements). A completion that fails there breaks the transaction:
+// Commit then fails and keeps nothing.
 type WorkTx struct {
 	g    *Gate
 	tx   Tx
 	kept []*Claim
 	// marked: the operation in progress began at a savepoint; toMark: that
-	// savepoint is still to be sent (with the lock, on a Pipeliner).
-	marked, toMark bool
+	// savepoint is still to be sent (with the lock, on a Pipeliner);
+	// toBegin: so is BEGIN (PipelineBeginner).
+	marked, toMark, toBegin bool
 	// pending is a completion not yet sent (Pipeliner): the operation in
 	// progress's when current, else the last kept one's, whose claim is
 	// kept[len(kept)-1] until it is sent.
@@ -69,6 +71,10 @@ func (w *WorkTx) Mark(ctx context.Context) error {
 		return w.broken
 	}
 	if w.tx == nil {
+		if _, ok := w.g.store.(PipelineBeginner); ok {
+			w.marked, w.toMark, w.toBegin = false, false, true // sent with the lock
+			return nil
+		}
 		tx, err := w.g.store.Begin(ctx)
 		if err != nil {
 			return err
@@ -98,6 +104,12 @@ func (w *WorkTx) Tx() Tx { return w.tx }
 func (w *WorkTx) Lock(ctx context.Context, p *LeaseParams) (*Claim, error) {
 	if w.broken != nil {
 		return nil, w.broken
+	}
+	if w.toBegin {
+		w.toBegin = false
+		tx, locked, err := w.g.store.(PipelineBeginner).BeginLock(ctx, p.store(nil))
+		w.tx = tx
+		return locked, err
 	}
 	pl, ok := w.tx.(Pipeliner)
 	if !ok {
@@ -159,6 +171,10 @@ func (w *WorkTx) Undo(ctx context.Context) error {
 		}
 		w.current = false
 	}
+	if w.toBegin { // never sent: nothing of this operation was
+		w.toBegin = false
+		return nil
+	}
 	if w.tx == nil || w.broken != nil {
 		return w.broken
 	}
@@ -190,11 +206,19 @@ func (w *WorkTx) Commit(ctx context.Context) error {
 	if w.current {
 		return errors.New("gate: WorkTx.Commit with an operation neither kept nor undone")
 	}
-	if err := w.Flush(ctx); err != nil {
-		return err
-	}
-	if err := w.tx.Commit(ctx); err != nil {
-		return err
+	if pl, ok := w.tx.(Pipeliner); ok && w.pending != nil {
+		done, err := pl.CommitWith(ctx, w.pending)
+		if err != nil {
+			return err
+		}
+		w.kept[len(w.kept)-1], w.pending = done, nil
+	} else {
+		if err := w.Flush(ctx); err != nil {
+			return err
+		}
+		if err := w.tx.Commit(ctx); err != nil {
+			return err
+		}
 	}
 	w.g.observeN(EventApply, len(w.kept))
 	return nil

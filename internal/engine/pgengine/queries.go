@@ -514,5 +514,12 @@ const sqlClaimCounts = `SELECT status, count(*) FROM idempotency_claims GROUP BY
 // the latest mark.
 const (
 	sqlSavepoint           = `SAVEPOINT idemgate_op`
+	sqlBeginReadCommitted  = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	sqlCommit              = `COMMIT`
+	// sqlClaimCompletedCheck fails (division by zero) unless the claim is
+	// succeeded at the epoch its completion wrote: sent between a worker
+	// group's last completion and COMMIT, it keeps a completion that
+	// matched no row from committing the rest.
+	sqlClaimCompletedCheck = `SELECT 1 / count(*) FROM idempotency_claims WHERE id = $1 AND epoch = $2 AND status = 'succeeded'`
 	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT idemgate_op`
 )

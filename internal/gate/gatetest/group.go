@@ -215,6 +215,57 @@ var groupTests = map[string]func(t *testing.T, s *suite){
 		_, err = again.Lock(ctx, params(claims["c"]))
 		require.NoError(t, err)
 	},
+
+	// A completion whose fence is lost in the transaction (impossible
+	// under the claim's lock but for a write to the claim in the same
+	// transaction, made here) keeps nothing: on Postgres, where the
+	// completion travels with the next lock or with COMMIT, the whole
+	// group fails; elsewhere the operation's Apply does.
+	"WorkTxKeepsNothingWhenAFenceIsLostInTheTransaction": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		hooks := gate.JobHooks{Complete: func(context.Context, gate.Tx) error { return nil }}
+		type execer interface {
+			Exec(ctx context.Context, query string, args ...any) (int64, error)
+		}
+		for _, next := range []string{"commit", "lock"} {
+			a := Claim(ctx, t, s.gate, &ClaimOpts{Key: "fence-a-" + next}).Claim
+			b := Claim(ctx, t, s.gate, &ClaimOpts{Key: "fence-b-" + next}).Claim
+			params := func(c *gate.Claim) *gate.LeaseParams {
+				return &gate.LeaseParams{Claim: &gate.Claim{TenantID: c.TenantID, OperationID: c.OperationID}, JobID: c.JobID, Lease: time.Minute}
+			}
+			w := s.gate.BeginWork()
+			require.NoError(t, w.Mark(ctx))
+			locked, err := w.Lock(ctx, params(a))
+			require.NoError(t, err)
+			_, err = w.Tx().(execer).Exec(ctx, fmt.Sprintf(`UPDATE idempotency_claims SET epoch = epoch + 100 WHERE id = %d`, a.ID))
+			require.NoError(t, err)
+			applyErr := w.Apply(ctx, locked, json.RawMessage(`{"op":"a"}`), hooks)
+			if applyErr != nil {
+				require.ErrorIs(t, applyErr, domain.ErrLeaseLost, next)
+				require.NoError(t, w.Undo(ctx))
+			} else {
+				w.Keep()
+				if next == "lock" {
+					require.NoError(t, w.Mark(ctx))
+					_, err = w.Lock(ctx, params(b))
+					require.ErrorIs(t, err, gate.ErrTxBroken, next)
+					require.ErrorIs(t, w.Undo(ctx), gate.ErrTxBroken, next)
+				}
+			}
+			err = w.Commit(ctx)
+			if applyErr == nil {
+				require.ErrorIs(t, err, gate.ErrTxBroken, next)
+			}
+			require.NoError(t, w.Rollback(ctx))
+			for _, c := range []*gate.Claim{a, b} {
+				got, err := s.Store.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+				require.NoError(t, err)
+				require.Equal(t, domain.StatusQueued, got.Status, next)
+				require.Equal(t, c.Epoch, got.Epoch, "%s: the transaction kept nothing", next)
+				require.Zero(t, decisionsOf(ctx, t, s.Store, c.IdempotencyKey)[domain.DecisionSucceeded], next)
+			}
+		}
+	},
 }
 
 // decisionsOf counts the audit rows of key by decision.
