@@ -513,9 +513,9 @@ const sqlClaimCounts = `SELECT status, count(*) FROM idempotency_claims GROUP BY
 // The savepoint of gate.Savepointer: one name, so that a rollback goes to
 // the latest mark.
 const (
-	sqlSavepoint           = `SAVEPOINT idemgate_op`
-	sqlBeginReadCommitted  = `BEGIN ISOLATION LEVEL READ COMMITTED`
-	sqlCommit              = `COMMIT`
+	sqlSavepoint          = `SAVEPOINT idemgate_op`
+	sqlBeginReadCommitted = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	sqlCommit             = `COMMIT`
 	// sqlClaimCompletedCheck fails (division by zero) unless the claim is
 	// succeeded at the epoch its completion wrote: sent between a worker
 	// group's last completion and COMMIT, it keeps a completion that
