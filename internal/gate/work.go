@@ -193,8 +193,7 @@ func (g *Gate) complete(ctx context.Context, tx Tx, p *CompleteParams) (*Claim, 
 	if p.Locked {
 		event = EventApply
 	}
-	done, err := apply(ctx, tx, event, p.Claim, Facts{}, &ClaimCompleteParams{ID: p.Claim.ID, Epoch: p.Claim.Epoch, Result: p.Result,
-		Locked: p.Locked, Audit: transitionAudit(ctx, p.Claim, event, "", p.Result)})
+	done, err := apply(ctx, tx, event, p.Claim, Facts{}, completeParams(ctx, p.Claim, event, p.Result))
 	if err != nil {
 		return nil, event, err
 	}
@@ -203,11 +202,25 @@ func (g *Gate) complete(ctx context.Context, tx Tx, p *CompleteParams) (*Claim, 
 			return nil, event, err
 		}
 	}
-	if err := p.Job.Complete(ctx, tx); err != nil {
-		g.logger.WarnContext(ctx, "river did not complete the job row; committing the claim anyway",
-			"claim_id", done.ID, "job_id", done.JobID, "error", err)
-	}
+	g.completeJob(ctx, tx, p.Claim, p.Job)
 	return done, event, nil
+}
+
+// completeParams is the completion of c with result by event
+// (EventComplete, or EventApply for a claim locked in the transaction),
+// with its audit row.
+func completeParams(ctx context.Context, c *Claim, event Event, result json.RawMessage) *ClaimCompleteParams {
+	return &ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: result, Locked: event == EventApply,
+		Audit: transitionAudit(ctx, c, event, "", result)}
+}
+
+// completeJob completes c's job in tx (River's JobCompleteTx). A failure
+// is logged, not returned: the claim's outcome commits anyway.
+func (g *Gate) completeJob(ctx context.Context, tx Tx, c *Claim, job JobHooks) {
+	if err := job.Complete(ctx, tx); err != nil {
+		g.logger.WarnContext(ctx, "river did not complete the job row; committing the claim anyway",
+			"claim_id", c.ID, "job_id", c.JobID, "error", err)
+	}
 }
 
 // Fail stores a definitive failure (EventFail) and cancels the job in one

@@ -16,21 +16,6 @@ var ErrNoSavepoints = errors.New("gate: the store's transactions have no savepoi
 // locked (Lock), runs its effect in Tx and stores its outcome (Apply),
 // then ends with Keep, or with Undo, which takes back its writes and
 // nothing else. Commit stores every operation kept, with one commit, and
-// Flush sends a completion that Apply left to go with the next
-// statement (Pipeliner), now; a failure breaks the transaction.
-func (w *WorkTx) Flush(ctx context.Context) error {
-	if w.broken != nil || w.pending == nil {
-		return w.broken
-	}
-	done, err := w.tx.ClaimComplete(ctx, w.pending)
-	if err != nil {
-		w.broken = fmt.Errorf("%w: %w", ErrTxBroken, err)
-		return w.broken
-	}
-	w.kept[len(w.kept)-1], w.pending = done, nil
-	return nil
-}
-
 // Committed returns their claims. The first operation of a transaction
 // needs no savepoint: its Undo rolls the transaction back, and the next
 // Mark begins another; each later one marks a savepoint.
@@ -147,12 +132,8 @@ func (w *WorkTx) Apply(ctx context.Context, c *Claim, result json.RawMessage, jo
 	if err := TransitionOf(EventApply).Check(c, Facts{}); err != nil {
 		return err
 	}
-	if err := job.Complete(ctx, w.tx); err != nil {
-		w.g.logger.WarnContext(ctx, "river did not complete the job row; committing the claim anyway",
-			"claim_id", c.ID, "job_id", c.JobID, "error", err)
-	}
-	w.pending = &ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: result, Locked: true,
-		Audit: transitionAudit(ctx, c, EventApply, "", result)}
+	w.g.completeJob(ctx, w.tx, c, job)
+	w.pending = completeParams(ctx, c, EventApply, result)
 	w.kept = append(w.kept, c) // replaced by the stored claim once sent
 	w.current = true
 	return nil
@@ -164,12 +145,9 @@ func (w *WorkTx) Keep() { w.current = false }
 // Undo takes back the operation in progress. An error leaves the
 // transaction unusable: Rollback it.
 func (w *WorkTx) Undo(ctx context.Context) error {
-	if w.current {
+	if w.current { // its completion, if pending, is its own
 		w.kept = w.kept[:len(w.kept)-1]
-		if w.pending != nil {
-			w.pending = nil
-		}
-		w.current = false
+		w.pending, w.current = nil, false
 	}
 	if w.toBegin { // never sent: nothing of this operation was
 		w.toBegin = false
@@ -206,21 +184,31 @@ func (w *WorkTx) Commit(ctx context.Context) error {
 	if w.current {
 		return errors.New("gate: WorkTx.Commit with an operation neither kept nor undone")
 	}
-	if pl, ok := w.tx.(Pipeliner); ok && w.pending != nil {
-		done, err := pl.CommitWith(ctx, w.pending)
+	if w.pending != nil { // only a Pipeliner leaves one
+		done, err := w.tx.(Pipeliner).CommitWith(ctx, w.pending)
 		if err != nil {
 			return err
 		}
 		w.kept[len(w.kept)-1], w.pending = done, nil
-	} else {
-		if err := w.Flush(ctx); err != nil {
-			return err
-		}
-		if err := w.tx.Commit(ctx); err != nil {
-			return err
-		}
+	} else if err := w.tx.Commit(ctx); err != nil {
+		return err
 	}
 	w.g.observeN(EventApply, len(w.kept))
+	return nil
+}
+
+// Flush sends a completion that Apply left to go with the next
+// statement (Pipeliner), now; a failure breaks the transaction.
+func (w *WorkTx) Flush(ctx context.Context) error {
+	if w.broken != nil || w.pending == nil {
+		return w.broken
+	}
+	done, err := w.tx.ClaimComplete(ctx, w.pending)
+	if err != nil {
+		w.broken = fmt.Errorf("%w: %w", ErrTxBroken, err)
+		return w.broken
+	}
+	w.kept[len(w.kept)-1], w.pending = done, nil
 	return nil
 }
 

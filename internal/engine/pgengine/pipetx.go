@@ -127,7 +127,7 @@ func (t *pipeTx) Begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, pgx.ErrTxClosed
 	}
 	t.nested++
-	sp := &pipeSavepoint{parent: t, name: "idemgate_nested_" + strconv.Itoa(t.nested)}
+	sp := &pipeSavepoint{pipeTx: t, name: "idemgate_nested_" + strconv.Itoa(t.nested)}
 	if _, err := t.pc.Exec(ctx, "SAVEPOINT "+sp.name); err != nil {
 		return nil, err
 	}
@@ -192,57 +192,28 @@ func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 
 func (t *pipeTx) Conn() *pgx.Conn { return t.pc.Conn() }
 
-// pipeSavepoint is a nested pgx.Tx of a pipeTx.
+// pipeSavepoint is a nested pgx.Tx of a pipeTx: the parent's statements,
+// its own end.
 type pipeSavepoint struct {
-	parent *pipeTx
-	name   string
-	closed bool
+	*pipeTx
+	name string
+	done bool
 }
 
-func (s *pipeSavepoint) Begin(ctx context.Context) (pgx.Tx, error) { return s.parent.Begin(ctx) }
-
 func (s *pipeSavepoint) Commit(ctx context.Context) error {
-	if s.closed {
+	if s.done {
 		return pgx.ErrTxClosed
 	}
-	s.closed = true
-	_, err := s.parent.pc.Exec(ctx, "RELEASE SAVEPOINT "+s.name)
+	s.done = true
+	_, err := s.pc.Exec(ctx, "RELEASE SAVEPOINT "+s.name)
 	return err
 }
 
 func (s *pipeSavepoint) Rollback(ctx context.Context) error {
-	if s.closed {
+	if s.done {
 		return pgx.ErrTxClosed
 	}
-	s.closed = true
-	_, err := s.parent.pc.Exec(ctx, "ROLLBACK TO SAVEPOINT "+s.name)
+	s.done = true
+	_, err := s.pc.Exec(ctx, "ROLLBACK TO SAVEPOINT "+s.name)
 	return err
 }
-
-func (s *pipeSavepoint) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	return s.parent.CopyFrom(ctx, table, columns, src)
-}
-
-func (s *pipeSavepoint) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return s.parent.SendBatch(ctx, b)
-}
-
-func (s *pipeSavepoint) LargeObjects() pgx.LargeObjects { return s.parent.LargeObjects() }
-
-func (s *pipeSavepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	return s.parent.Prepare(ctx, name, sql)
-}
-
-func (s *pipeSavepoint) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return s.parent.Exec(ctx, sql, args...)
-}
-
-func (s *pipeSavepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return s.parent.Query(ctx, sql, args...)
-}
-
-func (s *pipeSavepoint) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return s.parent.QueryRow(ctx, sql, args...)
-}
-
-func (s *pipeSavepoint) Conn() *pgx.Conn { return s.parent.Conn() }

@@ -513,13 +513,16 @@ const sqlClaimCounts = `SELECT status, count(*) FROM idempotency_claims GROUP BY
 // The savepoint of gate.Savepointer: one name, so that a rollback goes to
 // the latest mark.
 const (
-	sqlSavepoint          = `SAVEPOINT idemgate_op`
-	sqlBeginReadCommitted = `BEGIN ISOLATION LEVEL READ COMMITTED`
-	sqlCommit             = `COMMIT`
-	// sqlClaimCompletedCheck fails (division by zero) unless the claim is
-	// succeeded at the epoch its completion wrote: sent between a worker
-	// group's last completion and COMMIT, it keeps a completion that
-	// matched no row from committing the rest.
-	sqlClaimCompletedCheck = `SELECT 1 / count(*) FROM idempotency_claims WHERE id = $1 AND epoch = $2 AND status = 'succeeded'`
+	sqlSavepoint           = `SAVEPOINT idemgate_op`
 	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT idemgate_op`
+)
+
+// A worker group's pipelined transaction (pipetx.go): its BEGIN and COMMIT,
+// and the check sent between its last completion and COMMIT, which fails
+// (division by zero) unless the claim is succeeded at the epoch that
+// completion wrote, so that a completion matching no row commits nothing.
+const (
+	sqlBeginReadCommitted  = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	sqlCommit              = `COMMIT`
+	sqlClaimCompletedCheck = `SELECT 1 / count(*) FROM idempotency_claims WHERE id = $1 AND epoch = $2 AND status = 'succeeded'`
 )
