@@ -94,10 +94,14 @@ func setupGroup(t *testing.T, engine string, fault jobs.Fault) *groupBundle {
 	// their jobs in its transactions); the runner's gate is on the store
 	// whose commit can fail.
 	b.store = &commitFails{Store: store}
+	var runnerStore gate.Store = b.store
+	if _, ok := store.(gate.PipelineBeginner); ok { // Postgres: the worker's pipelined statements, as in production
+		runnerStore = &commitFailsPipelined{b.store}
+	}
 	var err error
 	b.claims, err = gate.New(&gate.Config{Store: store, Enqueuer: enq, Policies: gatetest.Policies()})
 	require.NoError(t, err)
-	b.gate, err = gate.New(&gate.Config{Store: b.store, Enqueuer: enq, Policies: gatetest.Policies()})
+	b.gate, err = gate.New(&gate.Config{Store: runnerStore, Enqueuer: enq, Policies: gatetest.Policies()})
 	require.NoError(t, err)
 	credit := &tool.Mutation[creditArgs, creditResult]{
 		Name: "apply_credit", Title: "Credit", Description: "A credit in group_effects.", Scope: "billing:credit",
@@ -164,6 +168,34 @@ func (tx *commitFailsTx) Commit(ctx context.Context) error {
 		return errors.New("the commit failed")
 	}
 	return tx.engineTx.Commit(ctx)
+}
+
+// commitFailsPipelined is commitFails on a store that pipelines a worker
+// group's statements (gate.PipelineBeginner, gate.Pipeliner): the
+// group's last commit, sent with its last completion, fails as Commit
+// does.
+type commitFailsPipelined struct{ *commitFails }
+
+func (s *commitFailsPipelined) BeginLock(ctx context.Context, lock *gate.ClaimLeaseParams) (gate.Tx, *gate.Claim, error) {
+	tx, locked, err := s.Store.(gate.PipelineBeginner).BeginLock(ctx, lock)
+	if tx == nil {
+		return nil, locked, err
+	}
+	return &commitFailsPipelinedTx{commitFailsTx{engineTx: tx.(engineTx), s: s.commitFails}}, locked, err
+}
+
+type commitFailsPipelinedTx struct{ commitFailsTx }
+
+func (tx *commitFailsPipelinedTx) PipelineLock(ctx context.Context, complete *gate.ClaimCompleteParams, savepoint bool, lock *gate.ClaimLeaseParams) (completed, locked *gate.Claim, err error) {
+	return tx.engineTx.(gate.Pipeliner).PipelineLock(ctx, complete, savepoint, lock)
+}
+
+func (tx *commitFailsPipelinedTx) CommitWith(ctx context.Context, complete *gate.ClaimCompleteParams) (*gate.Claim, error) {
+	if tx.s.failAt.Add(-1) == 0 {
+		_ = tx.Rollback(ctx)
+		return nil, errors.New("the commit failed")
+	}
+	return tx.engineTx.(gate.Pipeliner).CommitWith(ctx, complete)
 }
 
 // groupJob is one claim and its job's outcome.
