@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
 )
 
 // rpc posts one JSON-RPC message as a 2025-11-25 client does and decodes
@@ -43,11 +43,11 @@ func rpc(t *testing.T, url, token, body string) (int, map[string]any) {
 func TestAddToKeepsTasksEnvelopeScopesAndAudit(t *testing.T) {
 	t.Parallel()
 	dbURL, pool := postgresDB(t, 4)
-	svc := runService(t, dbURL, tool.NewRegistry().MustAdd(addNote), nil)
+	svc := runService(t, dbURL, gate.NewRegistry().MustAdd(addNote), nil)
 	ctx := t.Context()
 	writer, err := svc.CreateToken(ctx, "acme", "bot", "notes:write")
 	require.NoError(t, err)
-	reader, err := svc.CreateToken(ctx, "acme", "viewer", tool.ScopeOperationsRead)
+	reader, err := svc.CreateToken(ctx, "acme", "viewer", gate.ScopeOperationsRead)
 	require.NoError(t, err)
 
 	server := mcp.NewServer(&mcp.Implementation{Name: "team", Version: "1"}, nil)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
 )
 
 type payArgs struct {
@@ -25,12 +25,12 @@ type payResult struct {
 }
 
 // pay asks for approval above 1000 cents.
-var pay = &tool.Mutation[payArgs, payResult]{
+var pay = &gate.Mutation[payArgs, payResult]{
 	Name: "pay", Title: "Pay", Description: "Pays once per key.", Scope: "payments:create",
-	Approval: func(_ context.Context, _ tool.Tx, _ tool.Caller, a *payArgs) (bool, error) {
+	Approval: func(_ context.Context, _ gate.Tx, _ gate.Caller, a *payArgs) (bool, error) {
 		return a.AmountCents > 1000, nil
 	},
-	InTx: func(_ context.Context, _ tool.Tx, op *tool.Op[payArgs]) (*payResult, error) {
+	InTx: func(_ context.Context, _ gate.Tx, op *gate.Op[payArgs]) (*payResult, error) {
 		return &payResult{AmountCents: op.Args.AmountCents}, nil
 	},
 }
@@ -43,16 +43,16 @@ var pay = &tool.Mutation[payArgs, payResult]{
 // runs at once.
 func TestApprovalOverREST(t *testing.T) {
 	t.Parallel()
-	for _, engine := range []string{tool.SQLite, tool.Postgres} {
+	for _, engine := range []string{gate.SQLite, gate.Postgres} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			dbURL := "sqlite:" + filepath.Join(t.TempDir(), "approval.db")
-			if engine == tool.Postgres {
+			if engine == gate.Postgres {
 				dbURL, _ = postgresDB(t, 4)
 			}
 			// The page links name the test server: its listener first.
 			srv := httptest.NewUnstartedServer(nil)
-			svc := runService(t, dbURL, tool.NewRegistry().MustAdd(pay), nil, "--public-url=http://"+srv.Listener.Addr().String())
+			svc := runService(t, dbURL, gate.NewRegistry().MustAdd(pay), nil, "--public-url=http://"+srv.Listener.Addr().String())
 			srv.Config.Handler = svc
 			srv.Start()
 			t.Cleanup(srv.Close)

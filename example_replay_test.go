@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/idemtype"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
 )
 
 // A tool served on the embedded engine: a retry with the same key and
@@ -38,9 +38,9 @@ func Example_retryReplayedAndConflict() {
 		Cents      int64  `json:"cents"`
 	}
 	var effects atomic.Int64
-	reg := tool.NewRegistry().MustAdd(&tool.Mutation[GrantArgs, Grant]{
+	reg := gate.NewRegistry().MustAdd(&gate.Mutation[GrantArgs, Grant]{
 		Name: "grant_credit", Title: "Grant a credit", Description: "One credit per idempotency_key.", Scope: "credits:grant",
-		InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[GrantArgs]) (*Grant, error) {
+		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[GrantArgs]) (*Grant, error) {
 			effects.Add(1) // in a real tool: tx.Exec(ctx, `INSERT …`)
 			return &Grant{CustomerID: op.Args.CustomerID, Cents: op.Args.Cents}, nil
 		},
@@ -59,7 +59,7 @@ func Example_retryReplayedAndConflict() {
 	if err := svc.Migrate(ctx); err != nil {
 		panic(err)
 	}
-	token, err := svc.CreateToken(ctx, "acme", "agent-1", "credits:grant", tool.ScopeOperationsRead)
+	token, err := svc.CreateToken(ctx, "acme", "agent-1", "credits:grant", gate.ScopeOperationsRead)
 	if err != nil {
 		panic(err)
 	}
@@ -84,9 +84,9 @@ func Example_retryReplayedAndConflict() {
 
 // answer is the REST twin's answer to a mutation call.
 type answer struct {
-	Outcome   string              `json:"outcome"`
-	Operation *idemtype.Operation `json:"operation"`
-	Error     *idemtype.Error     `json:"error"`
+	Outcome   string            `json:"outcome"`
+	Operation *domain.Operation `json:"operation"`
+	Error     *domain.Error     `json:"error"`
 }
 
 // post calls a mutation; it waits for the api to listen first.
@@ -124,7 +124,7 @@ func await(url, token string) {
 		if err != nil {
 			panic(err)
 		}
-		var op idemtype.Operation
+		var op domain.Operation
 		err = json.NewDecoder(resp.Body).Decode(&op)
 		resp.Body.Close()
 		if err == nil && op.Status.Terminal() {

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
 )
 
 // Open a service on the embedded SQLite engine, migrate it, and mint a
@@ -29,9 +29,9 @@ func Example() {
 	type Credit struct {
 		CustomerID string `json:"customer_id"`
 	}
-	reg := tool.NewRegistry().MustAdd(&tool.Mutation[Args, Credit]{
+	reg := gate.NewRegistry().MustAdd(&gate.Mutation[Args, Credit]{
 		Name: "grant_credit", Title: "Grant a credit", Description: "One credit per key.", Scope: "credits:grant",
-		InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[Args]) (*Credit, error) {
+		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[Args]) (*Credit, error) {
 			return &Credit{CustomerID: op.Args.CustomerID}, nil
 		},
 	})
@@ -43,7 +43,7 @@ func Example() {
 	if err := svc.Migrate(ctx); err != nil {
 		panic(err)
 	}
-	token, err := svc.CreateToken(ctx, "acme", "agent-1", "credits:grant", tool.ScopeOperationsRead)
+	token, err := svc.CreateToken(ctx, "acme", "agent-1", "credits:grant", gate.ScopeOperationsRead)
 	fmt.Println(len(token) > 20, err)
 	_, err = svc.CreateToken(ctx, "acme", "agent-1", "billing:refund")
 	fmt.Println(err != nil)

@@ -3,10 +3,10 @@
 // and a REST twin, with durable River jobs, a reaper for killed workers,
 // operator re-drive and River UI.
 //
-// Declare tools with package tool, add them to a tool.Registry, and build
+// Declare tools with package tool, add them to a gate.Registry, and build
 // a Service from a Config:
 //
-//	reg := tool.NewRegistry()
+//	reg := gate.NewRegistry()
 //	reg.MustAdd(IssueCoupon)
 //	cfg, err := idemgate.LoadConfig(os.Args[1:]) // ErrHelp after -h
 //	svc, err := idemgate.Open(ctx, cfg, reg, nil)
@@ -23,8 +23,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/toolspec"
-	"github.com/idemgate/idemgate/tool"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -40,12 +40,12 @@ import (
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Config is every process's configuration: DATABASE_URL, IDEMGATE_API_ADDR
@@ -88,7 +88,7 @@ type Options struct {
 	// program must link them: import _ "github.com/idemgate/idemgate/builtins".
 	Builtins bool
 	// Migrations returns the service's own goose SQL migrations for an
-	// engine (tool.Postgres or tool.SQLite), for its own tables; Migrate
+	// engine (gate.Postgres or gate.SQLite), for its own tables; Migrate
 	// applies them after idemgate's, with their own version table
 	// (app_goose_db_version). Nil, or a nil FS: none.
 	Migrations func(engine string) fs.FS
@@ -100,12 +100,12 @@ type Options struct {
 	// Authenticate, when set, authenticates every request to every route
 	// (MCP, the REST twin, the operator routes) instead of idemgate's own
 	// bearer tokens: it returns the caller (tenant, user, scopes) or an
-	// error, answered 401. An *idemtype.Error with CodeUnauthenticated is
+	// error, answered 401. An *domain.Error with CodeUnauthenticated is
 	// shown to the client as it is; any other error is logged, not shown.
-	// Tenant and user ids must match idemtype's id pattern. Nil: the
+	// Tenant and user ids must match domain's id pattern. Nil: the
 	// configuration's (OAuth's resource server when IDEMGATE_OAUTH_ISSUER
 	// is set, else tokens from CreateToken).
-	Authenticate func(r *http.Request) (tool.Caller, error)
+	Authenticate func(r *http.Request) (gate.Caller, error)
 }
 
 // Service is one deployment's database and tools, from which the api and
@@ -144,7 +144,7 @@ type front struct {
 // nothing else. Close the Service when done. On Postgres the process opens
 // at most DATABASE_URL's pool_max_conns connections in all, River's LISTEN
 // and the migration lock included, or 10 without it.
-func Open(ctx context.Context, cfg *Config, reg *tool.Registry, opts *Options) (*Service, error) {
+func Open(ctx context.Context, cfg *Config, reg *gate.Registry, opts *Options) (*Service, error) {
 	if cfg == nil || reg == nil {
 		return nil, errors.New("idemgate: Open needs a Config and a Registry")
 	}
@@ -207,7 +207,7 @@ func (s *Service) Migrate(ctx context.Context) error {
 }
 
 // ownMigrations is Options.Migrations for engine (the driver's, as
-// tool.Tx.Engine names it), or nil.
+// gate.Tx.Engine names it), or nil.
 func (s *Service) ownMigrations(engine string) fs.FS {
 	if s.opts.Migrations == nil {
 		return nil
@@ -218,7 +218,7 @@ func (s *Service) ownMigrations(engine string) fs.FS {
 // CreateToken mints a bearer token for tenant and user with scopes (each
 // one of the registry's tools' scopes, operations:read or ops:admin),
 // stores its hash and returns the secret, which is shown this once. An
-// agent's token takes the registry's tool.Registry.ToolScopes.
+// agent's token takes the registry's gate.Registry.ToolScopes.
 func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes ...string) (string, error) {
 	if err := tenancy.ValidateScopes(scopes, s.reg.Scopes()); err != nil {
 		return "", fmt.Errorf("scopes: %w", err)
@@ -507,23 +507,23 @@ func (s *Service) serve(ctx context.Context, handler http.Handler, background fu
 }
 
 // callerAuth is Options.Authenticate as the api's authenticator.
-type callerAuth func(r *http.Request) (tool.Caller, error)
+type callerAuth func(r *http.Request) (gate.Caller, error)
 
 // Authenticate implements api.Authenticator; the api calls
 // AuthenticateRequest instead.
-func (a callerAuth) Authenticate(context.Context, string) (domain.Actor, error) {
-	return domain.Actor{}, errors.New("idemgate: Options.Authenticate reads the request")
+func (a callerAuth) Authenticate(context.Context, string) (vocab.Actor, error) {
+	return vocab.Actor{}, errors.New("idemgate: Options.Authenticate reads the request")
 }
 
 // AuthenticateRequest implements api.RequestAuthenticator: Options.Authenticate's
 // caller, with ids checked as a token's are.
-func (a callerAuth) AuthenticateRequest(r *http.Request) (domain.Actor, error) {
+func (a callerAuth) AuthenticateRequest(r *http.Request) (vocab.Actor, error) {
 	c, err := a(r)
 	if err != nil {
-		return domain.Actor{}, err
+		return vocab.Actor{}, err
 	}
-	if !domain.ValidID(c.TenantID) || !domain.ValidID(c.UserID) {
-		return domain.Actor{}, fmt.Errorf("idemgate: Options.Authenticate returned tenant %q and user %q; each must match %s", c.TenantID, c.UserID, domain.IDPattern)
+	if !vocab.ValidID(c.TenantID) || !vocab.ValidID(c.UserID) {
+		return vocab.Actor{}, fmt.Errorf("idemgate: Options.Authenticate returned tenant %q and user %q; each must match %s", c.TenantID, c.UserID, vocab.IDPattern)
 	}
-	return domain.Actor{TenantID: c.TenantID, UserID: c.UserID, Scopes: c.Scopes}, nil
+	return vocab.Actor{TenantID: c.TenantID, UserID: c.UserID, Scopes: c.Scopes}, nil
 }

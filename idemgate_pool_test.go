@@ -17,12 +17,12 @@ import (
 
 	"github.com/idemgate/idemgate"
 	_ "github.com/idemgate/idemgate/builtins"
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // With DATABASE_URL's pool_max_conns=4 the api, as cmd/api runs it
@@ -56,7 +56,7 @@ func TestAPIHoldsAtMostPoolMaxConns(t *testing.T) {
 	cfg.APIAddr = addr
 	cfg.Wait = 200 * time.Millisecond // waiting calls poll their claims too
 	cfg.RateLimit = 0
-	svc, err := idemgate.Open(ctx, idemgate.ConfigFrom(cfg), tool.NewRegistry(), &idemgate.Options{Builtins: true, Logger: slog.New(slog.DiscardHandler)})
+	svc, err := idemgate.Open(ctx, idemgate.ConfigFrom(cfg), gate.NewRegistry(), &idemgate.Options{Builtins: true, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(svc.Close)
 	runCtx, stop := context.WithCancel(ctx)

@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
 )
 
 // A team mounts idemgate's MCP alone under a path of its own, and the
@@ -21,7 +21,7 @@ import (
 func TestMountedUnderPrefixes(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	svc := runService(t, "sqlite:"+filepath.Join(t.TempDir(), "mount.db"), tool.NewRegistry().MustAdd(addNote), nil)
+	svc := runService(t, "sqlite:"+filepath.Join(t.TempDir(), "mount.db"), gate.NewRegistry().MustAdd(addNote), nil)
 	token, err := svc.CreateToken(ctx, "acme", "bot", "notes:write")
 	require.NoError(t, err)
 

@@ -13,8 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/oauth/oauthtest"
-	"github.com/idemgate/idemgate/tool"
 )
 
 type noteArgs struct {
@@ -27,9 +27,9 @@ type noteResult struct {
 
 // addNote is a mutation with no effect of its own: the test counts the
 // gate's rows and audit events.
-var addNote = &tool.Mutation[noteArgs, noteResult]{
+var addNote = &gate.Mutation[noteArgs, noteResult]{
 	Name: "add_note", Title: "Add a note", Description: "Adds a note.", Scope: "notes:write",
-	InTx: func(_ context.Context, _ tool.Tx, op *tool.Op[noteArgs]) (*noteResult, error) {
+	InTx: func(_ context.Context, _ gate.Tx, op *gate.Op[noteArgs]) (*noteResult, error) {
 		return &noteResult{Text: op.Args.Text}, nil
 	},
 }
@@ -56,7 +56,7 @@ func TestOAuthResourceServer(t *testing.T) {
 	dbURL, pool := postgresDB(t, 4)
 	// The resource is this api's public URL (behind its proxy), where the
 	// metadata is published; the test serves the same routes locally.
-	svc := runService(t, dbURL, tool.NewRegistry().MustAdd(addNote), nil,
+	svc := runService(t, dbURL, gate.NewRegistry().MustAdd(addNote), nil,
 		"--oauth-issuer="+op.Issuer(), "--oauth-audience="+oauthtest.DefaultAudience, "--oauth-resource=https://idemgate.test/mcp")
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)

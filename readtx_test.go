@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
 )
 
 type probeArgs struct {
@@ -23,9 +23,9 @@ type probeResult struct {
 }
 
 // probeDB reads through its transaction, then tries to write through it.
-var probeDB = &tool.Read[probeArgs, probeResult]{
+var probeDB = &gate.Read[probeArgs, probeResult]{
 	Name: "probe_db", Title: "Probe the database", Description: "Reads, then tries a write.", Scope: "notes:write",
-	Handle: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *probeArgs) (*probeResult, error) {
+	Handle: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *probeArgs) (*probeResult, error) {
 		r := &probeResult{Engine: tx.Engine()}
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM idempotency_claims WHERE tenant_id = $1`, caller.TenantID).Scan(&r.Read); err != nil {
 			return nil, err
@@ -43,14 +43,14 @@ var probeDB = &tool.Read[probeArgs, probeResult]{
 // one connection included): mutations after it succeed.
 func TestReadToolsGetAReadOnlyTransaction(t *testing.T) {
 	t.Parallel()
-	for _, engine := range []string{tool.SQLite, tool.Postgres} {
+	for _, engine := range []string{gate.SQLite, gate.Postgres} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			dbURL := "sqlite:" + filepath.Join(t.TempDir(), "read.db")
-			if engine == tool.Postgres {
+			if engine == gate.Postgres {
 				dbURL, _ = postgresDB(t, 3)
 			}
-			svc := runService(t, dbURL, tool.NewRegistry().MustAdd(addNote, probeDB), nil)
+			svc := runService(t, dbURL, gate.NewRegistry().MustAdd(addNote, probeDB), nil)
 			token, err := svc.CreateToken(t.Context(), "acme", "bot", "notes:write")
 			require.NoError(t, err)
 			srv := httptest.NewServer(svc)

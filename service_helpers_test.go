@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate"
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // postgresDB is a fresh test database: its URL with pool_max_conns=n,
@@ -31,7 +31,7 @@ func postgresDB(t *testing.T, n int) (string, *pgxpool.Pool) {
 // runService opens a Service on dbURL with reg (args are more settings),
 // migrates it and runs its background work (Service.Run) until the test
 // ends; the test serves it as it likes.
-func runService(t *testing.T, dbURL string, reg *tool.Registry, opts *idemgate.Options, args ...string) *idemgate.Service {
+func runService(t *testing.T, dbURL string, reg *gate.Registry, opts *idemgate.Options, args ...string) *idemgate.Service {
 	t.Helper()
 	cfg, err := idemgate.LoadConfig(append([]string{"--database-url=" + dbURL, "--log-level=warn", "--wait=10s"}, args...))
 	require.NoError(t, err)

@@ -21,7 +21,7 @@ func TestPublicSurface(t *testing.T) {
 	paths, err := surface.PublicPackages(".")
 	require.NoError(t, err)
 	// builtins exports nothing: importing it links the built-in tools.
-	require.Equal(t, []string{module, module + "/builtins", module + "/idemtype", module + "/tool", module + "/tool/tooltest"}, paths,
+	require.Equal(t, []string{module, module + "/builtins", module + "/domain", module + "/tool", module + "/gate/gatetest"}, paths,
 		"the public packages changed: decide, then update this list")
 	pkgs, err := surface.Measure(".", paths)
 	require.NoError(t, err)
@@ -45,25 +45,25 @@ func TestImportLayers(t *testing.T) {
 	t.Parallel()
 	g, err := surface.Imports(".", module)
 	require.NoError(t, err)
-	require.NotEmpty(t, g["internal/gate"], "the graph was read")
+	require.NotEmpty(t, g["internal/core"], "the graph was read")
 	require.Empty(t, surface.CheckLayers(g), "\n%s", strings.Join(surface.CheckLayers(g), "\n"))
 }
 
 // TestImportLayersRefuseABackEdge shows the check failing: the real graph
-// with one import added from the gate to the public tool API, and one from
+// with one import added from the core to the public gate API, and one from
 // a leaf to the gate.
 func TestImportLayersRefuseABackEdge(t *testing.T) {
 	t.Parallel()
 	g, err := surface.Imports(".", module)
 	require.NoError(t, err)
-	g["internal/gate"] = append(g["internal/gate"], "tool")
-	g["internal/telemetry"] = append(g["internal/telemetry"], "internal/gate")
+	g["internal/core"] = append(g["internal/core"], "gate")
+	g["internal/telemetry"] = append(g["internal/telemetry"], "internal/core")
 	g["internal/newpkg"] = nil
 	problems := surface.CheckLayers(g)
 	require.Len(t, problems, 3, "%v", problems)
-	require.Contains(t, problems[0], "internal/gate (layer 2) imports tool (layer 5)")
+	require.Contains(t, problems[0], "internal/core (layer 2) imports gate (layer 5)")
 	require.Contains(t, problems[1], "internal/newpkg: in no layer")
-	require.Contains(t, problems[2], "internal/telemetry (layer 0) imports internal/gate (layer 2)")
+	require.Contains(t, problems[2], "internal/telemetry (layer 0) imports internal/core (layer 2)")
 }
 
 // TestBuiltinsLinkedOnlyByImport: a service without the built-ins (the

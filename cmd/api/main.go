@@ -17,9 +17,9 @@ import (
 
 	"github.com/idemgate/idemgate"
 	_ "github.com/idemgate/idemgate/builtins" // the built-in tools (Options.Builtins)
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/tool"
 )
 
 func main() {
@@ -44,7 +44,7 @@ func run() error {
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: settings.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	svc, err := idemgate.Open(ctx, cfg, tool.NewRegistry(), &idemgate.Options{Builtins: true, Logger: logger})
+	svc, err := idemgate.Open(ctx, cfg, gate.NewRegistry(), &idemgate.Options{Builtins: true, Logger: logger})
 	if err != nil {
 		return err
 	}

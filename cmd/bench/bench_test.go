@@ -18,10 +18,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/procstat"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The CPU the gate spends on a call before it reaches the database: decode
@@ -33,20 +33,20 @@ var benchRaw = []byte(`{"customer_id":"cus_042","amount_cents":1250,"currency":"
 func BenchmarkDecodeArgs(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := gate.DecodeArgs(benchRaw); err != nil {
+		if _, err := core.DecodeArgs(benchRaw); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkFingerprint(b *testing.B) {
-	args, err := gate.DecodeArgs(benchRaw)
+	args, err := core.DecodeArgs(benchRaw)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := gate.Fingerprint(args, []string{"memo"}); err != nil {
+		if _, _, err := core.Fingerprint(args, []string{"memo"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -56,13 +56,13 @@ func BenchmarkFingerprint(b *testing.B) {
 // arguments into an intent: decode, validate the key, fingerprint and
 // canonicalize.
 func BenchmarkNewIntent(b *testing.B) {
-	g, err := gate.New(&gate.Config{Store: nilStore{}, Enqueuer: noEnqueuer{}, Policies: gatetest.Policies()})
+	g, err := core.New(&core.Config{Store: nilStore{}, Enqueuer: noEnqueuer{}, Policies: coretest.Policies()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		args, err := gate.DecodeArgs(benchRaw)
+		args, err := core.DecodeArgs(benchRaw)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func BenchmarkNewIntent(b *testing.B) {
 }
 
 // nilStore satisfies gate.Store for NewIntent, which never touches it.
-type nilStore struct{ gate.Store }
+type nilStore struct{ core.Store }
 
 func TestPercentile(t *testing.T) {
 	var lat []time.Duration
@@ -236,9 +236,9 @@ func TestBreakdownSplitsByOutcomeAndSlowest(t *testing.T) {
 	t.Parallel()
 	var calls []callPhases
 	for i := range 200 {
-		out := domain.OutcomeInFlight
+		out := vocab.OutcomeInFlight
 		if i == 0 {
-			out = domain.OutcomeAccepted
+			out = vocab.OutcomeAccepted
 		}
 		d := time.Duration(i+1) * time.Millisecond
 		calls = append(calls, callPhases{Outcome: out, Total: d, Server: i != 5, Before: d / 2, Handler: d / 4, After: d / 4, Mutation: d / 8})
@@ -283,12 +283,12 @@ func TestPhaseRecorderTimesACallInTheHandler(t *testing.T) {
 	resp.Body.Close()
 	t1 := time.Now()
 	require.Eventually(t, func() bool { return rec.end[2].Load() != 0 }, time.Second, time.Millisecond)
-	c := rec.phases(2, t0, t1, domain.OutcomeInFlight)
+	c := rec.phases(2, t0, t1, vocab.OutcomeInFlight)
 	require.True(t, c.Server)
 	require.Equal(t, 3*time.Millisecond, c.Mutation)
 	require.GreaterOrEqual(t, c.Handler, 5*time.Millisecond)
 	require.Equal(t, c.Total, c.Before+c.Handler+c.After)
-	require.False(t, rec.phases(1, t0, t1, domain.OutcomeInFlight).Server)
+	require.False(t, rec.phases(1, t0, t1, vocab.OutcomeInFlight).Server)
 }
 
 func TestRuntimeBetweenReadsSchedulingWaits(t *testing.T) {
@@ -310,10 +310,10 @@ func TestRuntimeBetweenReadsSchedulingWaits(t *testing.T) {
 func TestStormMarkdownShowsWhereTheTimeGoes(t *testing.T) {
 	t.Parallel()
 	calls := []callPhases{
-		{Outcome: domain.OutcomeAccepted, Total: 150 * time.Millisecond, Server: true, Before: 10 * time.Millisecond, Handler: 120 * time.Millisecond, After: 20 * time.Millisecond, Mutation: 119 * time.Millisecond},
-		{Outcome: domain.OutcomeInFlight, Total: 250 * time.Millisecond, Server: true, Before: 150 * time.Millisecond, Handler: 60 * time.Millisecond, After: 40 * time.Millisecond, Mutation: 59 * time.Millisecond},
+		{Outcome: vocab.OutcomeAccepted, Total: 150 * time.Millisecond, Server: true, Before: 10 * time.Millisecond, Handler: 120 * time.Millisecond, After: 20 * time.Millisecond, Mutation: 119 * time.Millisecond},
+		{Outcome: vocab.OutcomeInFlight, Total: 250 * time.Millisecond, Server: true, Before: 150 * time.Millisecond, Handler: 60 * time.Millisecond, After: 40 * time.Millisecond, Mutation: 59 * time.Millisecond},
 	}
-	r := &runner{storms: []stormResult{{Via: "MCP", Calls: 2, Outcomes: map[domain.Outcome]int{domain.OutcomeAccepted: 1, domain.OutcomeInFlight: 1},
+	r := &runner{storms: []stormResult{{Via: "MCP", Calls: 2, Outcomes: map[vocab.Outcome]int{vocab.OutcomeAccepted: 1, vocab.OutcomeInFlight: 1},
 		P50: 150 * time.Millisecond, P99: 250 * time.Millisecond, Effects: 1, AuditRows: 2, AuditCommits: 1, Breakdown: breakdown(calls),
 		CPU: cpuUsage{Seconds: 0.25, HarnessCores: 1.6, PGCores: 0.4}, Runtime: runtimeUsage{Measured: true, Scheduled: 10, SchedP50: time.Microsecond, SchedP99: 50 * time.Millisecond, GCShare: 0.2},
 		AuditBatches: []auditBatch{{Rows: 1, Start: 100 * time.Millisecond}, {Rows: 1, Start: 180 * time.Millisecond}}}}}

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // --- 7. an external effect: refunds at the test Stripe ---
@@ -196,7 +196,7 @@ func (r *runner) idemDrainSpec() drainSpec {
 				if err != nil {
 					return err
 				}
-				if res.Outcome != domain.OutcomeAccepted {
+				if res.Outcome != vocab.OutcomeAccepted {
 					return fmt.Errorf("outcome %s, want accepted", res.Outcome)
 				}
 				return nil

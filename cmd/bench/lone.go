@@ -14,8 +14,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // --- 9. lone calls: the time to the outcome of one call at a time ---
@@ -216,7 +216,7 @@ func (r *runner) loneBare(ctx context.Context, lc loneConfig, n int) (*loneResul
 	defer smp.close()
 
 	res := &loneResult{Config: lc, System: loneBare,
-		Mechanism: fmt.Sprintf("InsertTx, then the job row read every %s (as the gate's waiter reads claims); River's completion event beside it", gate.DefaultPollInterval)}
+		Mechanism: fmt.Sprintf("InsertTx, then the job row read every %s (as the gate's waiter reads claims); River's completion event beside it", core.DefaultPollInterval)}
 	one := func() (loneCall, error) {
 		customer, amount, _ := creditArgs("")
 		t0 := time.Now()
@@ -229,7 +229,7 @@ func (r *runner) loneBare(ctx context.Context, lc loneConfig, n int) (*loneResul
 		polled := make(chan error, 1)
 		var pollAt time.Time
 		go func() {
-			tick := time.NewTicker(gate.DefaultPollInterval)
+			tick := time.NewTicker(core.DefaultPollInterval)
 			defer tick.Stop()
 			deadline := time.Now().Add(time.Minute)
 			for range tick.C {
@@ -297,7 +297,7 @@ func (r *runner) loneIdem(ctx context.Context, lc loneConfig, n int) (*loneResul
 	defer smp.close()
 
 	res := &loneResult{Config: lc, System: loneIdem,
-		Mechanism: fmt.Sprintf("the call's own wait (IDEMGATE_WAIT %s: the gate's waiter reads the claim every %s); get_operation polled if the answer is not terminal", config.DefaultWait, gate.DefaultPollInterval)}
+		Mechanism: fmt.Sprintf("the call's own wait (IDEMGATE_WAIT %s: the gate's waiter reads the claim every %s); get_operation polled if the answer is not terminal", config.DefaultWait, core.DefaultPollInterval)}
 	one := func() (loneCall, error) {
 		key := randomKey()
 		_, _, raw := creditArgs(key)
@@ -317,13 +317,13 @@ func (r *runner) loneIdem(ctx context.Context, lc loneConfig, n int) (*loneResul
 			if time.Since(t0) > time.Minute {
 				return loneCall{}, fmt.Errorf("operation %s still %s after a minute", ans.Operation.OperationID, status)
 			}
-			time.Sleep(gate.DefaultPollInterval)
+			time.Sleep(core.DefaultPollInterval)
 			if status, err = getOperationStatus(ctx, session, "apply_credit", key); err != nil {
 				return loneCall{}, err
 			}
 		}
 		taken := time.Since(t0)
-		if status != domain.StatusSucceeded {
+		if status != vocab.StatusSucceeded {
 			return loneCall{}, fmt.Errorf("operation %s %s", ans.Operation.OperationID, status)
 		}
 		return loneCall{t0: t0, job: ans.Operation.JobID, taken: taken}, nil
@@ -406,7 +406,7 @@ func (res *loneResult) cpuPerCall() string {
 }
 
 // getOperationStatus reads an operation's status with get_operation.
-func getOperationStatus(ctx context.Context, s *mcp.ClientSession, tool, key string) (domain.Status, error) {
+func getOperationStatus(ctx context.Context, s *mcp.ClientSession, tool, key string) (vocab.Status, error) {
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "get_operation", Arguments: map[string]any{"tool": tool, "idempotency_key": key}})
 	if err != nil {
 		return "", err
@@ -422,9 +422,9 @@ func getOperationStatus(ctx context.Context, s *mcp.ClientSession, tool, key str
 		return "", errors.New("get_operation: " + text.Text)
 	}
 	var op struct {
-		Status    domain.Status `json:"status"`
+		Status    vocab.Status `json:"status"`
 		Operation *struct {
-			Status domain.Status `json:"status"`
+			Status vocab.Status `json:"status"`
 		} `json:"operation"`
 	}
 	if err := json.Unmarshal([]byte(text.Text), &op); err != nil {

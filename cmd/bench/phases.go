@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // --- where a storm's time goes ---
@@ -115,7 +115,7 @@ func (h *phaseLog) WithGroup(name string) slog.Handler {
 
 // callPhases is one storm call, split where it was measured.
 type callPhases struct {
-	Outcome domain.Outcome
+	Outcome vocab.Outcome
 	Total   time.Duration
 	// Server: the handler saw the call once (no transport retry); then
 	// Before (release to the handler: the client's encoding, the
@@ -132,7 +132,7 @@ type callPhases struct {
 
 // phases returns call i's split, released at t0 (ns since base) and
 // answered at t1.
-func (p *phaseRecorder) phases(i int, t0, t1 time.Time, outcome domain.Outcome) callPhases {
+func (p *phaseRecorder) phases(i int, t0, t1 time.Time, outcome vocab.Outcome) callPhases {
 	c := callPhases{Outcome: outcome, Total: t1.Sub(t0)}
 	s, e := p.start[i].Load(), p.end[i].Load()
 	if p.seenCalls[i].Load() != 1 || s == 0 || e == 0 {
@@ -193,7 +193,7 @@ func breakdown(calls []callPhases) []*stormBreakdown {
 	for _, c := range sorted {
 		add("all", c)
 	}
-	outs := []domain.Outcome{}
+	outs := []vocab.Outcome{}
 	for _, c := range sorted {
 		if !slices.Contains(outs, c.Outcome) {
 			outs = append(outs, c.Outcome)

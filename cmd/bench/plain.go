@@ -12,7 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // --- the plain MCP server: what a team would write instead ---
@@ -30,8 +30,8 @@ type plainCreditIn struct {
 
 // plainCreditOut is the tool's answer: accepted, with River's job id.
 type plainCreditOut struct {
-	Outcome domain.Outcome `json:"outcome"`
-	JobID   int64          `json:"job_id"`
+	Outcome vocab.Outcome `json:"outcome"`
+	JobID   int64         `json:"job_id"`
 }
 
 // plainStack is a go-sdk MCP server with one tool, apply_credit, that
@@ -65,7 +65,7 @@ func startPlain(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger
 			}
 			logger.LogAttrs(ctx, slog.LevelInfo, "apply_credit", slog.String("tenant", benchTenant),
 				slog.String("customer_id", in.CustomerID), slog.Int64("job_id", id))
-			return nil, plainCreditOut{Outcome: domain.OutcomeAccepted, JobID: id}, nil
+			return nil, plainCreditOut{Outcome: vocab.OutcomeAccepted, JobID: id}, nil
 		})
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
@@ -119,7 +119,7 @@ func (r *runner) plainSpec() e2eSpec {
 				if err != nil {
 					return err
 				}
-				if ans.Outcome != domain.OutcomeAccepted {
+				if ans.Outcome != vocab.OutcomeAccepted {
 					return fmt.Errorf("outcome %s, want accepted", ans.Outcome)
 				}
 				return nil

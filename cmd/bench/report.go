@@ -18,8 +18,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Markers delimit the generated part of docs/benchmarks.md; the text around
@@ -295,8 +295,8 @@ func (r *runner) loneMarkdown(w func(string, ...any)) {
 	}
 	w("### Lone calls: time to the outcome, one call at a time\n\n")
 	w("One client makes one `apply_credit`-shaped call at a time, back to back (after %d unmeasured calls), and times it to its outcome. ", loneWarmup)
-	w("*idemgate over MCP*: the go-sdk client calls the api with IDEMGATE_WAIT at its default (%s): the call answers with the operation `succeeded`, seen by the gate's waiter, which reads the awaited claims every %s from the first tick after the claim commits (`get_operation` is polled only if the answer is not terminal). ", config.DefaultWait, gate.DefaultPollInterval)
-	w("*bare River*: `InsertTx` in its own transaction, then the job row read every %s from its commit, the same mechanism; its worker completes the job in the effect's transaction (`JobCompleteTx`), so the row is `completed` when the effect commits. ", gate.DefaultPollInterval)
+	w("*idemgate over MCP*: the go-sdk client calls the api with IDEMGATE_WAIT at its default (%s): the call answers with the operation `succeeded`, seen by the gate's waiter, which reads the awaited claims every %s from the first tick after the claim commits (`get_operation` is polled only if the answer is not terminal). ", config.DefaultWait, core.DefaultPollInterval)
+	w("*bare River*: `InsertTx` in its own transaction, then the job row read every %s from its commit, the same mechanism; its worker completes the job in the effect's transaction (`JobCompleteTx`), so the row is `completed` when the effect commits. ", core.DefaultPollInterval)
 	w("River's own completion event (`Client.Subscribe` in the worker's process) is given beside it: River's batch completer sends it when it flushes, every 250 ms while fewer than 100 completions wait. ")
 	w("Queue wait and run are River's `JobStatistics` per job (from the insert's `scheduled_at` to the fetch; the worker's `Work`); *rest* is the call's time outside both: the insert (for idemgate the claim), the poll's lag and, over MCP, the transport. ")
 	w("A call *waited for the fetch poll* when its queue wait exceeded %s: no insert NOTIFY woke the worker. ", fmtDur(loneSlowWait))
@@ -371,8 +371,8 @@ func loneRatios(a, b *loneResult) string {
 	return strings.Join(parts, " / ")
 }
 
-func outcomes(m map[domain.Outcome]int) string {
-	keys := make([]domain.Outcome, 0, len(m))
+func outcomes(m map[vocab.Outcome]int) string {
+	keys := make([]vocab.Outcome, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}

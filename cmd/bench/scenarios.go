@@ -24,10 +24,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/procstat"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Series are the measured figures; each has one row per concurrency.
@@ -240,12 +240,12 @@ func creditArgs(key string) (customer string, amount int64, raw []byte) {
 	return customer, amount, raw
 }
 
-var benchActor = domain.Actor{TenantID: benchTenant, UserID: "bench-agent", TokenID: "bench", Scopes: []string{"billing:credit"}}
+var benchActor = vocab.Actor{TenantID: benchTenant, UserID: "bench-agent", TokenID: "bench", Scopes: []string{"billing:credit"}}
 
 // claimInProcess is what the api does for a mutation, minus HTTP and MCP:
 // decode once, fingerprint, claim.
-func claimInProcess(ctx context.Context, g *gate.Gate, tool string, raw []byte) (*gate.ClaimResult, error) {
-	args, err := gate.DecodeArgs(raw)
+func claimInProcess(ctx context.Context, g *core.Gate, tool string, raw []byte) (*core.ClaimResult, error) {
+	args, err := core.DecodeArgs(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -253,17 +253,17 @@ func claimInProcess(ctx context.Context, g *gate.Gate, tool string, raw []byte) 
 	if err != nil {
 		return nil, err
 	}
-	return g.Claim(ctx, &gate.ClaimParams{Actor: benchActor, RequestID: "bench", Intent: intent})
+	return g.Claim(ctx, &core.ClaimParams{Actor: benchActor, RequestID: "bench", Intent: intent})
 }
 
 type mcpAnswer struct {
-	Outcome  domain.Outcome `json:"outcome"`
-	Replayed bool           `json:"replayed"`
+	Outcome  vocab.Outcome `json:"outcome"`
+	Replayed bool          `json:"replayed"`
 	Error    *struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
-	Operation *domain.Operation `json:"operation"`
+	Operation *vocab.Operation `json:"operation"`
 }
 
 func callMCP(ctx context.Context, s *mcp.ClientSession, raw []byte) (*mcpAnswer, error) {
@@ -344,7 +344,7 @@ func (r *runner) commitLimit(ctx context.Context, c int) error {
 	res := closedLoop(ctx, c, r.d, func(ctx context.Context, _, _ int) error {
 		key := randomKey()
 		_, _, raw := creditArgs(key)
-		_, err := st.ClaimInsert(ctx, &gate.ClaimInsertParams{
+		_, err := st.ClaimInsert(ctx, &core.ClaimInsertParams{
 			OperationID: uuid.NewString(), TenantID: benchTenant, Tool: "apply_credit", IdempotencyKey: key,
 			UserID: "bench-agent", Args: raw, ArgsHash: randomKey() + randomKey(), TTL: 24 * time.Hour,
 		})
@@ -528,7 +528,7 @@ func (r *runner) inProcessSpec(spec e2eSpec, tool string, opts stackOptions, arg
 			if err != nil {
 				return err
 			}
-			if res.Outcome != domain.OutcomeAccepted {
+			if res.Outcome != vocab.OutcomeAccepted {
 				return fmt.Errorf("outcome %s, want accepted", res.Outcome)
 			}
 			return nil
@@ -556,7 +556,7 @@ func (r *runner) mcpSpec() e2eSpec {
 				if err != nil {
 					return err
 				}
-				if ans.Outcome != domain.OutcomeAccepted {
+				if ans.Outcome != vocab.OutcomeAccepted {
 					return fmt.Errorf("outcome %s, want accepted", ans.Outcome)
 				}
 				return nil
@@ -683,7 +683,7 @@ func (r *runner) replay(ctx context.Context, concs []int, keys int) error {
 			if err != nil {
 				return err
 			}
-			if res.Outcome != domain.OutcomeReplayed {
+			if res.Outcome != vocab.OutcomeReplayed {
 				return fmt.Errorf("outcome %s, want replayed", res.Outcome)
 			}
 			return nil
@@ -702,7 +702,7 @@ func (r *runner) replay(ctx context.Context, concs []int, keys int) error {
 			if err != nil {
 				return err
 			}
-			if ans.Outcome != domain.OutcomeReplayed {
+			if ans.Outcome != vocab.OutcomeReplayed {
 				return fmt.Errorf("outcome %s, want replayed", ans.Outcome)
 			}
 			return nil
@@ -721,7 +721,7 @@ type stormResult struct {
 	Via       string // MCP or REST
 	Calls     int
 	Errors    int
-	Outcomes  map[domain.Outcome]int
+	Outcomes  map[vocab.Outcome]int
 	P50, P99  time.Duration
 	Max       time.Duration
 	Effects   int // ledger rows of the operation
@@ -810,7 +810,7 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 
 	// restCall is the REST twin of the call: the same gate behind plain
 	// HTTP, to show what the MCP layer costs on top.
-	restCall := func(ctx context.Context, key string, raw []byte) (domain.Outcome, error) {
+	restCall := func(ctx context.Context, key string, raw []byte) (vocab.Outcome, error) {
 		var args map[string]any
 		if err := json.Unmarshal(raw, &args); err != nil {
 			return "", err
@@ -836,7 +836,7 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 			return "", fmt.Errorf("HTTP %d", resp.StatusCode)
 		}
 		if ans.Outcome == "" && resp.StatusCode == http.StatusConflict {
-			return domain.OutcomeInFlight, nil
+			return vocab.OutcomeInFlight, nil
 		}
 		return ans.Outcome, nil
 	}
@@ -849,7 +849,7 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 			start = make(chan struct{})
 			lat   = make([]time.Duration, size)
 			t0s   = make([]time.Time, size)
-			outs  = make([]domain.Outcome, size)
+			outs  = make([]vocab.Outcome, size)
 			errs  = make([]error, size)
 		)
 		rec.reset()
@@ -862,7 +862,7 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 				t0 := time.Now()
 				t0s[i] = t0
 				var (
-					out domain.Outcome
+					out vocab.Outcome
 					err error
 				)
 				if via == "REST" {
@@ -904,7 +904,7 @@ func (r *runner) storm(ctx context.Context, storms, size int) error {
 		if !measured {
 			return nil
 		}
-		sr := stormResult{Via: via, Calls: size, Outcomes: map[domain.Outcome]int{}, Settled: settled, CPU: usage(a, b), Runtime: runtimeBetween(ra, rb)}
+		sr := stormResult{Via: via, Calls: size, Outcomes: map[vocab.Outcome]int{}, Settled: settled, CPU: usage(a, b), Runtime: runtimeBetween(ra, rb)}
 		ok := lat[:0:0]
 		for i := range size {
 			if errs[i] != nil {
@@ -1051,14 +1051,14 @@ func (r *runner) growth(ctx context.Context, claims, pruneRows int, window time.
 	if err != nil {
 		return err
 	}
-	g, err := gate.New(&gate.Config{Store: st, Enqueuer: noEnqueuer{}, Policies: tools.Policies(), Logger: r.logger})
+	g, err := core.New(&core.Config{Store: st, Enqueuer: noEnqueuer{}, Policies: tools.Policies(), Logger: r.logger})
 	if err != nil {
 		return err
 	}
 	stopProf := r.profile("prune")
 	a := smp.snap(ctx)
 	t0 = time.Now()
-	n, err := g.Prune(ctx, pruneRows/gate.PruneBatch+10)
+	n, err := g.Prune(ctx, pruneRows/core.PruneBatch+10)
 	gr.PruneTime = time.Since(t0)
 	b := smp.snap(ctx)
 	stopProf()
@@ -1074,7 +1074,7 @@ func (r *runner) growth(ctx context.Context, claims, pruneRows int, window time.
 
 type noEnqueuer struct{}
 
-func (noEnqueuer) JobInsert(context.Context, gate.Tx, *gate.Claim) (int64, error) {
+func (noEnqueuer) JobInsert(context.Context, core.Tx, *core.Claim) (int64, error) {
 	return 0, errors.New("bench: the pruner enqueues nothing")
 }
 

@@ -12,11 +12,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // approvalCmd is `idemctl approval`: list, approve and deny operations
@@ -73,13 +73,13 @@ func (c *approvalListCmd) Run(ctx context.Context, a *app) error {
 // approval, oldest first. The store pages a tenant's claims newest first
 // only, so it reads every waiting claim, page claims at a time, and keeps
 // the last limit (waiting claims live no longer than their window).
-func listAwaiting(ctx context.Context, s gate.Executor, tenant string, limit, page int) ([]*gate.Claim, error) {
+func listAwaiting(ctx context.Context, s core.Executor, tenant string, limit, page int) ([]*core.Claim, error) {
 	var (
-		oldest []*gate.Claim
-		after  *gate.ClaimCursor
+		oldest []*core.Claim
+		after  *core.ClaimCursor
 	)
 	for {
-		claims, err := s.ClaimListNewest(ctx, &gate.ClaimListNewestParams{TenantID: tenant, Status: domain.StatusAwaitingApproval,
+		claims, err := s.ClaimListNewest(ctx, &core.ClaimListNewestParams{TenantID: tenant, Status: vocab.StatusAwaitingApproval,
 			After: after, Limit: page})
 		if err != nil {
 			return nil, err
@@ -92,7 +92,7 @@ func listAwaiting(ctx context.Context, s gate.Executor, tenant string, limit, pa
 			break
 		}
 		last := claims[len(claims)-1]
-		after = &gate.ClaimCursor{CreatedAt: last.CreatedAt, ID: last.ID}
+		after = &core.ClaimCursor{CreatedAt: last.CreatedAt, ID: last.ID}
 	}
 	slices.Reverse(oldest)
 	return oldest, nil
@@ -111,7 +111,7 @@ type approvalView struct {
 	ApprovalExpiresAt *time.Time      `json:"approval_expires_at"`
 }
 
-func viewApproval(c *gate.Claim) approvalView {
+func viewApproval(c *core.Claim) approvalView {
 	return approvalView{OperationID: c.OperationID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey, Args: c.Args,
 		ArgsHash: c.ArgsHash, RequestedBy: c.UserID, RequestedAt: c.CreatedAt, ApprovalExpiresAt: c.ApprovalExpiresAt}
 }
@@ -148,7 +148,7 @@ func (*approvalApproveCmd) Help() string {
 }
 
 func (c *approvalApproveCmd) Run(ctx context.Context, a *app) error {
-	return c.decide(ctx, a, gate.EventApprove)
+	return c.decide(ctx, a, core.EventApprove)
 }
 
 // approvalDenyCmd is `idemctl approval deny`: gate.Gate.Deny.
@@ -159,7 +159,7 @@ func (*approvalDenyCmd) Help() string {
 }
 
 func (c *approvalDenyCmd) Run(ctx context.Context, a *app) error {
-	return c.decide(ctx, a, gate.EventDeny)
+	return c.decide(ctx, a, core.EventDeny)
 }
 
 // check checks the flags before the database is opened.
@@ -175,8 +175,8 @@ func (f *decideFlags) check() error {
 	if _, err := uuid.Parse(f.ID); err != nil || len(f.ID) != 36 {
 		return &usageError{fmt.Errorf("--id: %q is not an operation id (a UUID, as approval list prints it)", f.ID)}
 	}
-	if !domain.ValidID(f.As) {
-		return &usageError{fmt.Errorf("--as: %q must be %s", f.As, domain.IDRule)}
+	if !vocab.ValidID(f.As) {
+		return &usageError{fmt.Errorf("--as: %q must be %s", f.As, vocab.IDRule)}
 	}
 	if f.Reason != "" {
 		if err := ops.ValidateReason(f.Reason); err != nil {
@@ -188,7 +188,7 @@ func (f *decideFlags) check() error {
 
 // decide runs the decision e (approve or deny) through the gate, once
 // --as is known to be a person who may decide, and prints the operation.
-func (f *decideFlags) decide(ctx context.Context, a *app, e gate.Event) error {
+func (f *decideFlags) decide(ctx context.Context, a *app, e core.Event) error {
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -198,8 +198,8 @@ func (f *decideFlags) decide(ctx context.Context, a *app, e gate.Event) error {
 	}
 	defer db.Close()
 	cmd, requestID := "approval "+string(e), newRequestID()
-	c, err := db.data().ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: f.Tenant, OperationID: f.ID})
-	if errors.Is(err, domain.ErrNotFound) {
+	c, err := db.data().ClaimGetByOperation(ctx, &core.ClaimGetByOperationParams{TenantID: f.Tenant, OperationID: f.ID})
+	if errors.Is(err, vocab.ErrNotFound) {
 		return fmt.Errorf("%s: --id: no operation %s in tenant %q", cmd, f.ID, f.Tenant)
 	}
 	if err != nil {
@@ -208,10 +208,10 @@ func (f *decideFlags) decide(ctx context.Context, a *app, e gate.Event) error {
 	if err := f.mayDecide(ctx, db.data(), c, e, requestID); err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	p := &gate.DecideParams{Approver: domain.Actor{TenantID: f.Tenant, UserID: f.As}, RequestID: requestID,
+	p := &core.DecideParams{Approver: vocab.Actor{TenantID: f.Tenant, UserID: f.As}, RequestID: requestID,
 		OperationID: f.ID, ArgsHash: f.ArgsHash, Reason: f.Reason}
 	decided := o.Gate.Approve
-	if e == gate.EventDeny {
+	if e == core.EventDeny {
 		decided = o.Gate.Deny
 	}
 	c, err = decided(ctx, p)
@@ -227,7 +227,7 @@ func (f *decideFlags) decide(ctx context.Context, a *app, e gate.Event) error {
 // --as when they hold no live token of the tenant with scope
 // approvals:decide: idemctl decides only for a person the api would let
 // decide.
-func (f *decideFlags) mayDecide(ctx context.Context, s data, c *gate.Claim, e gate.Event, requestID string) error {
+func (f *decideFlags) mayDecide(ctx context.Context, s data, c *core.Claim, e core.Event, requestID string) error {
 	toks, err := s.TokenList(ctx, &store.TokenListParams{TenantID: f.Tenant})
 	if err != nil {
 		return err
@@ -241,8 +241,8 @@ func (f *decideFlags) mayDecide(ctx context.Context, s data, c *gate.Claim, e ga
 	}
 	msg := fmt.Sprintf("%q holds no live token of tenant %q with scope %s", f.As, f.Tenant, tokenspec.ScopeApprovalsDecide)
 	refused := &exitError{code: exitRefused, err: errors.New("--as: " + msg)}
-	ev := &gate.AuditInsertParams{TenantID: c.TenantID, UserID: f.As, RequestID: requestID, Tool: c.Tool,
-		IdempotencyKey: c.IdempotencyKey, OperationID: c.OperationID, JobID: c.JobID, Decision: domain.DecisionDenied,
+	ev := &core.AuditInsertParams{TenantID: c.TenantID, UserID: f.As, RequestID: requestID, Tool: c.Tool,
+		IdempotencyKey: c.IdempotencyKey, OperationID: c.OperationID, JobID: c.JobID, Decision: vocab.DecisionDenied,
 		Reason: fmt.Sprintf("%s refused: idemctl: %s", e, msg), ArgsHash: c.ArgsHash}
 	if err := s.AuditInsert(ctx, ev); err != nil {
 		return errors.Join(refused, fmt.Errorf("write the denied audit row: %w", err))
@@ -252,19 +252,19 @@ func (f *decideFlags) mayDecide(ctx context.Context, s data, c *gate.Claim, e ga
 
 // refusal says a refused decision in terms of the flags, with exit code 3;
 // an unknown operation exits 1.
-func (f *decideFlags) refusal(c *gate.Claim, err error) error {
+func (f *decideFlags) refusal(c *core.Claim, err error) error {
 	var msg string
 	switch {
-	case errors.Is(err, domain.ErrNotFound):
+	case errors.Is(err, vocab.ErrNotFound):
 		return fmt.Errorf("--id: no operation %s in tenant %q", f.ID, f.Tenant)
-	case errors.Is(err, gate.ErrApprovalFingerprint):
+	case errors.Is(err, core.ErrApprovalFingerprint):
 		msg = fmt.Sprintf("--args-hash: %s is not the fingerprint of the operation's arguments: decide on what approval list prints", f.ArgsHash)
-	case errors.Is(err, gate.ErrApprovalSelf):
+	case errors.Is(err, core.ErrApprovalSelf):
 		msg = fmt.Sprintf("--as: %q requested the operation; the requester may not approve or deny their own call (four eyes)", f.As)
-	case errors.Is(err, gate.ErrApprovalExpired):
+	case errors.Is(err, core.ErrApprovalExpired):
 		msg = fmt.Sprintf("--id: the approval window of operation %s has ended", f.ID)
-	case errors.Is(err, gate.ErrApprovalNotAwaiting):
-		status := domain.Status("")
+	case errors.Is(err, core.ErrApprovalNotAwaiting):
+		status := vocab.Status("")
 		if c != nil {
 			status = c.Status
 		}

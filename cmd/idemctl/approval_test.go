@@ -9,18 +9,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/enginetest"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // awaitClaim claims a refund of tenant that awaits approval for window;
 // its requester is support-bot.
-func (b *opBundle) awaitClaim(t *testing.T, tenant, key string, window time.Duration) *gate.Claim {
+func (b *opBundle) awaitClaim(t *testing.T, tenant, key string, window time.Duration) *core.Claim {
 	t.Helper()
-	c := gatetest.Claim(t.Context(), t, b.ops.Gate, &gatetest.ClaimOpts{Tenant: tenant, Key: key, ApprovalWindow: window}).Claim
-	require.Equal(t, domain.StatusAwaitingApproval, c.Status)
+	c := coretest.Claim(t.Context(), t, b.ops.Gate, &coretest.ClaimOpts{Tenant: tenant, Key: key, ApprovalWindow: window}).Claim
+	require.Equal(t, vocab.StatusAwaitingApproval, c.Status)
 	return c
 }
 
@@ -42,7 +42,7 @@ func (b *opBundle) deniedRows(t *testing.T, key string) int {
 }
 
 // decideArgs are the arguments of approval approve (or deny) of c by as.
-func decideArgs(verb string, c *gate.Claim, as, hash string, more ...string) []string {
+func decideArgs(verb string, c *core.Claim, as, hash string, more ...string) []string {
 	return append([]string{"approval", verb, "--tenant", c.TenantID, "--id", c.OperationID, "--as", as, "--args-hash", hash}, more...)
 }
 
@@ -54,7 +54,7 @@ func TestApprovalList(t *testing.T) {
 		first := b.awaitClaim(t, "acme", "appr-first-00001", time.Hour)
 		second := b.awaitClaim(t, "acme", "appr-second-0001", 2*time.Hour)
 		b.awaitClaim(t, "globex", "appr-other-00001", time.Hour)
-		b.claim(t, "acme", "appr-queued-0001", domain.StatusQueued, "")
+		b.claim(t, "acme", "appr-queued-0001", vocab.StatusQueued, "")
 
 		res := idemctl(ctx, t, b.dbURL, "approval", "list", "--tenant", "acme")
 		require.Equal(t, exitOK, res.code, res.stderr)
@@ -170,7 +170,7 @@ func TestApprovalDecide(t *testing.T) {
 }
 
 // opGet runs op get of c and decodes it.
-func opGet(t *testing.T, b *opBundle, c *gate.Claim) map[string]any {
+func opGet(t *testing.T, b *opBundle, c *core.Claim) map[string]any {
 	t.Helper()
 	res := idemctl(t.Context(), t, b.dbURL, "op", "get", "--tenant", c.TenantID, "--tool", c.Tool, "--key", c.IdempotencyKey)
 	require.Equal(t, exitOK, res.code, res.stderr)
@@ -181,7 +181,7 @@ func opGet(t *testing.T, b *opBundle, c *gate.Claim) map[string]any {
 
 // requireApprovalTrail checks op get's approval summary of the approved
 // refund: who asked, who approved with their note, and the refusals.
-func requireApprovalTrail(t *testing.T, b *opBundle, refund *gate.Claim) {
+func requireApprovalTrail(t *testing.T, b *opBundle, refund *core.Claim) {
 	t.Helper()
 	trail, ok := opGet(t, b, refund)["approval"].(map[string]any)
 	require.True(t, ok, "op get has an approval object")
@@ -201,7 +201,7 @@ func requireApprovalTrail(t *testing.T, b *opBundle, refund *gate.Claim) {
 	require.Equal(t, "finance-lead", refused[6].(map[string]any)["by"], "the second approval")
 
 	// An operation that never awaited approval has none.
-	plain := b.claim(t, "acme", "appr-plain-00001", domain.StatusQueued, "")
+	plain := b.claim(t, "acme", "appr-plain-00001", vocab.StatusQueued, "")
 	require.NotContains(t, opGet(t, b, plain), "approval")
 }
 
@@ -241,12 +241,12 @@ func requireExpired(t *testing.T, b *opBundle) {
 	require.Equal(t, exitRefused, res.code, res.stderr)
 	require.Contains(t, res.stderr, "--id: the approval window of operation "+c.OperationID+" has ended")
 
-	n, err := b.ops.Gate.ExpireApprovals(ctx, &gate.ExpireApprovalsParams{})
+	n, err := b.ops.Gate.ExpireApprovals(ctx, &core.ExpireApprovalsParams{})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	trail := opGet(t, b, c)["approval"].(map[string]any)
 	require.Equal(t, "expired", trail["decision"])
-	require.Equal(t, gate.WorkerUser, trail["decided_by"])
+	require.Equal(t, core.WorkerUser, trail["decided_by"])
 	require.Len(t, trail["refused"], 1)
 }
 

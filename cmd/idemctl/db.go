@@ -7,9 +7,9 @@ import (
 
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/drivers"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/store"
 )
 
@@ -21,7 +21,7 @@ type database struct {
 
 // data is what the commands read and write besides River.
 type data interface {
-	gate.Store
+	core.Store
 	store.Tokens
 	store.Seeder
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/alecthomas/kong"
 
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/ops"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // exitRefused is the exit code of a re-drive the gate refused (the
@@ -89,7 +89,7 @@ func (c *opGetCmd) Run(ctx context.Context, a *app) error {
 	}
 	defer db.Close()
 	d, err := ops.GetOperation(ctx, db.data(), c.Tenant, c.Tool, c.Key)
-	if errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, vocab.ErrNotFound) {
 		return fmt.Errorf("op get: no operation %s/%s in tenant %q", c.Tool, c.Key, c.Tenant)
 	}
 	if err != nil {
@@ -136,7 +136,7 @@ func (c *opListCmd) Run(ctx context.Context, a *app) error {
 }
 
 // params checks the flags of op list.
-func (c *opListCmd) params() (*gate.ClaimListParams, error) {
+func (c *opListCmd) params() (*core.ClaimListParams, error) {
 	if c.Tenant == "" {
 		return nil, &usageError{errors.New("--tenant is required")}
 	}
@@ -154,7 +154,7 @@ func (c *opListCmd) params() (*gate.ClaimListParams, error) {
 	if c.Limit < 1 || c.Limit > maxListLimit {
 		return nil, &usageError{fmt.Errorf("--limit: must be within 1 and %d, got %d", maxListLimit, c.Limit)}
 	}
-	p := &gate.ClaimListParams{TenantID: c.Tenant, Tool: c.Tool, Status: st, Limit: c.Limit}
+	p := &core.ClaimListParams{TenantID: c.Tenant, Tool: c.Tool, Status: st, Limit: c.Limit}
 	if !since.IsZero() {
 		p.Since = &since
 	}
@@ -208,7 +208,7 @@ func (c *opRedriveCmd) Run(ctx context.Context, kctx *kong.Context, a *app) erro
 	switch {
 	case ops.Refused(err):
 		return &exitError{code: exitRefused, err: fmt.Errorf("op redrive: %w", err)}
-	case errors.Is(err, domain.ErrNotFound):
+	case errors.Is(err, vocab.ErrNotFound):
 		return fmt.Errorf("op redrive: no operation %s/%s in tenant %q", p.Tool, p.Key, p.TenantID)
 	case err != nil:
 		return fmt.Errorf("op redrive: %w", err)
@@ -225,7 +225,7 @@ func (c *opRedriveCmd) params(kctx *kong.Context) (*ops.RedriveSelectionParams, 
 	if err := validTenant(c.Tenant); err != nil {
 		return nil, err
 	}
-	p := &ops.RedriveSelectionParams{TenantID: c.Tenant, Tool: c.Tool, Key: c.Key, Status: domain.Status(c.Status),
+	p := &ops.RedriveSelectionParams{TenantID: c.Tenant, Tool: c.Tool, Key: c.Key, Status: vocab.Status(c.Status),
 		Operator: defaultOperator(), Reason: c.Reason, DryRun: c.DryRun}
 	if c.Operator != nil {
 		p.Operator = *c.Operator
@@ -306,9 +306,9 @@ func requireFlags(flags map[string]string) error {
 	return nil
 }
 
-func parseStatus(s string) (domain.Status, error) {
-	switch st := domain.Status(s); st {
-	case "", domain.StatusAwaitingApproval, domain.StatusQueued, domain.StatusRunning, domain.StatusSucceeded, domain.StatusFailed:
+func parseStatus(s string) (vocab.Status, error) {
+	switch st := vocab.Status(s); st {
+	case "", vocab.StatusAwaitingApproval, vocab.StatusQueued, vocab.StatusRunning, vocab.StatusSucceeded, vocab.StatusFailed:
 		return st, nil
 	}
 	return "", &usageError{fmt.Errorf("--status: %q is not awaiting_approval, queued, running, succeeded or failed", s)}
@@ -335,8 +335,8 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 
 // validTenant checks a tenant id like the seed file and tokens do.
 func validTenant(t string) error {
-	if !domain.ValidID(t) {
-		return &usageError{fmt.Errorf("--tenant: %q must be %s", t, domain.IDRule)}
+	if !vocab.ValidID(t) {
+		return &usageError{fmt.Errorf("--tenant: %q must be %s", t, vocab.IDRule)}
 	}
 	return nil
 }

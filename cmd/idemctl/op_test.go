@@ -14,13 +14,13 @@ import (
 
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/enginetest"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // opBundle is a fresh database on one engine and the operators' parts on
@@ -51,25 +51,25 @@ func setupOp(t *testing.T, engine string) *opBundle {
 // claim makes a claim through the gate (with its River job) and brings it
 // to status: queued, running, succeeded, or failed with code (its job
 // cancelled, as the worker does).
-func (b *opBundle) claim(t *testing.T, tenant, key string, status domain.Status, code domain.Code) *gate.Claim {
+func (b *opBundle) claim(t *testing.T, tenant, key string, status vocab.Status, code vocab.Code) *core.Claim {
 	t.Helper()
 	ctx := context.Background()
-	c := gatetest.Claim(ctx, t, b.ops.Gate, &gatetest.ClaimOpts{Tenant: tenant, Key: key}).Claim
-	if status == domain.StatusQueued {
+	c := coretest.Claim(ctx, t, b.ops.Gate, &coretest.ClaimOpts{Tenant: tenant, Key: key}).Claim
+	if status == vocab.StatusQueued {
 		return c
 	}
 	s := b.ops.Gate.Store()
-	leased, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+	leased, err := s.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	switch status {
-	case domain.StatusRunning:
+	case vocab.StatusRunning:
 		return leased
-	case domain.StatusSucceeded:
-		done, err := s.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"refund_id":"re_1"}`)})
+	case vocab.StatusSucceeded:
+		done, err := s.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: c.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"refund_id":"re_1"}`)})
 		require.NoError(t, err)
 		return done
 	}
-	failed, err := s.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: leased.Epoch, Error: domain.ErrorInfo{Code: code, Message: string(code)}})
+	failed, err := s.ClaimFail(ctx, &core.ClaimFailParams{ID: c.ID, Epoch: leased.Epoch, Error: vocab.ErrorInfo{Code: code, Message: string(code)}})
 	require.NoError(t, err)
 	tx, err := s.Begin(ctx)
 	require.NoError(t, err)
@@ -102,17 +102,17 @@ func TestOpGetAndList(t *testing.T) {
 	t.Parallel()
 	enginetest.Run(t, func(t *testing.T, engine string) {
 		b := setupOp(t, engine)
-		failed := b.claim(t, "acme", "op-failed-00001", domain.StatusFailed, domain.CodeCardDeclined)
-		succeeded := b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
-		b.claim(t, "acme", "op-queued-00001", domain.StatusQueued, "")
-		b.claim(t, "globex", "op-failed-00001", domain.StatusFailed, domain.CodeOutcomeUnknown)
+		failed := b.claim(t, "acme", "op-failed-00001", vocab.StatusFailed, vocab.CodeCardDeclined)
+		succeeded := b.claim(t, "acme", "op-succeeded-01", vocab.StatusSucceeded, "")
+		b.claim(t, "acme", "op-queued-00001", vocab.StatusQueued, "")
+		b.claim(t, "globex", "op-failed-00001", vocab.StatusFailed, vocab.CodeOutcomeUnknown)
 		requireOpGet(t, b, failed)
 		requireOpList(t, b, failed, succeeded)
 	})
 }
 
 // requireOpGet checks op get of the failed claim, and of an unknown key.
-func requireOpGet(t *testing.T, b *opBundle, failed *gate.Claim) {
+func requireOpGet(t *testing.T, b *opBundle, failed *core.Claim) {
 	ctx := t.Context()
 	res := idemctl(ctx, t, b.dbURL, "op", "get", "--tenant", "acme", "--tool", "refund_order", "--key", "op-failed-00001")
 	require.Equal(t, exitOK, res.code, res.stderr)
@@ -144,7 +144,7 @@ func requireOpGet(t *testing.T, b *opBundle, failed *gate.Claim) {
 
 // requireOpList checks op list: the tenant's operations, newest first,
 // filtered.
-func requireOpList(t *testing.T, b *opBundle, failed, succeeded *gate.Claim) {
+func requireOpList(t *testing.T, b *opBundle, failed, succeeded *core.Claim) {
 	ctx := t.Context()
 	res := idemctl(ctx, t, b.dbURL, "op", "list", "--tenant", "acme")
 	require.Equal(t, exitOK, res.code, res.stderr)
@@ -182,9 +182,9 @@ func TestOpRedriveOne(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, engine string) {
 		ctx := t.Context()
 		b := setupOp(t, engine)
-		declined := b.claim(t, "acme", "op-declined-0001", domain.StatusFailed, domain.CodeCardDeclined)
-		succeeded := b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
-		queued := b.claim(t, "acme", "op-queued-00001", domain.StatusQueued, "")
+		declined := b.claim(t, "acme", "op-declined-0001", vocab.StatusFailed, vocab.CodeCardDeclined)
+		succeeded := b.claim(t, "acme", "op-succeeded-01", vocab.StatusSucceeded, "")
+		queued := b.claim(t, "acme", "op-queued-00001", vocab.StatusQueued, "")
 		require.Equal(t, "cancelled", b.jobState(t, declined.JobID))
 
 		// --dry-run: says what it would do and changes nothing.
@@ -202,7 +202,7 @@ func TestOpRedriveOne(t *testing.T) {
 		require.Equal(t, "cancelled", b.jobState(t, declined.JobID))
 
 		// Refused: succeeded (exit 3, with the refused line), and queued.
-		for _, c := range []*gate.Claim{succeeded, queued} {
+		for _, c := range []*core.Claim{succeeded, queued} {
 			before := b.claimRow(t, c.ID)
 			res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", c.IdempotencyKey, "--reason", "try")
 			require.Equal(t, exitRefused, res.code, res.stderr)
@@ -223,7 +223,7 @@ func TestOpRedriveOne(t *testing.T) {
 // declined: nothing happened), a fresh job (the old one's cancellation was
 // requested), a redriven audit row naming the operator; then a second
 // re-drive is refused.
-func requireRedriveDeclined(t *testing.T, b *opBundle, declined *gate.Claim) {
+func requireRedriveDeclined(t *testing.T, b *opBundle, declined *core.Claim) {
 	ctx := t.Context()
 	res := idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001",
 		"--reason", "card fixed", "--operator", "alice")
@@ -272,7 +272,7 @@ func requireRedriveDeclined(t *testing.T, b *opBundle, declined *gate.Claim) {
 
 // redriveSet is the claims of TestOpRedriveSet.
 type redriveSet struct {
-	unknown, declined, cleaned, succeeded, old, other *gate.Claim
+	unknown, declined, cleaned, succeeded, old, other *core.Claim
 }
 
 func TestOpRedriveSet(t *testing.T) {
@@ -281,19 +281,19 @@ func TestOpRedriveSet(t *testing.T) {
 		ctx := t.Context()
 		b := setupOp(t, engine)
 		s := &redriveSet{
-			unknown:  b.claim(t, "acme", "op-unknown-00001", domain.StatusFailed, domain.CodeOutcomeUnknown),
-			declined: b.claim(t, "acme", "op-declined-0001", domain.StatusFailed, domain.CodeCardDeclined),
-			cleaned:  b.claim(t, "acme", "op-cleaned-00001", domain.StatusFailed, domain.CodeRetriesExhausted),
+			unknown:  b.claim(t, "acme", "op-unknown-00001", vocab.StatusFailed, vocab.CodeOutcomeUnknown),
+			declined: b.claim(t, "acme", "op-declined-0001", vocab.StatusFailed, vocab.CodeCardDeclined),
+			cleaned:  b.claim(t, "acme", "op-cleaned-00001", vocab.StatusFailed, vocab.CodeRetriesExhausted),
 		}
 		// River cleaned this one's job: the re-drive inserts a fresh one.
 		b.db.Exec(t, `DELETE FROM river_job WHERE id = $1`, s.cleaned.JobID)
-		s.succeeded = b.claim(t, "acme", "op-succeeded-01", domain.StatusSucceeded, "")
-		s.old = b.claim(t, "acme", "op-old-failed-01", domain.StatusFailed, domain.CodeOutcomeUnknown)
+		s.succeeded = b.claim(t, "acme", "op-succeeded-01", vocab.StatusSucceeded, "")
+		s.old = b.claim(t, "acme", "op-old-failed-01", vocab.StatusFailed, vocab.CodeOutcomeUnknown)
 		b.setClaimTime(t, "updated_at", s.old.ID, time.Now().Add(-3*time.Hour))
-		s.other = b.claim(t, "globex", "op-unknown-00001", domain.StatusFailed, domain.CodeOutcomeUnknown)
+		s.other = b.claim(t, "globex", "op-unknown-00001", vocab.StatusFailed, vocab.CodeOutcomeUnknown)
 
 		untouched := map[int64]string{}
-		for _, c := range []*gate.Claim{s.unknown, s.declined, s.cleaned, s.succeeded, s.old, s.other} {
+		for _, c := range []*core.Claim{s.unknown, s.declined, s.cleaned, s.succeeded, s.old, s.other} {
 			untouched[c.ID] = b.claimRow(t, c.ID)
 		}
 		args := []string{"op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--status", "failed", "--since", "1h",
@@ -339,7 +339,7 @@ func requireRedriveSet(t *testing.T, b *opBundle, s *redriveSet, args []string, 
 	require.NotEqual(t, s.cleaned.JobID, fresh)
 	require.Equal(t, "available", b.jobState(t, fresh))
 	require.Equal(t, "available", b.jobState(t, int64(byKey["op-unknown-00001"]["job_id"].(float64))))
-	for _, c := range []*gate.Claim{s.succeeded, s.old, s.other} {
+	for _, c := range []*core.Claim{s.succeeded, s.old, s.other} {
 		require.Equal(t, untouched[c.ID], b.claimRow(t, c.ID), "%s/%s is outside the set", c.TenantID, c.IdempotencyKey)
 	}
 
@@ -395,16 +395,16 @@ func TestPrune(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, engine string) {
 		ctx := t.Context()
 		b := setupOp(t, engine)
-		var expired []*gate.Claim
+		var expired []*core.Claim
 		for _, key := range []string{"prune-succeeded-1", "prune-succeeded-2"} {
-			expired = append(expired, b.claim(t, "acme", key, domain.StatusSucceeded, ""))
+			expired = append(expired, b.claim(t, "acme", key, vocab.StatusSucceeded, ""))
 		}
-		expired = append(expired, b.claim(t, "acme", "prune-failed-0001", domain.StatusFailed, domain.CodeCardDeclined))
+		expired = append(expired, b.claim(t, "acme", "prune-failed-0001", vocab.StatusFailed, vocab.CodeCardDeclined))
 		var left []string
-		for _, c := range []*gate.Claim{
-			b.claim(t, "acme", "prune-live-00001", domain.StatusSucceeded, ""),
-			b.claim(t, "acme", "prune-queued-001", domain.StatusQueued, ""),
-			b.claim(t, "acme", "prune-running-01", domain.StatusRunning, ""),
+		for _, c := range []*core.Claim{
+			b.claim(t, "acme", "prune-live-00001", vocab.StatusSucceeded, ""),
+			b.claim(t, "acme", "prune-queued-001", vocab.StatusQueued, ""),
+			b.claim(t, "acme", "prune-running-01", vocab.StatusRunning, ""),
 		} {
 			left = append(left, strconv.FormatInt(c.ID, 10))
 		}
@@ -432,7 +432,7 @@ func TestOpCommandsWaitForTheSQLiteWriteLock(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := setupOp(t, config.DriverSQLite)
-	c := b.claim(t, "acme", "lock-succeeded-01", domain.StatusSucceeded, "")
+	c := b.claim(t, "acme", "lock-succeeded-01", vocab.StatusSucceeded, "")
 	b.setClaimTime(t, "expires_at", c.ID, time.Now().Add(-time.Minute))
 
 	// Another process's transaction: BEGIN IMMEDIATE takes the write lock.
@@ -480,8 +480,8 @@ func TestOpRedriveRefusesCancelled(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, engine string) {
 		ctx := t.Context()
 		b := setupOp(t, engine)
-		queued := b.claim(t, "acme", "op-cancelled-001", domain.StatusQueued, "")
-		_, err := b.ops.Gate.Cancel(ctx, &gate.CancelParams{TenantID: "acme", OperationID: queued.OperationID, UserID: "support-bot"}, b.ops.Jobs)
+		queued := b.claim(t, "acme", "op-cancelled-001", vocab.StatusQueued, "")
+		_, err := b.ops.Gate.Cancel(ctx, &core.CancelParams{TenantID: "acme", OperationID: queued.OperationID, UserID: "support-bot"}, b.ops.Jobs)
 		require.NoError(t, err)
 		before := b.claimRow(t, queued.ID)
 		denied := func() int {

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // tokenCmd is `idemctl token`: create, revoke and list bearer tokens.
@@ -90,12 +90,12 @@ func validateTokenFlags(tenant, user string, scopes []string, expiresIn time.Dur
 	switch {
 	case tenant == "":
 		return &usageError{errors.New("--tenant is required")}
-	case !domain.ValidID(tenant):
-		return &usageError{fmt.Errorf("--tenant: %q must be %s", tenant, domain.IDRule)}
+	case !vocab.ValidID(tenant):
+		return &usageError{fmt.Errorf("--tenant: %q must be %s", tenant, vocab.IDRule)}
 	case user == "":
 		return &usageError{errors.New("--user is required")}
-	case !domain.ValidID(user):
-		return &usageError{fmt.Errorf("--user: %q must be %s", user, domain.IDRule)}
+	case !vocab.ValidID(user):
+		return &usageError{fmt.Errorf("--user: %q must be %s", user, vocab.IDRule)}
 	case expiresIn < 0:
 		return &usageError{fmt.Errorf("--expires-in: must be positive, got %s", expiresIn)}
 	}
@@ -125,7 +125,7 @@ func (c *tokenRevokeCmd) Run(ctx context.Context, a *app) error {
 	defer d.Close()
 
 	tok, err := d.data().TokenRevoke(ctx, &store.TokenRevokeParams{ID: c.ID, TenantID: c.Tenant})
-	if errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, vocab.ErrNotFound) {
 		if c.Tenant != "" {
 			return fmt.Errorf("token revoke: no token %q in tenant %q", c.ID, c.Tenant)
 		}

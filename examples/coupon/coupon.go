@@ -5,7 +5,7 @@ import (
 	"embed"
 	"io/fs"
 
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
 )
 
 // IssueCouponArgs are issue_coupon's arguments; idemgate adds
@@ -25,13 +25,13 @@ type Coupon struct {
 // IssueCoupon issues one coupon per intent. Its effect is in-transaction:
 // the row is inserted in the transaction that completes the operation, so
 // a retry, a duplicate job or a killed worker can never insert a second.
-var IssueCoupon = &tool.Mutation[IssueCouponArgs, Coupon]{
+var IssueCoupon = &gate.Mutation[IssueCouponArgs, Coupon]{
 	Name:        "issue_coupon",
 	Title:       "Issue a coupon",
 	Description: "Issue a discount coupon to a customer, exactly once per idempotency_key.",
 	Scope:       "coupons:issue",
-	Policy:      tool.Policy{AuditFields: []string{"customer_id", "percent_off"}},
-	InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[IssueCouponArgs]) (*Coupon, error) {
+	Policy:      gate.Policy{AuditFields: []string{"customer_id", "percent_off"}},
+	InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[IssueCouponArgs]) (*Coupon, error) {
 		c := &Coupon{CouponID: "cpn_" + op.OperationID, CustomerID: op.Args.CustomerID, PercentOff: op.Args.PercentOff}
 		_, err := tx.Exec(ctx, `INSERT INTO coupons (coupon_id, tenant_id, operation_id, customer_id, percent_off)
 			VALUES ($1, $2, $3, $4, $5)`, c.CouponID, op.TenantID, op.OperationID, c.CustomerID, c.PercentOff)

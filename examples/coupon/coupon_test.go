@@ -9,18 +9,18 @@ import (
 
 	"github.com/idemgate/idemgate"
 
-	"github.com/idemgate/idemgate/idemtype"
-	"github.com/idemgate/idemgate/tool"
-	"github.com/idemgate/idemgate/tool/tooltest"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatetest"
 )
 
-func couponCase() *tooltest.Case {
-	return &tooltest.Case{
+func couponCase() *gatetest.Case {
+	return &gatetest.Case{
 		Tool:        "issue_coupon",
 		Args:        map[string]any{"customer_id": "cus_1", "percent_off": 10},
 		Differ:      map[string]any{"customer_id": "cus_1", "percent_off": 20},
 		DifferField: "percent_off",
-		Effects: func(t testing.TB, h *tooltest.Harness, op *idemtype.Operation) int {
+		Effects: func(t testing.TB, h *gatetest.Harness, op *domain.Operation) int {
 			return h.Count(t, `SELECT count(*) FROM coupons WHERE operation_id = $1`, op.OperationID)
 		},
 	}
@@ -28,16 +28,16 @@ func couponCase() *tooltest.Case {
 
 func TestIssueCouponOnPostgres(t *testing.T) {
 	t.Parallel()
-	reg := tool.NewRegistry().MustAdd(IssueCoupon)
-	h := tooltest.Postgres(t, reg, &tooltest.Options{Migrations: Migrations})
-	tooltest.Check(t, h, couponCase())
+	reg := gate.NewRegistry().MustAdd(IssueCoupon)
+	h := gatetest.Postgres(t, reg, &gatetest.Options{Migrations: Migrations})
+	gatetest.Check(t, h, couponCase())
 }
 
 func TestIssueCouponOnSQLite(t *testing.T) {
 	t.Parallel()
-	reg := tool.NewRegistry().MustAdd(IssueCoupon)
-	h := tooltest.SQLite(t, reg, &tooltest.Options{Migrations: Migrations})
-	tooltest.Check(t, h, couponCase())
+	reg := gate.NewRegistry().MustAdd(IssueCoupon)
+	h := gatetest.SQLite(t, reg, &gatetest.Options{Migrations: Migrations})
+	gatetest.Check(t, h, couponCase())
 }
 
 // This program does not import package builtins, so asking for them is a
@@ -46,7 +46,7 @@ func TestBuiltinsNeedTheImport(t *testing.T) {
 	t.Parallel()
 	cfg, err := idemgate.LoadConfig([]string{"--database-url=sqlite:" + filepath.Join(t.TempDir(), "x.db")})
 	require.NoError(t, err)
-	_, err = idemgate.Open(t.Context(), cfg, tool.NewRegistry(), &idemgate.Options{Builtins: true})
+	_, err = idemgate.Open(t.Context(), cfg, gate.NewRegistry(), &idemgate.Options{Builtins: true})
 	require.ErrorContains(t, err, `import _ "github.com/idemgate/idemgate/builtins"`)
 	// Nor are their settings read: a Stripe flag is unknown here.
 	_, err = idemgate.LoadConfig([]string{"--stripe-api-key=sk_test_1"})

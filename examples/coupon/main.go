@@ -19,7 +19,7 @@ import (
 	"syscall"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
 )
 
 func main() {
@@ -39,7 +39,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	reg := tool.NewRegistry()
+	reg := gate.NewRegistry()
 	if err := reg.Add(IssueCoupon); err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func run() error {
 	if err := svc.Migrate(ctx); err != nil {
 		return err
 	}
-	token, err := svc.CreateToken(ctx, "demo", "demo-agent", IssueCoupon.Scope, tool.ScopeOperationsRead)
+	token, err := svc.CreateToken(ctx, "demo", "demo-agent", IssueCoupon.Scope, gate.ScopeOperationsRead)
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/idemtype"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
 )
 
 // Keys are the team's own API keys: "lic_" + a base64url JSON payload
@@ -52,26 +52,26 @@ func (k *Keys) sign(body string) string {
 
 // Authenticate is the service's idemgate.Options.Authenticate: the caller
 // a valid key names, or an unauthenticated error saying what is wrong.
-func (k *Keys) Authenticate(r *http.Request) (tool.Caller, error) {
+func (k *Keys) Authenticate(r *http.Request) (gate.Caller, error) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return tool.Caller{}, refused("an Authorization: Bearer lic_… key is required")
+		return gate.Caller{}, refused("an Authorization: Bearer lic_… key is required")
 	}
 	body, sig, ok := strings.Cut(strings.TrimPrefix(token, "lic_"), ".")
 	if !ok || !strings.HasPrefix(token, "lic_") || !hmac.Equal([]byte(sig), []byte(k.sign(body))) {
-		return tool.Caller{}, refused("the key is not one of ours")
+		return gate.Caller{}, refused("the key is not one of ours")
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(body)
 	var p keyPayload
 	if err != nil || json.Unmarshal(raw, &p) != nil {
-		return tool.Caller{}, refused("the key is not one of ours")
+		return gate.Caller{}, refused("the key is not one of ours")
 	}
 	if k.now().Unix() >= p.Expires {
-		return tool.Caller{}, refused("the key expired")
+		return gate.Caller{}, refused("the key expired")
 	}
-	return tool.Caller{TenantID: p.Tenant, UserID: p.User, Scopes: p.Scopes}, nil
+	return gate.Caller{TenantID: p.Tenant, UserID: p.User, Scopes: p.Scopes}, nil
 }
 
 func refused(msg string) error {
-	return &idemtype.Error{Code: idemtype.CodeUnauthenticated, Field: "Authorization", Message: msg}
+	return &domain.Error{Code: domain.CodeUnauthenticated, Field: "Authorization", Message: msg}
 }

@@ -16,24 +16,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/idemtype"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/tool"
-	"github.com/idemgate/idemgate/tool/tooltest"
 )
 
 const testSigningKey = "licenses-test-signing-key-0123456789abcdef"
 
-// cases are the guarantees tooltest.Check proves for the team's two
+// cases are the guarantees gatetest.Check proves for the team's two
 // mutations, counting effects where they land: the licenses table, and
 // the provisioning API's workspaces (and the team's copy of them).
-func cases(api *WorkspaceAPI) []*tooltest.Case {
-	return []*tooltest.Case{{
+func cases(api *WorkspaceAPI) []*gatetest.Case {
+	return []*gatetest.Case{{
 		Tool:        "grant_license",
 		Args:        map[string]any{"customer_id": "cus_1", "plan": "team", "seats": 5},
 		Differ:      map[string]any{"customer_id": "cus_1", "plan": "team", "seats": 6},
 		DifferField: "seats",
-		Effects: func(t testing.TB, h *tooltest.Harness, op *idemtype.Operation) int {
+		Effects: func(t testing.TB, h *gatetest.Harness, op *domain.Operation) int {
 			return h.Count(t, `SELECT count(*) FROM licenses WHERE operation_id = $1`, op.OperationID)
 		},
 	}, {
@@ -41,7 +41,7 @@ func cases(api *WorkspaceAPI) []*tooltest.Case {
 		Args:        map[string]any{"name": "acme-prod"},
 		Differ:      map[string]any{"name": "acme-staging"},
 		DifferField: "name",
-		Effects: func(t testing.TB, h *tooltest.Harness, op *idemtype.Operation) int {
+		Effects: func(t testing.TB, h *gatetest.Harness, op *domain.Operation) int {
 			copies := h.Count(t, `SELECT count(*) FROM workspaces WHERE operation_id = $1`, op.OperationID)
 			made := api.Made(op.OperationID)
 			if copies > made {
@@ -52,9 +52,9 @@ func cases(api *WorkspaceAPI) []*tooltest.Case {
 	}}
 }
 
-func registry(api *WorkspaceAPI) (*tool.Registry, func()) {
+func registry(api *WorkspaceAPI) (*gate.Registry, func()) {
 	srv := httptest.NewServer(api)
-	reg := tool.NewRegistry().MustAdd(GrantLicense, GetLicense, ProvisionWorkspace(&WorkspaceClient{BaseURL: srv.URL}))
+	reg := gate.NewRegistry().MustAdd(GrantLicense, GetLicense, ProvisionWorkspace(&WorkspaceClient{BaseURL: srv.URL}))
 	return reg, srv.Close
 }
 
@@ -63,9 +63,9 @@ func TestToolsOnPostgres(t *testing.T) {
 	api := NewWorkspaceAPI()
 	reg, stop := registry(api)
 	t.Cleanup(stop)
-	h := tooltest.Postgres(t, reg, &tooltest.Options{Migrations: Migrations})
+	h := gatetest.Postgres(t, reg, &gatetest.Options{Migrations: Migrations})
 	for _, c := range cases(api) {
-		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
+		t.Run(c.Tool, func(t *testing.T) { gatetest.Check(t, h, c) })
 	}
 	t.Run("ReadBack", func(t *testing.T) { readBack(t, h) })
 }
@@ -75,9 +75,9 @@ func TestToolsOnSQLite(t *testing.T) {
 	api := NewWorkspaceAPI()
 	reg, stop := registry(api)
 	t.Cleanup(stop)
-	h := tooltest.SQLite(t, reg, &tooltest.Options{Migrations: Migrations})
+	h := gatetest.SQLite(t, reg, &gatetest.Options{Migrations: Migrations})
 	for _, c := range cases(api) {
-		t.Run(c.Tool, func(t *testing.T) { tooltest.Check(t, h, c) })
+		t.Run(c.Tool, func(t *testing.T) { gatetest.Check(t, h, c) })
 	}
 	t.Run("ReadBack", func(t *testing.T) { readBack(t, h) })
 }
@@ -85,18 +85,18 @@ func TestToolsOnSQLite(t *testing.T) {
 // readBack grants a license through the harness and reads it with
 // get_license, over the REST twin (Harness.Read) and over MCP
 // (Harness.MCP); another license id is not found.
-func readBack(t *testing.T, h *tooltest.Harness) {
+func readBack(t *testing.T, h *gatetest.Harness) {
 	h.Call(t, "grant_license", "read-back-0001", map[string]any{"customer_id": "cus_7", "plan": "team", "seats": 3})
 	op := h.Await(t, "grant_license", "read-back-0001")
-	require.Equal(t, idemtype.StatusSucceeded, op.Status)
+	require.Equal(t, domain.StatusSucceeded, op.Status)
 	var granted License
 	require.NoError(t, json.Unmarshal(op.Result, &granted))
 	var got License
 	require.NoError(t, h.Read(t, "get_license", map[string]any{"license_id": granted.LicenseID}, &got))
 	require.Equal(t, granted, got)
-	var e *idemtype.Error
+	var e *domain.Error
 	require.ErrorAs(t, h.Read(t, "get_license", map[string]any{"license_id": "lic_nope"}, &got), &e)
-	require.Equal(t, idemtype.CodeNotFound, e.Code)
+	require.Equal(t, domain.CodeNotFound, e.Code)
 	res, err := h.MCP(t).CallTool(t.Context(), &mcp.CallToolParams{Name: "get_license", Arguments: map[string]any{"license_id": granted.LicenseID}})
 	require.NoError(t, err)
 	require.False(t, res.IsError)
@@ -109,7 +109,7 @@ func readBack(t *testing.T, h *tooltest.Harness) {
 func service(t *testing.T, engine string) (base string, keys *Keys, api *WorkspaceAPI) {
 	t.Helper()
 	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "licenses.db")
-	if engine == tool.Postgres {
+	if engine == gate.Postgres {
 		u, _ := pgtest.NewDB(t)
 		dbURL = u + "&pool_max_conns=6"
 		if !strings.Contains(u, "?") {
@@ -175,7 +175,7 @@ func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 
 func TestServiceInOwnRouter(t *testing.T) {
 	t.Parallel()
-	for _, engine := range []string{tool.SQLite, tool.Postgres} {
+	for _, engine := range []string{gate.SQLite, gate.Postgres} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			base, keys, api := service(t, engine)

@@ -34,7 +34,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
 )
 
 func main() {
@@ -113,7 +113,7 @@ func run(argv []string) error {
 // (list_plans beside idemgate's tools), its /whoami, and idemgate's other
 // routes. Run svc.Run beside the router.
 func NewService(ctx context.Context, cfg *idemgate.Config, keys *Keys, workspaces *WorkspaceClient) (*idemgate.Service, http.Handler, error) {
-	reg := tool.NewRegistry()
+	reg := gate.NewRegistry()
 	if err := reg.Add(GrantLicense, GetLicense, ProvisionWorkspace(workspaces)); err != nil {
 		return nil, nil, err
 	}

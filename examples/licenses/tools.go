@@ -6,8 +6,8 @@ import (
 	"errors"
 	"io/fs"
 
-	"github.com/idemgate/idemgate/idemtype"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
 )
 
 // GrantLicenseArgs are grant_license's arguments; idemgate adds
@@ -29,13 +29,13 @@ type License struct {
 // GrantLicense grants one license per intent, in the transaction that
 // completes the operation: a retry, a duplicate job or a killed worker can
 // never grant a second.
-var GrantLicense = &tool.Mutation[GrantLicenseArgs, License]{
+var GrantLicense = &gate.Mutation[GrantLicenseArgs, License]{
 	Name:        "grant_license",
 	Title:       "Grant a license",
 	Description: "Grant a customer a license for a plan and a number of seats, exactly once per idempotency_key.",
 	Scope:       "licenses:grant",
-	Policy:      tool.Policy{AuditFields: []string{"customer_id", "plan", "seats"}},
-	InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[GrantLicenseArgs]) (*License, error) {
+	Policy:      gate.Policy{AuditFields: []string{"customer_id", "plan", "seats"}},
+	InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[GrantLicenseArgs]) (*License, error) {
 		l := &License{LicenseID: "lic_" + op.OperationID, CustomerID: op.Args.CustomerID, Plan: op.Args.Plan, Seats: op.Args.Seats}
 		_, err := tx.Exec(ctx, `INSERT INTO licenses (license_id, tenant_id, operation_id, customer_id, plan, seats)
 			VALUES ($1, $2, $3, $4, $5, $6)`, l.LicenseID, op.TenantID, op.OperationID, l.CustomerID, l.Plan, l.Seats)
@@ -53,17 +53,17 @@ type GetLicenseArgs struct {
 
 // GetLicense reads one of the caller's tenant's licenses through the
 // read-only transaction idemgate gives a read: no second pool.
-var GetLicense = &tool.Read[GetLicenseArgs, License]{
+var GetLicense = &gate.Read[GetLicenseArgs, License]{
 	Name:        "get_license",
 	Title:       "Get a license",
 	Description: "A license of the caller's tenant.",
 	Scope:       "licenses:read",
-	Handle: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *GetLicenseArgs) (*License, error) {
+	Handle: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *GetLicenseArgs) (*License, error) {
 		l := &License{LicenseID: a.LicenseID}
 		err := tx.QueryRow(ctx, `SELECT customer_id, plan, seats FROM licenses WHERE tenant_id = $1 AND license_id = $2`,
 			caller.TenantID, a.LicenseID).Scan(&l.CustomerID, &l.Plan, &l.Seats)
-		if errors.Is(err, tool.ErrNotFound) {
-			return nil, tool.NotFound("license_id", "no license %s", a.LicenseID)
+		if errors.Is(err, gate.ErrNotFound) {
+			return nil, gate.NotFound("license_id", "no license %s", a.LicenseID)
 		}
 		return l, err
 	},
@@ -85,28 +85,28 @@ type Workspace struct {
 // passes op.DownstreamKey as the API's Idempotency-Key, so a worker killed
 // after the call and reclaimed calls again with the same key and the API
 // answers the workspace it made. Record keeps a copy in the team's table.
-func ProvisionWorkspace(api *WorkspaceClient) *tool.Mutation[ProvisionWorkspaceArgs, Workspace] {
-	return &tool.Mutation[ProvisionWorkspaceArgs, Workspace]{
+func ProvisionWorkspace(api *WorkspaceClient) *gate.Mutation[ProvisionWorkspaceArgs, Workspace] {
+	return &gate.Mutation[ProvisionWorkspaceArgs, Workspace]{
 		Name:        "provision_workspace",
 		Title:       "Provision a workspace",
 		Description: "Create a workspace in the provisioning API, exactly once per idempotency_key.",
 		Scope:       "workspaces:provision",
 		Provider:    "workspaces",
-		Policy:      tool.Policy{AuditFields: []string{"name"}},
-		Call: func(ctx context.Context, op *tool.Op[ProvisionWorkspaceArgs]) (*Workspace, error) {
+		Policy:      gate.Policy{AuditFields: []string{"name"}},
+		Call: func(ctx context.Context, op *gate.Op[ProvisionWorkspaceArgs]) (*Workspace, error) {
 			w, err := api.Create(ctx, op.DownstreamKey, op.TenantID, op.Args.Name, op.OperationID)
 			var refused *RefusedError
 			switch {
 			case errors.As(err, &refused):
 				// The API answered 4xx: it made nothing.
-				return nil, tool.NothingHappened(idemtype.CodeInvalidArgument, "the provisioning API refused: %s", refused.Message)
+				return nil, gate.NothingHappened(domain.CodeInvalidArgument, "the provisioning API refused: %s", refused.Message)
 			case err != nil:
 				// A timeout or a 5xx: retried with the same key.
-				return nil, tool.Transient("workspaces_unavailable", err)
+				return nil, gate.Transient("workspaces_unavailable", err)
 			}
 			return w, nil
 		},
-		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[ProvisionWorkspaceArgs], w *Workspace) error {
+		Record: func(ctx context.Context, tx gate.Tx, op *gate.Op[ProvisionWorkspaceArgs], w *Workspace) error {
 			_, err := tx.Exec(ctx, `INSERT INTO workspaces (workspace_id, tenant_id, operation_id, name) VALUES ($1, $2, $3, $4)`,
 				w.WorkspaceID, op.TenantID, op.OperationID, w.Name)
 			return err

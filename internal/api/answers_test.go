@@ -15,10 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/idemtype"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // docAnswer is a JSON example of docs/errors.md, after its
@@ -96,7 +96,7 @@ func members(t *testing.T, body string) []string {
 // operationMembers are the JSON names of an operation's members.
 func operationMembers() []string {
 	var names []string
-	typ := reflect.TypeFor[idemtype.Operation]()
+	typ := reflect.TypeFor[domain.Operation]()
 	for i := range typ.NumField() {
 		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
 		names = append(names, name)
@@ -151,11 +151,11 @@ func TestAnswerShapesAreTheDocumentedOnes(t *testing.T) {
 	}
 	ctx := context.Background()
 	st := pgengine.New(b.pool)
-	lease := func(tool, key string) *gate.Claim {
+	lease := func(tool, key string) *core.Claim {
 		t.Helper()
-		c, err := st.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: tool, IdempotencyKey: key})
+		c, err := st.ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: "acme", Tool: tool, IdempotencyKey: key})
 		require.NoError(t, err)
-		c, err = st.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+		c, err = st.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 		require.NoError(t, err)
 		return c
 	}
@@ -174,7 +174,7 @@ func TestAnswerShapesAreTheDocumentedOnes(t *testing.T) {
 	documented("operation-queued", body)
 
 	c := lease("apply_credit", "credit-cus_1-0001")
-	_, err := st.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"balance_cents":250}`)})
+	_, err := st.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"balance_cents":250}`)})
 	require.NoError(t, err)
 
 	status, header, body = do(http.MethodPost, "/v1/tools/apply_credit", credit, "Idempotency-Key", "credit-cus_1-0001")
@@ -196,7 +196,7 @@ func TestAnswerShapesAreTheDocumentedOnes(t *testing.T) {
 	status, _, body = do(http.MethodPost, "/v1/tools/refund_order", `{"order_id":"ord_9f2","amount_cents":100}`, "Idempotency-Key", "refund-ord_9f2-0001")
 	require.Equal(t, http.StatusAccepted, status, body)
 	c = lease("refund_order", "refund-ord_9f2-0001")
-	_, err = st.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: domain.ErrorInfo{Code: "card_declined", Message: "Your card was declined."}})
+	_, err = st.ClaimFail(ctx, &core.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: vocab.ErrorInfo{Code: "card_declined", Message: "Your card was declined."}})
 	require.NoError(t, err)
 	status, _, body = read("refund_order", "refund-ord_9f2-0001")
 	require.Equal(t, http.StatusOK, status, "reading a failed operation succeeds: %s", body)

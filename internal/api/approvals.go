@@ -10,9 +10,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Approval is an operation awaiting a person's approval, as an approver
@@ -25,7 +25,7 @@ type Approval struct {
 	ArgsHash          string          `json:"args_hash"`
 	RequestedBy       string          `json:"requested_by"`
 	RequestedAt       time.Time       `json:"requested_at"`
-	Status            domain.Status   `json:"status"`
+	Status            vocab.Status    `json:"status"`
 	ApprovalExpiresAt *time.Time      `json:"approval_expires_at,omitempty"`
 	// URL is the operation's approval page.
 	URL string `json:"url"`
@@ -45,9 +45,9 @@ func (s *Server) restApproval(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c, err := s.gate.Store().ClaimGetByOperation(r.Context(), &gate.ClaimGetByOperationParams{TenantID: actor.TenantID, OperationID: chi.URLParam(r, "id")})
-	if errors.Is(err, domain.ErrNotFound) {
-		writeProblem(w, r, http.StatusNotFound, &callError{err: domain.Errorf(domain.CodeNotFound, "id", "no operation with this id")})
+	c, err := s.gate.Store().ClaimGetByOperation(r.Context(), &core.ClaimGetByOperationParams{TenantID: actor.TenantID, OperationID: chi.URLParam(r, "id")})
+	if errors.Is(err, vocab.ErrNotFound) {
+		writeProblem(w, r, http.StatusNotFound, &callError{err: vocab.Errorf(vocab.CodeNotFound, "id", "no operation with this id")})
 		return
 	}
 	if err != nil {
@@ -59,17 +59,17 @@ func (s *Server) restApproval(w http.ResponseWriter, r *http.Request) {
 
 // decider is the request's actor when it may decide on approvals
 // (approvals:decide); otherwise it answers 403 and reports false.
-func decider(w http.ResponseWriter, r *http.Request) (domain.Actor, bool) {
+func decider(w http.ResponseWriter, r *http.Request) (vocab.Actor, bool) {
 	actor, _ := ActorFromContext(r.Context())
 	if !actor.HasScope(tokenspec.ScopeApprovalsDecide) {
-		writeProblem(w, r, http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s", tokenspec.ScopeApprovalsDecide)})
-		return domain.Actor{}, false
+		writeProblem(w, r, http.StatusForbidden, &callError{err: vocab.Errorf(vocab.CodeForbidden, "", "the token lacks scope %s", tokenspec.ScopeApprovalsDecide)})
+		return vocab.Actor{}, false
 	}
 	return actor, true
 }
 
 // approvalOf is c as an approver sees it.
-func (s *Server) approvalOf(c *gate.Claim) *Approval {
+func (s *Server) approvalOf(c *core.Claim) *Approval {
 	return &Approval{OperationID: c.OperationID, Tool: c.Tool, Args: c.Args, ArgsHash: c.ArgsHash, RequestedBy: c.UserID,
 		RequestedAt: c.CreatedAt, Status: c.Status, ApprovalExpiresAt: c.ApprovalExpiresAt, URL: s.approvalURL(c.OperationID)}
 }
@@ -90,16 +90,16 @@ func (s *Server) restDecide(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		writeProblem(w, r, http.StatusBadRequest, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "want {\"decision\": \"approve\" or \"deny\", \"args_hash\": …}: %v", err)})
+		writeProblem(w, r, http.StatusBadRequest, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "body", "want {\"decision\": \"approve\" or \"deny\", \"args_hash\": …}: %v", err)})
 		return
 	}
 	if d.ArgsHash == "" {
-		writeProblem(w, r, http.StatusUnprocessableEntity, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "args_hash", "is required: the fingerprint of the arguments you decide on (GET /v1/approvals/{id})")})
+		writeProblem(w, r, http.StatusUnprocessableEntity, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "args_hash", "is required: the fingerprint of the arguments you decide on (GET /v1/approvals/{id})")})
 		return
 	}
-	p := &gate.DecideParams{Approver: actor, RequestID: RequestIDFromContext(r.Context()), OperationID: chi.URLParam(r, "id"), ArgsHash: d.ArgsHash, Reason: d.Reason}
+	p := &core.DecideParams{Approver: actor, RequestID: RequestIDFromContext(r.Context()), OperationID: chi.URLParam(r, "id"), ArgsHash: d.ArgsHash, Reason: d.Reason}
 	var (
-		c   *gate.Claim
+		c   *core.Claim
 		err error
 	)
 	switch d.Decision {
@@ -108,7 +108,7 @@ func (s *Server) restDecide(w http.ResponseWriter, r *http.Request) {
 	case "deny":
 		c, err = s.gate.Deny(r.Context(), p)
 	default:
-		writeProblem(w, r, http.StatusUnprocessableEntity, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "decision", "must be approve or deny, got %q", d.Decision)})
+		writeProblem(w, r, http.StatusUnprocessableEntity, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "decision", "must be approve or deny, got %q", d.Decision)})
 		return
 	}
 	if err != nil {
@@ -128,7 +128,7 @@ func jsonBody(w http.ResponseWriter, r *http.Request) bool {
 	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
 		return true
 	}
-	writeProblem(w, r, http.StatusUnsupportedMediaType, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "Content-Type",
+	writeProblem(w, r, http.StatusUnsupportedMediaType, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "Content-Type",
 		"the Content-Type must be application/json, got %q: a decision is a JSON body ({\"decision\": …, \"args_hash\": …})", ct)})
 	return false
 }
@@ -136,16 +136,16 @@ func jsonBody(w http.ResponseWriter, r *http.Request) bool {
 // decideError is the answer to a refused decision.
 func decideError(err error) (int, *callError) {
 	switch {
-	case errors.Is(err, domain.ErrNotFound):
-		return http.StatusNotFound, &callError{err: domain.Errorf(domain.CodeNotFound, "id", "no operation with this id")}
-	case errors.Is(err, gate.ErrApprovalFingerprint):
-		return http.StatusUnprocessableEntity, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "args_hash", "names other arguments than the operation's: decide on what GET /v1/approvals/{id} shows")}
-	case errors.Is(err, gate.ErrApprovalSelf):
-		return http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "", "the requester may not approve or deny their own call (four eyes)")}
-	case errors.Is(err, gate.ErrApprovalExpired):
-		return http.StatusUnprocessableEntity, &callError{err: domain.Errorf(domain.CodeApprovalExpired, "", "the approval window has ended")}
-	case errors.Is(err, gate.ErrApprovalNotAwaiting):
-		return http.StatusConflict, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "id", "the operation is not awaiting approval (decided already, or never asked)")}
+	case errors.Is(err, vocab.ErrNotFound):
+		return http.StatusNotFound, &callError{err: vocab.Errorf(vocab.CodeNotFound, "id", "no operation with this id")}
+	case errors.Is(err, core.ErrApprovalFingerprint):
+		return http.StatusUnprocessableEntity, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "args_hash", "names other arguments than the operation's: decide on what GET /v1/approvals/{id} shows")}
+	case errors.Is(err, core.ErrApprovalSelf):
+		return http.StatusForbidden, &callError{err: vocab.Errorf(vocab.CodeForbidden, "", "the requester may not approve or deny their own call (four eyes)")}
+	case errors.Is(err, core.ErrApprovalExpired):
+		return http.StatusUnprocessableEntity, &callError{err: vocab.Errorf(vocab.CodeApprovalExpired, "", "the approval window has ended")}
+	case errors.Is(err, core.ErrApprovalNotAwaiting):
+		return http.StatusConflict, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "id", "the operation is not awaiting approval (decided already, or never asked)")}
 	}
 	return http.StatusServiceUnavailable, unavailableFor(err)
 }
@@ -157,7 +157,7 @@ func (s *Server) approvalURL(operationID string) string {
 
 // linkApproval sets the page's URL on op's approval, when it awaits one,
 // and returns op.
-func (s *Server) linkApproval(op *domain.Operation) *domain.Operation {
+func (s *Server) linkApproval(op *vocab.Operation) *vocab.Operation {
 	if op != nil && op.Approval != nil {
 		op.Approval.URL = s.approvalURL(op.OperationID)
 	}
@@ -181,13 +181,13 @@ func (s *Server) restListApprovals(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxPageSize {
-			writeProblem(w, r, http.StatusBadRequest, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "limit", "must be an integer from 1 to %d, got %q", MaxPageSize, v)})
+			writeProblem(w, r, http.StatusBadRequest, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "limit", "must be an integer from 1 to %d, got %q", MaxPageSize, v)})
 			return
 		}
 		limit = n
 	}
-	claims, err := s.gate.Store().ClaimListNewest(r.Context(), &gate.ClaimListNewestParams{
-		TenantID: actor.TenantID, Status: domain.StatusAwaitingApproval, Limit: limit})
+	claims, err := s.gate.Store().ClaimListNewest(r.Context(), &core.ClaimListNewestParams{
+		TenantID: actor.TenantID, Status: vocab.StatusAwaitingApproval, Limit: limit})
 	if err != nil {
 		writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
 		return

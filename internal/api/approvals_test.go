@@ -13,19 +13,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/api"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // approverAuth takes every bearer token for acme's fin-lead, who may
 // decide on approvals; a request without one is refused.
 type approverAuth struct{}
 
-func (approverAuth) Authenticate(context.Context, string) (domain.Actor, error) {
-	return domain.Actor{TenantID: "acme", UserID: "fin-lead", Scopes: []string{tokenspec.ScopeApprovalsDecide}}, nil
+func (approverAuth) Authenticate(context.Context, string) (vocab.Actor, error) {
+	return vocab.Actor{TenantID: "acme", UserID: "fin-lead", Scopes: []string{tokenspec.ScopeApprovalsDecide}}, nil
 }
 
 // serveApprovals serves the api with approverAuth on a store that never
@@ -33,7 +33,7 @@ func (approverAuth) Authenticate(context.Context, string) (domain.Actor, error) 
 func serveApprovals(t *testing.T) string {
 	t.Helper()
 	st := unusedStore(t)
-	g, err := gate.New(&gate.Config{Store: st, Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
+	g, err := core.New(&core.Config{Store: st, Enqueuer: noEnqueue{}, Policies: coretest.Policies()})
 	require.NoError(t, err)
 	s, err := api.New(&api.Config{Gate: g, Auth: approverAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{},
 		Logger: slog.New(slog.DiscardHandler)})

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 const errorsDoc = "../../docs/errors.md"
@@ -58,7 +58,7 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 		_, listed := codeStatus[c]
 		if cell == "—" {
 			require.False(t, listed, "%s: the doc says it has no status, codeStatus gives %d", c, codeStatus[c])
-			require.NotContains(t, domain.Codes(), c, "%s: a domain code answers a status", c)
+			require.NotContains(t, vocab.Codes(), c, "%s: a domain code answers a status", c)
 			continue
 		}
 		n, err := strconv.Atoi(cell)
@@ -72,19 +72,19 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 
 // docEntries returns the codes of the doc's status table, each with its
 // status cell, and those that have a ### section; none may appear twice.
-func docEntries(t *testing.T, doc string) (rows map[domain.Code]string, headings map[domain.Code]bool) {
+func docEntries(t *testing.T, doc string) (rows map[vocab.Code]string, headings map[vocab.Code]bool) {
 	t.Helper()
-	rows = map[domain.Code]string{}
-	headings = map[domain.Code]bool{}
+	rows = map[vocab.Code]string{}
+	headings = map[vocab.Code]bool{}
 	for i, line := range strings.Split(doc, "\n") {
 		if m := docRow.FindStringSubmatch(line); m != nil {
-			code := domain.Code(m[1])
+			code := vocab.Code(m[1])
 			_, dup := rows[code]
 			require.False(t, dup, "line %d: %s has a second table row", i+1, code)
 			rows[code] = strings.TrimSpace(m[2])
 		}
 		if m := docHeading.FindStringSubmatch(line); m != nil {
-			code := domain.Code(m[1])
+			code := vocab.Code(m[1])
 			require.False(t, headings[code], "line %d: %s has a second section", i+1, code)
 			headings[code] = true
 		}
@@ -94,14 +94,14 @@ func docEntries(t *testing.T, doc string) (rows map[domain.Code]string, headings
 
 // knownCodes returns the codes that exist: domain's and those the source
 // stores or answers.
-func knownCodes(t *testing.T) map[domain.Code]bool {
+func knownCodes(t *testing.T) map[vocab.Code]bool {
 	t.Helper()
-	known := map[domain.Code]bool{}
-	for _, c := range domain.Codes() {
+	known := map[vocab.Code]bool{}
+	for _, c := range vocab.Codes() {
 		known[c] = true
 	}
 	stored := sourceCodes(t)
-	for _, c := range []domain.Code{"transient", "mail_rejected", "mail_error", "downstream_auth", "downstream_error"} {
+	for _, c := range []vocab.Code{"transient", "mail_rejected", "mail_error", "downstream_auth", "downstream_error"} {
 		require.True(t, stored[c], "the source scan found no %s: is it still finding codes?", c)
 	}
 	for c := range stored {
@@ -115,13 +115,13 @@ func knownCodes(t *testing.T) map[domain.Code]bool {
 var codeSources = []string{"../tools/...", "../domain/...", "../jobs", "../gate", "../../tool", "../ops", "."}
 
 // sourceCodes returns the code literals the code base stores or answers:
-// the first argument of tool.NothingHappened, Happened, Transient, the
+// the first argument of gate.NothingHappened, Happened, Transient, the
 // tools' errInfo and domain.Errorf, a Code member of a composite literal,
 // and domain.Code(...) conversions, each a string literal or a string
 // constant of its package.
-func sourceCodes(t *testing.T) map[domain.Code]bool {
+func sourceCodes(t *testing.T) map[vocab.Code]bool {
 	t.Helper()
-	codes := map[domain.Code]bool{}
+	codes := map[vocab.Code]bool{}
 	fset := token.NewFileSet()
 	for _, dir := range codeDirs(t) {
 		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -164,7 +164,7 @@ func sourceCodes(t *testing.T) map[domain.Code]bool {
 				}
 				if arg != nil {
 					if s, ok := value(arg); ok {
-						codes[domain.Code(s)] = true
+						codes[vocab.Code(s)] = true
 					}
 				}
 				return true

@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Version is the server version announced to MCP clients.
@@ -121,7 +121,7 @@ func (s *Server) toolHandler(def *toolspec.Spec) mcp.ToolHandler {
 		if !ok {
 			// The authenticate middleware runs before every MCP request; a
 			// missing actor is a wiring mistake, never a client's.
-			return toolError(&callError{err: domain.Errorf(domain.CodeUnauthenticated, "", "no authenticated actor")}), nil
+			return toolError(&callError{err: vocab.Errorf(vocab.CodeUnauthenticated, "", "no authenticated actor")}), nil
 		}
 		c := &call{actor: actor, requestID: RequestIDFromContext(ctx), clientRequestID: ClientRequestIDFromContext(ctx), tool: def, raw: req.Params.Arguments}
 		var (

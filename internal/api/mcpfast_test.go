@@ -33,18 +33,18 @@ import (
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 type mcpPair struct {
 	fast, sdk *httptest.Server
-	store     gate.Store
+	store     core.Store
 	pool      *pgxpool.Pool
 	// metrics are the fast server's.
 	metrics *prometheus.Registry
@@ -245,14 +245,14 @@ const (
 func (p *mcpPair) finish(t testing.TB, tool, key string, fail bool) {
 	t.Helper()
 	ctx := context.Background()
-	c, err := p.store.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: tool, IdempotencyKey: key})
+	c, err := p.store.ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: "acme", Tool: tool, IdempotencyKey: key})
 	require.NoError(t, err)
-	c, err = p.store.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+	c, err = p.store.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	if fail {
-		_, err = p.store.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: domain.ErrorInfo{Code: "card_declined", Message: "the card <was> declined & \u2028 \"refused\""}})
+		_, err = p.store.ClaimFail(ctx, &core.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: vocab.ErrorInfo{Code: "card_declined", Message: "the card <was> declined & \u2028 \"refused\""}})
 	} else {
-		_, err = p.store.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"balance_cents":250,"note":"a <b> & c"}`)})
+		_, err = p.store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"balance_cents":250,"note":"a <b> & c"}`)})
 	}
 	require.NoError(t, err)
 }

@@ -14,25 +14,25 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/telemetry"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Answer is what a mutation call answers with, over MCP and REST alike.
 type Answer struct {
-	Outcome      domain.Outcome    `json:"outcome"`
-	Replayed     bool              `json:"replayed"`
-	RetryAfterMS int64             `json:"retry_after_ms,omitempty"`
-	Operation    *domain.Operation `json:"operation"`
+	Outcome      vocab.Outcome    `json:"outcome"`
+	Replayed     bool             `json:"replayed"`
+	RetryAfterMS int64            `json:"retry_after_ms,omitempty"`
+	Operation    *vocab.Operation `json:"operation"`
 }
 
 // callError is a rejection or failure with its code, as answered to clients.
 type callError struct {
-	err *domain.Error
+	err *vocab.Error
 	// operation is set when the error is a stored outcome (a replayed
 	// failure) or a conflict with an existing operation.
-	operation *domain.Operation
+	operation *vocab.Operation
 	replayed  bool
 	// stored is set when the error is the operation's own outcome (a
 	// failed claim), not a refusal of the call.
@@ -46,14 +46,14 @@ func (e *callError) Error() string { return e.err.Error() }
 // errorBody is the JSON of a tool error.
 type errorBody struct {
 	Error struct {
-		Code    domain.Code `json:"code"`
-		Message string      `json:"message"`
-		Field   string      `json:"field,omitempty"`
-		Fields  []string    `json:"fields,omitempty"`
+		Code    vocab.Code `json:"code"`
+		Message string     `json:"message"`
+		Field   string     `json:"field,omitempty"`
+		Fields  []string   `json:"fields,omitempty"`
 	} `json:"error"`
-	Replayed     bool              `json:"replayed,omitempty"`
-	RetryAfterMS int64             `json:"retry_after_ms,omitempty"`
-	Operation    *domain.Operation `json:"operation,omitempty"`
+	Replayed     bool             `json:"replayed,omitempty"`
+	RetryAfterMS int64            `json:"retry_after_ms,omitempty"`
+	Operation    *vocab.Operation `json:"operation,omitempty"`
 }
 
 func (e *callError) body() *errorBody {
@@ -70,7 +70,7 @@ func (e *callError) body() *errorBody {
 
 // call is one tool call, from MCP or REST.
 type call struct {
-	actor     domain.Actor
+	actor     vocab.Actor
 	requestID string
 	// clientRequestID is the caller's X-Request-Id, stored apart.
 	clientRequestID string
@@ -108,9 +108,9 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 		s.logger.LogAttrs(ctx, slog.LevelInfo, "mutation", attrs...)
 	}()
 	if !c.actor.HasScope(c.tool.Scope) {
-		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name), start)
+		return nil, s.deny(ctx, c, "", vocab.Errorf(vocab.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name), start)
 	}
-	args, err := gate.DecodeArgs(c.raw)
+	args, err := core.DecodeArgs(c.raw)
 	if err != nil {
 		return nil, s.deny(ctx, c, "", asDomainError(err), start)
 	}
@@ -124,14 +124,14 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 	}
 	if wait, ok := s.limiter.allow(c.actor.TenantID, c.tool.Name); !ok {
 		s.metrics.rateLimited(c.tool.Name)
-		return nil, &callError{err: domain.Errorf(domain.CodeRateLimited, "", "too many %s calls for this tenant; retry after %s", c.tool.Name, wait.Round(time.Millisecond)), retryAfter: wait}
+		return nil, &callError{err: vocab.Errorf(vocab.CodeRateLimited, "", "too many %s calls for this tenant; retry after %s", c.tool.Name, wait.Round(time.Millisecond)), retryAfter: wait}
 	}
 
 	wait := s.wait
 	if c.noWait {
 		wait = 0
 	}
-	params := &gate.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: wait}
+	params := &core.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: wait}
 	if c.tool.NeedsApproval != nil {
 		params.Approval = func(ctx context.Context) (time.Duration, error) { return s.approvalWindow(ctx, c, intent.Canonical) }
 	}
@@ -143,13 +143,13 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 	ans, cerr = answer(res)
 	if ans != nil && ans.Operation.Approval != nil {
 		s.linkApproval(ans.Operation)
-		ans.RetryAfterMS = gate.ApprovalRetryAfter.Milliseconds()
+		ans.RetryAfterMS = core.ApprovalRetryAfter.Milliseconds()
 	}
 	return ans, cerr
 }
 
 // approvalWindow is how long c's call waits for a person's approval, or 0
-// when its tool asks none for these arguments (tool.Mutation.Approval, run
+// when its tool asks none for these arguments (gate.Mutation.Approval, run
 // on a read-only transaction with the caller). The gate asks it only for a
 // call that writes a new intent (gate.ClaimParams.Approval).
 func (s *Server) approvalWindow(ctx context.Context, c *call, canonical json.RawMessage) (time.Duration, error) {
@@ -167,18 +167,18 @@ func (s *Server) approvalWindow(ctx context.Context, c *call, canonical json.Raw
 
 // answer is how a claim's result is answered: an Answer, or the tool
 // error of a conflict, an expired key or a stored failure.
-func answer(res *gate.ClaimResult) (*Answer, *callError) {
+func answer(res *core.ClaimResult) (*Answer, *callError) {
 	op := res.Claim.Operation()
 	switch {
-	case res.Outcome == domain.OutcomeConflict:
+	case res.Outcome == vocab.OutcomeConflict:
 		return nil, &callError{err: res.Conflict, operation: op}
-	case res.Outcome == domain.OutcomeExpired:
+	case res.Outcome == vocab.OutcomeExpired:
 		return nil, &callError{err: res.Expired, operation: op}
-	case res.Claim.Status == domain.StatusFailed && res.Claim.Error != nil:
+	case res.Claim.Status == vocab.StatusFailed && res.Claim.Error != nil:
 		// A failed outcome is a tool error carrying the stored code, for the
 		// call that saw it happen and for every replay.
 		return nil, &callError{
-			err:       &domain.Error{Code: res.Claim.Error.Code, Message: res.Claim.Error.Message},
+			err:       &vocab.Error{Code: res.Claim.Error.Code, Message: res.Claim.Error.Message},
 			operation: op,
 			replayed:  res.Replayed,
 			stored:    true,
@@ -193,7 +193,7 @@ func answer(res *gate.ClaimResult) (*Answer, *callError) {
 }
 
 // deny writes the denied audit row for a rejection and returns it.
-func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Error, start time.Time) *callError {
+func (s *Server) deny(ctx context.Context, c *call, key string, derr *vocab.Error, start time.Time) *callError {
 	reason := string(derr.Code)
 	if derr.Field != "" {
 		reason += " (" + derr.Field + ")"
@@ -201,41 +201,41 @@ func (s *Server) deny(ctx context.Context, c *call, key string, derr *domain.Err
 	reason += ": " + derr.Message
 	auditCtx, cancel := context.WithTimeout(ctx, s.dbTimeout)
 	defer cancel()
-	if err := s.gate.Store().AuditInsert(auditCtx, &gate.AuditInsertParams{
+	if err := s.gate.Store().AuditInsert(auditCtx, &core.AuditInsertParams{
 		TenantID:        c.actor.TenantID,
 		UserID:          c.actor.UserID,
 		TokenID:         c.actor.TokenID,
 		RequestID:       c.requestID,
 		ClientRequestID: c.clientRequestID,
 		Tool:            c.tool.Name,
-		IdempotencyKey:  auditText(key, gate.KeyMaxLen*2),
-		Decision:        domain.DecisionDenied,
+		IdempotencyKey:  auditText(key, core.KeyMaxLen*2),
+		Decision:        vocab.DecisionDenied,
 		Reason:          auditText(reason, 1000),
 		Duration:        time.Since(start),
 		TraceID:         telemetry.TraceID(ctx),
 	}); err != nil {
 		s.logger.ErrorContext(ctx, "audit: denied row not written", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
-		if errors.Is(err, domain.ErrUnavailable) {
+		if errors.Is(err, vocab.ErrUnavailable) {
 			return unavailableFor(err)
 		}
 	}
-	s.metrics.outcome(c.tool.Name, domain.Outcome("denied"))
+	s.metrics.outcome(c.tool.Name, vocab.Outcome("denied"))
 	return &callError{err: derr}
 }
 
 // internal maps a gate or store failure to unavailable (the database) or
 // internal (anything else, logged, never detailed to the client).
 func (s *Server) internal(ctx context.Context, c *call, err error) *callError {
-	var derr *domain.Error
+	var derr *vocab.Error
 	if errors.As(err, &derr) {
 		return &callError{err: derr}
 	}
-	if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, vocab.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		s.logger.WarnContext(ctx, "database unavailable", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
 		return unavailableFor(err)
 	}
 	s.logger.ErrorContext(ctx, "call failed", "request_id", c.requestID, "tool", c.tool.Name, "error", err)
-	return &callError{err: domain.Errorf(domain.CodeInternal, "", "internal error (request %s)", c.requestID)}
+	return &callError{err: vocab.Errorf(vocab.CodeInternal, "", "internal error (request %s)", c.requestID)}
 }
 
 // tooManyClientsMessage is the unavailable answer when Postgres refuses
@@ -254,7 +254,7 @@ func unavailableFor(err error) *callError {
 	if tooManyClients(err) {
 		msg = tooManyClientsMessage
 	}
-	return &callError{err: domain.Errorf(domain.CodeUnavailable, "", "%s", msg), retryAfter: time.Second}
+	return &callError{err: vocab.Errorf(vocab.CodeUnavailable, "", "%s", msg), retryAfter: time.Second}
 }
 
 // tooManyClients reports whether err is Postgres refusing a connection for
@@ -268,10 +268,10 @@ func tooManyClients(err error) bool {
 func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 	start := time.Now()
 	if !s.mayRead(c) {
-		return nil, s.deny(ctx, c, "", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name), start)
+		return nil, s.deny(ctx, c, "", vocab.Errorf(vocab.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name), start)
 	}
 	// Rejected arguments are audited as for mutations: one denied row.
-	args, err := gate.DecodeArgs(c.raw)
+	args, err := core.DecodeArgs(c.raw)
 	if err != nil {
 		return nil, s.deny(ctx, c, "", asDomainError(err), start)
 	}
@@ -284,7 +284,7 @@ func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 		if err := s.checkToolName(args, false); err != nil {
 			return nil, s.deny(ctx, c, key, asDomainError(err), start)
 		}
-		if err := gate.ValidateKey(key, key != ""); err != nil {
+		if err := core.ValidateKey(key, key != ""); err != nil {
 			return nil, s.deny(ctx, c, key, asDomainError(err), start)
 		}
 	case ListOperations:
@@ -332,13 +332,13 @@ func (s *Server) mayRead(c *call) bool {
 }
 
 // operation returns the actor's tenant's operation by tool and key.
-func (s *Server) operation(ctx context.Context, actor domain.Actor, tool, key string) (*domain.Operation, error) {
-	if err := gate.ValidateKey(key, key != ""); err != nil {
+func (s *Server) operation(ctx context.Context, actor vocab.Actor, tool, key string) (*vocab.Operation, error) {
+	if err := core.ValidateKey(key, key != ""); err != nil {
 		return nil, err
 	}
-	claim, err := s.gate.Store().ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: actor.TenantID, Tool: tool, IdempotencyKey: key})
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, domain.Errorf(domain.CodeNotFound, "idempotency_key", "no %s operation with this key", tool)
+	claim, err := s.gate.Store().ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: actor.TenantID, Tool: tool, IdempotencyKey: key})
+	if errors.Is(err, vocab.ErrNotFound) {
+		return nil, vocab.Errorf(vocab.CodeNotFound, "idempotency_key", "no %s operation with this key", tool)
 	}
 	if err != nil {
 		return nil, err
@@ -346,12 +346,12 @@ func (s *Server) operation(ctx context.Context, actor domain.Actor, tool, key st
 	return s.describe(ctx, claim), nil
 }
 
-func asDomainError(err error) *domain.Error {
-	var derr *domain.Error
+func asDomainError(err error) *vocab.Error {
+	var derr *vocab.Error
 	if errors.As(err, &derr) {
 		return derr
 	}
-	return domain.Errorf(domain.CodeInvalidArgument, "arguments", "%v", err)
+	return vocab.Errorf(vocab.CodeInvalidArgument, "arguments", "%v", err)
 }
 
 // auditText makes client-supplied text storable in an audit row: at most

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // ListOperations is the built-in read tool that lists the caller's
@@ -41,7 +41,7 @@ type listOperationsArgs struct {
 
 // OperationPage is a page of operations, newest first.
 type OperationPage struct {
-	Operations []*domain.Operation `json:"operations"`
+	Operations []*vocab.Operation `json:"operations"`
 	// NextCursor, when set, asks for the next (older) page.
 	NextCursor string `json:"next_cursor,omitempty"`
 }
@@ -49,13 +49,13 @@ type OperationPage struct {
 // listOperationsSpec declares list_operations; its tool argument is one of
 // the registry's mutations.
 func (s *Server) listOperationsSpec() (*toolspec.Spec, error) {
-	spec, err := derive(&tool.Read[listOperationsArgs, OperationPage]{
+	spec, err := derive(&gate.Read[listOperationsArgs, OperationPage]{
 		Name:        ListOperations,
 		Title:       "List operations",
 		Description: "The caller's operations, newest first, optionally of one tool or status; pass next_cursor as cursor for the next page.",
 		Scope:       ScopeOperationsRead,
-		Handle: func(ctx context.Context, _ tool.Tx, caller tool.Caller, a *listOperationsArgs) (*OperationPage, error) {
-			return s.listOperations(ctx, caller.TenantID, a.Tool, domain.Status(a.Status), int(a.Limit), a.Cursor)
+		Handle: func(ctx context.Context, _ gate.Tx, caller gate.Caller, a *listOperationsArgs) (*OperationPage, error) {
+			return s.listOperations(ctx, caller.TenantID, a.Tool, vocab.Status(a.Status), int(a.Limit), a.Cursor)
 		},
 	})
 	if err != nil {
@@ -82,7 +82,7 @@ func withToolEnum(spec *toolspec.Spec, names []string) error {
 }
 
 // listOperations reads one page of the tenant's operations.
-func (s *Server) listOperations(ctx context.Context, tenant, toolName string, status domain.Status, limit int, cursor string) (*OperationPage, error) {
+func (s *Server) listOperations(ctx context.Context, tenant, toolName string, status vocab.Status, limit int, cursor string) (*OperationPage, error) {
 	if limit <= 0 {
 		limit = DefaultPageSize
 	}
@@ -92,17 +92,17 @@ func (s *Server) listOperations(ctx context.Context, tenant, toolName string, st
 		return nil, err
 	}
 	// One row more than the page says whether another page follows.
-	claims, err := s.gate.Store().ClaimListNewest(ctx, &gate.ClaimListNewestParams{
+	claims, err := s.gate.Store().ClaimListNewest(ctx, &core.ClaimListNewestParams{
 		TenantID: tenant, Tool: toolName, Status: status, After: after, Limit: limit + 1,
 	})
 	if err != nil {
 		return nil, err
 	}
-	page := &OperationPage{Operations: make([]*domain.Operation, 0, min(len(claims), limit))}
+	page := &OperationPage{Operations: make([]*vocab.Operation, 0, min(len(claims), limit))}
 	for i, c := range claims {
 		if i == limit {
 			last := claims[limit-1]
-			page.NextCursor = encodeCursor(&gate.ClaimCursor{CreatedAt: last.CreatedAt, ID: last.ID})
+			page.NextCursor = encodeCursor(&core.ClaimCursor{CreatedAt: last.CreatedAt, ID: last.ID})
 			break
 		}
 		page.Operations = append(page.Operations, s.linkApproval(c.Operation()))
@@ -111,17 +111,17 @@ func (s *Server) listOperations(ctx context.Context, tenant, toolName string, st
 }
 
 // encodeCursor makes an opaque cursor of a position.
-func encodeCursor(c *gate.ClaimCursor) string {
+func encodeCursor(c *core.ClaimCursor) string {
 	raw := c.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + strconv.FormatInt(c.ID, 10)
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
 // decodeCursor reads a cursor made by encodeCursor; "" is the first page.
-func decodeCursor(s string) (*gate.ClaimCursor, error) {
+func decodeCursor(s string) (*core.ClaimCursor, error) {
 	if s == "" {
 		return nil, nil
 	}
-	bad := domain.Errorf(domain.CodeInvalidArgument, "cursor", "is not a cursor this server made: pass next_cursor as it was answered")
+	bad := vocab.Errorf(vocab.CodeInvalidArgument, "cursor", "is not a cursor this server made: pass next_cursor as it was answered")
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return nil, bad
@@ -138,27 +138,27 @@ func decodeCursor(s string) (*gate.ClaimCursor, error) {
 	if err != nil || n <= 0 {
 		return nil, bad
 	}
-	return &gate.ClaimCursor{CreatedAt: t, ID: n}, nil
+	return &core.ClaimCursor{CreatedAt: t, ID: n}, nil
 }
 
 // describe is a claim as answered by get_operation, its REST twin and
 // task status: the operation with, while it waits for a retry, when its
 // job runs next.
-func (s *Server) describe(ctx context.Context, c *gate.Claim) *domain.Operation {
+func (s *Server) describe(ctx context.Context, c *core.Claim) *vocab.Operation {
 	return s.withNextAttempt(ctx, s.linkApproval(c.Operation()))
 }
 
 // withNextAttempt sets a queued op's NextAttemptAt from its job, and
 // returns op.
-func (s *Server) withNextAttempt(ctx context.Context, op *domain.Operation) *domain.Operation {
-	if op == nil || op.Status != domain.StatusQueued || op.JobID == 0 || op.NextAttemptAt != nil {
+func (s *Server) withNextAttempt(ctx context.Context, op *vocab.Operation) *vocab.Operation {
+	if op == nil || op.Status != vocab.StatusQueued || op.JobID == 0 || op.NextAttemptAt != nil {
 		return op
 	}
-	job, err := s.gate.Store().JobGet(ctx, &gate.JobGetParams{ID: op.JobID})
+	job, err := s.gate.Store().JobGet(ctx, &core.JobGetParams{ID: op.JobID})
 	switch {
 	case err == nil:
 		op.NextAttemptAt = job.NextRunAt
-	case !errors.Is(err, domain.ErrNotFound):
+	case !errors.Is(err, vocab.ErrNotFound):
 		// The status stands without it.
 		s.logger.WarnContext(ctx, "next attempt not read", "operation_id", op.OperationID, "job_id", op.JobID, "error", err)
 	}
@@ -180,7 +180,7 @@ func (s *Server) restListOperations(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), clientRequestID: ClientRequestIDFromContext(r.Context()), tool: def}
-			cerr := s.deny(r.Context(), c, "", domain.Errorf(domain.CodeInvalidArgument, "limit", "must be an integer from 1 to %d, got %q", MaxPageSize, clip(v)), time.Now())
+			cerr := s.deny(r.Context(), c, "", vocab.Errorf(vocab.CodeInvalidArgument, "limit", "must be an integer from 1 to %d, got %q", MaxPageSize, clip(v)), time.Now())
 			writeProblem(w, r, statusOf(cerr), cerr)
 			return
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/toolspec"
 )
 
@@ -12,7 +12,7 @@ import (
 // READ ONLY, SQLite's query_only on its one connection. A read tool's
 // transaction uses it when the gate's store has it, else a plain Begin.
 type ReadBeginner interface {
-	BeginRead(ctx context.Context) (gate.Tx, error)
+	BeginRead(ctx context.Context) (core.Tx, error)
 }
 
 // readTx is the transaction a read tool's Handle gets: begun when first
@@ -20,9 +20,9 @@ type ReadBeginner interface {
 // round trip and, on SQLite, does not hold the one connection while it
 // reads through the pool; rolled back by end.
 type readTx struct {
-	store gate.Store
+	store core.Store
 	mu    sync.Mutex
-	gtx   gate.Tx
+	gtx   core.Tx
 	tx    toolspec.Tx
 	err   error
 }

@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/resettoken"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/resettoken"
 )
 
 // Defaults of Config's redeem limit: failed redeems per client address.
@@ -46,7 +46,7 @@ func (s *Server) redeemResetToken(w http.ResponseWriter, r *http.Request) {
 	client := clientAddr(r)
 	if wait, blocked := s.redeemLimit.blocked(client); blocked {
 		writeProblem(w, r, http.StatusTooManyRequests, &callError{retryAfter: wait,
-			err: domain.Errorf(domain.CodeRateLimited, "", "too many failed redeems from this address; retry after %s", wait.Round(time.Second))})
+			err: vocab.Errorf(vocab.CodeRateLimited, "", "too many failed redeems from this address; retry after %s", wait.Round(time.Second))})
 		return
 	}
 	token, status, cerr := decodeRedeem(r.Body)
@@ -59,7 +59,7 @@ func (s *Server) redeemResetToken(w http.ResponseWriter, r *http.Request) {
 		status = statusOf(cerr)
 	}
 	switch cerr.err.Code {
-	case domain.CodeInvalidArgument, domain.CodeNotFound, domain.CodeResetTokenUsed, domain.CodeResetTokenExpired:
+	case vocab.CodeInvalidArgument, vocab.CodeNotFound, vocab.CodeResetTokenUsed, vocab.CodeResetTokenExpired:
 		s.redeemLimit.failed(client)
 	}
 	writeProblem(w, r, status, cerr)
@@ -72,19 +72,19 @@ func (s *Server) redeem(r *http.Request, token string) (*Redemption, *callError)
 	requestID := RequestIDFromContext(r.Context())
 	red, err := s.resets.ResetTokenRedeem(ctx, resettoken.TokenHash(token))
 	switch {
-	case errors.Is(err, domain.ErrAlreadyUsed):
-		return nil, &callError{err: domain.Errorf(domain.CodeResetTokenUsed, "token", "this password-reset link was already used")}
-	case errors.Is(err, domain.ErrExpired):
-		return nil, &callError{err: domain.Errorf(domain.CodeResetTokenExpired, "token", "this password-reset link has expired; ask for a new one")}
-	case errors.Is(err, domain.ErrNotFound):
-		return nil, &callError{err: domain.Errorf(domain.CodeNotFound, "token", "no such password-reset token")}
-	case errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, vocab.ErrAlreadyUsed):
+		return nil, &callError{err: vocab.Errorf(vocab.CodeResetTokenUsed, "token", "this password-reset link was already used")}
+	case errors.Is(err, vocab.ErrExpired):
+		return nil, &callError{err: vocab.Errorf(vocab.CodeResetTokenExpired, "token", "this password-reset link has expired; ask for a new one")}
+	case errors.Is(err, vocab.ErrNotFound):
+		return nil, &callError{err: vocab.Errorf(vocab.CodeNotFound, "token", "no such password-reset token")}
+	case errors.Is(err, vocab.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded):
 		s.logger.WarnContext(r.Context(), "database unavailable", "request_id", requestID, "error", err)
 		return nil, &callError{retryAfter: time.Second,
-			err: domain.Errorf(domain.CodeUnavailable, "", "the database is unreachable; retry")}
+			err: vocab.Errorf(vocab.CodeUnavailable, "", "the database is unreachable; retry")}
 	case err != nil:
 		s.logger.ErrorContext(r.Context(), "redeem failed", "request_id", requestID, "error", err)
-		return nil, &callError{err: domain.Errorf(domain.CodeInternal, "", "internal error (request %s)", requestID)}
+		return nil, &callError{err: vocab.Errorf(vocab.CodeInternal, "", "internal error (request %s)", requestID)}
 	}
 	if info, ok := r.Context().Value(requestLogKey).(*requestLog); ok {
 		info.tenant, info.user = red.TenantID, red.UserID
@@ -99,7 +99,7 @@ func (s *Server) redeem(r *http.Request, token string) (*Redemption, *callError)
 // answered with status (413 for a body over the limit, else 400).
 func decodeRedeem(body io.Reader) (token string, status int, cerr *callError) {
 	invalid := func(field, format string, args ...any) *callError {
-		return &callError{err: domain.Errorf(domain.CodeInvalidArgument, field, format, args...)}
+		return &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, field, format, args...)}
 	}
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()

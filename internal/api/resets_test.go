@@ -16,12 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/api"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/resetmail"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/resetmail"
 )
 
 // fakeResets is an in-memory store.ResetTokens: tokens by hash, each
@@ -54,11 +54,11 @@ func (f *fakeResets) ResetTokenRedeem(_ context.Context, hash []byte) (*store.Re
 	t, ok := f.tokens[string(hash)]
 	switch {
 	case !ok:
-		return nil, domain.ErrNotFound
+		return nil, vocab.ErrNotFound
 	case t.used:
-		return nil, domain.ErrAlreadyUsed
+		return nil, vocab.ErrAlreadyUsed
 	case t.expired:
-		return nil, domain.ErrExpired
+		return nil, vocab.ErrExpired
 	}
 	t.used = true
 	red := t.red
@@ -75,7 +75,7 @@ func resetToken(n int) string {
 func serveResets(t *testing.T, f *fakeResets, edit func(*api.Config)) string {
 	t.Helper()
 	st := unusedStore(t)
-	g, err := gate.New(&gate.Config{Store: st, Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
+	g, err := core.New(&core.Config{Store: st, Enqueuer: noEnqueue{}, Policies: coretest.Policies()})
 	require.NoError(t, err)
 	cfg := &api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{}, Resets: f, MaxBodyBytes: 1024}
 	if edit != nil {
@@ -92,7 +92,7 @@ type redeemAnswer struct {
 	status     int
 	header     http.Header
 	redemption api.Redemption
-	code       domain.Code
+	code       vocab.Code
 	field      string
 }
 
@@ -117,8 +117,8 @@ func redeem(t *testing.T, url, body string) redeemAnswer {
 	var p struct {
 		Status int `json:"status"`
 		Error  struct {
-			Code  domain.Code `json:"code"`
-			Field string      `json:"field"`
+			Code  vocab.Code `json:"code"`
+			Field string     `json:"field"`
 		} `json:"error"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &p), string(raw))
@@ -142,15 +142,15 @@ func TestRedeemOnceThenGone(t *testing.T) {
 	for range 2 {
 		a = redeem(t, url, tokenBody(resetToken(1)))
 		require.Equal(t, http.StatusGone, a.status)
-		require.Equal(t, domain.CodeResetTokenUsed, a.code)
+		require.Equal(t, vocab.CodeResetTokenUsed, a.code)
 		require.Equal(t, "token", a.field)
 	}
 	a = redeem(t, url, tokenBody(resetToken(2)))
 	require.Equal(t, http.StatusGone, a.status)
-	require.Equal(t, domain.CodeResetTokenExpired, a.code)
+	require.Equal(t, vocab.CodeResetTokenExpired, a.code)
 	a = redeem(t, url, tokenBody(resetToken(3)))
 	require.Equal(t, http.StatusNotFound, a.status)
-	require.Equal(t, domain.CodeNotFound, a.code)
+	require.Equal(t, vocab.CodeNotFound, a.code)
 }
 
 func TestRedeemRefusesMalformedRequests(t *testing.T) {
@@ -170,22 +170,22 @@ func TestRedeemRefusesMalformedRequests(t *testing.T) {
 	} {
 		a := redeem(t, url, body)
 		require.Equal(t, http.StatusBadRequest, a.status, body)
-		require.Equal(t, domain.CodeInvalidArgument, a.code, body)
+		require.Equal(t, vocab.CodeInvalidArgument, a.code, body)
 		require.Equal(t, field, a.field, body)
 	}
 	a := redeem(t, url, tokenBody(strings.Repeat("A", 2000)))
 	require.Equal(t, http.StatusRequestEntityTooLarge, a.status)
-	require.Equal(t, domain.CodeInvalidArgument, a.code)
+	require.Equal(t, vocab.CodeInvalidArgument, a.code)
 	require.Zero(t, f.redeems, "no malformed request reached the store")
 }
 
 func TestRedeemStoreErrors(t *testing.T) {
 	t.Parallel()
-	f := &fakeResets{err: fmt.Errorf("%w: connection refused", domain.ErrUnavailable)}
+	f := &fakeResets{err: fmt.Errorf("%w: connection refused", vocab.ErrUnavailable)}
 	url := serveResets(t, f, nil)
 	a := redeem(t, url, tokenBody(resetToken(1)))
 	require.Equal(t, http.StatusServiceUnavailable, a.status)
-	require.Equal(t, domain.CodeUnavailable, a.code)
+	require.Equal(t, vocab.CodeUnavailable, a.code)
 	require.Equal(t, "1", a.header.Get("Retry-After"))
 
 	f.mu.Lock()
@@ -193,7 +193,7 @@ func TestRedeemStoreErrors(t *testing.T) {
 	f.mu.Unlock()
 	a = redeem(t, url, tokenBody(resetToken(1)))
 	require.Equal(t, http.StatusInternalServerError, a.status)
-	require.Equal(t, domain.CodeInternal, a.code)
+	require.Equal(t, vocab.CodeInternal, a.code)
 }
 
 // TestRedeemFailuresAreLimitedPerAddress: past the burst of failures an
@@ -213,7 +213,7 @@ func TestRedeemFailuresAreLimitedPerAddress(t *testing.T) {
 	before := f.redeems
 	a := redeem(t, url, tokenBody(resetToken(3)))
 	require.Equal(t, http.StatusTooManyRequests, a.status)
-	require.Equal(t, domain.CodeRateLimited, a.code)
+	require.Equal(t, vocab.CodeRateLimited, a.code)
 	retry, err := time.ParseDuration(a.header.Get("Retry-After") + "s")
 	require.NoError(t, err)
 	require.Greater(t, retry, time.Hour-time.Minute)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // restTool is the REST twin of a tool call, after the IETF Idempotency-Key
@@ -21,12 +21,12 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFromContext(r.Context())
 	def, ok := s.toolByName(chi.URLParam(r, "tool"))
 	if !ok {
-		writeProblem(w, r, http.StatusNotFound, &callError{err: domain.Errorf(domain.CodeNotFound, "tool", "no tool %q", chi.URLParam(r, "tool"))})
+		writeProblem(w, r, http.StatusNotFound, &callError{err: vocab.Errorf(vocab.CodeNotFound, "tool", "no tool %q", chi.URLParam(r, "tool"))})
 		return
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "request body too large or unreadable")})
+		writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "body", "request body too large or unreadable")})
 		return
 	}
 	c := &call{actor: actor, requestID: RequestIDFromContext(r.Context()), clientRequestID: ClientRequestIDFromContext(r.Context()), tool: def, raw: body}
@@ -50,13 +50,13 @@ func (s *Server) restMutate(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	args, err := gate.DecodeArgs(c.raw)
+	args, err := core.DecodeArgs(c.raw)
 	if err != nil {
 		s.rejectREST(w, r, c, key, asDomainError(err))
 		return
 	}
 	if bodyKey, ok := args["idempotency_key"]; ok && bodyKey != key {
-		s.rejectREST(w, r, c, key, domain.Errorf(domain.CodeInvalidArgument, "idempotency_key", "the body's idempotency_key differs from the Idempotency-Key header; send the key in the header only"))
+		s.rejectREST(w, r, c, key, vocab.Errorf(vocab.CodeInvalidArgument, "idempotency_key", "the body's idempotency_key differs from the Idempotency-Key header; send the key in the header only"))
 		return
 	}
 	args["idempotency_key"] = key
@@ -79,7 +79,7 @@ func (s *Server) restMutate(w http.ResponseWriter, r *http.Request, c *call) {
 		w.Header().Set("Retry-After", retryAfterSeconds(time.Duration(ans.RetryAfterMS)*time.Millisecond))
 		w.Header().Set("Location", operationPath(c.tool.Name, key))
 		w.Header().Set("Link", "<"+ans.Operation.Approval.URL+`>; rel="approval"`)
-	case ans.Outcome == domain.OutcomeInFlight:
+	case ans.Outcome == vocab.OutcomeInFlight:
 		status = http.StatusConflict
 		w.Header().Set("Retry-After", retryAfterSeconds(time.Duration(ans.RetryAfterMS)*time.Millisecond))
 		w.Header().Set("Location", operationPath(c.tool.Name, key))
@@ -99,13 +99,13 @@ func (s *Server) restKey(w http.ResponseWriter, r *http.Request, c *call) (strin
 	header, present := r.Header["Idempotency-Key"]
 	switch {
 	case !present:
-		s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", c.tool.Name))
+		s.rejectREST(w, r, c, "", vocab.Errorf(vocab.CodeIdempotencyKeyRequired, "Idempotency-Key", "the Idempotency-Key header is required for %s", c.tool.Name))
 		return "", false
 	case len(header) != 1:
-		s.rejectREST(w, r, c, "", domain.Errorf(domain.CodeInvalidIdempotencyKey, "Idempotency-Key", "the header must appear once"))
+		s.rejectREST(w, r, c, "", vocab.Errorf(vocab.CodeInvalidIdempotencyKey, "Idempotency-Key", "the header must appear once"))
 		return "", false
 	}
-	key, err := gate.ParseKeyHeader(header[0])
+	key, err := core.ParseKeyHeader(header[0])
 	if err != nil {
 		s.rejectREST(w, r, c, header[0], asDomainError(err))
 		return "", false
@@ -115,9 +115,9 @@ func (s *Server) restKey(w http.ResponseWriter, r *http.Request, c *call) (strin
 
 // rejectREST answers a rejection found before the common path ran, with
 // its denied audit row naming the key as received.
-func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, key string, derr *domain.Error) {
+func (s *Server) rejectREST(w http.ResponseWriter, r *http.Request, c *call, key string, derr *vocab.Error) {
 	if !s.mayRead(c) {
-		derr = domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name)
+		derr = vocab.Errorf(vocab.CodeForbidden, "", "the token lacks scope %s for %s", c.tool.Scope, c.tool.Name)
 		key = "" // as over MCP: the scope is checked before anything is read
 	}
 	cerr := s.deny(r.Context(), c, key, derr, time.Now())

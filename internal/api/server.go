@@ -25,10 +25,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Defaults of Config.
@@ -46,13 +46,13 @@ const (
 // wrapping domain.ErrUnavailable when it cannot tell, and any other error
 // for a token it refuses.
 type Authenticator interface {
-	Authenticate(ctx context.Context, bearer string) (domain.Actor, error)
+	Authenticate(ctx context.Context, bearer string) (vocab.Actor, error)
 }
 
 // Config configures a Server.
 type Config struct {
 	// Gate is the idempotency gate. Required.
-	Gate *gate.Gate
+	Gate *core.Gate
 	// Auth authenticates bearer tokens. Required.
 	Auth Authenticator
 	// Tools are the tools served besides the built-in get_operation and
@@ -60,7 +60,7 @@ type Config struct {
 	Tools *toolspec.Registry
 	// Jobs cancels River jobs in the gate's transactions (tasks/cancel).
 	// Required.
-	Jobs gate.JobControl
+	Jobs core.JobControl
 	// Wait is how long a mutation waits for its outcome (IDEMGATE_WAIT).
 	Wait time.Duration
 	// PublicURL is the api's base URL as people reach it
@@ -113,14 +113,14 @@ type Config struct {
 
 // Server serves MCP, REST and health routes.
 type Server struct {
-	gate  *gate.Gate
+	gate  *core.Gate
 	auth  Authenticator
 	tools *toolspec.Registry
 	// getOperation and listOperationsTool are the built-in reads.
 	getOperation       *toolspec.Spec
 	listOperationsTool *toolspec.Spec
 	// jobs cancels a cancelled task's job.
-	jobs gate.JobControl
+	jobs core.JobControl
 	wait time.Duration
 	// publicURL is Config.PublicURL.
 	publicURL string
@@ -230,7 +230,7 @@ func newServer(cfg *Config) *Server {
 		allowedOrigins: map[string]bool{},
 	}
 	if s.dbTimeout == 0 {
-		s.dbTimeout = gate.DefaultDBTimeout
+		s.dbTimeout = core.DefaultDBTimeout
 	}
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -342,7 +342,7 @@ func (s *Server) readBody(next http.Handler) http.Handler {
 				s.bodyTooLarge(w, r)
 				return
 			}
-			writeProblem(w, r, http.StatusBadRequest, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "the request body could not be read")})
+			writeProblem(w, r, http.StatusBadRequest, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "body", "the request body could not be read")})
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -352,7 +352,7 @@ func (s *Server) readBody(next http.Handler) http.Handler {
 }
 
 func (s *Server) bodyTooLarge(w http.ResponseWriter, r *http.Request) {
-	writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "body", "request body is larger than %d bytes", s.maxBody)})
+	writeProblem(w, r, http.StatusRequestEntityTooLarge, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "body", "request body is larger than %d bytes", s.maxBody)})
 }
 
 type ctxKey int
@@ -363,7 +363,7 @@ const (
 )
 
 // ActorFromContext returns the authenticated actor of a request.
-func ActorFromContext(ctx context.Context) (domain.Actor, bool) {
+func ActorFromContext(ctx context.Context) (vocab.Actor, bool) {
 	return tenancy.ActorFromContext(ctx)
 }
 
@@ -383,7 +383,7 @@ func requestID(next http.Handler) http.Handler {
 		_, _ = rand.Read(b[:])
 		id := "req_" + hex.EncodeToString(b[:])
 		ctx := context.WithValue(r.Context(), requestIDKey, id)
-		if client := r.Header.Get("X-Request-Id"); domain.ValidID(client) {
+		if client := r.Header.Get("X-Request-Id"); vocab.ValidID(client) {
 			ctx = context.WithValue(ctx, clientRequestIDKey, client)
 		}
 		w.Header().Set("X-Request-Id", id)
@@ -432,7 +432,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var (
-			actor domain.Actor
+			actor vocab.Actor
 			err   error
 		)
 		ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout)
@@ -457,15 +457,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 
 // errNoCredentials is authenticate's error for a request without a bearer
 // token.
-var errNoCredentials = domain.Errorf(domain.CodeUnauthenticated, "Authorization", "a bearer token is required")
+var errNoCredentials = vocab.Errorf(vocab.CodeUnauthenticated, "Authorization", "a bearer token is required")
 
 // refuse answers a request authenticate refused: 503 when the
 // authenticator could not tell, else 401 with the challenge.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, vocab.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		cerr := unavailableFor(err)
 		if _, oauth := s.auth.(ResourceMetadata); oauth && !tooManyClients(err) {
-			cerr.err = domain.Errorf(domain.CodeUnavailable, "", "the authorization server's keys could not be fetched; retry")
+			cerr.err = vocab.Errorf(vocab.CodeUnavailable, "", "the authorization server's keys could not be fetched; retry")
 		}
 		s.logger.WarnContext(r.Context(), "credentials could not be checked", "request_id", RequestIDFromContext(r.Context()), "error", err)
 		writeProblem(w, r, http.StatusServiceUnavailable, cerr)
@@ -483,12 +483,12 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		challenge = c.Challenge(tokenErr)
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
-	shown := domain.Errorf(domain.CodeUnauthenticated, "Authorization", "the bearer token is unknown, revoked or expired")
-	var de *domain.Error
+	shown := vocab.Errorf(vocab.CodeUnauthenticated, "Authorization", "the bearer token is unknown, revoked or expired")
+	var de *vocab.Error
 	if _, custom := s.auth.(RequestAuthenticator); custom {
-		shown = domain.Errorf(domain.CodeUnauthenticated, "", "the request's credentials were refused")
+		shown = vocab.Errorf(vocab.CodeUnauthenticated, "", "the request's credentials were refused")
 	}
-	if errors.As(err, &de) && de.Code == domain.CodeUnauthenticated {
+	if errors.As(err, &de) && de.Code == vocab.CodeUnauthenticated {
 		shown = de
 	} else {
 		s.logger.InfoContext(r.Context(), "credentials refused", "request_id", RequestIDFromContext(r.Context()), "error", err)
@@ -503,7 +503,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 // domain.ErrUnavailable, a 503.
 type RequestAuthenticator interface {
 	Authenticator
-	AuthenticateRequest(r *http.Request) (domain.Actor, error)
+	AuthenticateRequest(r *http.Request) (vocab.Actor, error)
 }
 
 // Challenger is an Auth that writes its own WWW-Authenticate on a 401
@@ -595,7 +595,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) outcome(tool string, o domain.Outcome) {
+func (m *metrics) outcome(tool string, o vocab.Outcome) {
 	m.outcomes.WithLabelValues(tool, string(o)).Inc()
 }
 func (m *metrics) rateLimited(tool string) { m.rateLimits.WithLabelValues(tool).Inc() }

@@ -13,26 +13,26 @@ import (
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 type noAuth struct{}
 
-func (noAuth) Authenticate(context.Context, string) (domain.Actor, error) {
-	return domain.Actor{}, domain.ErrNotFound
+func (noAuth) Authenticate(context.Context, string) (vocab.Actor, error) {
+	return vocab.Actor{}, vocab.ErrNotFound
 }
 
 type noEnqueue struct{}
 
-func (noEnqueue) JobInsert(context.Context, gate.Tx, *gate.Claim) (int64, error) { return 0, nil }
+func (noEnqueue) JobInsert(context.Context, core.Tx, *core.Claim) (int64, error) { return 0, nil }
 
 func TestMutatingToolWithoutPolicyStopsStart(t *testing.T) {
 	t.Parallel()
-	policies := gatetest.Policies()
+	policies := coretest.Policies()
 	for i, p := range policies {
 		if p.Tool == "reset_seat" {
 			policies = append(policies[:i], policies[i+1:]...)
@@ -40,12 +40,12 @@ func TestMutatingToolWithoutPolicyStopsStart(t *testing.T) {
 		}
 	}
 	st := unusedStore(t)
-	g, err := gate.New(&gate.Config{Store: st, Enqueuer: noEnqueue{}, Policies: policies})
+	g, err := core.New(&core.Config{Store: st, Enqueuer: noEnqueue{}, Policies: policies})
 	require.NoError(t, err)
 	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{}})
 	require.ErrorContains(t, err, `mutating tool "reset_seat" has no gate policy`)
 
-	g, err = gate.New(&gate.Config{Store: st, Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
+	g, err = core.New(&core.Config{Store: st, Enqueuer: noEnqueue{}, Policies: coretest.Policies()})
 	require.NoError(t, err)
 	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{}})
 	require.NoError(t, err)

@@ -3,61 +3,61 @@ package api
 import (
 	"net/http"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Codes the built-in tools store on failed operations besides domain's
 // (docs/errors.md): refund_order's Stripe errors and send_password_reset's
 // SMTP refusals.
 const (
-	codeDownstreamAuth domain.Code = "downstream_auth"
-	codeMailRejected   domain.Code = "mail_rejected"
+	codeDownstreamAuth vocab.Code = "downstream_auth"
+	codeMailRejected   vocab.Code = "mail_rejected"
 )
 
 // defaultStatus is the HTTP status of a code missing from codeStatus: a
-// code a team's own tool defines (tool.NothingHappened and the like).
+// code a team's own tool defines (gate.NothingHappened and the like).
 const defaultStatus = http.StatusUnprocessableEntity
 
 // codeStatus is the HTTP status of each code on the REST twin, whether the
 // code refuses a request or is the stored outcome of an operation, and
 // whether that outcome is fresh or replayed. docs/errors.md states the same
 // table; a test holds the two together.
-var codeStatus = map[domain.Code]int{
+var codeStatus = map[vocab.Code]int{
 	// Refusals of the request: nothing was claimed (or the claim is another
 	// intent's).
-	domain.CodeUnauthenticated:        http.StatusUnauthorized,
-	domain.CodeForbidden:              http.StatusForbidden,
-	domain.CodeIdempotencyKeyRequired: http.StatusBadRequest,
-	domain.CodeInvalidIdempotencyKey:  http.StatusBadRequest,
-	domain.CodeInvalidArgument:        http.StatusBadRequest,
-	domain.CodeKeyReuseDifferentArgs:  http.StatusUnprocessableEntity,
-	domain.CodeKeyExpired:             http.StatusUnprocessableEntity,
-	domain.CodeNotFound:               http.StatusNotFound,
-	domain.CodeRateLimited:            http.StatusTooManyRequests,
-	domain.CodeUnavailable:            http.StatusServiceUnavailable,
-	domain.CodeInternal:               http.StatusInternalServerError,
+	vocab.CodeUnauthenticated:        http.StatusUnauthorized,
+	vocab.CodeForbidden:              http.StatusForbidden,
+	vocab.CodeIdempotencyKeyRequired: http.StatusBadRequest,
+	vocab.CodeInvalidIdempotencyKey:  http.StatusBadRequest,
+	vocab.CodeInvalidArgument:        http.StatusBadRequest,
+	vocab.CodeKeyReuseDifferentArgs:  http.StatusUnprocessableEntity,
+	vocab.CodeKeyExpired:             http.StatusUnprocessableEntity,
+	vocab.CodeNotFound:               http.StatusNotFound,
+	vocab.CodeRateLimited:            http.StatusTooManyRequests,
+	vocab.CodeUnavailable:            http.StatusServiceUnavailable,
+	vocab.CodeInternal:               http.StatusInternalServerError,
 	// A password-reset token that existed and can no longer be redeemed.
-	domain.CodeResetTokenUsed:    http.StatusGone,
-	domain.CodeResetTokenExpired: http.StatusGone,
+	vocab.CodeResetTokenUsed:    http.StatusGone,
+	vocab.CodeResetTokenExpired: http.StatusGone,
 
 	// Outcomes stored on failed operations.
-	domain.CodeCardDeclined:                  http.StatusPaymentRequired,
-	domain.CodeAmountExceedsRefundable:       http.StatusUnprocessableEntity,
-	domain.CodeDownstreamRejected:            http.StatusUnprocessableEntity,
-	domain.CodeDownstreamIdempotencyMismatch: http.StatusUnprocessableEntity,
+	vocab.CodeCardDeclined:                  http.StatusPaymentRequired,
+	vocab.CodeAmountExceedsRefundable:       http.StatusUnprocessableEntity,
+	vocab.CodeDownstreamRejected:            http.StatusUnprocessableEntity,
+	vocab.CodeDownstreamIdempotencyMismatch: http.StatusUnprocessableEntity,
 	// Not 409: on this api 409 means in flight, retry after Retry-After.
-	domain.CodeCancelled: http.StatusUnprocessableEntity,
+	vocab.CodeCancelled: http.StatusUnprocessableEntity,
 	// An approver denied the operation, or nobody approved it in time.
-	domain.CodeApprovalDenied:   http.StatusUnprocessableEntity,
-	domain.CodeApprovalExpired:  http.StatusUnprocessableEntity,
-	domain.CodeOutcomeUnknown:   http.StatusBadGateway,
-	domain.CodeRetriesExhausted: http.StatusBadGateway,
-	codeDownstreamAuth:          http.StatusBadGateway,
-	codeMailRejected:            http.StatusUnprocessableEntity,
+	vocab.CodeApprovalDenied:   http.StatusUnprocessableEntity,
+	vocab.CodeApprovalExpired:  http.StatusUnprocessableEntity,
+	vocab.CodeOutcomeUnknown:   http.StatusBadGateway,
+	vocab.CodeRetriesExhausted: http.StatusBadGateway,
+	codeDownstreamAuth:         http.StatusBadGateway,
+	codeMailRejected:           http.StatusUnprocessableEntity,
 }
 
 // statusFor returns code's HTTP status.
-func statusFor(code domain.Code) int {
+func statusFor(code vocab.Code) int {
 	if s, ok := codeStatus[code]; ok {
 		return s
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Tasks for 2026-07-28 clients: the extension io.modelcontextprotocol/tasks
@@ -130,7 +130,7 @@ type ackResult struct {
 }
 
 // extTaskOf is op as the extension's task.
-func (s *Server) extTaskOf(op *domain.Operation, resultType string) *extTask {
+func (s *Server) extTaskOf(op *vocab.Operation, resultType string) *extTask {
 	t := s.taskOf(op)
 	e := &extTask{
 		ResultType: resultType, TaskID: t.TaskID, Status: t.Status, StatusMessage: t.StatusMessage,
@@ -171,14 +171,14 @@ func (s *Server) extTaskCall(ctx context.Context, next mcp.MethodHandler, method
 }
 
 // extTaskGet is tasks/get on 2026-07-28.
-func (s *Server) extTaskGet(ctx context.Context, c *gate.Claim) (mcp.Result, error) {
+func (s *Server) extTaskGet(ctx context.Context, c *core.Claim) (mcp.Result, error) {
 	t := s.extTaskOf(s.describe(ctx, c), "complete")
-	if c.Status == domain.StatusAwaitingApproval {
+	if c.Status == vocab.StatusAwaitingApproval {
 		t.InputRequests = map[string]*inputRequest{approvalInput: {Method: "elicitation/create", Params: &urlElicitation{
 			Mode: "url", Message: t.StatusMessage, URL: s.approvalURL(c.OperationID), ElicitationID: c.OperationID}}}
 	}
 	if c.Status.Terminal() && t.Status == TaskCompleted {
-		ans, cerr := answer(&gate.ClaimResult{Outcome: domain.OutcomeReplayed, Replayed: true, Claim: c})
+		ans, cerr := answer(&core.ClaimResult{Outcome: vocab.OutcomeReplayed, Replayed: true, Claim: c})
 		t.Result = callResult(ans, cerr)
 	}
 	return t, nil

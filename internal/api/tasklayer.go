@@ -18,7 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The Go SDK (v1.8) has no fields for the tasks capability, a tool's
@@ -129,14 +129,14 @@ type createTaskResult struct {
 // tool error body.
 func (s *Server) taskCall(ctx context.Context, req *mcp.CallToolRequest, task []byte) (mcp.Result, error) {
 	if task[0] != '{' {
-		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "task", "must be an object")})
+		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "task", "must be an object")})
 	}
 	spec, ok := s.toolByName(req.Params.Name)
 	if !ok {
-		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeNotFound, "name", "no tool %q", req.Params.Name)})
+		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: vocab.Errorf(vocab.CodeNotFound, "name", "no tool %q", req.Params.Name)})
 	}
 	if !spec.Mutating {
-		return nil, rpcError(jsonrpc.CodeMethodNotFound, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "task", "%s does not run as a task; call it without params.task", spec.Name)})
+		return nil, rpcError(jsonrpc.CodeMethodNotFound, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "task", "%s does not run as a task; call it without params.task", spec.Name)})
 	}
 	actor, _ := ActorFromContext(ctx)
 	c := &call{actor: actor, requestID: RequestIDFromContext(ctx), clientRequestID: ClientRequestIDFromContext(ctx),
@@ -149,7 +149,7 @@ func (s *Server) taskCall(ctx context.Context, req *mcp.CallToolRequest, task []
 	case cerr != nil:
 		code := int64(jsonrpc.CodeInvalidParams)
 		switch cerr.err.Code {
-		case domain.CodeInternal, domain.CodeUnavailable, domain.CodeRateLimited:
+		case vocab.CodeInternal, vocab.CodeUnavailable, vocab.CodeRateLimited:
 			code = jsonrpc.CodeInternalError
 		}
 		return nil, rpcError(code, cerr)

@@ -18,8 +18,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // MCP tasks (protocol revision 2025-11-25). The task id is the operation
@@ -62,7 +62,7 @@ type Task struct {
 }
 
 // taskOf returns op as a task.
-func (s *Server) taskOf(op *domain.Operation) Task {
+func (s *Server) taskOf(op *vocab.Operation) Task {
 	t := Task{
 		TaskID:        op.OperationID,
 		Status:        TaskWorking,
@@ -73,19 +73,19 @@ func (s *Server) taskOf(op *domain.Operation) Task {
 		t.TTL = ptr(p.TTL.Milliseconds())
 	}
 	switch op.Status {
-	case domain.StatusSucceeded:
+	case vocab.StatusSucceeded:
 		t.Status, t.StatusMessage = TaskCompleted, "succeeded"
-	case domain.StatusFailed:
+	case vocab.StatusFailed:
 		t.Status = TaskFailed
-		if op.Error != nil && op.Error.Code == domain.CodeCancelled {
+		if op.Error != nil && op.Error.Code == vocab.CodeCancelled {
 			t.Status = TaskCancelled
 		}
 		if op.Error != nil {
 			t.StatusMessage = string(op.Error.Code) + ": " + op.Error.Message
 		}
-	case domain.StatusRunning:
+	case vocab.StatusRunning:
 		t.StatusMessage = fmt.Sprintf("running: attempt %d", op.Attempts)
-	case domain.StatusAwaitingApproval:
+	case vocab.StatusAwaitingApproval:
 		// Both task shapes name the state in which a person must act, and
 		// where.
 		t.Status, t.StatusMessage = TaskInputRequired, s.awaitingMessage(op)
@@ -107,7 +107,7 @@ func (s *Server) taskOf(op *domain.Operation) Task {
 
 // awaitingMessage is the status message of a task awaiting approval: who
 // may decide, where and until when.
-func (s *Server) awaitingMessage(op *domain.Operation) string {
+func (s *Server) awaitingMessage(op *vocab.Operation) string {
 	msg := "awaiting_approval: " + s.approvalURL(op.OperationID)
 	if a := op.Approval; a != nil {
 		msg = "awaiting_approval: " + a.MayDecide + " must approve it at " + s.approvalURL(op.OperationID)
@@ -124,16 +124,16 @@ func (s *Server) awaitingMessage(op *domain.Operation) string {
 // waits for a retry scheduled ahead; the in-flight retry advice
 // (gate.DefaultRetryAfter) while it runs or waits for a worker; 0 (none)
 // once it is terminal.
-func pollInterval(op *domain.Operation, now time.Time) time.Duration {
+func pollInterval(op *vocab.Operation, now time.Time) time.Duration {
 	switch {
 	case op.Status.Terminal():
 		return 0
-	case op.Status == domain.StatusAwaitingApproval:
-		return gate.ApprovalRetryAfter
-	case op.Status == domain.StatusQueued && op.NextAttemptAt != nil && op.NextAttemptAt.After(now):
+	case op.Status == vocab.StatusAwaitingApproval:
+		return core.ApprovalRetryAfter
+	case op.Status == vocab.StatusQueued && op.NextAttemptAt != nil && op.NextAttemptAt.After(now):
 		return min(max(op.NextAttemptAt.Sub(now), minPollInterval), maxPollInterval)
 	}
-	return gate.DefaultRetryAfter
+	return core.DefaultRetryAfter
 }
 
 // taskIDParams are the parameters of tasks/get, tasks/result and
@@ -219,26 +219,26 @@ func (s *Server) addTaskMethods(server *mcp.Server) error {
 
 // taskClaim finds the caller's task by id. A reader needs operations:read
 // or the tool's own scope; a canceller (write) the tool's scope.
-func (s *Server) taskClaim(ctx context.Context, taskID string, write bool) (*gate.Claim, *toolspec.Spec, error) {
+func (s *Server) taskClaim(ctx context.Context, taskID string, write bool) (*core.Claim, *toolspec.Spec, error) {
 	actor, ok := ActorFromContext(ctx)
 	if !ok {
-		return nil, nil, rpcError(jsonrpc.CodeInternalError, &callError{err: domain.Errorf(domain.CodeUnauthenticated, "", "no authenticated actor")})
+		return nil, nil, rpcError(jsonrpc.CodeInternalError, &callError{err: vocab.Errorf(vocab.CodeUnauthenticated, "", "no authenticated actor")})
 	}
 	if _, err := uuid.Parse(taskID); err != nil || len(taskID) != 36 {
-		return nil, nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "taskId", "is not a task id of this server")})
+		return nil, nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "taskId", "is not a task id of this server")})
 	}
 	readCtx, cancel := context.WithTimeout(ctx, s.dbTimeout)
 	defer cancel()
-	c, err := s.gate.Store().ClaimGetByOperation(readCtx, &gate.ClaimGetByOperationParams{TenantID: actor.TenantID, OperationID: taskID})
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeNotFound, "taskId", "no task %s", taskID)})
+	c, err := s.gate.Store().ClaimGetByOperation(readCtx, &core.ClaimGetByOperationParams{TenantID: actor.TenantID, OperationID: taskID})
+	if errors.Is(err, vocab.ErrNotFound) {
+		return nil, nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: vocab.Errorf(vocab.CodeNotFound, "taskId", "no task %s", taskID)})
 	}
 	if err != nil {
 		return nil, nil, rpcError(jsonrpc.CodeInternalError, s.internal(ctx, &call{actor: actor, requestID: RequestIDFromContext(ctx), tool: s.getOperation}, err))
 	}
 	spec, ok := s.tools.Get(c.Tool)
 	if !ok {
-		return nil, nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeNotFound, "taskId", "task %s belongs to a tool this server no longer serves", taskID)})
+		return nil, nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: vocab.Errorf(vocab.CodeNotFound, "taskId", "task %s belongs to a tool this server no longer serves", taskID)})
 	}
 	if !actor.HasScope(spec.Scope) && (write || !actor.HasScope(ScopeOperationsRead)) {
 		need := spec.Scope
@@ -246,7 +246,7 @@ func (s *Server) taskClaim(ctx context.Context, taskID string, write bool) (*gat
 			need = ScopeOperationsRead + " or " + spec.Scope
 		}
 		cerr := s.deny(ctx, &call{actor: actor, requestID: RequestIDFromContext(ctx), clientRequestID: ClientRequestIDFromContext(ctx), tool: spec},
-			c.IdempotencyKey, domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for this task", need), time.Now())
+			c.IdempotencyKey, vocab.Errorf(vocab.CodeForbidden, "", "the token lacks scope %s for this task", need), time.Now())
 		return nil, nil, rpcError(jsonrpc.CodeInvalidParams, cerr)
 	}
 	return c, spec, nil
@@ -265,11 +265,11 @@ func (s *Server) taskPayload(ctx context.Context, _ *mcp.ServerSession, p *taskI
 		}
 	}
 	if !c.Status.Terminal() {
-		cerr := &callError{err: domain.Errorf(domain.CodeUnavailable, "", "task %s is still %s after %s; call tasks/result again", c.OperationID, c.Status, TaskResultWait),
-			operation: c.Operation(), retryAfter: gate.DefaultRetryAfter}
+		cerr := &callError{err: vocab.Errorf(vocab.CodeUnavailable, "", "task %s is still %s after %s; call tasks/result again", c.OperationID, c.Status, TaskResultWait),
+			operation: c.Operation(), retryAfter: core.DefaultRetryAfter}
 		return nil, rpcError(jsonrpc.CodeInternalError, cerr)
 	}
-	ans, cerr := answer(&gate.ClaimResult{Outcome: domain.OutcomeReplayed, Replayed: true, Claim: c})
+	ans, cerr := answer(&core.ClaimResult{Outcome: vocab.OutcomeReplayed, Replayed: true, Claim: c})
 	res := callResult(ans, cerr)
 	res.Meta = mcp.Meta{relatedTaskMeta: map[string]any{"taskId": c.OperationID}}
 	return res, nil
@@ -280,7 +280,7 @@ func (s *Server) listTasks(ctx context.Context, _ *mcp.ServerSession, p *listTas
 	actor, _ := ActorFromContext(ctx)
 	if !actor.HasScope(ScopeOperationsRead) {
 		cerr := s.deny(ctx, &call{actor: actor, requestID: RequestIDFromContext(ctx), clientRequestID: ClientRequestIDFromContext(ctx), tool: s.listOperationsTool},
-			"", domain.Errorf(domain.CodeForbidden, "", "the token lacks scope %s for tasks/list", ScopeOperationsRead), time.Now())
+			"", vocab.Errorf(vocab.CodeForbidden, "", "the token lacks scope %s for tasks/list", ScopeOperationsRead), time.Now())
 		return nil, rpcError(jsonrpc.CodeInvalidParams, cerr)
 	}
 	readCtx, cancel := context.WithTimeout(ctx, s.dbTimeout)
@@ -290,7 +290,7 @@ func (s *Server) listTasks(ctx context.Context, _ *mcp.ServerSession, p *listTas
 		cursor = p.Cursor
 	}
 	page, err := s.listOperations(readCtx, actor.TenantID, "", "", DefaultPageSize, cursor)
-	var derr *domain.Error
+	var derr *vocab.Error
 	if errors.As(err, &derr) {
 		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: derr})
 	}
@@ -312,17 +312,17 @@ func (s *Server) cancelTask(ctx context.Context, _ *mcp.ServerSession, p *taskID
 		return nil, err
 	}
 	actor, _ := ActorFromContext(ctx)
-	cancelled, err := s.gate.Cancel(ctx, &gate.CancelParams{
+	cancelled, err := s.gate.Cancel(ctx, &core.CancelParams{
 		TenantID: actor.TenantID, OperationID: c.OperationID,
 		UserID: actor.UserID, TokenID: actor.TokenID, RequestID: RequestIDFromContext(ctx),
 		AttemptsLeaveNoEffect: spec.InTx,
 	}, s.jobs)
 	switch {
-	case errors.Is(err, gate.ErrCancelTerminal):
-		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "taskId",
+	case errors.Is(err, core.ErrCancelTerminal):
+		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "taskId",
 			"cannot cancel task %s: already in terminal status %s", c.OperationID, s.taskOf(cancelled.Operation()).Status), operation: cancelled.Operation()})
-	case errors.Is(err, gate.ErrCancelStarted):
-		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: domain.Errorf(domain.CodeInvalidArgument, "taskId",
+	case errors.Is(err, core.ErrCancelStarted):
+		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "taskId",
 			"cannot cancel task %s: it has started and its effect may be under way; poll it for the outcome", c.OperationID), operation: cancelled.Operation()})
 	case err != nil:
 		return nil, rpcError(jsonrpc.CodeInternalError, s.internal(ctx, &call{actor: actor, requestID: RequestIDFromContext(ctx), tool: spec}, err))

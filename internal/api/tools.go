@@ -7,13 +7,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Scopes of the api's own routes.
 const (
-	ScopeOperationsRead = tool.ScopeOperationsRead
+	ScopeOperationsRead = gate.ScopeOperationsRead
 	ScopeOpsAdmin       = tokenspec.ScopeOpsAdmin
 )
 
@@ -30,14 +30,14 @@ type getOperationArgs struct {
 // getOperationSpec declares get_operation; its tool argument is one of
 // the registry's mutations.
 func (s *Server) getOperationSpec() (*toolspec.Spec, error) {
-	spec, err := derive(&tool.Read[getOperationArgs, domain.Operation]{
+	spec, err := derive(&gate.Read[getOperationArgs, vocab.Operation]{
 		Name:  GetOperation,
 		Title: "Get an operation by key",
 		Description: "The status and outcome of a mutation, by its tool and idempotency_key. " +
 			"Needs the scope operations:read or the mutation's own.",
 		Scope: ScopeOperationsRead,
-		Handle: func(ctx context.Context, _ tool.Tx, caller tool.Caller, a *getOperationArgs) (*domain.Operation, error) {
-			return s.operation(ctx, domain.Actor{TenantID: caller.TenantID, UserID: caller.UserID}, a.Tool, a.IdempotencyKey)
+		Handle: func(ctx context.Context, _ gate.Tx, caller gate.Caller, a *getOperationArgs) (*vocab.Operation, error) {
+			return s.operation(ctx, vocab.Actor{TenantID: caller.TenantID, UserID: caller.UserID}, a.Tool, a.IdempotencyKey)
 		},
 	})
 	if err != nil {
@@ -54,7 +54,7 @@ func (s *Server) checkToolName(args map[string]any, optional bool) error {
 		return nil
 	}
 	if spec, ok := s.tools.Get(name); !ok || !spec.Mutating {
-		return domain.Errorf(domain.CodeInvalidArgument, "tool", "must name a mutating tool, got %q", name)
+		return vocab.Errorf(vocab.CodeInvalidArgument, "tool", "must name a mutating tool, got %q", name)
 	}
 	return nil
 }
@@ -88,4 +88,4 @@ func annotations(spec *toolspec.Spec) *mcp.ToolAnnotations {
 func ptr[T any](v T) *T { return &v }
 
 // derive returns the spec of one of the api's own tools.
-func derive(t tool.Tool) (*toolspec.Spec, error) { return toolspec.Derive(t) }
+func derive(t gate.Tool) (*toolspec.Spec, error) { return toolspec.Derive(t) }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The transport rules of MCP's Streamable HTTP (2025-11-25 and 2026-07-28
@@ -102,7 +102,7 @@ func (s *Server) checkOrigin(next http.Handler) http.Handler {
 			writeEnvelopeError(w, http.StatusForbidden, &envelopeError{code: codeForbiddenOrigin, msg: msg})
 			return
 		}
-		writeProblem(w, r, http.StatusForbidden, &callError{err: domain.Errorf(domain.CodeForbidden, "Origin", "%s", msg)})
+		writeProblem(w, r, http.StatusForbidden, &callError{err: vocab.Errorf(vocab.CodeForbidden, "Origin", "%s", msg)})
 	})
 }
 

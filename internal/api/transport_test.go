@@ -19,10 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/api"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // A foreign Origin is refused with 403 before anything runs, on the fast
@@ -148,8 +148,8 @@ func TestJSONRPCRequestsGetJSONRPCErrors(t *testing.T) {
 // connection for too many clients.
 type downAuth struct{}
 
-func (downAuth) Authenticate(context.Context, string) (domain.Actor, error) {
-	return domain.Actor{}, fmt.Errorf("%w: %w", domain.ErrUnavailable,
+func (downAuth) Authenticate(context.Context, string) (vocab.Actor, error) {
+	return vocab.Actor{}, fmt.Errorf("%w: %w", vocab.ErrUnavailable,
 		&pgconn.PgError{Severity: "FATAL", Code: "53300", Message: "sorry, too many clients already"})
 }
 
@@ -158,7 +158,7 @@ func (downAuth) Authenticate(context.Context, string) (domain.Actor, error) {
 func TestTooManyClientsAnswerNamesPoolMaxConns(t *testing.T) {
 	t.Parallel()
 	st := unusedStore(t)
-	g, err := gate.New(&gate.Config{Store: st, Enqueuer: noEnqueue{}, Policies: gatetest.Policies()})
+	g, err := core.New(&core.Config{Store: st, Enqueuer: noEnqueue{}, Policies: coretest.Policies()})
 	require.NoError(t, err)
 	srv, err := api.New(&api.Config{Gate: g, Auth: downAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{},
 		Logger: slog.New(slog.DiscardHandler)})

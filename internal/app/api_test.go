@@ -21,12 +21,12 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 const (
@@ -120,15 +120,15 @@ func connect(t *testing.T, url, token string) *mcp.ClientSession {
 
 // result is a tool result's structured content, decoded.
 type result struct {
-	Outcome      domain.Outcome    `json:"outcome"`
-	Replayed     bool              `json:"replayed"`
-	RetryAfterMS int64             `json:"retry_after_ms"`
-	Operation    *domain.Operation `json:"operation"`
+	Outcome      vocab.Outcome    `json:"outcome"`
+	Replayed     bool             `json:"replayed"`
+	RetryAfterMS int64            `json:"retry_after_ms"`
+	Operation    *vocab.Operation `json:"operation"`
 	Error        *struct {
-		Code    domain.Code `json:"code"`
-		Message string      `json:"message"`
-		Field   string      `json:"field"`
-		Fields  []string    `json:"fields"`
+		Code    vocab.Code `json:"code"`
+		Message string     `json:"message"`
+		Field   string     `json:"field"`
+		Fields  []string   `json:"fields"`
 	} `json:"error"`
 }
 
@@ -171,20 +171,20 @@ func countRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 }
 
 // complete plays the worker's part: lease the claim and store a result.
-func complete(t *testing.T, b *testBundle, op *domain.Operation) {
+func complete(t *testing.T, b *testBundle, op *vocab.Operation) {
 	t.Helper()
 	completeIn(t, b.api.Gate.Store(), op)
 }
 
 // completeIn is complete on the gate's store s.
-func completeIn(t *testing.T, s gate.Store, op *domain.Operation) {
+func completeIn(t *testing.T, s core.Store, op *vocab.Operation) {
 	t.Helper()
 	ctx := context.Background()
-	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: op.Tool, IdempotencyKey: op.IdempotencyKey})
+	c, err := s.ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: "acme", Tool: op.Tool, IdempotencyKey: op.IdempotencyKey})
 	require.NoError(t, err)
-	c, err = s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+	c, err = s.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
-	_, err = s.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"refund_id":"re_test_1","status":"succeeded"}`)})
+	_, err = s.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"refund_id":"re_test_1","status":"succeeded"}`)})
 	require.NoError(t, err)
 }
 
@@ -236,21 +236,21 @@ func TestMCPRefundAcceptedThenReplayed(t *testing.T) {
 
 	first, isErr := callTool(t, s, "refund_order", refund("refund-9f2-0001", 1500))
 	require.False(t, isErr)
-	require.Equal(t, domain.OutcomeAccepted, first.Outcome)
+	require.Equal(t, vocab.OutcomeAccepted, first.Outcome)
 	require.NotZero(t, first.Operation.JobID)
-	require.Equal(t, domain.StatusQueued, first.Operation.Status)
+	require.Equal(t, vocab.StatusQueued, first.Operation.Status)
 	require.Positive(t, first.RetryAfterMS)
 
 	// While queued, a retry gets the handle, not a second run.
 	again, isErr := callTool(t, s, "refund_order", refund("refund-9f2-0001", 1500))
 	require.False(t, isErr)
-	require.Equal(t, domain.OutcomeInFlight, again.Outcome)
+	require.Equal(t, vocab.OutcomeInFlight, again.Outcome)
 	require.Equal(t, first.Operation.OperationID, again.Operation.OperationID)
 
 	complete(t, b, first.Operation)
 	replay, isErr := callTool(t, s, "refund_order", refund("refund-9f2-0001", 1500))
 	require.False(t, isErr)
-	require.Equal(t, domain.OutcomeReplayed, replay.Outcome)
+	require.Equal(t, vocab.OutcomeReplayed, replay.Outcome)
 	require.True(t, replay.Replayed)
 	require.Equal(t, first.Operation.OperationID, replay.Operation.OperationID)
 	require.Equal(t, first.Operation.JobID, replay.Operation.JobID)
@@ -274,18 +274,18 @@ func TestMCPRejectionsCarryCodesAndOneAuditRow(t *testing.T) {
 	cases := []struct {
 		name  string
 		args  map[string]any
-		code  domain.Code
+		code  vocab.Code
 		field string
 	}{
-		{"Conflict", refund("refund-conflict-1", 2500), domain.CodeKeyReuseDifferentArgs, "idempotency_key"},
-		{"MissingKey", map[string]any{"order_id": "ord_9f2", "amount_cents": 100}, domain.CodeIdempotencyKeyRequired, "idempotency_key"},
-		{"EmptyKey", refund("   ", 100), domain.CodeIdempotencyKeyRequired, "idempotency_key"},
-		{"MalformedKey", refund("bad key!", 100), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"ShortKey", refund("short", 100), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"UnknownArgument", map[string]any{"order_id": "ord_9f2", "amount_cents": 100, "idempotency_key": "refund-unknown-1", "tenant_id": "globex"}, domain.CodeInvalidArgument, "tenant_id"},
-		{"NegativeAmount", refund("refund-negative-1", -5), domain.CodeInvalidArgument, "amount_cents"},
-		{"FractionalAmount", refund("refund-fraction-1", 0) /* replaced below */, domain.CodeInvalidArgument, "amount_cents"},
-		{"MissingOrder", map[string]any{"amount_cents": 100, "idempotency_key": "refund-missing-1"}, domain.CodeInvalidArgument, "order_id"},
+		{"Conflict", refund("refund-conflict-1", 2500), vocab.CodeKeyReuseDifferentArgs, "idempotency_key"},
+		{"MissingKey", map[string]any{"order_id": "ord_9f2", "amount_cents": 100}, vocab.CodeIdempotencyKeyRequired, "idempotency_key"},
+		{"EmptyKey", refund("   ", 100), vocab.CodeIdempotencyKeyRequired, "idempotency_key"},
+		{"MalformedKey", refund("bad key!", 100), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"ShortKey", refund("short", 100), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"UnknownArgument", map[string]any{"order_id": "ord_9f2", "amount_cents": 100, "idempotency_key": "refund-unknown-1", "tenant_id": "globex"}, vocab.CodeInvalidArgument, "tenant_id"},
+		{"NegativeAmount", refund("refund-negative-1", -5), vocab.CodeInvalidArgument, "amount_cents"},
+		{"FractionalAmount", refund("refund-fraction-1", 0) /* replaced below */, vocab.CodeInvalidArgument, "amount_cents"},
+		{"MissingOrder", map[string]any{"amount_cents": 100, "idempotency_key": "refund-missing-1"}, vocab.CodeInvalidArgument, "order_id"},
 	}
 	cases[7].args["amount_cents"] = 10.5
 	for _, tc := range cases {
@@ -293,7 +293,7 @@ func TestMCPRejectionsCarryCodesAndOneAuditRow(t *testing.T) {
 		require.True(t, isErr, tc.name)
 		require.Equal(t, tc.code, res.Error.Code, tc.name)
 		require.Equal(t, tc.field, res.Error.Field, tc.name)
-		if tc.code == domain.CodeKeyReuseDifferentArgs {
+		if tc.code == vocab.CodeKeyReuseDifferentArgs {
 			require.Equal(t, []string{"amount_cents"}, res.Error.Fields)
 		}
 	}
@@ -325,7 +325,7 @@ func TestMCPAuthentication(t *testing.T) {
 	s := connect(t, b.url, tokenAcmeRead)
 	res, isErr := callTool(t, s, "refund_order", refund("refund-forbidden-1", 100))
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeForbidden, res.Error.Code)
+	require.Equal(t, vocab.CodeForbidden, res.Error.Code)
 	rows := auditDecisions(t, b.pool, "acme", "refund_order")
 	require.Len(t, rows, 1)
 	require.True(t, strings.HasPrefix(rows[0], "denied:forbidden"), rows[0])
@@ -363,7 +363,7 @@ func TestMCPConcurrentIdenticalCallsMakeOneClaimAndJob(t *testing.T) {
 					errs[i] = err
 					return
 				}
-				if res.IsError && out.Error.Code == domain.CodeUnavailable && attempt < 20 {
+				if res.IsError && out.Error.Code == vocab.CodeUnavailable && attempt < 20 {
 					continue
 				}
 				if res.IsError {
@@ -401,12 +401,12 @@ func TestTenantsCannotSeeOrReplayEachOther(t *testing.T) {
 	// Globex cannot read acme's operation by the same key string.
 	res, isErr := callTool(t, globex, "get_operation", map[string]any{"tool": "refund_order", "idempotency_key": "shared-key-0001"})
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeNotFound, res.Error.Code)
+	require.Equal(t, vocab.CodeNotFound, res.Error.Code)
 
 	// Nor replay it, nor conflict with it: its call is its own.
 	g, isErr := callTool(t, globex, "refund_order", refund("shared-key-0001", 900))
 	require.False(t, isErr)
-	require.Equal(t, domain.OutcomeAccepted, g.Outcome)
+	require.Equal(t, vocab.OutcomeAccepted, g.Outcome)
 	require.NotEqual(t, a.Operation.OperationID, g.Operation.OperationID)
 	require.Nil(t, g.Operation.Result)
 
@@ -415,7 +415,7 @@ func TestTenantsCannotSeeOrReplayEachOther(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+tokenGlobex)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	var got domain.Operation
+	var got vocab.Operation
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
 	resp.Body.Close()
 	require.Equal(t, g.Operation.OperationID, got.OperationID)
@@ -475,7 +475,7 @@ func TestRESTFollowsIdempotencyKeyDraft(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
 	require.Equal(t, "idempotency_key_reuse_with_different_args", out["error"].(map[string]any)["code"])
 
-	op := &domain.Operation{Tool: "refund_order", IdempotencyKey: "rest-key-00001"}
+	op := &vocab.Operation{Tool: "refund_order", IdempotencyKey: "rest-key-00001"}
 	complete(t, b, op)
 	resp, out = rest(t, http.MethodPost, u, tokenAcme, "rest-key-00001", body)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -572,7 +572,7 @@ func TestUnreachableDatabaseAnswersUnavailableAndRecovers(t *testing.T) {
 		start := time.Now()
 		res, isErr = callTool(t, s, "refund_order", refund(fmt.Sprintf("during-cut-%04d", i), 100))
 		require.True(t, isErr)
-		require.Equal(t, domain.CodeUnavailable, res.Error.Code)
+		require.Equal(t, vocab.CodeUnavailable, res.Error.Code)
 		// Bounded by the gate's database timeout, not hanging on the pool;
 		// the bound is loose so that a busy machine cannot miss it.
 		require.Less(t, time.Since(start), 30*time.Second)
@@ -586,7 +586,7 @@ func TestUnreachableDatabaseAnswersUnavailableAndRecovers(t *testing.T) {
 	p.setCut(false)
 	require.Eventually(t, func() bool {
 		res, isErr := callTool(t, s, "refund_order", refund("during-cut-0000", 100))
-		return !isErr && res.Outcome == domain.OutcomeAccepted
+		return !isErr && res.Outcome == vocab.OutcomeAccepted
 	}, 60*time.Second, 200*time.Millisecond)
 }
 

@@ -23,8 +23,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/oauth"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
@@ -35,7 +35,7 @@ import (
 // API is the assembled api process.
 type API struct {
 	Driver engine.Driver
-	Gate   *gate.Gate
+	Gate   *core.Gate
 	Tools  *toolspec.Registry
 	// Jobs cancels and retries River jobs in the gate's transactions.
 	Jobs    engine.River
@@ -115,7 +115,7 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	g, err := gate.New(&gate.Config{
+	g, err := core.New(&core.Config{
 		Store:        data,
 		Enqueuer:     riverClient,
 		Policies:     tools.Policies(),
@@ -171,13 +171,13 @@ func tracedLogger(logger *slog.Logger, tp trace.TracerProvider) *slog.Logger {
 // apiData is what the api reads and writes besides the gate: tokens, and
 // reset links, which the built-in tools redeem on the gate's store.
 type apiData interface {
-	gate.Store
+	core.Store
 	store.Tokens
 }
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
 // reg (to which it adds the Go and process collectors).
-func newAPIServer(cfg *config.Config, g *gate.Gate, jobControl gate.JobControl, data apiData, tools *toolspec.Registry, migrated func(context.Context) (bool, error),
+func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, data apiData, tools *toolspec.Registry, migrated func(context.Context) (bool, error),
 	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
 ) (*api.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -15,18 +15,18 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/approvalmail"
-	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/approvalmail"
+	"github.com/idemgate/idemgate/internal/vocab/resetmail"
 )
 
 // noticeBundle is the api and its worker on one engine (Postgres: NewAPI
@@ -37,7 +37,7 @@ type noticeBundle struct {
 	url       string
 	publicURL string
 	mail      *mailpit.Client
-	store     gate.Store
+	store     core.Store
 	approvers []string
 	// noticeJobs counts the approval notice jobs, of operationID when it
 	// is set, in state when it is set.
@@ -179,7 +179,7 @@ func TestApprovalNoticeMailedOnce(t *testing.T) {
 
 			first, isErr := callTool(t, acme, "refund_order", refund("notice-key-0001", 1500))
 			require.False(t, isErr, "%+v", first.Error)
-			require.Equal(t, domain.StatusAwaitingApproval, first.Operation.Status)
+			require.Equal(t, vocab.StatusAwaitingApproval, first.Operation.Status)
 			op := first.Operation.OperationID
 			require.Equal(t, 1, b.noticeJobs("", ""), "one notice job, inserted with the claim")
 			b.awaitNotice(t, op)
@@ -197,7 +197,7 @@ func TestApprovalNoticeMailedOnce(t *testing.T) {
 				to = append(to, a.Address)
 			}
 			require.Equal(t, b.approvers, to)
-			claim, err := b.store.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: "acme", OperationID: op})
+			claim, err := b.store.ClaimGetByOperation(ctx, &core.ClaimGetByOperationParams{TenantID: "acme", OperationID: op})
 			require.NoError(t, err)
 			body, err := b.mail.Body(ctx, ms[0].ID)
 			require.NoError(t, err)
@@ -213,7 +213,7 @@ func TestApprovalNoticeMailedOnce(t *testing.T) {
 			for range 3 {
 				again, isErr := callTool(t, acme, "refund_order", refund("notice-key-0001", 1500))
 				require.False(t, isErr, "%+v", again.Error)
-				require.Equal(t, domain.OutcomeInFlight, again.Outcome)
+				require.Equal(t, vocab.OutcomeInFlight, again.Outcome)
 				require.Equal(t, op, again.Operation.OperationID)
 			}
 			require.Equal(t, 1, b.noticeJobs("", ""))
@@ -221,13 +221,13 @@ func TestApprovalNoticeMailedOnce(t *testing.T) {
 			// Under the threshold: it runs at once, and nobody is mailed.
 			small, isErr := callTool(t, acme, "refund_order", refund("notice-key-0002", 500))
 			require.False(t, isErr, "%+v", small.Error)
-			require.Equal(t, domain.StatusSucceeded, small.Operation.Status)
+			require.Equal(t, vocab.StatusSucceeded, small.Operation.Status)
 			require.Equal(t, 1, b.noticeJobs("", ""))
 
 			// globex has no approvers: its notice job completes, mailing nobody.
 			g, isErr := callTool(t, connect(t, b.url, tokenGlobex), "refund_order", refund("notice-key-0003", 1500))
 			require.False(t, isErr, "%+v", g.Error)
-			require.Equal(t, domain.StatusAwaitingApproval, g.Operation.Status)
+			require.Equal(t, vocab.StatusAwaitingApproval, g.Operation.Status)
 			b.awaitNotice(t, g.Operation.OperationID)
 
 			n, err := b.mail.CountByMessageID(ctx, noticeID(op))

@@ -13,14 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/app"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/enginetest"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The edges of exactly once, replayed through the built api on both
@@ -115,10 +115,10 @@ func TestKeyChangingHandsTwiceRunsEachIntentOnce(t *testing.T) {
 		s.startWorker()
 		for _, prune := range []bool{false, true} {
 			key := fmt.Sprintf("hands-twice-prune-%v", prune)
-			run := func(amount int) *domain.Operation {
+			run := func(amount int) *vocab.Operation {
 				t.Helper()
 				callPatiently(t, s.session, "refund_order", refund(key, amount))
-				op := awaitPatiently(t, s.session, key, domain.StatusSucceeded)
+				op := awaitPatiently(t, s.session, key, vocab.StatusSucceeded)
 				s.endWindow(t, key)
 				if prune {
 					s.prune(t)
@@ -130,17 +130,17 @@ func TestKeyChangingHandsTwiceRunsEachIntentOnce(t *testing.T) {
 			require.NotEqual(t, a.OperationID, b.OperationID)
 			for _, again := range []struct {
 				amount int
-				op     *domain.Operation
+				op     *vocab.Operation
 			}{{100, a}, {200, b}} {
 				text := callPatiently(t, s.session, "refund_order", refund(key, again.amount))
 				var body struct {
 					Error struct {
-						Code    domain.Code `json:"code"`
-						Message string      `json:"message"`
+						Code    vocab.Code `json:"code"`
+						Message string     `json:"message"`
 					} `json:"error"`
 				}
 				require.NoError(t, json.Unmarshal([]byte(text), &body), text)
-				require.Equal(t, domain.CodeKeyExpired, body.Error.Code, text)
+				require.Equal(t, vocab.CodeKeyExpired, body.Error.Code, text)
 				require.Contains(t, body.Error.Message, again.op.OperationID, "names the operation that ran these arguments")
 			}
 			// Every refund the test Stripe made, whatever operation made it:
@@ -183,7 +183,7 @@ func TestCancelledRefundIsNeverRedriven(t *testing.T) {
 		// The dry run's listing says refused, and writes nothing.
 		line, err := o.Redriver.Redrive(ctx, &ops.RedriveParams{TenantID: "acme", Tool: "refund_order", Key: key,
 			Operator: "alice", Reason: "retry failed", DryRun: true})
-		require.ErrorIs(t, err, gate.ErrRedriveCancelled)
+		require.ErrorIs(t, err, core.ErrRedriveCancelled)
 		require.Equal(t, ops.ActionRefused, line.Action)
 		require.Contains(t, line.Reason, "cancelled by its owner")
 		set, err := o.Redriver.RedriveSet(ctx, &ops.RedriveSetParams{TenantID: "acme", Tool: "refund_order",
@@ -199,7 +199,7 @@ func TestCancelledRefundIsNeverRedriven(t *testing.T) {
 		// Single and set re-drives: refused, one denied audit row each.
 		_, err = o.Redriver.Redrive(ctx, &ops.RedriveParams{TenantID: "acme", Tool: "refund_order", Key: key,
 			Operator: "alice", Reason: "retry failed"})
-		require.ErrorIs(t, err, gate.ErrRedriveCancelled)
+		require.ErrorIs(t, err, core.ErrRedriveCancelled)
 		set, err = o.Redriver.RedriveSet(ctx, &ops.RedriveSetParams{TenantID: "acme", Tool: "refund_order",
 			Since: time.Now().Add(-time.Hour), Operator: "alice", Reason: "retry failed"}, func(*ops.RedriveLine) error { return nil })
 		require.NoError(t, err)
@@ -231,8 +231,8 @@ func TestCancelledRefundIsNeverRedriven(t *testing.T) {
 		require.Equal(t, 1, s.db.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key = $1 AND decision = 'denied'
 			AND user_id = 'riverui'`, key))
 
-		op := awaitPatiently(t, s.session, key, domain.StatusFailed)
-		require.Equal(t, domain.CodeCancelled, op.Error.Code)
+		op := awaitPatiently(t, s.session, key, vocab.StatusFailed)
+		require.Equal(t, vocab.CodeCancelled, op.Error.Code)
 		require.Empty(t, s.stripe.Refunds(), "the cancelled refund never reached Stripe")
 		require.Zero(t, s.db.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key = $1
 			AND decision IN ('redriven', 'started', 'succeeded')`, key))

@@ -11,8 +11,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/toolspec"
@@ -28,7 +28,7 @@ const EmbeddedDBTimeout = 5 * time.Second
 // inserts the claims' jobs, works them and serves River UI.
 type Embedded struct {
 	Driver  engine.Driver
-	Gate    *gate.Gate
+	Gate    *core.Gate
 	Server  *api.Server
 	Handler http.Handler
 	// Client is the process's one River client: it inserts, works,
@@ -72,7 +72,7 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	}
 	client := drv.NewRiver()
 	warnNoSecret(cfg, logger)
-	g, err := gate.New(&gate.Config{
+	g, err := core.New(&core.Config{
 		OnTransition: onTransition,
 		Store:        data,
 		Enqueuer:     client,

@@ -10,12 +10,12 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // TestEmbeddedSQLiteRefundWithDuplicateRetry runs the quickstart's shape:
@@ -51,22 +51,22 @@ func TestEmbeddedSQLiteRefundWithDuplicateRetry(t *testing.T) {
 
 	first, isErr := callTool(t, session, "refund_order", refund("sqlite-refund-0001", 1500))
 	require.False(t, isErr, "%+v", first.Error)
-	require.Equal(t, domain.OutcomeAccepted, first.Outcome)
-	require.Equal(t, domain.StatusSucceeded, first.Operation.Status)
+	require.Equal(t, vocab.OutcomeAccepted, first.Outcome)
+	require.Equal(t, vocab.StatusSucceeded, first.Operation.Status)
 	again, isErr := callTool(t, session, "refund_order", refund("sqlite-refund-0001", 1500))
 	require.False(t, isErr)
-	require.Equal(t, domain.OutcomeReplayed, again.Outcome)
+	require.Equal(t, vocab.OutcomeReplayed, again.Outcome)
 	require.Equal(t, first.Operation.OperationID, again.Operation.OperationID)
 	require.JSONEq(t, string(first.Operation.Result), string(again.Operation.Result))
 	require.Equal(t, map[string]int{intentKey(t, cfg.Secret, "acme", "refund_order", refund("sqlite-refund-0001", 1500), 0): 1}, stripeSrv.RefundsByKey())
 
 	conflict, isErr := callTool(t, session, "refund_order", refund("sqlite-refund-0001", 1600))
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeKeyReuseDifferentArgs, conflict.Error.Code)
+	require.Equal(t, vocab.CodeKeyReuseDifferentArgs, conflict.Error.Code)
 
 	mail, isErr := callTool(t, session, "send_password_reset", map[string]any{"user_id": "usr_1", "idempotency_key": "sqlite-mail-0001"})
 	require.False(t, isErr, "%+v", mail.Error)
-	require.Equal(t, domain.StatusSucceeded, mail.Operation.Status)
+	require.Equal(t, vocab.StatusSucceeded, mail.Operation.Status)
 	var sent struct {
 		MessageID string `json:"message_id"`
 	}

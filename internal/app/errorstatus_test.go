@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // A stored failure answers its code's 4xx on the REST twin, for the call
@@ -21,19 +21,19 @@ func TestRESTStoredFailuresAnswerTheirStatus(t *testing.T) {
 	for _, tc := range []struct {
 		name, key string
 		body      map[string]any
-		code      domain.Code
+		code      vocab.Code
 		status    int
 	}{
-		{"CardDeclined", "rest-declined-0001", map[string]any{"order_id": "ord_declined", "amount_cents": 1000}, domain.CodeCardDeclined, http.StatusPaymentRequired},
-		{"AmountExceedsRefundable", "rest-too-much-0001", map[string]any{"order_id": "ord_9f2", "amount_cents": 6000}, domain.CodeAmountExceedsRefundable, http.StatusUnprocessableEntity},
-		{"NotFound", "rest-no-order-0001", map[string]any{"order_id": "ord_missing", "amount_cents": 100}, domain.CodeNotFound, http.StatusNotFound},
+		{"CardDeclined", "rest-declined-0001", map[string]any{"order_id": "ord_declined", "amount_cents": 1000}, vocab.CodeCardDeclined, http.StatusPaymentRequired},
+		{"AmountExceedsRefundable", "rest-too-much-0001", map[string]any{"order_id": "ord_9f2", "amount_cents": 6000}, vocab.CodeAmountExceedsRefundable, http.StatusUnprocessableEntity},
+		{"NotFound", "rest-no-order-0001", map[string]any{"order_id": "ord_missing", "amount_cents": 100}, vocab.CodeNotFound, http.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, out := rest(t, http.MethodPost, u, tokenAcme, tc.key, tc.body)
 			if resp.StatusCode == http.StatusAccepted {
 				// The worker took longer than the api waits: the outcome is
 				// stored later, and the replays below still see it.
-				awaitStatus(t, b.session, "refund_order", tc.key, domain.StatusFailed)
+				awaitStatus(t, b.session, "refund_order", tc.key, vocab.StatusFailed)
 			} else {
 				requireStoredFailure(t, resp, out, tc.code, tc.status, false)
 			}
@@ -52,7 +52,7 @@ func TestRESTStoredFailuresAnswerTheirStatus(t *testing.T) {
 	require.Empty(t, b.stripe.Refunds(), "no refund for any of them")
 }
 
-func requireStoredFailure(t *testing.T, resp *http.Response, out map[string]any, code domain.Code, status int, replayed bool) {
+func requireStoredFailure(t *testing.T, resp *http.Response, out map[string]any, code vocab.Code, status int, replayed bool) {
 	t.Helper()
 	require.Equal(t, status, resp.StatusCode, out)
 	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))

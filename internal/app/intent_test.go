@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	toolapi "github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/tools"
-	toolapi "github.com/idemgate/idemgate/tool"
 )
 
 // intentKey is the downstream key, generation gen, that a call of tool
@@ -20,7 +20,7 @@ func intentKey(t *testing.T, secret, tenant, tool string, args map[string]any, g
 	t.Helper()
 	raw, err := json.Marshal(args)
 	require.NoError(t, err)
-	decoded, err := gate.DecodeArgs(raw)
+	decoded, err := core.DecodeArgs(raw)
 	require.NoError(t, err)
 	decls := map[string]toolapi.Tool{
 		"refund_order": tools.RefundOrder(&tools.Deps{}), "apply_credit": tools.ApplyCredit(&tools.Deps{}),
@@ -30,10 +30,10 @@ func intentKey(t *testing.T, secret, tenant, tool string, args map[string]any, g
 	spec, err := toolspec.Derive(decls[tool])
 	require.NoError(t, err)
 	volatile := spec.Policy.VolatileFields
-	_, hash, err := gate.Fingerprint(decoded, volatile)
+	_, hash, err := core.Fingerprint(decoded, volatile)
 	require.NoError(t, err)
 	key, _ := args["idempotency_key"].(string)
-	ik := gate.NewIntentKeyer([]byte(secret)).Key(tenant, tool, key, hash)
+	ik := core.NewIntentKeyer([]byte(secret)).Key(tenant, tool, key, hash)
 	require.NotEmpty(t, ik, "a secret keys the intent")
-	return gate.DownstreamKey(ik, "", gen)
+	return core.DownstreamKey(ik, "", gen)
 }

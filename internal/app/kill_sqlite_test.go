@@ -15,9 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // SQLiteKillMargin is what TestSQLiteProcessKilledMidRefund allows beyond
@@ -120,7 +120,7 @@ func TestSQLiteProcessKilledMidRefundRecoversWithinLeaseAndReaperInterval(t *tes
 
 	start()
 	readyAt := time.Now()
-	op := awaitStatus(t, connect(t, "http://"+addr, tokenAcme), "refund_order", "refund-sqlite-kill9", domain.StatusSucceeded)
+	op := awaitStatus(t, connect(t, "http://"+addr, tokenAcme), "refund_order", "refund-sqlite-kill9", vocab.StatusSucceeded)
 	require.Equal(t, 2, op.Attempts, "one lease by the killed process, one after the restart")
 
 	// From the audit rows: the first attempt's start and the reclaim.

@@ -13,11 +13,11 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // startWorkerProcess runs cmd/worker as its own process.
@@ -108,7 +108,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 	killedAt := time.Now()
 
 	startWorkerProcess(t, env, logPath)
-	op := awaitStatus(t, session, "refund_order", "refund-kill9-0001", domain.StatusSucceeded)
+	op := awaitStatus(t, session, "refund_order", "refund-kill9-0001", vocab.StatusSucceeded)
 	elapsed := time.Since(killedAt)
 	t.Logf("succeeded %s after the kill (lease %s, reaper interval %s), attempts %d", elapsed.Round(time.Millisecond), lease, reaperInterval, op.Attempts)
 	require.Equal(t, 2, op.Attempts, "one lease by the killed worker, one by its successor")

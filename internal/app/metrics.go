@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 )
 
 // ClaimsRefresh is how often at most the claim gauges are counted: scrapes
@@ -64,19 +64,19 @@ func (c *claimsCollector) Collect(ch chan<- prometheus.Metric) {
 
 // approvalEvents name the gate's approval transitions in
 // idemgate_approvals_total.
-var approvalEvents = map[gate.Event]string{
-	gate.EventAwait:          "requested",
-	gate.EventAwaitTakeOver:  "requested",
-	gate.EventApprove:        "approved",
-	gate.EventDeny:           "denied",
-	gate.EventApprovalExpire: "expired",
+var approvalEvents = map[core.Event]string{
+	core.EventAwait:          "requested",
+	core.EventAwaitTakeOver:  "requested",
+	core.EventApprove:        "approved",
+	core.EventDeny:           "denied",
+	core.EventApprovalExpire: "expired",
 }
 
 // newApprovalCounter registers idemgate_approvals_total{event} (requested,
 // approved, denied, expired: the approval transitions this process
 // committed) and returns the gate's OnTransition that counts them, then
 // calls next (when set).
-func newApprovalCounter(reg prometheus.Registerer, next func(gate.Event)) (func(gate.Event), error) {
+func newApprovalCounter(reg prometheus.Registerer, next func(core.Event)) (func(core.Event), error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idemgate_approvals_total",
 		Help: "Approvals committed by this process: requested (a call awaits a person), approved, denied, expired (the window ended).",
@@ -87,7 +87,7 @@ func newApprovalCounter(reg prometheus.Registerer, next func(gate.Event)) (func(
 	if err := reg.Register(c); err != nil {
 		return nil, err
 	}
-	return func(e gate.Event) {
+	return func(e core.Event) {
 		if name, ok := approvalEvents[e]; ok {
 			c.WithLabelValues(name).Inc()
 		}

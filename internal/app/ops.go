@@ -9,8 +9,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/ops"
 )
 
@@ -18,7 +18,7 @@ import (
 // insert-only River client (no queues, no workers), River's job control in
 // the gate's transactions, and the re-driver built on them. idemctl uses it.
 type Ops struct {
-	Gate *gate.Gate
+	Gate *core.Gate
 	// Jobs cancels and retries River jobs in the gate's transactions.
 	Jobs     ops.Jobs
 	Redriver *ops.Redriver
@@ -46,7 +46,7 @@ func NewOps(cfg *config.Config, drv engine.Driver, logger *slog.Logger) (*Ops, e
 	if wait := drv.LockWait(); wait > 0 {
 		dbTimeout = wait + opsLockMargin
 	}
-	g, err := gate.New(&gate.Config{
+	g, err := core.New(&core.Config{
 		Store:     st,
 		Enqueuer:  client,
 		Policies:  tools.Policies(),
@@ -65,7 +65,7 @@ func NewOps(cfg *config.Config, drv engine.Driver, logger *slog.Logger) (*Ops, e
 // bearer authentication (scope ops:admin) or the Basic credentials of
 // IDEMGATE_OPS_USER and IDEMGATE_OPS_PASSWORD (cfg.OpsUser,
 // cfg.OpsPassword).
-func newOpsServer(cfg *config.Config, g *gate.Gate, uiClient engine.River, control ops.Jobs,
+func newOpsServer(cfg *config.Config, g *core.Gate, uiClient engine.River, control ops.Jobs,
 	srv *api.Server, reg prometheus.Registerer, logger *slog.Logger,
 ) (*ops.Server, error) {
 	basic, err := ops.BasicIfSet(cfg.OpsUser, cfg.OpsPassword)

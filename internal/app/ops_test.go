@@ -19,16 +19,16 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/enginetest"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The operator tests run on both engines: on Postgres the api (and the
@@ -101,7 +101,7 @@ func plusAudit(snap []string, n int) []string {
 type opsBundle struct {
 	url  string
 	db   *enginetest.DB
-	gate *gate.Gate
+	gate *core.Gate
 	logs *logtest.Buffer
 }
 
@@ -125,7 +125,7 @@ func setupOpsAPI(t *testing.T, engine string, env map[string]string) *opsBundle 
 // serveOpsAPI serves the api on d until the test ends, River UI's
 // background services started; on SQLite, the embedded process without its
 // worker.
-func serveOpsAPI(t *testing.T, cfg *config.Config, d *enginetest.DB, logger *slog.Logger) (string, *gate.Gate) {
+func serveOpsAPI(t *testing.T, cfg *config.Config, d *enginetest.DB, logger *slog.Logger) (string, *core.Gate) {
 	t.Helper()
 	if d.Pool != nil {
 		a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(d.Pool, cfg), logger, nil)
@@ -204,12 +204,12 @@ func runAPIAndWorker(t *testing.T, cfg *config.Config, d *enginetest.DB) string 
 // failDeclinedRefund makes a refund of ord_declined, whose card the test
 // Stripe declines, and waits until the worker has failed it and cancelled
 // its job.
-func (b *opsWorker) failDeclinedRefund(t *testing.T, key string) *domain.Operation {
+func (b *opsWorker) failDeclinedRefund(t *testing.T, key string) *vocab.Operation {
 	t.Helper()
 	callPatiently(t, b.session, "refund_order", declinedRefund(key))
-	op := awaitPatiently(t, b.session, key, domain.StatusFailed)
+	op := awaitPatiently(t, b.session, key, vocab.StatusFailed)
 	require.NotNil(t, op.Error)
-	require.Equal(t, domain.CodeCardDeclined, op.Error.Code)
+	require.Equal(t, vocab.CodeCardDeclined, op.Error.Code)
 	require.Eventually(t, func() bool {
 		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'cancelled'`, op.JobID) == 1
 	}, 60*time.Second, 50*time.Millisecond)
@@ -240,11 +240,11 @@ func callPatiently(t *testing.T, s *mcp.ClientSession, name string, args map[str
 			last = res.Content[0].(*mcp.TextContent).Text
 			var body struct {
 				Error *struct {
-					Code domain.Code `json:"code"`
+					Code vocab.Code `json:"code"`
 				} `json:"error"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(last), &body), last)
-			if !res.IsError || body.Error == nil || body.Error.Code != domain.CodeUnavailable {
+			if !res.IsError || body.Error == nil || body.Error.Code != vocab.CodeUnavailable {
 				return last
 			}
 		}
@@ -255,11 +255,11 @@ func callPatiently(t *testing.T, s *mcp.ClientSession, name string, args map[str
 
 // awaitPatiently polls get_operation (callPatiently) until the refund with
 // key reaches status.
-func awaitPatiently(t *testing.T, s *mcp.ClientSession, key string, status domain.Status) *domain.Operation {
+func awaitPatiently(t *testing.T, s *mcp.ClientSession, key string, status vocab.Status) *vocab.Operation {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var op domain.Operation
+		var op vocab.Operation
 		text := callPatiently(t, s, "get_operation", map[string]any{"tool": "refund_order", "idempotency_key": key})
 		require.NoError(t, json.Unmarshal([]byte(text), &op), text)
 		if op.Status == status {
@@ -278,7 +278,7 @@ func auditTrail(t *testing.T, d *enginetest.DB, key string) (decisions []string,
 	require.NoError(t, err)
 	for _, e := range detail.Audit {
 		decisions = append(decisions, string(e.Decision))
-		if e.Decision == domain.DecisionRedriven {
+		if e.Decision == vocab.DecisionRedriven {
 			redrivenBy = e.UserID
 		}
 	}
@@ -308,7 +308,7 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 		line, err := o.Redriver.Redrive(ctx, params)
 		require.NoError(t, err)
 		require.Equal(t, &ops.RedriveLine{
-			OperationID: opID, Tool: "refund_order", Key: key, Action: ops.ActionWouldRedrive, Status: domain.StatusFailed,
+			OperationID: opID, Tool: "refund_order", Key: key, Action: ops.ActionWouldRedrive, Status: vocab.StatusFailed,
 			NextGeneration: true, FreshJob: true, Reason: "card fixed",
 		}, line, "the worker cancelled the failed job: a fresh one would run it")
 		require.Equal(t, before, snapshot(t, b.db), "a dry run changes nothing")
@@ -323,7 +323,7 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 		nextKey := intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", declinedRefund(key), 1)
 		require.Equal(t, nextKey, line.DownstreamKey)
 
-		op := awaitPatiently(t, b.session, key, domain.StatusSucceeded)
+		op := awaitPatiently(t, b.session, key, vocab.StatusSucceeded)
 		require.Equal(t, opID, op.OperationID)
 		require.Equal(t, map[string]int{nextKey: 1}, b.stripe.RefundsByKey(), "one refund, with the new downstream key")
 		require.Len(t, b.stripe.Refunds(), 1)
@@ -334,10 +334,10 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 		// Re-driving the succeeded operation is refused, and changes nothing.
 		before = snapshot(t, b.db)
 		line, err = o.Redriver.Redrive(ctx, params)
-		require.ErrorIs(t, err, gate.ErrRedriveSucceeded)
+		require.ErrorIs(t, err, core.ErrRedriveSucceeded)
 		require.True(t, ops.Refused(err))
 		require.Equal(t, ops.ActionRefused, line.Action)
-		require.Equal(t, domain.StatusSucceeded, line.Status)
+		require.Equal(t, vocab.StatusSucceeded, line.Status)
 		require.Equal(t, plusAudit(before, 1), snapshot(t, b.db), "nothing changes but the refusal's audit row")
 		require.Len(t, b.stripe.Refunds(), 1)
 
@@ -364,7 +364,7 @@ func TestOpsRiverUIRetryRedrivesThroughTheGate(t *testing.T) {
 			fmt.Sprintf(`{"ids":["%d"]}`, failed.JobID), nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 
-		op := awaitPatiently(t, b.session, key, domain.StatusSucceeded)
+		op := awaitPatiently(t, b.session, key, vocab.StatusSucceeded)
 		require.Equal(t, failed.OperationID, op.OperationID)
 		require.Equal(t, failed.JobID, op.JobID, "River UI retried the operation's own job")
 		require.Equal(t, map[string]int{intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", declinedRefund(key), 1): 1}, b.stripe.RefundsByKey())
@@ -529,22 +529,22 @@ func TestOpsBasicCredentialsMisconfigured(t *testing.T) {
 }
 
 // failClaim plays a worker that failed the claim definitively.
-func failClaim(t *testing.T, s gate.Store, key string, code domain.Code) *gate.Claim {
+func failClaim(t *testing.T, s core.Store, key string, code vocab.Code) *core.Claim {
 	t.Helper()
 	ctx := context.Background()
-	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: key})
+	c, err := s.ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: key})
 	require.NoError(t, err)
-	c, err = s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+	c, err = s.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
-	c, err = s.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: domain.ErrorInfo{Code: code, Message: string(code)}})
+	c, err = s.ClaimFail(ctx, &core.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: vocab.ErrorInfo{Code: code, Message: string(code)}})
 	require.NoError(t, err)
 	return c
 }
 
 // lastAuditUser is the user of the last audit row of the refund with key.
-func lastAuditUser(t *testing.T, s gate.Store, key string) (domain.Decision, string) {
+func lastAuditUser(t *testing.T, s core.Store, key string) (vocab.Decision, string) {
 	t.Helper()
-	events, err := s.AuditListByKey(context.Background(), &gate.AuditListByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: key})
+	events, err := s.AuditListByKey(context.Background(), &core.AuditListByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: key})
 	require.NoError(t, err)
 	last := events[len(events)-1]
 	return last.Decision, last.UserID
@@ -567,9 +567,9 @@ func TestOpsRedriveRoute(t *testing.T) {
 			_, isErr := callTool(t, session, "refund_order", refund(key, 100))
 			require.False(t, isErr)
 		}
-		declined := failClaim(t, s, "route-declined-1", domain.CodeCardDeclined)
-		unknown := failClaim(t, s, "route-unknown-01", domain.CodeOutcomeUnknown)
-		completeIn(t, s, &domain.Operation{Tool: "refund_order", IdempotencyKey: "route-success-01"})
+		declined := failClaim(t, s, "route-declined-1", vocab.CodeCardDeclined)
+		unknown := failClaim(t, s, "route-unknown-01", vocab.CodeOutcomeUnknown)
+		completeIn(t, s, &vocab.Operation{Tool: "refund_order", IdempotencyKey: "route-success-01"})
 		route := b.url + ops.RedrivePath
 
 		// Dry run with the tenant's ops:admin token: nothing changes.
@@ -589,7 +589,7 @@ func TestOpsRedriveRoute(t *testing.T) {
 		require.Equal(t, ops.ActionRedriven, line.Action)
 		require.Equal(t, strings.TrimSuffix(declined.DownstreamKey, "_0")+"_1", line.DownstreamKey)
 		decision, user := lastAuditUser(t, s, "route-declined-1")
-		require.Equal(t, domain.DecisionRedriven, decision)
+		require.Equal(t, vocab.DecisionRedriven, decision)
 		require.Equal(t, "oncall", user, "the token's user is the operator")
 
 		// Basic credentials name the tenant; the operator is the Basic user.
@@ -609,7 +609,7 @@ func TestOpsRedriveRoute(t *testing.T) {
 		require.Equal(t, http.StatusConflict, resp.StatusCode, body)
 		line = decodeLine(t, body)
 		require.Equal(t, ops.ActionRefused, line.Action)
-		require.Equal(t, domain.StatusSucceeded, line.Status)
+		require.Equal(t, vocab.StatusSucceeded, line.Status)
 		require.Equal(t, plusAudit(before, 1), snapshot(t, b.db), "nothing changes but the refusal's audit row")
 
 		redriveRouteProblems(t, b)
@@ -624,15 +624,15 @@ func redriveRouteProblems(t *testing.T, b *opsBundle) {
 		auth       opsAuth
 		body       string
 		wantStatus int
-		wantCode   domain.Code
+		wantCode   vocab.Code
 	}{
-		{"OtherTenantsOperation", bearerAuth(tokenAcmeOps), `{"tenant":"globex","tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusForbidden, domain.CodeForbidden},
-		{"BasicWithoutTenant", basicAuth(opsUser, opsPassword), `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusBadRequest, domain.CodeInvalidArgument},
-		{"NoReason", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"route-declined-1"}`, http.StatusBadRequest, domain.CodeInvalidArgument},
-		{"UnknownField", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"k","reason":"r","operator":"mallory"}`, http.StatusBadRequest, domain.CodeInvalidArgument},
-		{"Unknown", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"no-such-key-01","reason":"r"}`, http.StatusNotFound, domain.CodeNotFound},
-		{"NoOpsAdmin", bearerAuth(tokenAcme), `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusForbidden, domain.CodeForbidden},
-		{"NoCredentials", nil, `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusUnauthorized, domain.CodeUnauthenticated},
+		{"OtherTenantsOperation", bearerAuth(tokenAcmeOps), `{"tenant":"globex","tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusForbidden, vocab.CodeForbidden},
+		{"BasicWithoutTenant", basicAuth(opsUser, opsPassword), `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
+		{"NoReason", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"route-declined-1"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
+		{"UnknownField", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"k","reason":"r","operator":"mallory"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
+		{"Unknown", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"no-such-key-01","reason":"r"}`, http.StatusNotFound, vocab.CodeNotFound},
+		{"NoOpsAdmin", bearerAuth(tokenAcme), `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusForbidden, vocab.CodeForbidden},
+		{"NoCredentials", nil, `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusUnauthorized, vocab.CodeUnauthenticated},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := opsDo(t, http.MethodPost, route, tt.auth, tt.body, nil)
@@ -640,7 +640,7 @@ func redriveRouteProblems(t *testing.T, b *opsBundle) {
 			require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
 			var p struct {
 				Error struct {
-					Code domain.Code `json:"code"`
+					Code vocab.Code `json:"code"`
 				} `json:"error"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(body), &p))

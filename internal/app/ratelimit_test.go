@@ -11,9 +11,9 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // setupRateEnv runs the api with default options on a configuration
@@ -44,7 +44,7 @@ func TestRateLimitSettingZeroTurnsItOff(t *testing.T) {
 	for i := range 5 {
 		res, isErr := callTool(t, acme, "refund_order", refund(fmt.Sprintf("rate-off-%06d", i), 100))
 		require.False(t, isErr, "call %d: %+v", i, res.Error)
-		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+		require.Equal(t, vocab.OutcomeAccepted, res.Outcome)
 	}
 	r := doHTTP(t, http.MethodPost, b.url+"/v1/tools/refund_order", tokenAcme, []byte(`{"order_id":"ord_9f2","amount_cents":100}`), false,
 		"Idempotency-Key", "rate-off-000005")
@@ -66,7 +66,7 @@ func TestRateLimitSettingRefuses(t *testing.T) {
 	}
 	res, isErr := callTool(t, acme, "refund_order", refund("rate-on-000002", 100))
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeRateLimited, res.Error.Code)
+	require.Equal(t, vocab.CodeRateLimited, res.Error.Code)
 	require.Positive(t, res.RetryAfterMS)
 
 	r := doHTTP(t, http.MethodPost, b.url+"/v1/tools/refund_order", tokenAcme, []byte(`{"order_id":"ord_9f2","amount_cents":100}`), false,

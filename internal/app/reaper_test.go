@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/app"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/enginetest"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // TestStuckReaperJobDoesNotStopReaping: a worker killed while it ran
@@ -40,7 +40,7 @@ func TestStuckReaperJobDoesNotStopReaping(t *testing.T) {
 		cfg.InflightTimeout = time.Minute
 		cfg.ReaperInterval = 200 * time.Millisecond
 
-		var g *gate.Gate
+		var g *core.Gate
 		var insertReaper func() int64
 		var run func(ctx context.Context) error
 		if d.Pool != nil {
@@ -67,8 +67,8 @@ func TestStuckReaperJobDoesNotStopReaping(t *testing.T) {
 
 		// A refund whose worker died holding it: its lease expired, its job
 		// still running in River. Only a reaper pass can give it a new job.
-		c := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "stuck-reaper-01"}).Claim
-		_, err = g.Store().ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID,
+		c := coretest.Claim(ctx, t, g, &coretest.ClaimOpts{Key: "stuck-reaper-01"}).Claim
+		_, err = g.Store().ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID,
 			Lease: time.Minute, Now: ptrTime(time.Now().Add(-2 * time.Minute))})
 		require.NoError(t, err)
 		// And River's reaper job, run by a worker that died: still running.
@@ -77,7 +77,7 @@ func TestStuckReaperJobDoesNotStopReaping(t *testing.T) {
 			d.Exec(t, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = $1 WHERE id = $2`,
 				d.Time(time.Now()), id)
 		}
-		_, err = g.Store().JobGet(ctx, &gate.JobGetParams{ID: reaperJob})
+		_, err = g.Store().JobGet(ctx, &core.JobGetParams{ID: reaperJob})
 		require.NoError(t, err)
 
 		runCtx, cancel := context.WithCancel(ctx)
@@ -88,7 +88,7 @@ func TestStuckReaperJobDoesNotStopReaping(t *testing.T) {
 		// A bound for a stuck test only: reaping takes one interval.
 		require.Eventually(t, func() bool {
 			return d.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key = 'stuck-reaper-01' AND decision = $1`,
-				string(domain.DecisionReclaimed)) == 1
+				string(vocab.DecisionReclaimed)) == 1
 		}, 45*time.Second, 20*time.Millisecond, "the claim is reclaimed")
 		require.Equal(t, []string{"running|1"}, d.Rows(t, `SELECT CAST(state AS TEXT) || '|' || CAST(attempt AS TEXT) FROM river_job WHERE id = $1`, reaperJob),
 			"reclaimed while River's reaper job is still stuck: no process waited for River's rescuer")

@@ -11,11 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // linkPattern is a reset link in a mail's text.
@@ -24,11 +24,11 @@ var linkPattern = regexp.MustCompile(`https?://\S+[?&]token=[A-Za-z0-9_-]{43}`)
 // mailedLink sends a password-reset mail through the real worker with
 // session's token and returns the link of the one mail Mailpit holds for
 // it, and the operation.
-func mailedLink(t *testing.T, b *workerBundle, token, userID, key string) (string, *domain.Operation) {
+func mailedLink(t *testing.T, b *workerBundle, token, userID, key string) (string, *vocab.Operation) {
 	t.Helper()
 	res, isErr := callTool(t, connect(t, b.url, token), "send_password_reset", map[string]any{"user_id": userID, "idempotency_key": key})
 	require.False(t, isErr, "%+v", res.Error)
-	require.Equal(t, domain.StatusSucceeded, res.Operation.Status)
+	require.Equal(t, vocab.StatusSucceeded, res.Operation.Status)
 	var sent struct {
 		MessageID string `json:"message_id"`
 	}
@@ -70,7 +70,7 @@ func TestPasswordResetLinkEndToEnd(t *testing.T) {
 	require.Equal(t, map[string]any{"tenant_id": "acme", "user_id": "usr_1", "operation_id": op.OperationID}, body)
 	status, body = postRedeem(t, b.url, token)
 	require.Equal(t, http.StatusGone, status, body)
-	require.Equal(t, domain.CodeResetTokenUsed, errorCode(body))
+	require.Equal(t, vocab.CodeResetTokenUsed, errorCode(body))
 	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM password_reset_tokens WHERE used_at IS NOT NULL`))
 
 	// globex has a base of its own; its token redeems here all the same.

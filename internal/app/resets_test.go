@@ -11,24 +11,24 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/resetmail"
 )
 
 // resetStore is what these tests write reset tokens with.
 type resetStore interface {
 	store.Seeder
-	Begin(ctx context.Context) (gate.Tx, error)
+	Begin(ctx context.Context) (core.Tx, error)
 }
 
 // resetBundle is an api on one engine with acme's usr_1 seeded.
@@ -76,7 +76,7 @@ func (b *resetBundle) issue(t *testing.T, operationID string, expiresIn time.Dur
 	tx, err := toolspec.WrapTx(gtx)
 	require.NoError(t, err)
 	var expires any = time.Now().Add(expiresIn)
-	if tx.Engine() == tool.SQLite {
+	if tx.Engine() == gate.SQLite {
 		expires = sqliteengine.FormatTime(time.Now().Add(expiresIn))
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
@@ -97,10 +97,10 @@ func postRedeem(t *testing.T, url, token string) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-func errorCode(body map[string]any) domain.Code {
+func errorCode(body map[string]any) vocab.Code {
 	e, _ := body["error"].(map[string]any)
 	code, _ := e["code"].(string)
-	return domain.Code(code)
+	return vocab.Code(code)
 }
 
 // TestRedeemResetToken redeems on the assembled api, on both engines: once,
@@ -120,17 +120,17 @@ func TestRedeemResetToken(t *testing.T) {
 			for range 2 {
 				status, body = postRedeem(t, b.url, token)
 				require.Equal(t, http.StatusGone, status, body)
-				require.Equal(t, domain.CodeResetTokenUsed, errorCode(body))
+				require.Equal(t, vocab.CodeResetTokenUsed, errorCode(body))
 			}
 
 			status, body = postRedeem(t, b.url, resetmail.Token([]byte("another secret, another token!!"), "idg_x_0"))
 			require.Equal(t, http.StatusNotFound, status, body)
-			require.Equal(t, domain.CodeNotFound, errorCode(body))
+			require.Equal(t, vocab.CodeNotFound, errorCode(body))
 
 			expired := b.issue(t, op2, -time.Hour)
 			status, body = postRedeem(t, b.url, expired)
 			require.Equal(t, http.StatusGone, status, body)
-			require.Equal(t, domain.CodeResetTokenExpired, errorCode(body))
+			require.Equal(t, vocab.CodeResetTokenExpired, errorCode(body))
 		})
 	}
 }

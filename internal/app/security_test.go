@@ -29,12 +29,12 @@ import (
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // rowCounts are the rows a call can write.
@@ -194,7 +194,7 @@ func TestSecurityTenantIsolationOnEveryTool(t *testing.T) {
 		}
 		return out
 	}
-	acmeOps := map[string]*domain.Operation{}
+	acmeOps := map[string]*vocab.Operation{}
 	for tool, args := range acmeArgs {
 		res, isErr := callTool(t, acme, tool, withKey(args, key))
 		require.False(t, isErr, tool)
@@ -215,7 +215,7 @@ func TestSecurityTenantIsolationOnEveryTool(t *testing.T) {
 		// Reading: get_operation over MCP and REST find nothing for globex.
 		res, isErr := callTool(t, globex, "get_operation", map[string]any{"tool": tool, "idempotency_key": key})
 		require.True(t, isErr, tool)
-		require.Equal(t, domain.CodeNotFound, res.Error.Code, tool)
+		require.Equal(t, vocab.CodeNotFound, res.Error.Code, tool)
 		require.Nil(t, res.Operation, tool)
 		r := doHTTP(t, http.MethodGet, b.url+"/v1/operations/"+tool+"/"+key, tokenGlobex, nil, false)
 		require.Equal(t, http.StatusNotFound, r.status, "%s: %s", tool, r.raw)
@@ -225,7 +225,7 @@ func TestSecurityTenantIsolationOnEveryTool(t *testing.T) {
 		// conflict, a claim of globex's own, over MCP ...
 		g, isErr := callTool(t, globex, tool, withKey(globexArgs[tool], key))
 		require.False(t, isErr, "%s: %+v", tool, g.Error)
-		require.Equal(t, domain.OutcomeAccepted, g.Outcome, tool)
+		require.Equal(t, vocab.OutcomeAccepted, g.Outcome, tool)
 		require.False(t, g.Replayed, tool)
 		require.NotEqual(t, acmeOps[tool].OperationID, g.Operation.OperationID, tool)
 		require.Nil(t, g.Operation.Result, tool)
@@ -241,7 +241,7 @@ func TestSecurityTenantIsolationOnEveryTool(t *testing.T) {
 		// A conflict is only ever with the tenant's own claim.
 		c, isErr := callTool(t, globex, tool, withKey(acmeArgs[tool], key))
 		require.True(t, isErr, tool)
-		require.Equal(t, domain.CodeKeyReuseDifferentArgs, c.Error.Code, tool)
+		require.Equal(t, vocab.CodeKeyReuseDifferentArgs, c.Error.Code, tool)
 		require.Equal(t, g.Operation.OperationID, c.Operation.OperationID, tool)
 	}
 	require.Equal(t, acmeBefore, hashes("acme"), "acme's claims are untouched by globex")
@@ -325,7 +325,7 @@ func TestSecurityScopesOnEveryToolAndRoute(t *testing.T) {
 		before := countAll(t, b.pool)
 		res, isErr := callTool(t, s, tc.tool, args)
 		require.True(t, isErr, tc.tool)
-		require.Equal(t, domain.CodeForbidden, res.Error.Code, tc.tool)
+		require.Equal(t, vocab.CodeForbidden, res.Error.Code, tc.tool)
 		requireOneDenied(t, b.pool, before, tc.tool+" over MCP")
 		check(tc.tool + " over MCP")
 
@@ -333,7 +333,7 @@ func TestSecurityScopesOnEveryToolAndRoute(t *testing.T) {
 		before = countAll(t, b.pool)
 		res, isErr = callToolRaw(t, s, tc.tool, `{"bogus":[1,2,3],"idempotency_key":"no"}`)
 		require.True(t, isErr, tc.tool)
-		require.Equal(t, domain.CodeForbidden, res.Error.Code, tc.tool)
+		require.Equal(t, vocab.CodeForbidden, res.Error.Code, tc.tool)
 		requireOneDenied(t, b.pool, before, tc.tool+" over MCP with bad arguments")
 
 		// REST: POST /v1/tools/{tool}, with and without a key.
@@ -538,60 +538,60 @@ func TestSecurityLimitsOverMCP(t *testing.T) {
 	q := strconv.Quote
 	cases := []struct {
 		name, tool, raw string
-		code            domain.Code
+		code            vocab.Code
 		field           string
 	}{
 		// Keys: length and characters.
-		{"Key7", "refund_order", refundRaw(`"abcdefg"`, "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"Key129", "refund_order", refundRaw(q(strings.Repeat("k", 129)), "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"KeySpace", "refund_order", refundRaw(`"refund key 01"`, "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"KeySlash", "refund_order", refundRaw(`"../../etc/passwd"`, "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"KeyUnicode", "refund_order", refundRaw(`"ключ-возврата-1"`, "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"KeyNUL", "refund_order", refundRaw(`"refund-key\u0000-01"`, "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"KeyLongUnicode", "refund_order", refundRaw(q(strings.Repeat("€", 128)), "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"KeyNumber", "refund_order", refundRaw(`12345678`, "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"KeyNull", "refund_order", refundRaw(`null`, "100"), domain.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"Key7", "refund_order", refundRaw(`"abcdefg"`, "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"Key129", "refund_order", refundRaw(q(strings.Repeat("k", 129)), "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"KeySpace", "refund_order", refundRaw(`"refund key 01"`, "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"KeySlash", "refund_order", refundRaw(`"../../etc/passwd"`, "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"KeyUnicode", "refund_order", refundRaw(`"ключ-возврата-1"`, "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"KeyNUL", "refund_order", refundRaw(`"refund-key\u0000-01"`, "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"KeyLongUnicode", "refund_order", refundRaw(q(strings.Repeat("€", 128)), "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"KeyNumber", "refund_order", refundRaw(`12345678`, "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"KeyNull", "refund_order", refundRaw(`null`, "100"), vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
 		// Amounts (negative and fractional: TestMCPRejectionsCarryCodesAndOneAuditRow).
-		{"AmountZero", "refund_order", refundRaw(`"limit-amount-01"`, "0"), domain.CodeInvalidArgument, "amount_cents"},
-		{"AmountMinusZero", "refund_order", refundRaw(`"limit-amount-02"`, "-0"), domain.CodeInvalidArgument, "amount_cents"},
-		{"AmountOverMax", "refund_order", refundRaw(`"limit-amount-03"`, strconv.Itoa(maxAmountCents+1)), domain.CodeInvalidArgument, "amount_cents"},
-		{"AmountOverMaxExponent", "refund_order", refundRaw(`"limit-amount-04"`, "1e10"), domain.CodeInvalidArgument, "amount_cents"},
-		{"AmountAbove2e53", "refund_order", refundRaw(`"limit-amount-05"`, "9007199254740993"), domain.CodeInvalidArgument, "amount_cents"},
-		{"AmountString", "refund_order", refundRaw(`"limit-amount-07"`, `"1500"`), domain.CodeInvalidArgument, "amount_cents"},
-		{"AmountBool", "refund_order", refundRaw(`"limit-amount-08"`, `true`), domain.CodeInvalidArgument, "amount_cents"},
-		{"AmountTiny", "refund_order", refundRaw(`"limit-amount-09"`, `1e-400`), domain.CodeInvalidArgument, "amount_cents"},
+		{"AmountZero", "refund_order", refundRaw(`"limit-amount-01"`, "0"), vocab.CodeInvalidArgument, "amount_cents"},
+		{"AmountMinusZero", "refund_order", refundRaw(`"limit-amount-02"`, "-0"), vocab.CodeInvalidArgument, "amount_cents"},
+		{"AmountOverMax", "refund_order", refundRaw(`"limit-amount-03"`, strconv.Itoa(maxAmountCents+1)), vocab.CodeInvalidArgument, "amount_cents"},
+		{"AmountOverMaxExponent", "refund_order", refundRaw(`"limit-amount-04"`, "1e10"), vocab.CodeInvalidArgument, "amount_cents"},
+		{"AmountAbove2e53", "refund_order", refundRaw(`"limit-amount-05"`, "9007199254740993"), vocab.CodeInvalidArgument, "amount_cents"},
+		{"AmountString", "refund_order", refundRaw(`"limit-amount-07"`, `"1500"`), vocab.CodeInvalidArgument, "amount_cents"},
+		{"AmountBool", "refund_order", refundRaw(`"limit-amount-08"`, `true`), vocab.CodeInvalidArgument, "amount_cents"},
+		{"AmountTiny", "refund_order", refundRaw(`"limit-amount-09"`, `1e-400`), vocab.CodeInvalidArgument, "amount_cents"},
 		// Currencies: Stripe's lowercase ISO 4217 form only.
-		{"CurrencyUpper", "apply_credit", credit(`"USD"`), domain.CodeInvalidArgument, "currency"},
-		{"Currency4", "apply_credit", credit(`"usdd"`), domain.CodeInvalidArgument, "currency"},
-		{"Currency2", "apply_credit", credit(`"us"`), domain.CodeInvalidArgument, "currency"},
-		{"CurrencyUnicode", "apply_credit", credit(`"€ur"`), domain.CodeInvalidArgument, "currency"},
-		{"CurrencyNumber", "apply_credit", credit(`840`), domain.CodeInvalidArgument, "currency"},
+		{"CurrencyUpper", "apply_credit", credit(`"USD"`), vocab.CodeInvalidArgument, "currency"},
+		{"Currency4", "apply_credit", credit(`"usdd"`), vocab.CodeInvalidArgument, "currency"},
+		{"Currency2", "apply_credit", credit(`"us"`), vocab.CodeInvalidArgument, "currency"},
+		{"CurrencyUnicode", "apply_credit", credit(`"€ur"`), vocab.CodeInvalidArgument, "currency"},
+		{"CurrencyNumber", "apply_credit", credit(`840`), vocab.CodeInvalidArgument, "currency"},
 		// IDs: 1 to 64 of [A-Za-z0-9_.:-].
-		{"IDSpace", "refund_order", `{"order_id":"ord 9f2","amount_cents":100,"idempotency_key":"limit-id-000001"}`, domain.CodeInvalidArgument, "order_id"},
-		{"ID65", "refund_order", `{"order_id":` + q(strings.Repeat("o", 65)) + `,"amount_cents":100,"idempotency_key":"limit-id-000002"}`, domain.CodeInvalidArgument, "order_id"},
-		{"IDUnicode", "reset_seat", `{"seat_id":"seat_ü","idempotency_key":"limit-id-000003"}`, domain.CodeInvalidArgument, "seat_id"},
-		{"IDEmpty", "send_password_reset", `{"user_id":"","idempotency_key":"limit-id-000004"}`, domain.CodeInvalidArgument, "user_id"},
-		{"IDNewline", "apply_credit", `{"customer_id":"cus_1\n","amount_cents":100,"currency":"usd","idempotency_key":"limit-id-000005"}`, domain.CodeInvalidArgument, "customer_id"},
-		{"IDPath", "refund_order", `{"order_id":"../ord_9f2","amount_cents":100,"idempotency_key":"limit-id-000006"}`, domain.CodeInvalidArgument, "order_id"},
-		{"IDObject", "refund_order", `{"order_id":{"$ne":""},"amount_cents":100,"idempotency_key":"limit-id-000007"}`, domain.CodeInvalidArgument, "order_id"},
+		{"IDSpace", "refund_order", `{"order_id":"ord 9f2","amount_cents":100,"idempotency_key":"limit-id-000001"}`, vocab.CodeInvalidArgument, "order_id"},
+		{"ID65", "refund_order", `{"order_id":` + q(strings.Repeat("o", 65)) + `,"amount_cents":100,"idempotency_key":"limit-id-000002"}`, vocab.CodeInvalidArgument, "order_id"},
+		{"IDUnicode", "reset_seat", `{"seat_id":"seat_ü","idempotency_key":"limit-id-000003"}`, vocab.CodeInvalidArgument, "seat_id"},
+		{"IDEmpty", "send_password_reset", `{"user_id":"","idempotency_key":"limit-id-000004"}`, vocab.CodeInvalidArgument, "user_id"},
+		{"IDNewline", "apply_credit", `{"customer_id":"cus_1\n","amount_cents":100,"currency":"usd","idempotency_key":"limit-id-000005"}`, vocab.CodeInvalidArgument, "customer_id"},
+		{"IDPath", "refund_order", `{"order_id":"../ord_9f2","amount_cents":100,"idempotency_key":"limit-id-000006"}`, vocab.CodeInvalidArgument, "order_id"},
+		{"IDObject", "refund_order", `{"order_id":{"$ne":""},"amount_cents":100,"idempotency_key":"limit-id-000007"}`, vocab.CodeInvalidArgument, "order_id"},
 		// Free text.
-		{"Reason501", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"reason":` + q(strings.Repeat("é", 501)) + `,"idempotency_key":"limit-text-0001"}`, domain.CodeInvalidArgument, "reason"},
-		{"ReasonNUL", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"reason":"a\u0000b","idempotency_key":"limit-text-0002"}`, domain.CodeInvalidArgument, "reason"},
-		{"MemoNUL", "apply_credit", `{"customer_id":"cus_1","amount_cents":100,"currency":"usd","memo":"\u0000","idempotency_key":"limit-text-0003"}`, domain.CodeInvalidArgument, "memo"},
+		{"Reason501", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"reason":` + q(strings.Repeat("é", 501)) + `,"idempotency_key":"limit-text-0001"}`, vocab.CodeInvalidArgument, "reason"},
+		{"ReasonNUL", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"reason":"a\u0000b","idempotency_key":"limit-text-0002"}`, vocab.CodeInvalidArgument, "reason"},
+		{"MemoNUL", "apply_credit", `{"customer_id":"cus_1","amount_cents":100,"currency":"usd","memo":"\u0000","idempotency_key":"limit-text-0003"}`, vocab.CodeInvalidArgument, "memo"},
 		// Shape of the arguments: size, depth, duplicates, odd names.
-		{"ArgsOver64KiB", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"reason":"` + strings.Repeat("a", 70_000) + `","idempotency_key":"limit-shape-001"}`, domain.CodeInvalidArgument, "arguments"},
-		{"Depth33", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"x":` + nested(32) + `,"idempotency_key":"limit-shape-002"}`, domain.CodeInvalidArgument, ""},
-		{"Depth32IsUnknownArgument", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"x":` + nested(31) + `,"idempotency_key":"limit-shape-003"}`, domain.CodeInvalidArgument, "x"},
-		{"DuplicateOrderID", "refund_order", `{"order_id":"ord_other","order_id":"ord_9f2","amount_cents":100,"idempotency_key":"limit-shape-004"}`, domain.CodeInvalidArgument, "order_id"},
-		{"DuplicateKey", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"idempotency_key":"limit-shape-005","idempotency_key":"limit-shape-006"}`, domain.CodeInvalidArgument, "idempotency_key"},
-		{"NULArgumentName", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"\u0000":1,"idempotency_key":"limit-shape-007"}`, domain.CodeInvalidArgument, "\x00"},
-		{"LoneSurrogate", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"reason":"\ud800","idempotency_key":"limit-shape-008"}`, domain.CodeInvalidArgument, "reason"},
-		{"TenantArgument", "reset_seat", `{"seat_id":"seat_1","tenant_id":"globex","idempotency_key":"limit-shape-009"}`, domain.CodeInvalidArgument, "tenant_id"},
+		{"ArgsOver64KiB", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"reason":"` + strings.Repeat("a", 70_000) + `","idempotency_key":"limit-shape-001"}`, vocab.CodeInvalidArgument, "arguments"},
+		{"Depth33", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"x":` + nested(32) + `,"idempotency_key":"limit-shape-002"}`, vocab.CodeInvalidArgument, ""},
+		{"Depth32IsUnknownArgument", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"x":` + nested(31) + `,"idempotency_key":"limit-shape-003"}`, vocab.CodeInvalidArgument, "x"},
+		{"DuplicateOrderID", "refund_order", `{"order_id":"ord_other","order_id":"ord_9f2","amount_cents":100,"idempotency_key":"limit-shape-004"}`, vocab.CodeInvalidArgument, "order_id"},
+		{"DuplicateKey", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"idempotency_key":"limit-shape-005","idempotency_key":"limit-shape-006"}`, vocab.CodeInvalidArgument, "idempotency_key"},
+		{"NULArgumentName", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"\u0000":1,"idempotency_key":"limit-shape-007"}`, vocab.CodeInvalidArgument, "\x00"},
+		{"LoneSurrogate", "refund_order", `{"order_id":"ord_9f2","amount_cents":100,"reason":"\ud800","idempotency_key":"limit-shape-008"}`, vocab.CodeInvalidArgument, "reason"},
+		{"TenantArgument", "reset_seat", `{"seat_id":"seat_1","tenant_id":"globex","idempotency_key":"limit-shape-009"}`, vocab.CodeInvalidArgument, "tenant_id"},
 		// Reads are checked (and audited) alike.
-		{"ReadOrderID", "get_order", `{"order_id":"ord 9f2"}`, domain.CodeInvalidArgument, "order_id"},
-		{"ReadToolName", "get_operation", `{"tool":"drop_tables","idempotency_key":"limit-read-0001"}`, domain.CodeInvalidArgument, "tool"},
-		{"ReadKey", "get_operation", `{"tool":"refund_order","idempotency_key":"short"}`, domain.CodeInvalidIdempotencyKey, "idempotency_key"},
-		{"ReadUnknownArgument", "get_order", `{"order_id":"ord_9f2","tenant_id":"globex"}`, domain.CodeInvalidArgument, "tenant_id"},
+		{"ReadOrderID", "get_order", `{"order_id":"ord 9f2"}`, vocab.CodeInvalidArgument, "order_id"},
+		{"ReadToolName", "get_operation", `{"tool":"drop_tables","idempotency_key":"limit-read-0001"}`, vocab.CodeInvalidArgument, "tool"},
+		{"ReadKey", "get_operation", `{"tool":"refund_order","idempotency_key":"short"}`, vocab.CodeInvalidIdempotencyKey, "idempotency_key"},
+		{"ReadUnknownArgument", "get_order", `{"order_id":"ord_9f2","tenant_id":"globex"}`, vocab.CodeInvalidArgument, "tenant_id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -620,7 +620,7 @@ func TestSecurityLimitsOverMCP(t *testing.T) {
 	} {
 		res, isErr := callToolRaw(t, s, "refund_order", raw)
 		require.False(t, isErr, "%.80s: %+v", raw, res.Error)
-		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+		require.Equal(t, vocab.OutcomeAccepted, res.Outcome)
 	}
 }
 
@@ -633,34 +633,34 @@ func TestSecurityLimitsOverREST(t *testing.T) {
 		name    string
 		body    string
 		headers []string
-		code    domain.Code
+		code    vocab.Code
 	}{
-		{"KeyMissing", body, nil, domain.CodeIdempotencyKeyRequired},
-		{"KeyEmpty", body, []string{"Idempotency-Key", ""}, domain.CodeIdempotencyKeyRequired},
-		{"KeyTwice", body, []string{"Idempotency-Key", "rest-limit-0001", "Idempotency-Key", "rest-limit-0002"}, domain.CodeInvalidIdempotencyKey},
-		{"Key7", body, []string{"Idempotency-Key", "abcdefg"}, domain.CodeInvalidIdempotencyKey},
-		{"Key129", body, []string{"Idempotency-Key", strings.Repeat("k", 129)}, domain.CodeInvalidIdempotencyKey},
-		{"KeyUnicode", body, []string{"Idempotency-Key", "ключ-возврата-1"}, domain.CodeInvalidIdempotencyKey},
-		{"KeyUnterminatedQuote", body, []string{"Idempotency-Key", `"rest-limit-0003`}, domain.CodeInvalidIdempotencyKey},
-		{"KeyParameters", body, []string{"Idempotency-Key", `"rest-limit-0004";a=1`}, domain.CodeInvalidIdempotencyKey},
-		{"KeyQuotedSpace", body, []string{"Idempotency-Key", `"rest limit 0005"`}, domain.CodeInvalidIdempotencyKey},
-		{"BodyKeyDiffers", `{"order_id":"ord_9f2","amount_cents":100,"idempotency_key":"rest-limit-0007"}`, []string{"Idempotency-Key", "rest-limit-0006"}, domain.CodeInvalidArgument},
-		{"AmountNegative", `{"order_id":"ord_9f2","amount_cents":-1}`, []string{"Idempotency-Key", "rest-limit-0008"}, domain.CodeInvalidArgument},
-		{"AmountFraction", `{"order_id":"ord_9f2","amount_cents":10.5}`, []string{"Idempotency-Key", "rest-limit-0009"}, domain.CodeInvalidArgument},
-		{"AmountZero", `{"order_id":"ord_9f2","amount_cents":0}`, []string{"Idempotency-Key", "rest-limit-0010"}, domain.CodeInvalidArgument},
-		{"AmountOverMax", `{"order_id":"ord_9f2","amount_cents":1000000001}`, []string{"Idempotency-Key", "rest-limit-0011"}, domain.CodeInvalidArgument},
+		{"KeyMissing", body, nil, vocab.CodeIdempotencyKeyRequired},
+		{"KeyEmpty", body, []string{"Idempotency-Key", ""}, vocab.CodeIdempotencyKeyRequired},
+		{"KeyTwice", body, []string{"Idempotency-Key", "rest-limit-0001", "Idempotency-Key", "rest-limit-0002"}, vocab.CodeInvalidIdempotencyKey},
+		{"Key7", body, []string{"Idempotency-Key", "abcdefg"}, vocab.CodeInvalidIdempotencyKey},
+		{"Key129", body, []string{"Idempotency-Key", strings.Repeat("k", 129)}, vocab.CodeInvalidIdempotencyKey},
+		{"KeyUnicode", body, []string{"Idempotency-Key", "ключ-возврата-1"}, vocab.CodeInvalidIdempotencyKey},
+		{"KeyUnterminatedQuote", body, []string{"Idempotency-Key", `"rest-limit-0003`}, vocab.CodeInvalidIdempotencyKey},
+		{"KeyParameters", body, []string{"Idempotency-Key", `"rest-limit-0004";a=1`}, vocab.CodeInvalidIdempotencyKey},
+		{"KeyQuotedSpace", body, []string{"Idempotency-Key", `"rest limit 0005"`}, vocab.CodeInvalidIdempotencyKey},
+		{"BodyKeyDiffers", `{"order_id":"ord_9f2","amount_cents":100,"idempotency_key":"rest-limit-0007"}`, []string{"Idempotency-Key", "rest-limit-0006"}, vocab.CodeInvalidArgument},
+		{"AmountNegative", `{"order_id":"ord_9f2","amount_cents":-1}`, []string{"Idempotency-Key", "rest-limit-0008"}, vocab.CodeInvalidArgument},
+		{"AmountFraction", `{"order_id":"ord_9f2","amount_cents":10.5}`, []string{"Idempotency-Key", "rest-limit-0009"}, vocab.CodeInvalidArgument},
+		{"AmountZero", `{"order_id":"ord_9f2","amount_cents":0}`, []string{"Idempotency-Key", "rest-limit-0010"}, vocab.CodeInvalidArgument},
+		{"AmountOverMax", `{"order_id":"ord_9f2","amount_cents":1000000001}`, []string{"Idempotency-Key", "rest-limit-0011"}, vocab.CodeInvalidArgument},
 		// Over MCP the SDK's transport refuses 1e400 itself (it decodes
 		// the params into float64 to read the tool's name).
-		{"AmountHuge", `{"order_id":"ord_9f2","amount_cents":1e400}`, []string{"Idempotency-Key", "rest-limit-0021"}, domain.CodeInvalidArgument},
-		{"IDSpace", `{"order_id":"ord 9f2","amount_cents":100}`, []string{"Idempotency-Key", "rest-limit-0012"}, domain.CodeInvalidArgument},
-		{"NotJSON", `order_id=ord_9f2&amount_cents=100`, []string{"Idempotency-Key", "rest-limit-0013"}, domain.CodeInvalidArgument},
-		{"Array", `[{"order_id":"ord_9f2","amount_cents":100}]`, []string{"Idempotency-Key", "rest-limit-0014"}, domain.CodeInvalidArgument},
-		{"TrailingData", body + `{}`, []string{"Idempotency-Key", "rest-limit-0015"}, domain.CodeInvalidArgument},
-		{"InvalidUTF8", "{\"order_id\":\"ord_9f2\",\"amount_cents\":100,\"reason\":\"\xff\"}", []string{"Idempotency-Key", "rest-limit-0016"}, domain.CodeInvalidArgument},
-		{"Depth33", `{"order_id":"ord_9f2","amount_cents":100,"x":` + nested(32) + `}`, []string{"Idempotency-Key", "rest-limit-0017"}, domain.CodeInvalidArgument},
-		{"ArgsOver64KiB", `{"order_id":"ord_9f2","amount_cents":100,"reason":"` + strings.Repeat("a", 70_000) + `"}`, []string{"Idempotency-Key", "rest-limit-0018"}, domain.CodeInvalidArgument},
-		{"ReasonNUL", `{"order_id":"ord_9f2","amount_cents":100,"reason":"\u0000"}`, []string{"Idempotency-Key", "rest-limit-0019"}, domain.CodeInvalidArgument},
-		{"NULArgumentName", `{"order_id":"ord_9f2","amount_cents":100,"\u0000\u0000":1}`, []string{"Idempotency-Key", "rest-limit-0020"}, domain.CodeInvalidArgument},
+		{"AmountHuge", `{"order_id":"ord_9f2","amount_cents":1e400}`, []string{"Idempotency-Key", "rest-limit-0021"}, vocab.CodeInvalidArgument},
+		{"IDSpace", `{"order_id":"ord 9f2","amount_cents":100}`, []string{"Idempotency-Key", "rest-limit-0012"}, vocab.CodeInvalidArgument},
+		{"NotJSON", `order_id=ord_9f2&amount_cents=100`, []string{"Idempotency-Key", "rest-limit-0013"}, vocab.CodeInvalidArgument},
+		{"Array", `[{"order_id":"ord_9f2","amount_cents":100}]`, []string{"Idempotency-Key", "rest-limit-0014"}, vocab.CodeInvalidArgument},
+		{"TrailingData", body + `{}`, []string{"Idempotency-Key", "rest-limit-0015"}, vocab.CodeInvalidArgument},
+		{"InvalidUTF8", "{\"order_id\":\"ord_9f2\",\"amount_cents\":100,\"reason\":\"\xff\"}", []string{"Idempotency-Key", "rest-limit-0016"}, vocab.CodeInvalidArgument},
+		{"Depth33", `{"order_id":"ord_9f2","amount_cents":100,"x":` + nested(32) + `}`, []string{"Idempotency-Key", "rest-limit-0017"}, vocab.CodeInvalidArgument},
+		{"ArgsOver64KiB", `{"order_id":"ord_9f2","amount_cents":100,"reason":"` + strings.Repeat("a", 70_000) + `"}`, []string{"Idempotency-Key", "rest-limit-0018"}, vocab.CodeInvalidArgument},
+		{"ReasonNUL", `{"order_id":"ord_9f2","amount_cents":100,"reason":"\u0000"}`, []string{"Idempotency-Key", "rest-limit-0019"}, vocab.CodeInvalidArgument},
+		{"NULArgumentName", `{"order_id":"ord_9f2","amount_cents":100,"\u0000\u0000":1}`, []string{"Idempotency-Key", "rest-limit-0020"}, vocab.CodeInvalidArgument},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -722,7 +722,7 @@ func TestSecurityBodyLimitIs413ProblemJSON(t *testing.T) {
 	s := connect(t, b.url, tokenAcme)
 	res, isErr := callTool(t, s, "refund_order", map[string]any{"order_id": "ord_9f2", "amount_cents": 100, "idempotency_key": "body-limit-0003", "reason": strings.Repeat("a", api.DefaultMaxBodyBytes/2)})
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeInvalidArgument, res.Error.Code)
+	require.Equal(t, vocab.CodeInvalidArgument, res.Error.Code)
 	require.Equal(t, "arguments", res.Error.Field)
 	requireOneDenied(t, b.pool, before, "arguments over 64 KiB")
 }
@@ -758,7 +758,7 @@ func TestSecurityRateLimitPerTenantAndTool(t *testing.T) {
 	for _, key := range []string{"rate-key-000003", "rate-key-000000"} {
 		res, isErr := callTool(t, acme, "refund_order", refund(key, 100))
 		require.True(t, isErr)
-		require.Equal(t, domain.CodeRateLimited, res.Error.Code)
+		require.Equal(t, vocab.CodeRateLimited, res.Error.Code)
 		require.Positive(t, res.RetryAfterMS)
 	}
 	// REST shares the bucket: 429 with Retry-After.
@@ -775,7 +775,7 @@ func TestSecurityRateLimitPerTenantAndTool(t *testing.T) {
 	// Rejections come before the limit (docs/design.md, "The gate"): still audited.
 	res, isErr := callTool(t, acme, "refund_order", refund("bad key!", 100))
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeInvalidIdempotencyKey, res.Error.Code)
+	require.Equal(t, vocab.CodeInvalidIdempotencyKey, res.Error.Code)
 	requireOneDenied(t, b.pool, before, "a bad key while limited")
 
 	// Another tool of the same tenant and the same tool of another tenant
@@ -786,7 +786,7 @@ func TestSecurityRateLimitPerTenantAndTool(t *testing.T) {
 	for i := range 3 {
 		res, isErr = callTool(t, globex, "refund_order", refund(fmt.Sprintf("rate-key-%06d", i), 100))
 		require.False(t, isErr, "globex call %d: %+v", i, res.Error)
-		require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+		require.Equal(t, vocab.OutcomeAccepted, res.Outcome)
 	}
 	_, isErr = callTool(t, acme, "get_operation", map[string]any{"tool": "refund_order", "idempotency_key": "rate-key-000000"})
 	require.False(t, isErr)
@@ -809,7 +809,7 @@ func TestSecurityRedactionOfCardDetailsAndSecrets(t *testing.T) {
 	// A refund over MCP and one over REST, both succeeding.
 	first, isErr := callTool(t, b.session, "refund_order", map[string]any{"order_id": "ord_9f2", "amount_cents": 1500, "reason": "asked by " + pii, "idempotency_key": "redact-mcp-00001"})
 	require.False(t, isErr, "%+v", first.Error)
-	require.Equal(t, domain.StatusSucceeded, first.Operation.Status)
+	require.Equal(t, vocab.StatusSucceeded, first.Operation.Status)
 	answers = append(answers, string(mustJSON(t, first)))
 	r := doHTTP(t, http.MethodPost, b.url+"/v1/tools/refund_order", tokenAcme, []byte(`{"order_id":"ord_9f2","amount_cents":1000}`), false, "Idempotency-Key", "redact-rest-0001")
 	require.Equal(t, http.StatusOK, r.status, r.raw)
@@ -819,13 +819,13 @@ func TestSecurityRedactionOfCardDetailsAndSecrets(t *testing.T) {
 	// before Stripe.
 	over, isErr := callTool(t, b.session, "refund_order", refund("redact-over-0001", 4000))
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeAmountExceedsRefundable, over.Error.Code)
-	require.Equal(t, domain.StatusFailed, over.Operation.Status)
+	require.Equal(t, vocab.CodeAmountExceedsRefundable, over.Error.Code)
+	require.Equal(t, vocab.StatusFailed, over.Operation.Status)
 	answers = append(answers, string(mustJSON(t, over)))
 	// A card error from Stripe.
 	declined, isErr := callTool(t, b.session, "refund_order", map[string]any{"order_id": "ord_declined", "amount_cents": 100, "idempotency_key": "redact-decl-0001"})
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeCardDeclined, declined.Error.Code)
+	require.Equal(t, vocab.CodeCardDeclined, declined.Error.Code)
 	answers = append(answers, string(mustJSON(t, declined)))
 	// Replays and reads.
 	for _, key := range []string{"redact-mcp-00001", "redact-rest-0001", "redact-over-0001"} {

@@ -14,8 +14,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // rpcAnswer is a JSON-RPC response as the MCP endpoint sends it.
@@ -26,10 +26,10 @@ type rpcAnswer struct {
 		Message string `json:"message"`
 		Data    struct {
 			Error struct {
-				Code  domain.Code `json:"code"`
-				Field string      `json:"field"`
+				Code  vocab.Code `json:"code"`
+				Field string     `json:"field"`
 			} `json:"error"`
-			Operation *domain.Operation `json:"operation"`
+			Operation *vocab.Operation `json:"operation"`
 		} `json:"data"`
 	} `json:"error"`
 }
@@ -166,11 +166,11 @@ func TestMCPTaskIsTheOperation(t *testing.T) {
 	conflict := taskCall(t, b.url, tokenAcme, "refund_order", refund("task-refund-0001", 900))
 	require.NotNil(t, conflict.Error)
 	require.EqualValues(t, -32602, conflict.Error.Code)
-	require.Equal(t, domain.CodeKeyReuseDifferentArgs, conflict.Error.Data.Error.Code)
+	require.Equal(t, vocab.CodeKeyReuseDifferentArgs, conflict.Error.Data.Error.Code)
 	// Bad arguments: invalid_argument naming the field, one denied row.
 	bad := taskCall(t, b.url, tokenAcme, "refund_order", refund("task-refund-0002", -5))
 	require.NotNil(t, bad.Error)
-	require.Equal(t, domain.CodeInvalidArgument, bad.Error.Data.Error.Code)
+	require.Equal(t, vocab.CodeInvalidArgument, bad.Error.Data.Error.Code)
 	require.Equal(t, "amount_cents", bad.Error.Data.Error.Field)
 	// A read is no task.
 	read := taskCall(t, b.url, tokenAcme, "get_order", map[string]any{"order_id": "ord_9f2"})
@@ -189,7 +189,7 @@ func TestMCPTaskIsTheOperation(t *testing.T) {
 		require.EqualValues(t, -32602, a.Error.Code)
 	}
 
-	complete(t, b, &domain.Operation{Tool: "refund_order", IdempotencyKey: "task-refund-0001"})
+	complete(t, b, &vocab.Operation{Tool: "refund_order", IdempotencyKey: "task-refund-0001"})
 	require.Equal(t, "completed", getTask(t, b.url, tokenAcmeRead, first.TaskID).Status)
 	res := rpc(t, b.url, tokenAcme, "tasks/result", map[string]any{"taskId": first.TaskID})
 	require.Nil(t, res.Error)
@@ -201,8 +201,8 @@ func TestMCPTaskIsTheOperation(t *testing.T) {
 	require.NoError(t, json.Unmarshal(res.Result, &payload))
 	require.False(t, payload.IsError)
 	require.Equal(t, first.TaskID, payload.Meta["io.modelcontextprotocol/related-task"]["taskId"])
-	require.Equal(t, domain.OutcomeReplayed, payload.StructuredContent.Outcome)
-	require.Equal(t, domain.StatusSucceeded, payload.StructuredContent.Operation.Status)
+	require.Equal(t, vocab.OutcomeReplayed, payload.StructuredContent.Outcome)
+	require.Equal(t, vocab.StatusSucceeded, payload.StructuredContent.Operation.Status)
 	// A completed task retried with its key is still that task.
 	require.Equal(t, "completed", createdTask(t, taskCall(t, b.url, tokenAcme, "refund_order", args)).Status)
 
@@ -236,7 +236,7 @@ func TestMCPTaskCancel(t *testing.T) {
 	// The read-only token may look but not cancel.
 	denied := rpc(t, b.url, tokenAcmeRead, "tasks/cancel", map[string]any{"taskId": queued.TaskID})
 	require.NotNil(t, denied.Error)
-	require.Equal(t, domain.CodeForbidden, denied.Error.Data.Error.Code)
+	require.Equal(t, vocab.CodeForbidden, denied.Error.Data.Error.Code)
 
 	a := rpc(t, b.url, tokenAcme, "tasks/cancel", map[string]any{"taskId": queued.TaskID})
 	require.Nil(t, a.Error, "%+v", a.Error)
@@ -259,20 +259,20 @@ func TestMCPTaskCancel(t *testing.T) {
 	s := connect(t, b.url, tokenAcme)
 	replay, isErr := callTool(t, s, "refund_order", refund("task-cancel-0001", 300))
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeCancelled, replay.Error.Code)
+	require.Equal(t, vocab.CodeCancelled, replay.Error.Code)
 
 	// Running: its effect may be under way, so it is refused.
 	running := createdTask(t, taskCall(t, b.url, tokenAcme, "refund_order", refund("task-cancel-0002", 300)))
 	st := b.api.Gate.Store()
-	c, err := st.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: "acme", OperationID: running.TaskID})
+	c, err := st.ClaimGetByOperation(ctx, &core.ClaimGetByOperationParams{TenantID: "acme", OperationID: running.TaskID})
 	require.NoError(t, err)
-	_, err = st.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+	_, err = st.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	refused := rpc(t, b.url, tokenAcme, "tasks/cancel", map[string]any{"taskId": running.TaskID})
 	require.NotNil(t, refused.Error)
 	require.EqualValues(t, -32602, refused.Error.Code)
 	require.Contains(t, refused.Error.Message, "started")
-	require.Equal(t, domain.StatusRunning, refused.Error.Data.Operation.Status)
+	require.Equal(t, vocab.StatusRunning, refused.Error.Data.Operation.Status)
 }
 
 func TestListOperations(t *testing.T) {
@@ -287,8 +287,8 @@ func TestListOperations(t *testing.T) {
 	require.False(t, isErr)
 
 	type page struct {
-		Operations []*domain.Operation `json:"operations"`
-		NextCursor string              `json:"next_cursor"`
+		Operations []*vocab.Operation `json:"operations"`
+		NextCursor string             `json:"next_cursor"`
 	}
 	var keys []string
 	cursor := ""
@@ -344,35 +344,35 @@ func TestGetOperationSaysWhenTheNextAttemptRuns(t *testing.T) {
 	first, isErr := callTool(t, s, "refund_order", refund("next-attempt-0001", 400))
 	require.False(t, isErr)
 	st := b.api.Gate.Store()
-	c, err := st.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "next-attempt-0001"})
+	c, err := st.ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "next-attempt-0001"})
 	require.NoError(t, err)
-	leased, err := st.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+	leased, err := st.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 
 	// Running: the lease end, no next attempt.
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "get_operation", Arguments: map[string]any{"tool": "refund_order", "idempotency_key": "next-attempt-0001"}})
 	require.NoError(t, err)
 	require.False(t, res.IsError)
-	var op domain.Operation
+	var op vocab.Operation
 	require.NoError(t, json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &op))
-	require.Equal(t, domain.StatusRunning, op.Status)
+	require.Equal(t, vocab.StatusRunning, op.Status)
 	require.NotNil(t, op.LeaseExpiresAt)
 	require.Nil(t, op.NextAttemptAt)
 
 	// A transient failure: River retries the job later, as it would after
 	// a Stripe outage; the operation says why and when.
-	_, err = st.ClaimRelease(ctx, &gate.ClaimReleaseParams{ID: c.ID, Epoch: leased.Epoch, LastError: domain.ErrorInfo{Code: "stripe_unavailable", Message: "Stripe answered 503"}})
+	_, err = st.ClaimRelease(ctx, &core.ClaimReleaseParams{ID: c.ID, Epoch: leased.Epoch, LastError: vocab.ErrorInfo{Code: "stripe_unavailable", Message: "Stripe answered 503"}})
 	require.NoError(t, err)
 	retryAt := time.Now().Add(90 * time.Second).UTC().Truncate(time.Second)
 	_, err = b.pool.Exec(ctx, `UPDATE river_job SET state = 'retryable', scheduled_at = $2 WHERE id = $1`, first.Operation.JobID, retryAt)
 	require.NoError(t, err)
 	r := doHTTP(t, http.MethodGet, b.url+"/v1/operations/refund_order/next-attempt-0001", tokenAcmeRead, nil, false)
 	require.Equal(t, http.StatusOK, r.status)
-	var got domain.Operation
+	var got vocab.Operation
 	require.NoError(t, json.Unmarshal([]byte(r.raw), &got))
-	require.Equal(t, domain.StatusQueued, got.Status)
+	require.Equal(t, vocab.StatusQueued, got.Status)
 	require.Equal(t, 1, got.Attempts)
-	require.Equal(t, domain.Code("stripe_unavailable"), got.LastError.Code)
+	require.Equal(t, vocab.Code("stripe_unavailable"), got.LastError.Code)
 	require.Equal(t, "Stripe answered 503", got.LastError.Message)
 	require.NotNil(t, got.NextAttemptAt)
 	require.True(t, got.NextAttemptAt.Equal(retryAt), "%s != %s", got.NextAttemptAt, retryAt)

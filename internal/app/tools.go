@@ -9,15 +9,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/toolspec"
 )
 
 // toolData is the store the built-in tools run their reads on.
-type toolData = gate.Store
+type toolData = core.Store
 
 // Builtins are the built-in tools' parts the assembly uses, handed over by
 // internal/builtins when it is linked (the public package builtins imports
@@ -25,15 +25,15 @@ type toolData = gate.Store
 // and SMTP clients.
 type Builtins struct {
 	// Declarations are the built-in tools for a process that only claims.
-	Declarations func(cfg *config.Config, data gate.Store) (*toolspec.Registry, error)
+	Declarations func(cfg *config.Config, data core.Store) (*toolspec.Registry, error)
 	// Tools are the built-in tools for a worker, traced with tp.
-	Tools func(cfg *config.Config, data gate.Store, tp trace.TracerProvider) (*toolspec.Registry, error)
+	Tools func(cfg *config.Config, data core.Store, tp trace.TracerProvider) (*toolspec.Registry, error)
 	// CheckWorker names the setting a worker of the built-ins lacks.
 	CheckWorker func(cfg *config.Config) error
 	// Migrate applies the built-in tools' migrations.
 	Migrate func(ctx context.Context, drv engine.Driver, logger *slog.Logger) (int, error)
 	// ResetTokens redeems send_password_reset's links on a store.
-	ResetTokens func(st gate.Store) store.ResetTokens
+	ResetTokens func(st core.Store) store.ResetTokens
 	// ApprovalMailer mails approval notices, its calls traced with tp:
 	// with it, claims awaiting approval insert a notice job and workers
 	// work them.
@@ -67,7 +67,7 @@ func LinkedBuiltins() (*Builtins, error) {
 var ErrNoBuiltins = errors.New(`the built-in tools are not linked into this program: import _ "github.com/idemgate/idemgate/builtins"`)
 
 // BuiltinDeclarations is Builtins.Declarations, or ErrNoBuiltins.
-func BuiltinDeclarations(cfg *config.Config, data gate.Store) (*toolspec.Registry, error) {
+func BuiltinDeclarations(cfg *config.Config, data core.Store) (*toolspec.Registry, error) {
 	b, err := LinkedBuiltins()
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func MigrateBuiltins(ctx context.Context, drv engine.Driver, logger *slog.Logger
 
 // resetTokens is the built-ins' reset-link redeemer on data when tools
 // serves send_password_reset, else nil (the api leaves its routes out).
-func resetTokens(tools *toolspec.Registry, data gate.Store) store.ResetTokens {
+func resetTokens(tools *toolspec.Registry, data core.Store) store.ResetTokens {
 	b, err := LinkedBuiltins()
 	if err != nil {
 		return nil
@@ -107,7 +107,7 @@ func resetTokens(tools *toolspec.Registry, data gate.Store) store.ResetTokens {
 }
 
 // builtinTools is Builtins.Tools, or ErrNoBuiltins.
-func builtinTools(cfg *config.Config, data gate.Store, tp trace.TracerProvider) (*toolspec.Registry, error) {
+func builtinTools(cfg *config.Config, data core.Store, tp trace.TracerProvider) (*toolspec.Registry, error) {
 	b, err := LinkedBuiltins()
 	if err != nil {
 		return nil, err

@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/logtest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // refundTrace is the spans of one refund, from the MCP request to Stripe.
@@ -83,7 +83,7 @@ func TestOneTraceFromTheMCPRequestToStripe(t *testing.T) {
 	const key = "refund-traced-0001"
 	res, isErr := callTool(t, b.session, "refund_order", refund(key, 1500))
 	require.False(t, isErr)
-	require.Equal(t, domain.StatusSucceeded, res.Operation.Status)
+	require.Equal(t, vocab.StatusSucceeded, res.Operation.Status)
 
 	var rt *refundTrace
 	// The request's and the job's spans end just after the answer: wait

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/telemetry"
 )
@@ -35,7 +35,7 @@ type Worker struct {
 	// Client is the worker's River client; it also cancels and retries
 	// jobs in the gate's transactions.
 	Client engine.River
-	Gate   *gate.Gate
+	Gate   *core.Gate
 	Runner *jobs.Runner
 	// Handler serves /metrics and /healthz (IDEMGATE_WORKER_ADDR).
 	Handler http.Handler
@@ -93,7 +93,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 		return nil, err
 	}
 	client := drv.NewRiver()
-	g, err := gate.New(&gate.Config{Store: data, Enqueuer: client, Policies: tools.Policies(), OnTransition: onTransition, Logger: logger,
+	g, err := core.New(&core.Config{Store: data, Enqueuer: client, Policies: tools.Policies(), OnTransition: onTransition, Logger: logger,
 		Secret: []byte(cfg.Secret), TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 // groupsAtOnce, 0 for jobs.DefaultGroups), and River's workers for them
 // (on client's River driver), for the reaper and pruner, and for approval
 // notices when notices is set; client inserts notices exactly then.
-func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry, client engine.River,
+func newWorkers(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, client engine.River,
 	notices *jobs.ApprovalNoticeWorker, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions, groupsAtOnce int,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
@@ -154,7 +154,7 @@ func newWorkers(cfg *config.Config, g *gate.Gate, reg *toolspec.Registry, client
 
 // newReaper is the reaper of g's claims: River's reaper job's worker, and
 // the pass every worker process runs each interval (jobs.KeepReaping).
-func newReaper(cfg *config.Config, g *gate.Gate, control gate.JobControl, logger *slog.Logger) *jobs.ReaperWorker {
+func newReaper(cfg *config.Config, g *core.Gate, control core.JobControl, logger *slog.Logger) *jobs.ReaperWorker {
 	return &jobs.ReaperWorker{Gate: g, Control: control, Logger: logger, StaleAfter: cfg.InflightTimeout}
 }
 

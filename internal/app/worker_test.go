@@ -19,14 +19,14 @@ import (
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 type workerBundle struct {
@@ -109,19 +109,19 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 }
 
 // getOperation reads an operation through get_operation.
-func getOperation(t *testing.T, s *mcp.ClientSession, tool, key string) *domain.Operation {
+func getOperation(t *testing.T, s *mcp.ClientSession, tool, key string) *vocab.Operation {
 	t.Helper()
 	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "get_operation", Arguments: map[string]any{"tool": tool, "idempotency_key": key}})
 	require.NoError(t, err)
 	require.False(t, res.IsError, res.Content[0].(*mcp.TextContent).Text)
-	var op domain.Operation
+	var op vocab.Operation
 	require.NoError(t, json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &op))
 	return &op
 }
 
-func awaitStatus(t *testing.T, s *mcp.ClientSession, tool, key string, status domain.Status) *domain.Operation {
+func awaitStatus(t *testing.T, s *mcp.ClientSession, tool, key string, status vocab.Status) *vocab.Operation {
 	t.Helper()
-	var op *domain.Operation
+	var op *vocab.Operation
 	require.Eventually(t, func() bool {
 		op = getOperation(t, s, tool, key)
 		return op.Status == status
@@ -134,8 +134,8 @@ func TestWorkerRefundSucceedsOnceAndReplays(t *testing.T) {
 	b := setupWorker(t, 10*time.Second)
 	first, isErr := callTool(t, b.session, "refund_order", refund("refund-e2e-0001", 1500))
 	require.False(t, isErr)
-	require.Equal(t, domain.OutcomeAccepted, first.Outcome)
-	require.Equal(t, domain.StatusSucceeded, first.Operation.Status, "waited for the outcome")
+	require.Equal(t, vocab.OutcomeAccepted, first.Outcome)
+	require.Equal(t, vocab.StatusSucceeded, first.Operation.Status, "waited for the outcome")
 
 	var result struct {
 		RefundID string `json:"refund_id"`
@@ -149,7 +149,7 @@ func TestWorkerRefundSucceedsOnceAndReplays(t *testing.T) {
 
 	again, isErr := callTool(t, b.session, "refund_order", refund("refund-e2e-0001", 1500))
 	require.False(t, isErr)
-	require.Equal(t, domain.OutcomeReplayed, again.Outcome)
+	require.Equal(t, vocab.OutcomeReplayed, again.Outcome)
 	require.JSONEq(t, string(first.Operation.Result), string(again.Operation.Result))
 
 	downstream := intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", refund("refund-e2e-0001", 1500), 0)
@@ -187,14 +187,14 @@ func TestWorkerRetriesWhileRunningNeverRefundTwice(t *testing.T) {
 			}
 			var out result
 			_ = json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &out)
-			if out.Outcome != domain.OutcomeInFlight || out.Operation.OperationID != first.Operation.OperationID {
+			if out.Outcome != vocab.OutcomeInFlight || out.Operation.OperationID != first.Operation.OperationID {
 				t.Errorf("retry while running: outcome %s op %s", out.Outcome, out.Operation.OperationID)
 			}
 		}()
 	}
 	wg.Wait()
 	release()
-	awaitStatus(t, b.session, "refund_order", "refund-held-0001", domain.StatusSucceeded)
+	awaitStatus(t, b.session, "refund_order", "refund-held-0001", vocab.StatusSucceeded)
 	require.Equal(t, 1, b.stripe.RefundsByKey()[intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", refund("refund-held-0001", 1000), 0)])
 	require.Len(t, b.stripe.Refunds(), 1)
 }
@@ -213,13 +213,13 @@ func TestWorkerPermanentStripeErrorFailsAndReplays(t *testing.T) {
 	args := map[string]any{"order_id": "ord_declined", "amount_cents": 1000, "idempotency_key": "refund-declined-1"}
 	res, isErr := callTool(t, b.session, "refund_order", args)
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeCardDeclined, res.Error.Code)
-	require.Equal(t, domain.StatusFailed, res.Operation.Status)
+	require.Equal(t, vocab.CodeCardDeclined, res.Error.Code)
+	require.Equal(t, vocab.StatusFailed, res.Operation.Status)
 	require.False(t, res.Replayed)
 
 	res, isErr = callTool(t, b.session, "refund_order", args)
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeCardDeclined, res.Error.Code)
+	require.Equal(t, vocab.CodeCardDeclined, res.Error.Code)
 	require.True(t, res.Replayed)
 	require.Empty(t, b.stripe.Refunds())
 	// The job was cancelled in the failing transaction.
@@ -230,7 +230,7 @@ func TestWorkerPermanentStripeErrorFailsAndReplays(t *testing.T) {
 	// Over the refundable amount: definitive, before Stripe.
 	res, isErr = callTool(t, b.session, "refund_order", refund("refund-too-much-1", 6000))
 	require.True(t, isErr)
-	require.Equal(t, domain.CodeAmountExceedsRefundable, res.Error.Code)
+	require.Equal(t, vocab.CodeAmountExceedsRefundable, res.Error.Code)
 }
 
 func TestWorkerTransientErrorsEndInOneRefund(t *testing.T) {
@@ -239,14 +239,14 @@ func TestWorkerTransientErrorsEndInOneRefund(t *testing.T) {
 	b.stripe.FailNext(2, http.StatusInternalServerError)
 	_, isErr := callTool(t, b.session, "refund_order", refund("refund-flaky-0001", 700))
 	require.False(t, isErr)
-	awaitStatus(t, b.session, "refund_order", "refund-flaky-0001", domain.StatusSucceeded)
+	awaitStatus(t, b.session, "refund_order", "refund-flaky-0001", vocab.StatusSucceeded)
 
 	// Applied, then the response is lost: the retry with the same key gets
 	// Stripe's stored refund, not a second one.
 	b.stripe.DropNext(1)
 	_, isErr = callTool(t, b.session, "refund_order", refund("refund-dropped-01", 800))
 	require.False(t, isErr)
-	op := awaitStatus(t, b.session, "refund_order", "refund-dropped-01", domain.StatusSucceeded)
+	op := awaitStatus(t, b.session, "refund_order", "refund-dropped-01", vocab.StatusSucceeded)
 	require.GreaterOrEqual(t, op.Attempts, 1)
 
 	byKey := b.stripe.RefundsByKey()
@@ -269,10 +269,10 @@ func TestWorkerCreditSeatAndMailHappenOnce(t *testing.T) {
 	}{{"apply_credit", credit}, {"reset_seat", seat}, {"send_password_reset", mail}} {
 		res, isErr := callTool(t, b.session, tc.tool, tc.args)
 		require.False(t, isErr, "%s: %+v", tc.tool, res.Error)
-		require.Equal(t, domain.StatusSucceeded, res.Operation.Status, tc.tool)
+		require.Equal(t, vocab.StatusSucceeded, res.Operation.Status, tc.tool)
 		again, isErr := callTool(t, b.session, tc.tool, tc.args)
 		require.False(t, isErr)
-		require.Equal(t, domain.OutcomeReplayed, again.Outcome, tc.tool)
+		require.Equal(t, vocab.OutcomeReplayed, again.Outcome, tc.tool)
 	}
 	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM ledger_entries WHERE customer_id = 'cus_1'`))
 	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM seat_resets WHERE seat_id = 'seat_1'`))
@@ -306,9 +306,9 @@ func TestWorkerWithStaleEpochWritesNothing(t *testing.T) {
 	// scheduled an hour ahead, so that no worker runs it during the test and
 	// the reaper sees a live job, not an orphan, whenever it runs.
 	s := b.api.Gate.Store()
-	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "refund-stale-0001"})
+	c, err := s.ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "refund-stale-0001"})
 	require.NoError(t, err)
-	require.Equal(t, domain.StatusRunning, c.Status)
+	require.Equal(t, vocab.StatusRunning, c.Status)
 	args, err := jobs.ArgsFor(c)
 	require.NoError(t, err)
 	opts := jobs.InsertOpts()
@@ -316,7 +316,7 @@ func TestWorkerWithStaleEpochWritesNothing(t *testing.T) {
 	next, err := b.worker.Client.Insert(ctx, args, opts)
 	require.NoError(t, err)
 	future := time.Now().Add(time.Hour)
-	_, err = s.ClaimReclaim(ctx, &gate.ClaimReclaimParams{ID: c.ID, Epoch: c.Epoch, JobID: next.Job.ID, Now: &future})
+	_, err = s.ClaimReclaim(ctx, &core.ClaimReclaimParams{ID: c.ID, Epoch: c.Epoch, JobID: next.Job.ID, Now: &future})
 	require.NoError(t, err)
 
 	release()
@@ -324,9 +324,9 @@ func TestWorkerWithStaleEpochWritesNothing(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return countRows(t, b.pool, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'completed'`, first.Operation.JobID) == 1
 	}, 60*time.Second, 50*time.Millisecond)
-	after, err := s.ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+	after, err := s.ClaimGetByID(ctx, &core.ClaimGetByIDParams{ID: c.ID})
 	require.NoError(t, err)
-	require.Equal(t, domain.StatusQueued, after.Status)
+	require.Equal(t, vocab.StatusQueued, after.Status)
 	require.Equal(t, next.Job.ID, after.JobID)
 	require.Nil(t, after.Result)
 	require.Zero(t, countRows(t, b.pool, `SELECT count(*) FROM refunds`))
@@ -347,7 +347,7 @@ func TestMetricsCountOutcomesCallsAndClaims(t *testing.T) {
 	b := setupWorker(t, 10*time.Second)
 	res, isErr := callTool(t, b.session, "refund_order", refund("refund-metrics-01", 100))
 	require.False(t, isErr)
-	require.Equal(t, domain.StatusSucceeded, res.Operation.Status)
+	require.Equal(t, vocab.StatusSucceeded, res.Operation.Status)
 	_, isErr = callTool(t, b.session, "refund_order", refund("refund-metrics-01", 100))
 	require.False(t, isErr)
 

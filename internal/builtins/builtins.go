@@ -17,30 +17,30 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain/approvalmail"
-	"github.com/idemgate/idemgate/internal/domain/refunds"
-	"github.com/idemgate/idemgate/internal/domain/resetmail"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab/approvalmail"
+	"github.com/idemgate/idemgate/internal/vocab/refunds"
+	"github.com/idemgate/idemgate/internal/vocab/resetmail"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // toolData is the store the built-in tools run their reads on (StoreDB).
-type toolData = gate.Store
+type toolData = core.Store
 
 // StoreDB is the built-in tools' tools.DB on a gate store: each call a
 // transaction of the store's (gate.Store.Begin), committed when fn
-// succeeds. Whatever the engine, the tools see a tool.Tx.
-func StoreDB(st gate.Store) tools.DB {
-	return func(ctx context.Context, fn func(tx tool.Tx) error) error {
+// succeeds. Whatever the engine, the tools see a gate.Tx.
+func StoreDB(st core.Store) tools.DB {
+	return func(ctx context.Context, fn func(tx gate.Tx) error) error {
 		gtx, err := st.Begin(ctx)
 		if err != nil {
 			return err
@@ -105,7 +105,7 @@ func traced(cfg *config.Config, data toolData, tp trace.TracerProvider) (*toolsp
 	if a, ok := data.(tools.Auditor); ok { // the engines' stores are
 		deps.Audit = a
 	}
-	reg := tool.NewRegistry()
+	reg := gate.NewRegistry()
 	if err := tools.Register(reg, deps); err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ type approvalMailer struct{ m *approvalmail.Mailer }
 
 // MailApprovalNotice implements jobs.ApprovalMailer: resetmail's permanent
 // errors are jobs.ErrNoticeRejected.
-func (a approvalMailer) MailApprovalNotice(ctx context.Context, c *gate.Claim, to []string, link string) error {
+func (a approvalMailer) MailApprovalNotice(ctx context.Context, c *core.Claim, to []string, link string) error {
 	n := &approvalmail.Notice{To: to, TenantID: c.TenantID, Tool: c.Tool, OperationID: c.OperationID,
 		Args: c.Args, ArgsHash: c.ArgsHash, RequesterID: c.UserID, RequestedAt: c.CreatedAt, Link: link}
 	if c.ApprovalExpiresAt != nil {
@@ -153,7 +153,7 @@ func (a approvalMailer) MailApprovalNotice(ctx context.Context, c *gate.Claim, t
 
 // ResetTokens redeems the reset links of the built-in send_password_reset
 // on st.
-func ResetTokens(st gate.Store) store.ResetTokens {
+func ResetTokens(st core.Store) store.ResetTokens {
 	return &tools.ResetTokens{DB: StoreDB(st)}
 }
 
@@ -167,12 +167,12 @@ func Migrate(ctx context.Context, drv engine.Driver, logger *slog.Logger) (int, 
 // MigratePostgres is Migrate on a Postgres pool, for
 // those that hold a pool rather than a driver (tests, the bench).
 func MigratePostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int, error) {
-	return pgengine.MigrateLine(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, logger)
+	return pgengine.MigrateLine(ctx, pool, tools.Migrations(gate.Postgres), tools.VersionTable, logger)
 }
 
 // MigrateSQLite is MigratePostgres on SQLite.
 func MigrateSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (int, error) {
-	return sqliteengine.MigrateLine(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, logger)
+	return sqliteengine.MigrateLine(ctx, db, tools.Migrations(gate.SQLite), tools.VersionTable, logger)
 }
 
 // init hands the assembly the built-ins: linking this package is what

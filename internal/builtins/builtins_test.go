@@ -10,10 +10,10 @@ import (
 
 	"github.com/idemgate/idemgate/internal/builtins"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/mailpit"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // TestApprovalMailerRefusals: a server that refuses the recipients for
@@ -22,9 +22,9 @@ import (
 func TestApprovalMailerRefusals(t *testing.T) {
 	t.Parallel()
 	until := time.Now().Add(time.Hour)
-	c := &gate.Claim{OperationID: "00000000-0000-4000-8000-000000000001", TenantID: "acme", Tool: "refund_order",
+	c := &core.Claim{OperationID: "00000000-0000-4000-8000-000000000001", TenantID: "acme", Tool: "refund_order",
 		UserID: "support-bot", Args: json.RawMessage(`{"amount_cents":1500,"order_id":"ord_9f2"}`), ArgsHash: "abc",
-		Status: domain.StatusAwaitingApproval, CreatedAt: time.Now(), ApprovalExpiresAt: &until}
+		Status: vocab.StatusAwaitingApproval, CreatedAt: time.Now(), ApprovalExpiresAt: &until}
 	for _, tc := range []struct {
 		trigger  string
 		rejected bool

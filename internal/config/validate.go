@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Validate checks every field and returns one *SettingError per bad
@@ -31,7 +31,7 @@ func (c *Config) Validate() error {
 		add(settingErr(EnvOperatorTenant, "%q must be 1 to 64 characters of [A-Za-z0-9_.:-]", c.OperatorTenant))
 	}
 	if c.PublicURL != "" {
-		if err := domain.CheckLinkBase(c.PublicURL); err != nil {
+		if err := vocab.CheckLinkBase(c.PublicURL); err != nil {
 			add(settingErr(EnvPublicURL, "%q %v (example: https://idemgate.example.com)", c.PublicURL, err))
 		} else if u, _ := url.Parse(c.PublicURL); u.RawQuery != "" {
 			add(settingErr(EnvPublicURL, "%q must not have a query (example: https://idemgate.example.com)", c.PublicURL))
@@ -51,7 +51,7 @@ func (c *Config) Validate() error {
 			add(settingErr(EnvMailFrom, "%q is not a valid mail address (%v); example: %q", c.MailFrom, err, DefaultMailFrom))
 		}
 		if c.ResetLinkBase != "" {
-			if err := domain.CheckLinkBase(c.ResetLinkBase); err != nil {
+			if err := vocab.CheckLinkBase(c.ResetLinkBase); err != nil {
 				add(settingErr(EnvResetLinkBase, "%q %v (example: https://app.example.com/reset-password)", c.ResetLinkBase, err))
 			}
 		}

@@ -17,18 +17,18 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui/uiendpoints"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
 )
 
 // Driver is one engine on one open database.
 type Driver interface {
-	// Engine names the engine, as tool.Tx.Engine does: "postgres" or
-	// "sqlite" (tool.Postgres, tool.SQLite).
+	// Engine names the engine, as gate.Tx.Engine does: "postgres" or
+	// "sqlite" (gate.Postgres, gate.SQLite).
 	Engine() string
 	// Store is the engine's store on the database. Its transactions are
-	// the engine's tool.Tx.
+	// the engine's gate.Tx.
 	Store() Store
 	// Migrate applies River's pending migrations, then idemgate's. It is
 	// safe to call repeatedly and from several processes at once.
@@ -66,7 +66,7 @@ type Driver interface {
 // Store is what each engine's store implements: the gate's store and
 // every interface of package store.
 type Store interface {
-	gate.Store
+	core.Store
 	store.Tokens
 	store.Seeder
 	store.TenantSettings
@@ -76,11 +76,11 @@ type Store interface {
 // operations (gate.BatchEnqueuer, gate.JobControl) in the driver's
 // transactions. jobs.River implements it for any River driver.
 type River interface {
-	gate.BatchEnqueuer
-	gate.JobControl
+	core.BatchEnqueuer
+	core.JobControl
 	// ApprovalNoticeInsert inserts the job that mails a claim's approvers,
 	// once SetApprovalNotices turned it on; before, it inserts nothing.
-	gate.ApprovalNoticer
+	core.ApprovalNoticer
 	// SetApprovalNotices turns ApprovalNoticeInsert on or off: on only
 	// where the deployment's workers work the notices.
 	SetApprovalNotices(on bool)

@@ -35,13 +35,13 @@ import (
 
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/refunds"
 )
 
 const (
@@ -354,8 +354,8 @@ func startServices(t *testing.T, dbURL string) *services {
 
 // answer is the REST twin's answer to refund_order.
 type answer struct {
-	Outcome   domain.Outcome    `json:"outcome"`
-	Operation *domain.Operation `json:"operation"`
+	Outcome   vocab.Outcome    `json:"outcome"`
+	Operation *vocab.Operation `json:"operation"`
 }
 
 // call is the agent's refund of 1500 cents of ord_9f2 with key, retried
@@ -382,7 +382,7 @@ func (h *services) call(t *testing.T) *answer {
 		}
 		var a answer
 		require.NoError(t, json.Unmarshal(raw, &a), "%s", raw)
-		if a.Operation == nil || a.Operation.Status != domain.StatusSucceeded {
+		if a.Operation == nil || a.Operation.Status != vocab.StatusSucceeded {
 			return false // in flight: the agent polls by retrying
 		}
 		out = &a
@@ -395,7 +395,7 @@ func (h *services) call(t *testing.T) *answer {
 func (h *services) refund(t *testing.T) *answer {
 	t.Helper()
 	first := h.call(t)
-	require.Equal(t, domain.OutcomeAccepted, first.Outcome)
+	require.Equal(t, vocab.OutcomeAccepted, first.Outcome)
 	require.Len(t, h.stripe.Refunds(), 1, "the refund reached Stripe")
 	return first
 }
@@ -408,7 +408,7 @@ func (h *services) refund(t *testing.T) *answer {
 func (h *services) retryAfterLoss(t *testing.T, now *server, lost *answer) {
 	t.Helper()
 	retry := h.call(t)
-	require.Equal(t, domain.OutcomeAccepted, retry.Outcome, "the database never saw the key")
+	require.Equal(t, vocab.OutcomeAccepted, retry.Outcome, "the database never saw the key")
 	require.NotEqual(t, lost.Operation.OperationID, retry.Operation.OperationID)
 	require.JSONEq(t, string(lost.Operation.Result), string(retry.Operation.Result), "the same refund")
 
@@ -431,10 +431,10 @@ func (h *services) retryAfterLoss(t *testing.T, now *server, lost *answer) {
 	require.NoError(t, err)
 	t.Logf("idemctl op get --tenant acme --tool refund_order --key %s:\n%s", key, view)
 	require.Equal(t, retry.Operation.OperationID, detail.OperationID)
-	require.Equal(t, domain.StatusSucceeded, detail.Status)
+	require.Equal(t, vocab.StatusSucceeded, detail.Status)
 	var adoption string
 	for _, e := range detail.Audit {
-		if e.Decision == domain.DecisionReplayed && strings.Contains(e.Reason, "adopted Stripe refund") {
+		if e.Decision == vocab.DecisionReplayed && strings.Contains(e.Reason, "adopted Stripe refund") {
 			adoption = e.Reason
 		}
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // ApprovalNoticeKind is the kind of the job that mails a tenant's
@@ -32,7 +32,7 @@ func (ApprovalNoticeArgs) Kind() string { return ApprovalNoticeKind }
 // ApprovalNoticeInsert implements gate.ApprovalNoticer: with notices on
 // (SetApprovalNotices) it inserts c's ApprovalNoticeArgs job in tx, with a
 // claim job's attempts and queue; otherwise it inserts nothing.
-func (e *Enqueuer[TTx]) ApprovalNoticeInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) error {
+func (e *Enqueuer[TTx]) ApprovalNoticeInsert(ctx context.Context, tx core.Tx, c *core.Claim) error {
 	if !e.notices.Load() {
 		return nil
 	}
@@ -59,13 +59,13 @@ func (e *Enqueuer[TTx]) SetApprovalNotices(on bool) { e.notices.Store(on) }
 var ErrNoticeRejected = errors.New("approval notice rejected")
 
 // ApprovalMailer mails a tenant's approvers the notice of a claim awaiting
-// approval: the built-in tools' SMTP mailer (internal/domain/approvalmail).
+// approval: the built-in tools' SMTP mailer (internal/vocab/approvalmail).
 type ApprovalMailer interface {
 	// MailApprovalNotice sends one message about c to all of to, linking
 	// to the approval page; every send for c has the same Message-ID. An
 	// error that wraps ErrNoticeRejected is permanent; others are
 	// transient.
-	MailApprovalNotice(ctx context.Context, c *gate.Claim, to []string, link string) error
+	MailApprovalNotice(ctx context.Context, c *core.Claim, to []string, link string) error
 }
 
 // The outcomes of an approval notice job (idemgate_approval_notices_total).
@@ -88,7 +88,7 @@ var noticeOutcomes = []string{NoticeSent, NoticeNoRecipients, NoticeNotAwaiting,
 type ApprovalNoticeWorker struct {
 	river.WorkerDefaults[ApprovalNoticeArgs]
 	// Store reads the claim. Required.
-	Store gate.Store
+	Store core.Store
 	// Settings reads the tenant's approval_mail_to. Required.
 	Settings store.TenantSettings
 	// Mailer sends the notice. Required.
@@ -123,14 +123,14 @@ func (w *ApprovalNoticeWorker) work(ctx context.Context, job *river.Job[Approval
 		logger = slog.Default()
 	}
 	log := logger.With("job_id", job.ID, "operation_id", a.OperationID, "tenant", a.TenantID)
-	c, err := w.Store.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: a.TenantID, OperationID: a.OperationID})
+	c, err := w.Store.ClaimGetByOperation(ctx, &core.ClaimGetByOperationParams{TenantID: a.TenantID, OperationID: a.OperationID})
 	switch {
-	case errors.Is(err, domain.ErrNotFound):
+	case errors.Is(err, vocab.ErrNotFound):
 		log.InfoContext(ctx, "approval notice: the operation is gone; nobody is mailed")
 		return NoticeNotAwaiting, nil
 	case err != nil:
 		return w.transient(ctx, job, log, err)
-	case c.Status != domain.StatusAwaitingApproval,
+	case c.Status != vocab.StatusAwaitingApproval,
 		c.ApprovalExpiresAt != nil && !c.ApprovalExpiresAt.After(time.Now()):
 		log.InfoContext(ctx, "approval notice: the operation no longer awaits approval; nobody is mailed", "status", c.Status)
 		return NoticeNotAwaiting, nil

@@ -14,25 +14,25 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // noticeStore is a gate.Store that only reads one claim, and the tenant's
 // settings.
 type noticeStore struct {
-	gate.Store
-	claim  *gate.Claim
+	core.Store
+	claim  *core.Claim
 	err    error
 	mailTo []string
 }
 
-func (s *noticeStore) ClaimGetByOperation(_ context.Context, p *gate.ClaimGetByOperationParams) (*gate.Claim, error) {
+func (s *noticeStore) ClaimGetByOperation(_ context.Context, p *core.ClaimGetByOperationParams) (*core.Claim, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
 	if s.claim == nil || p.OperationID != s.claim.OperationID || p.TenantID != s.claim.TenantID {
-		return nil, domain.ErrNotFound
+		return nil, vocab.ErrNotFound
 	}
 	return s.claim, nil
 }
@@ -47,10 +47,10 @@ type fakeMailer struct {
 	sent  int
 	to    []string
 	link  string
-	claim *gate.Claim
+	claim *core.Claim
 }
 
-func (m *fakeMailer) MailApprovalNotice(_ context.Context, c *gate.Claim, to []string, link string) error {
+func (m *fakeMailer) MailApprovalNotice(_ context.Context, c *core.Claim, to []string, link string) error {
 	m.claim, m.to, m.link = c, to, link
 	if m.err != nil {
 		return m.err
@@ -64,13 +64,13 @@ func (m *fakeMailer) MailApprovalNotice(_ context.Context, c *gate.Claim, to []s
 func TestApprovalNoticeWorker(t *testing.T) {
 	t.Parallel()
 	const op = "00000000-0000-4000-8000-000000000001"
-	waiting := func() *gate.Claim {
+	waiting := func() *core.Claim {
 		until := time.Now().Add(time.Hour)
-		return &gate.Claim{OperationID: op, TenantID: "acme", Tool: "refund_order", Status: domain.StatusAwaitingApproval,
+		return &core.Claim{OperationID: op, TenantID: "acme", Tool: "refund_order", Status: vocab.StatusAwaitingApproval,
 			ApprovalExpiresAt: &until}
 	}
 	approved := waiting()
-	approved.Status, approved.ApprovalExpiresAt = domain.StatusQueued, nil
+	approved.Status, approved.ApprovalExpiresAt = vocab.StatusQueued, nil
 	ended := waiting()
 	ended.ApprovalExpiresAt = new(time.Now().Add(-time.Second))
 	rejected := errors.New("550 no such user")
@@ -89,8 +89,8 @@ func TestApprovalNoticeWorker(t *testing.T) {
 		{name: "Decided", store: &noticeStore{claim: approved, mailTo: []string{"fin@acme.example"}}, outcome: NoticeNotAwaiting},
 		{name: "WindowEnded", store: &noticeStore{claim: ended, mailTo: []string{"fin@acme.example"}}, outcome: NoticeNotAwaiting},
 		{name: "Gone", store: &noticeStore{mailTo: []string{"fin@acme.example"}}, outcome: NoticeNotAwaiting},
-		{name: "StoreDown", store: &noticeStore{err: domain.ErrUnavailable}, outcome: NoticeRetry,
-			check: func(t *testing.T, err error) { require.ErrorIs(t, err, domain.ErrUnavailable) }},
+		{name: "StoreDown", store: &noticeStore{err: vocab.ErrUnavailable}, outcome: NoticeRetry,
+			check: func(t *testing.T, err error) { require.ErrorIs(t, err, vocab.ErrUnavailable) }},
 		{name: "Rejected", store: &noticeStore{claim: waiting(), mailTo: []string{"fin@acme.example"}},
 			mailErr: errors.Join(ErrNoticeRejected, rejected), outcome: NoticeRejected,
 			check: func(t *testing.T, err error) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // MaxAttempts caps River's attempts for a claim's job. With River's default
@@ -55,7 +55,7 @@ func (a ClaimArgs) Kind() string {
 }
 
 // ArgsFor returns the job arguments for claim.
-func ArgsFor(c *gate.Claim) (river.JobArgs, error) {
+func ArgsFor(c *core.Claim) (river.JobArgs, error) {
 	if c.Tool == "" {
 		return nil, fmt.Errorf("jobs: claim %d has no tool", c.ID)
 	}
@@ -82,7 +82,7 @@ type Enqueuer[TTx any] struct {
 }
 
 // JobInsert implements gate.Enqueuer.
-func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim) (int64, error) {
+func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx core.Tx, c *core.Claim) (int64, error) {
 	rawTx, err := e.tx(tx)
 	if err != nil {
 		return 0, err
@@ -100,7 +100,7 @@ func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx gate.Tx, c *gate.Claim
 
 // JobInsertMany implements gate.BatchEnqueuer: one statement for all the
 // claims' jobs.
-func (e *Enqueuer[TTx]) JobInsertMany(ctx context.Context, tx gate.Tx, claims []*gate.Claim) ([]int64, error) {
+func (e *Enqueuer[TTx]) JobInsertMany(ctx context.Context, tx core.Tx, claims []*core.Claim) ([]int64, error) {
 	rawTx, err := e.tx(tx)
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func (e *Enqueuer[TTx]) JobInsertMany(ctx context.Context, tx gate.Tx, claims []
 }
 
 // JobDeleteMany implements gate.BatchEnqueuer.
-func (e *Enqueuer[TTx]) JobDeleteMany(ctx context.Context, tx gate.Tx, ids []int64) error {
+func (e *Enqueuer[TTx]) JobDeleteMany(ctx context.Context, tx core.Tx, ids []int64) error {
 	rawTx, err := e.tx(tx)
 	if err != nil {
 		return err
@@ -150,12 +150,12 @@ func (e *Enqueuer[TTx]) JobDeleteMany(ctx context.Context, tx gate.Tx, ids []int
 const maxDeleteMany = 10_000
 
 // tx is the River driver's transaction of a store transaction.
-func (e *Enqueuer[TTx]) tx(tx gate.Tx) (TTx, error) { return driverTx[TTx](tx) }
+func (e *Enqueuer[TTx]) tx(tx core.Tx) (TTx, error) { return driverTx[TTx](tx) }
 
 // wrap marks a database outage as domain.ErrUnavailable.
 func (e *Enqueuer[TTx]) wrap(err error) error {
 	if e.Unavailable != nil && e.Unavailable(err) {
-		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", vocab.ErrUnavailable, err)
 	}
 	return err
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/pgtest"
 )
@@ -30,9 +30,9 @@ func TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction(t *testing.T) {
 	st := pgengine.New(pool)
 
 	const n = jobs.MaxDeleteMany + 3
-	claims := make([]*gate.Claim, n)
+	claims := make([]*core.Claim, n)
 	for i := range claims {
-		claims[i] = &gate.Claim{OperationID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), TenantID: "acme",
+		claims[i] = &core.Claim{OperationID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), TenantID: "acme",
 			Tool: "refund_order", IdempotencyKey: fmt.Sprintf("key-%d", i)}
 	}
 	tx, err := st.Begin(ctx)
@@ -66,7 +66,7 @@ func TestEnqueuerApprovalNoticeOnlyWhenOn(t *testing.T) {
 	require.NoError(t, err)
 	enq := &jobs.Enqueuer[pgx.Tx]{Client: client}
 	st := pgengine.New(pool)
-	c := &gate.Claim{OperationID: "00000000-0000-4000-8000-000000000001", TenantID: "acme", Tool: "refund_order"}
+	c := &core.Claim{OperationID: "00000000-0000-4000-8000-000000000001", TenantID: "acme", Tool: "refund_order"}
 	notices := func() []string {
 		rows, err := pool.Query(ctx, `SELECT args->>'tenant_id' || '/' || (args->>'operation_id') FROM river_job WHERE kind = $1`, jobs.ApprovalNoticeKind)
 		require.NoError(t, err)

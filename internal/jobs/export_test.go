@@ -5,12 +5,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 )
 
 // Run runs one job as River's worker does, for the external tests (which
 // use pgengine, itself importing this package).
-func (r *Runner) Run(ctx context.Context, id, attempt, maxAttempts int, ref ClaimRef, hooks gate.JobHooks) error {
+func (r *Runner) Run(ctx context.Context, id, attempt, maxAttempts int, ref ClaimRef, hooks core.JobHooks) error {
 	return r.run(ctx, jobInfo{id: id, attempt: attempt, maxAttempts: maxAttempts, ref: ref}, hooks)
 }
 

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/toolspec"
 )
 
@@ -55,9 +55,9 @@ type txOp struct {
 	// transaction's deadline (effectDeadline), from the job's arrival.
 	ctx      context.Context
 	deadline time.Time
-	params   *gate.LeaseParams
+	params   *core.LeaseParams
 	spec     *toolspec.Spec
-	hooks    gate.JobHooks
+	hooks    core.JobHooks
 	log      *slog.Logger
 
 	// done is closed when the group has ended. Then claim is the job's
@@ -65,15 +65,15 @@ type txOp struct {
 	// or effectErr its effect's error, on the claim as locked; with none,
 	// the job runs alone.
 	done      chan struct{}
-	claim     *gate.Claim
+	claim     *core.Claim
 	killed    error
-	locked    *gate.Claim
+	locked    *core.Claim
 	effectErr error
 }
 
 // effectError is an effect's own error in a group.
 type effectError struct {
-	locked *gate.Claim
+	locked *core.Claim
 	err    error
 }
 
@@ -86,7 +86,7 @@ func (e *killedError) Error() string { return e.err.Error() }
 
 // runGrouped runs the job in the next group: "succeeded" once committed,
 // or errAlone when it must run alone.
-func (r *Runner) runGrouped(ctx context.Context, params *gate.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks gate.JobHooks, log *slog.Logger) (string, error) {
+func (r *Runner) runGrouped(ctx context.Context, params *core.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks core.JobHooks, log *slog.Logger) (string, error) {
 	op := &txOp{ctx: context.WithoutCancel(ctx), deadline: time.Now().Add(effectDeadline(params.Lease)),
 		params: params, spec: spec, hooks: hooks, log: log, done: make(chan struct{})}
 	r.txGroups.Add(op)
@@ -129,7 +129,7 @@ func (r *Runner) runGroup(ops []*txOp) {
 	var kept []int // the ops kept, in order
 	for i, op := range ops {
 		if err := w.Mark(gctx); err != nil {
-			if errors.Is(err, gate.ErrNoSavepoints) {
+			if errors.Is(err, core.ErrNoSavepoints) {
 				continue // alone, after the group
 			}
 			r.logger.WarnContext(gctx, "a group's transaction failed; each of its jobs runs alone", "jobs", len(ops), "error", err)
@@ -190,7 +190,7 @@ func clearEffectErrors(ops []*txOp) {
 // outcome with the job's completion, and the fault's BeforeCommit point.
 // Any error but a fault's (killedError) undoes only this job; an effect's
 // own error is an effectError.
-func (r *Runner) applyOp(w *gate.WorkTx, op *txOp, deadline time.Time) (err error) {
+func (r *Runner) applyOp(w *core.WorkTx, op *txOp, deadline time.Time) (err error) {
 	defer func() {
 		if p := recover(); p != nil { // it panics again alone, in River's goroutine
 			err = fmt.Errorf("jobs: the effect panicked: %v", p)

@@ -19,16 +19,16 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/toolspec"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 type creditArgs struct {
@@ -47,8 +47,8 @@ type creditResult struct {
 type groupBundle struct {
 	count   func(query string, args ...any) (int, error)
 	store   *commitFails
-	claims  *gate.Gate
-	gate    *gate.Gate
+	claims  *core.Gate
+	gate    *core.Gate
 	runner  *jobs.Runner
 	metrics *jobs.Metrics
 	hold    chan struct{}
@@ -58,19 +58,19 @@ type groupBundle struct {
 }
 
 // engines are the engines the group tests run on.
-var engines = []string{tool.Postgres, tool.SQLite}
+var engines = []string{gate.Postgres, gate.SQLite}
 
 func setupGroup(t *testing.T, engine string, fault jobs.Fault) *groupBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &groupBundle{hold: make(chan struct{}), runs: map[string]int{}}
 	var (
-		store gate.Store
-		enq   gate.Enqueuer
+		store core.Store
+		enq   core.Enqueuer
 		exec  func(query string, args ...any) error
 	)
 	switch engine {
-	case tool.Postgres:
+	case gate.Postgres:
 		_, pool := pgtest.NewDB(t)
 		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 		require.NoError(t, err)
@@ -79,7 +79,7 @@ func setupGroup(t *testing.T, engine string, fault jobs.Fault) *groupBundle {
 		b.count = func(query string, args ...any) (n int, err error) {
 			return n, pool.QueryRow(ctx, query, args...).Scan(&n)
 		}
-	case tool.SQLite:
+	case gate.SQLite:
 		_, db := sqlitetest.NewDB(t)
 		client, err := river.NewClient(riversqlite.New(db), &river.Config{}) // insert-only
 		require.NoError(t, err)
@@ -94,18 +94,18 @@ func setupGroup(t *testing.T, engine string, fault jobs.Fault) *groupBundle {
 	// their jobs in its transactions); the runner's gate is on the store
 	// whose commit can fail.
 	b.store = &commitFails{Store: store}
-	var runnerStore gate.Store = b.store
-	if _, ok := store.(gate.PipelineBeginner); ok { // Postgres: the worker's pipelined statements, as in production
+	var runnerStore core.Store = b.store
+	if _, ok := store.(core.PipelineBeginner); ok { // Postgres: the worker's pipelined statements, as in production
 		runnerStore = &commitFailsPipelined{b.store}
 	}
 	var err error
-	b.claims, err = gate.New(&gate.Config{Store: store, Enqueuer: enq, Policies: gatetest.Policies()})
+	b.claims, err = core.New(&core.Config{Store: store, Enqueuer: enq, Policies: coretest.Policies()})
 	require.NoError(t, err)
-	b.gate, err = gate.New(&gate.Config{Store: runnerStore, Enqueuer: enq, Policies: gatetest.Policies()})
+	b.gate, err = core.New(&core.Config{Store: runnerStore, Enqueuer: enq, Policies: coretest.Policies()})
 	require.NoError(t, err)
-	credit := &tool.Mutation[creditArgs, creditResult]{
+	credit := &gate.Mutation[creditArgs, creditResult]{
 		Name: "apply_credit", Title: "Credit", Description: "A credit in group_effects.", Scope: "billing:credit",
-		InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[creditArgs]) (*creditResult, error) {
+		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[creditArgs]) (*creditResult, error) {
 			b.mu.Lock()
 			b.runs[op.OperationID]++
 			b.mu.Unlock()
@@ -114,7 +114,7 @@ func setupGroup(t *testing.T, engine string, fault jobs.Fault) *groupBundle {
 			}
 			switch op.Args.CustomerID {
 			case "fail":
-				return nil, tool.NothingHappened(domain.CodeNotFound, "no such customer")
+				return nil, gate.NothingHappened(vocab.CodeNotFound, "no such customer")
 			case "sqlerr": // aborts a Postgres transaction
 				_, err := tx.Exec(ctx, `SELECT no_such_column FROM group_effects`)
 				return nil, err
@@ -129,7 +129,7 @@ func setupGroup(t *testing.T, engine string, fault jobs.Fault) *groupBundle {
 	reg := prometheus.NewRegistry()
 	b.metrics, err = jobs.NewMetrics(reg)
 	require.NoError(t, err)
-	b.runner, err = jobs.NewRunner(&jobs.RunnerConfig{Gate: b.gate, Tools: toolspec.Of(tool.NewRegistry().MustAdd(credit)),
+	b.runner, err = jobs.NewRunner(&jobs.RunnerConfig{Gate: b.gate, Tools: toolspec.Of(gate.NewRegistry().MustAdd(credit)),
 		InflightTimeout: time.Minute, Metrics: b.metrics, Fault: fault})
 	require.NoError(t, err)
 	return b
@@ -138,11 +138,11 @@ func setupGroup(t *testing.T, engine string, fault jobs.Fault) *groupBundle {
 // commitFails is a store whose commit number failAt (counted from its
 // setting) fails, after rolling the transaction back.
 type commitFails struct {
-	gate.Store
+	core.Store
 	failAt atomic.Int32
 }
 
-func (s *commitFails) Begin(ctx context.Context) (gate.Tx, error) {
+func (s *commitFails) Begin(ctx context.Context) (core.Tx, error) {
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -152,9 +152,9 @@ func (s *commitFails) Begin(ctx context.Context) (gate.Tx, error) {
 
 // engineTx is what both engines' transactions are.
 type engineTx interface {
+	core.Tx
 	gate.Tx
-	tool.Tx
-	gate.Savepointer
+	core.Savepointer
 }
 
 type commitFailsTx struct {
@@ -176,8 +176,8 @@ func (tx *commitFailsTx) Commit(ctx context.Context) error {
 // does.
 type commitFailsPipelined struct{ *commitFails }
 
-func (s *commitFailsPipelined) BeginLock(ctx context.Context, lock *gate.ClaimLeaseParams) (gate.Tx, *gate.Claim, error) {
-	tx, locked, err := s.Store.(gate.PipelineBeginner).BeginLock(ctx, lock)
+func (s *commitFailsPipelined) BeginLock(ctx context.Context, lock *core.ClaimLeaseParams) (core.Tx, *core.Claim, error) {
+	tx, locked, err := s.Store.(core.PipelineBeginner).BeginLock(ctx, lock)
 	if tx == nil {
 		return nil, locked, err
 	}
@@ -186,21 +186,21 @@ func (s *commitFailsPipelined) BeginLock(ctx context.Context, lock *gate.ClaimLe
 
 type commitFailsPipelinedTx struct{ commitFailsTx }
 
-func (tx *commitFailsPipelinedTx) PipelineLock(ctx context.Context, complete *gate.ClaimCompleteParams, savepoint bool, lock *gate.ClaimLeaseParams) (completed, locked *gate.Claim, err error) {
-	return tx.engineTx.(gate.Pipeliner).PipelineLock(ctx, complete, savepoint, lock)
+func (tx *commitFailsPipelinedTx) PipelineLock(ctx context.Context, complete *core.ClaimCompleteParams, savepoint bool, lock *core.ClaimLeaseParams) (completed, locked *core.Claim, err error) {
+	return tx.engineTx.(core.Pipeliner).PipelineLock(ctx, complete, savepoint, lock)
 }
 
-func (tx *commitFailsPipelinedTx) CommitWith(ctx context.Context, complete *gate.ClaimCompleteParams) (*gate.Claim, error) {
+func (tx *commitFailsPipelinedTx) CommitWith(ctx context.Context, complete *core.ClaimCompleteParams) (*core.Claim, error) {
 	if tx.s.failAt.Add(-1) == 0 {
 		_ = tx.Rollback(ctx)
 		return nil, errors.New("the commit failed")
 	}
-	return tx.engineTx.(gate.Pipeliner).CommitWith(ctx, complete)
+	return tx.engineTx.(core.Pipeliner).CommitWith(ctx, complete)
 }
 
 // groupJob is one claim and its job's outcome.
 type groupJob struct {
-	claim     *gate.Claim
+	claim     *core.Claim
 	customer  string
 	err       error
 	completed atomic.Bool
@@ -208,7 +208,7 @@ type groupJob struct {
 
 func (b *groupBundle) claim(t *testing.T, key, customer string) *groupJob {
 	t.Helper()
-	c := gatetest.Claim(context.Background(), t, b.claims, &gatetest.ClaimOpts{Tool: "apply_credit", Key: key,
+	c := coretest.Claim(context.Background(), t, b.claims, &coretest.ClaimOpts{Tool: "apply_credit", Key: key,
 		Args: map[string]any{"customer_id": customer, "amount_cents": 100, "currency": "usd"}}).Claim
 	return &groupJob{claim: c, customer: customer}
 }
@@ -216,9 +216,9 @@ func (b *groupBundle) claim(t *testing.T, key, customer string) *groupJob {
 // run runs j's job as River's worker does, with hooks that note the
 // job's completion.
 func (b *groupBundle) run(j *groupJob, jobID int64) error {
-	hooks := gate.JobHooks{
-		Complete: func(context.Context, gate.Tx) error { j.completed.Store(true); return nil },
-		Cancel:   func(context.Context, gate.Tx) error { return nil },
+	hooks := core.JobHooks{
+		Complete: func(context.Context, core.Tx) error { j.completed.Store(true); return nil },
+		Cancel:   func(context.Context, core.Tx) error { return nil },
 	}
 	return b.runner.Run(context.Background(), int(jobID), 1, jobs.MaxAttempts, refOf(j.claim), hooks)
 }
@@ -253,14 +253,14 @@ func (b *groupBundle) runHeld(t *testing.T, held *groupJob, queued []*groupJob) 
 	return formed
 }
 
-func (b *groupBundle) claimNow(t *testing.T, c *gate.Claim) *gate.Claim {
+func (b *groupBundle) claimNow(t *testing.T, c *core.Claim) *core.Claim {
 	t.Helper()
-	got, err := b.store.ClaimGetByID(context.Background(), &gate.ClaimGetByIDParams{ID: c.ID})
+	got, err := b.store.ClaimGetByID(context.Background(), &core.ClaimGetByIDParams{ID: c.ID})
 	require.NoError(t, err)
 	return got
 }
 
-func (b *groupBundle) effects(t *testing.T, c *gate.Claim) int {
+func (b *groupBundle) effects(t *testing.T, c *core.Claim) int {
 	t.Helper()
 	n, err := b.count(`SELECT count(*) FROM group_effects WHERE operation_id = $1`, c.OperationID)
 	require.NoError(t, err)
@@ -307,30 +307,30 @@ func TestGroupCommitsConcurrentJobsTogether(t *testing.T) {
 				case "fail":
 					var cancel *river.JobCancelError
 					require.ErrorAs(t, j.err, &cancel, "a definitive failure, recorded alone")
-					require.Equal(t, domain.StatusFailed, now.Status)
-					require.Equal(t, domain.CodeNotFound, now.Error.Code)
+					require.Equal(t, vocab.StatusFailed, now.Status)
+					require.Equal(t, vocab.CodeNotFound, now.Error.Code)
 					require.Zero(t, b.effects(t, j.claim))
 					require.Equal(t, 1, b.runs[j.claim.OperationID], "run once: its failure is recorded, as alone")
 				case "sqlerr":
 					require.Error(t, j.err, "a transient failure: River retries")
-					require.Equal(t, domain.StatusQueued, now.Status, "released")
+					require.Equal(t, vocab.StatusQueued, now.Status, "released")
 					require.Equal(t, 1, now.Attempts)
 					require.NotNil(t, now.LastError)
 					require.Zero(t, b.effects(t, j.claim))
 					require.Equal(t, 1, b.runs[j.claim.OperationID])
 				case "other-job":
 					require.NoError(t, j.err, "another job's claim: no effect")
-					require.Equal(t, domain.StatusQueued, now.Status)
+					require.Equal(t, vocab.StatusQueued, now.Status)
 					require.Zero(t, now.Attempts)
 					require.Zero(t, b.effects(t, j.claim))
 					require.False(t, j.completed.Load())
 				case "panic":
 					require.ErrorContains(t, j.err, "panicked: the effect panicked", "it panics alone, in the job's own goroutine")
-					require.Equal(t, domain.StatusQueued, now.Status)
+					require.Equal(t, vocab.StatusQueued, now.Status)
 					require.Zero(t, b.effects(t, j.claim))
 				default:
 					require.NoError(t, j.err, j.claim.IdempotencyKey)
-					require.Equal(t, domain.StatusSucceeded, now.Status, j.claim.IdempotencyKey)
+					require.Equal(t, vocab.StatusSucceeded, now.Status, j.claim.IdempotencyKey)
 					require.Equal(t, j.claim.Epoch+1, now.Epoch)
 					require.JSONEq(t, fmt.Sprintf(`{"customer_id":%q}`, j.customer), string(now.Result))
 					require.Equal(t, 1, b.effects(t, j.claim), "one effect")
@@ -364,7 +364,7 @@ func TestGroupWhoseCommitFailsRunsEachJobAlone(t *testing.T) {
 			require.Negative(t, b.store.failAt.Load(), "the group's commit failed, and the jobs committed alone after it")
 			for _, j := range append([]*groupJob{held}, queued...) {
 				require.NoError(t, j.err)
-				require.Equal(t, domain.StatusSucceeded, b.claimNow(t, j.claim).Status)
+				require.Equal(t, vocab.StatusSucceeded, b.claimNow(t, j.claim).Status)
 				require.Equal(t, 1, b.effects(t, j.claim), "one effect")
 			}
 			for _, j := range queued {
@@ -386,7 +386,7 @@ func TestKillInAGroupAbandonsTheWholeGroup(t *testing.T) {
 			errKilled := errors.New("killed")
 			var victim atomic.Value
 			var kills atomic.Int32
-			b := setupGroup(t, engine, func(ctx context.Context, at jobs.FaultPoint, c *gate.Claim, tx gate.Tx) error {
+			b := setupGroup(t, engine, func(ctx context.Context, at jobs.FaultPoint, c *core.Claim, tx core.Tx) error {
 				if at == jobs.FaultBeforeCommit && c.OperationID == victim.Load() && kills.Add(1) == 1 {
 					_ = tx.Rollback(ctx)
 					return errKilled
@@ -408,7 +408,7 @@ func TestKillInAGroupAbandonsTheWholeGroup(t *testing.T) {
 					require.ErrorContains(t, j.err, "abandoned", "job %d", i)
 				}
 				now := b.claimNow(t, j.claim)
-				require.Equal(t, domain.StatusQueued, now.Status, "nothing of the group committed")
+				require.Equal(t, vocab.StatusQueued, now.Status, "nothing of the group committed")
 				require.Equal(t, j.claim.Epoch, now.Epoch)
 				require.Zero(t, b.effects(t, j.claim))
 			}
@@ -420,7 +420,7 @@ func TestKillInAGroupAbandonsTheWholeGroup(t *testing.T) {
 			wg.Wait()
 			for _, j := range queued {
 				require.NoError(t, j.err)
-				require.Equal(t, domain.StatusSucceeded, b.claimNow(t, j.claim).Status)
+				require.Equal(t, vocab.StatusSucceeded, b.claimNow(t, j.claim).Status)
 				require.Equal(t, 1, b.effects(t, j.claim))
 			}
 		})

@@ -16,10 +16,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 func TestClassify(t *testing.T) {
@@ -27,16 +27,16 @@ func TestClassify(t *testing.T) {
 	cases := []struct {
 		name       string
 		err        error
-		code       domain.Code
+		code       vocab.Code
 		definitive bool
 		nothing    bool
 	}{
 		{"PlainErrorIsTransient", errors.New("connection reset"), "transient", false, false},
-		{"Transient", tool.Transient("downstream_unavailable", errors.New("503")), "downstream_unavailable", false, false},
-		{"NothingHappened", tool.NothingHappened(domain.CodeCardDeclined, "declined"), domain.CodeCardDeclined, true, true},
-		{"Happened", tool.Happened("mail_rejected", "550"), "mail_rejected", true, false},
-		{"UnknownIsOutcomeUnknown", tool.Unknown(errors.New("no answer")), domain.CodeOutcomeUnknown, true, false},
-		{"WrappedToolError", fmt.Errorf("call: %w", tool.NothingHappened(domain.CodeNotFound, "no order")), domain.CodeNotFound, true, true},
+		{"Transient", gate.Transient("downstream_unavailable", errors.New("503")), "downstream_unavailable", false, false},
+		{"NothingHappened", gate.NothingHappened(vocab.CodeCardDeclined, "declined"), vocab.CodeCardDeclined, true, true},
+		{"Happened", gate.Happened("mail_rejected", "550"), "mail_rejected", true, false},
+		{"UnknownIsOutcomeUnknown", gate.Unknown(errors.New("no answer")), vocab.CodeOutcomeUnknown, true, false},
+		{"WrappedToolError", fmt.Errorf("call: %w", gate.NothingHappened(vocab.CodeNotFound, "no order")), vocab.CodeNotFound, true, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,18 +56,18 @@ func TestVerdictCountsAndGivesUpOnTheLastAttempt(t *testing.T) {
 	m, err := NewMetrics(reg)
 	require.NoError(t, err)
 	r := &Runner{metrics: m}
-	transient := tool.Transient("downstream_unavailable", errors.New("503"))
+	transient := gate.Transient("downstream_unavailable", errors.New("503"))
 
 	info, failed := r.verdict(transient, jobInfo{attempt: 1, maxAttempts: MaxAttempts}, "stripe")
 	require.False(t, failed, "an early transient error is retried")
-	require.Equal(t, domain.Code("downstream_unavailable"), info.Code)
+	require.Equal(t, vocab.Code("downstream_unavailable"), info.Code)
 
 	info, failed = r.verdict(transient, jobInfo{attempt: MaxAttempts, maxAttempts: MaxAttempts}, "stripe")
 	require.True(t, failed, "the last attempt's transient error fails the operation")
-	require.Equal(t, domain.CodeRetriesExhausted, info.Code)
+	require.Equal(t, vocab.CodeRetriesExhausted, info.Code)
 	require.Contains(t, info.Message, "503")
 
-	_, failed = r.verdict(tool.NothingHappened(domain.CodeCardDeclined, "declined"), jobInfo{attempt: 1, maxAttempts: MaxAttempts}, "stripe")
+	_, failed = r.verdict(gate.NothingHappened(vocab.CodeCardDeclined, "declined"), jobInfo{attempt: 1, maxAttempts: MaxAttempts}, "stripe")
 	require.True(t, failed)
 
 	require.Equal(t, 2.0, testutil.ToFloat64(m.downstream.WithLabelValues("stripe", "transient")))
@@ -77,13 +77,13 @@ func TestVerdictCountsAndGivesUpOnTheLastAttempt(t *testing.T) {
 func TestNotLeased(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := &gate.Claim{Status: domain.StatusSucceeded}
+	c := &core.Claim{Status: vocab.StatusSucceeded}
 
-	result, err := notLeased(t.Context(), c, gate.ErrNoRun, time.Minute, log)
+	result, err := notLeased(t.Context(), c, core.ErrNoRun, time.Minute, log)
 	require.Equal(t, "no_effect", result)
 	require.NoError(t, err, "a claim that needs no run ends the job")
 
-	result, err = notLeased(t.Context(), c, gate.ErrLeaseHeld, time.Minute, log)
+	result, err = notLeased(t.Context(), c, core.ErrLeaseHeld, time.Minute, log)
 	require.Equal(t, "snoozed", result)
 	var snooze *river.JobSnoozeError
 	require.ErrorAs(t, err, &snooze)
@@ -97,13 +97,13 @@ func TestNotLeased(t *testing.T) {
 
 func TestRunnerConfigAndLeases(t *testing.T) {
 	t.Parallel()
-	policies := gatetest.Policies()
+	policies := coretest.Policies()
 	for i := range policies {
 		if policies[i].Tool == "send_password_reset" {
 			policies[i].InflightTimeout = 30 * time.Second
 		}
 	}
-	g, err := gate.New(&gate.Config{Store: nopStore{}, Enqueuer: nopEnqueuer{}, Policies: policies})
+	g, err := core.New(&core.Config{Store: nopStore{}, Enqueuer: nopEnqueuer{}, Policies: policies})
 	require.NoError(t, err)
 	reg := toolspec.NewRegistry()
 
@@ -141,14 +141,14 @@ func TestRunnerConfigAndLeases(t *testing.T) {
 
 func TestClaimArgs(t *testing.T) {
 	t.Parallel()
-	c := &gate.Claim{ID: 7, OperationID: "op", TenantID: "acme", Tool: "refund_order", IdempotencyKey: "key-0001"}
+	c := &core.Claim{ID: 7, OperationID: "op", TenantID: "acme", Tool: "refund_order", IdempotencyKey: "key-0001"}
 	args, err := ArgsFor(c)
 	require.NoError(t, err)
 	require.Equal(t, "refund_order", args.Kind(), "the job kind is the tool's name")
 	require.Equal(t, ClaimRef{ClaimID: 7, OperationID: "op", TenantID: "acme", Tool: "refund_order", IdempotencyKey: "key-0001"}, args.(ClaimArgs).ClaimRef)
 	// Decoded by River for work, the args carry no kind: the tool names it.
 	require.Equal(t, "apply_credit", ClaimArgs{ClaimRef: ClaimRef{Tool: "apply_credit"}}.Kind())
-	_, err = ArgsFor(&gate.Claim{ID: 8})
+	_, err = ArgsFor(&core.Claim{ID: 8})
 	require.ErrorContains(t, err, "has no tool")
 	opts := InsertOpts()
 	require.Equal(t, MaxAttempts, opts.MaxAttempts)
@@ -171,11 +171,11 @@ func TestMetricsCountEveryTransitionFromZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	require.NoError(t, err)
-	m.Transition(gate.EventReclaim)
-	m.Transition(gate.EventReclaim)
+	m.Transition(core.EventReclaim)
+	m.Transition(core.EventReclaim)
 	var nilMetrics *Metrics
-	nilMetrics.Transition(gate.EventLease) // a runner without metrics
-	require.Equal(t, 2.0, testutil.ToFloat64(m.transitions.WithLabelValues(string(gate.EventReclaim))))
+	nilMetrics.Transition(core.EventLease) // a runner without metrics
+	require.Equal(t, 2.0, testutil.ToFloat64(m.transitions.WithLabelValues(string(core.EventReclaim))))
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	var events []string
@@ -187,17 +187,17 @@ func TestMetricsCountEveryTransitionFromZero(t *testing.T) {
 		}
 	}
 	written := 0
-	for _, tr := range gate.Transitions {
+	for _, tr := range core.Transitions {
 		if tr.Store != nil {
 			written++
 		}
 	}
 	require.Len(t, events, written, "every event that writes is exported from the start: %s", strings.Join(events, ","))
-	require.NotContains(t, events, string(gate.EventExpire), "expiry writes nothing; archive counts it")
+	require.NotContains(t, events, string(core.EventExpire), "expiry writes nothing; archive counts it")
 }
 
 // nopStore and nopEnqueuer satisfy gate.Config for tests that never touch
 // the database.
-type nopStore struct{ gate.Store }
+type nopStore struct{ core.Store }
 
-type nopEnqueuer struct{ gate.Enqueuer }
+type nopEnqueuer struct{ core.Enqueuer }

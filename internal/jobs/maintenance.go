@@ -10,7 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 )
 
 // MaintenanceQueue is the queue of the reaper's and the pruner's jobs, apart
@@ -28,11 +28,11 @@ type Control[TTx any] struct {
 	Client *river.Client[TTx]
 }
 
-func (c *Control[TTx]) rawTx(tx gate.Tx) (TTx, error) { return driverTx[TTx](tx) }
+func (c *Control[TTx]) rawTx(tx core.Tx) (TTx, error) { return driverTx[TTx](tx) }
 
 // JobCancelTx implements gate.JobControl. A job River no longer has is
 // fine: there is nothing to cancel.
-func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx gate.Tx, jobID int64) error {
+func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx core.Tx, jobID int64) error {
 	raw, err := c.rawTx(tx)
 	if err != nil {
 		return err
@@ -46,7 +46,7 @@ func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx gate.Tx, jobID int64)
 
 // JobMarkCancelledTx implements gate.JobControl with River's JobUpdateTx:
 // the mark becomes the job's output, which River UI shows.
-func (c *Control[TTx]) JobMarkCancelledTx(ctx context.Context, tx gate.Tx, jobID int64, mark *gate.CancelMark) error {
+func (c *Control[TTx]) JobMarkCancelledTx(ctx context.Context, tx core.Tx, jobID int64, mark *core.CancelMark) error {
 	raw, err := c.rawTx(tx)
 	if err != nil {
 		return err
@@ -65,7 +65,7 @@ func (c *Control[TTx]) JobMarkCancelledTx(ctx context.Context, tx gate.Tx, jobID
 // that cancellation late, to a retried job of the same id, which would then
 // be cancelled before it takes the lease. The gate gives such a claim a
 // fresh job instead.
-func (c *Control[TTx]) JobRetryTx(ctx context.Context, tx gate.Tx, jobID int64) (bool, error) {
+func (c *Control[TTx]) JobRetryTx(ctx context.Context, tx core.Tx, jobID int64) (bool, error) {
 	raw, err := c.rawTx(tx)
 	if err != nil {
 		return false, err
@@ -141,8 +141,8 @@ func (PrunerArgs) InsertOpts() river.InsertOpts { return ReaperArgs{}.InsertOpts
 // ReaperWorker runs gate.Reap.
 type ReaperWorker struct {
 	river.WorkerDefaults[ReaperArgs]
-	Gate    *gate.Gate
-	Control gate.JobControl
+	Gate    *core.Gate
+	Control core.JobControl
 	Logger  *slog.Logger
 	// StaleAfter is how long a job may stay running before its queued
 	// claim is given a fresh one: the in-flight lease.
@@ -161,14 +161,14 @@ func (w *ReaperWorker) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error
 func (w *ReaperWorker) Reap(ctx context.Context) error {
 	res, err := w.Gate.Reap(ctx, w.Control, w.StaleAfter)
 	if res != nil && (res.Reclaimed+res.GaveUp+res.Abandoned+res.Repointed > 0) {
-		w.Logger.InfoContext(ctx, "reaper", string(gate.EventReclaim), res.Reclaimed, string(gate.EventRepoint), res.Repointed,
-			string(gate.EventGiveUp), res.GaveUp, string(gate.EventAbandon), res.Abandoned)
+		w.Logger.InfoContext(ctx, "reaper", string(core.EventReclaim), res.Reclaimed, string(core.EventRepoint), res.Repointed,
+			string(core.EventGiveUp), res.GaveUp, string(core.EventAbandon), res.Abandoned)
 	}
 	// Operations whose approval window ended fail approval_expired: no
 	// job exists for them, so nothing else would.
-	expired, expErr := w.Gate.ExpireApprovals(ctx, &gate.ExpireApprovalsParams{})
+	expired, expErr := w.Gate.ExpireApprovals(ctx, &core.ExpireApprovalsParams{})
 	if expired > 0 {
-		w.Logger.InfoContext(ctx, "reaper", string(gate.EventApprovalExpire), expired)
+		w.Logger.InfoContext(ctx, "reaper", string(core.EventApprovalExpire), expired)
 	}
 	return errors.Join(err, expErr)
 }
@@ -176,7 +176,7 @@ func (w *ReaperWorker) Reap(ctx context.Context) error {
 // PrunerWorker runs gate.Prune.
 type PrunerWorker struct {
 	river.WorkerDefaults[PrunerArgs]
-	Gate   *gate.Gate
+	Gate   *core.Gate
 	Logger *slog.Logger
 }
 

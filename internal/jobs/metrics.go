@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 )
 
 // Metrics are the worker's Prometheus series.
@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, o := range noticeOutcomes {
 		m.notices.WithLabelValues(o)
 	}
-	for _, e := range gate.Transitions {
+	for _, e := range core.Transitions {
 		if e.Store != nil { // expire writes nothing: archive counts it
 			m.transitions.WithLabelValues(string(e.Event)) // every series from the start
 		}
@@ -75,7 +75,7 @@ func (m *Metrics) job(tool, result string, d time.Duration) {
 
 // Transition counts a committed claim transition: the gate's
 // Config.OnTransition.
-func (m *Metrics) Transition(e gate.Event) {
+func (m *Metrics) Transition(e core.Event) {
 	if m != nil {
 		m.transitions.WithLabelValues(string(e)).Inc()
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui/uiendpoints"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	riverui "riverqueue.com/riverui"
 )
 
@@ -21,7 +21,7 @@ type DriverTx[TTx any] interface {
 }
 
 // driverTx returns the River driver's transaction of a gate transaction.
-func driverTx[TTx any](tx gate.Tx) (TTx, error) {
+func driverTx[TTx any](tx core.Tx) (TTx, error) {
 	dt, ok := tx.(DriverTx[TTx])
 	if !ok {
 		var zero TTx

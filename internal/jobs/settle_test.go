@@ -15,14 +15,14 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/logtest"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // cancelOnCommit is a gate.Store whose transactions cancel the running
@@ -30,7 +30,7 @@ import (
 // notification, sent by that very commit (JobCancelTx), can reach the
 // worker at the latest. It injects the race; it does not replace the store.
 type cancelOnCommit struct {
-	gate.Store
+	core.Store
 	mu     sync.Mutex
 	cancel context.CancelFunc
 }
@@ -41,7 +41,7 @@ func (s *cancelOnCommit) arm(cancel context.CancelFunc) {
 	s.cancel = cancel
 }
 
-func (s *cancelOnCommit) Begin(ctx context.Context) (gate.Tx, error) {
+func (s *cancelOnCommit) Begin(ctx context.Context) (core.Tx, error) {
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -72,12 +72,12 @@ type refundArgs struct {
 // failingRefund fails definitively, as an over-refund does, after arming
 // the store: the lease is committed by then, and the next commit is the
 // failure's.
-func failingRefund(arm func()) *tool.Mutation[refundArgs, struct{}] {
-	return &tool.Mutation[refundArgs, struct{}]{
+func failingRefund(arm func()) *gate.Mutation[refundArgs, struct{}] {
+	return &gate.Mutation[refundArgs, struct{}]{
 		Name: "refund_order", Title: "Refund", Description: "A refund that fails.", Scope: "billing:refund", Provider: "stripe",
-		Call: func(context.Context, *tool.Op[refundArgs]) (*struct{}, error) {
+		Call: func(context.Context, *gate.Op[refundArgs]) (*struct{}, error) {
 			arm()
-			return nil, tool.NothingHappened(domain.CodeAmountExceedsRefundable, "amount_cents exceeds what is refundable")
+			return nil, gate.NothingHappened(vocab.CodeAmountExceedsRefundable, "amount_cents exceeds what is refundable")
 		},
 	}
 }
@@ -93,7 +93,7 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 	require.NoError(t, err)
 	store := &cancelOnCommit{Store: pgengine.New(pool)}
-	g, err := gate.New(&gate.Config{Store: store, Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client}, Policies: gatetest.Policies()})
+	g, err := core.New(&core.Config{Store: store, Enqueuer: &jobs.Enqueuer[pgx.Tx]{Client: client}, Policies: coretest.Policies()})
 	require.NoError(t, err)
 
 	logger, logs := logtest.New()
@@ -102,15 +102,15 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	require.NoError(t, err)
 	jobCtx, cancelJob := context.WithCancel(ctx)
 	defer cancelJob()
-	tools := tool.NewRegistry().MustAdd(failingRefund(func() { store.arm(cancelJob) }))
+	tools := gate.NewRegistry().MustAdd(failingRefund(func() { store.arm(cancelJob) }))
 	runner, err := jobs.NewRunner(&jobs.RunnerConfig{Gate: g, Tools: toolspec.Of(tools),
 		InflightTimeout: time.Minute, Metrics: metrics, Logger: logger})
 	require.NoError(t, err)
 
-	c := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: "settle-race-0001"}).Claim
-	hooks := gate.JobHooks{
-		Complete: func(context.Context, gate.Tx) error { return errors.New("a failing job is not completed") },
-		Cancel: func(ctx context.Context, tx gate.Tx) error {
+	c := coretest.Claim(ctx, t, g, &coretest.ClaimOpts{Key: "settle-race-0001"}).Claim
+	hooks := core.JobHooks{
+		Complete: func(context.Context, core.Tx) error { return errors.New("a failing job is not completed") },
+		Cancel: func(ctx context.Context, tx core.Tx) error {
 			_, err := client.JobCancelTx(ctx, tx.(jobs.DriverTx[pgx.Tx]).DriverTx(), c.JobID)
 			return err
 		},
@@ -120,10 +120,10 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 	var cancelErr *river.JobCancelError
 	require.ErrorAs(t, err, &cancelErr, "the job ends cancelled, not retried")
 	require.Error(t, jobCtx.Err(), "the commit cancelled the job's context, as River does")
-	stored, err := pgengine.New(pool).ClaimGetByID(ctx, &gate.ClaimGetByIDParams{ID: c.ID})
+	stored, err := pgengine.New(pool).ClaimGetByID(ctx, &core.ClaimGetByIDParams{ID: c.ID})
 	require.NoError(t, err)
-	require.Equal(t, domain.StatusFailed, stored.Status)
-	require.Equal(t, domain.CodeAmountExceedsRefundable, stored.Error.Code)
+	require.Equal(t, vocab.StatusFailed, stored.Status)
+	require.Equal(t, vocab.CodeAmountExceedsRefundable, stored.Error.Code)
 	var state string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, c.JobID).Scan(&state))
 	require.Equal(t, "cancelled", state, "cancelled in the failing transaction")
@@ -136,6 +136,6 @@ func TestFailureCancellingItsOwnJobStillLogsAndCounts(t *testing.T) {
 }
 
 // refOf is the jobs.ClaimRef a claim's job carries.
-func refOf(c *gate.Claim) jobs.ClaimRef {
+func refOf(c *core.Claim) jobs.ClaimRef {
 	return jobs.ClaimRef{ClaimID: c.ID, OperationID: c.OperationID, TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey}
 }

@@ -13,15 +13,15 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/groups"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // RunnerConfig configures a Runner.
 type RunnerConfig struct {
 	// Gate supplies the policies and the store. Required.
-	Gate *gate.Gate
+	Gate *core.Gate
 	// Tools are the deployment's tools; the runner runs the mutations'
 	// effects. Required.
 	Tools *toolspec.Registry
@@ -77,13 +77,13 @@ func (p FaultPoint) String() string {
 // nothing more, rolls tx back (the hook may have ended it already) and
 // returns the error to River. When the transaction is a group's, the
 // whole group is abandoned: its other jobs return errAbandoned.
-type Fault func(ctx context.Context, at FaultPoint, c *gate.Claim, tx gate.Tx) error
+type Fault func(ctx context.Context, at FaultPoint, c *core.Claim, tx core.Tx) error
 
 // Runner runs claim jobs through the gate's worker steps: check, enter,
 // effect, complete or fail.
 type Runner struct {
-	gate    *gate.Gate
-	store   gate.Store
+	gate    *core.Gate
+	store   core.Store
 	tools   *toolspec.Registry
 	lease   time.Duration
 	metrics *Metrics
@@ -146,7 +146,7 @@ type jobInfo struct {
 // run executes one job through the gate. It returns nil when the job is done
 // (with or without effect), river.JobSnooze when another worker holds the
 // lease, and an error for River to retry after a transient failure.
-func (r *Runner) run(ctx context.Context, job jobInfo, hooks gate.JobHooks) error {
+func (r *Runner) run(ctx context.Context, job jobInfo, hooks core.JobHooks) error {
 	start := time.Now()
 	result, err := r.runOnce(ctx, job, hooks)
 	r.metrics.job(job.ref.Tool, result, time.Since(start))
@@ -154,7 +154,7 @@ func (r *Runner) run(ctx context.Context, job jobInfo, hooks gate.JobHooks) erro
 }
 
 // runOnce is run, also naming its result for the metrics.
-func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) (string, error) {
+func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks core.JobHooks) (string, error) {
 	log := r.logger.With("job_id", job.id, "operation_id", job.ref.OperationID, "tenant", job.ref.TenantID, "tool", job.ref.Tool, "key", job.ref.IdempotencyKey)
 	spec, ok := r.tools.Get(job.ref.Tool)
 	if !ok || !spec.Mutating {
@@ -165,7 +165,7 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) 
 	// The job carries its claim's tenant and operation: the lease (or,
 	// in a transaction, the lock) is the check, and the claim is read only
 	// when it matches no row, to tell why.
-	params := &gate.LeaseParams{Claim: &gate.Claim{OperationID: job.ref.OperationID, TenantID: job.ref.TenantID,
+	params := &core.LeaseParams{Claim: &core.Claim{OperationID: job.ref.OperationID, TenantID: job.ref.TenantID,
 		Tool: job.ref.Tool, IdempotencyKey: job.ref.IdempotencyKey}, JobID: int64(job.id), Lease: lease}
 	if spec.InTx {
 		return r.runInTx(ctx, params, spec, job, hooks, log)
@@ -210,18 +210,18 @@ func (r *Runner) runOnce(ctx context.Context, job jobInfo, hooks gate.JobHooks) 
 // notLeased names what a job does when it could not take the lease:
 // nothing (the claim needs no run), snooze (a live lease elsewhere), or
 // retry (an error).
-func notLeased(ctx context.Context, claim *gate.Claim, err error, lease time.Duration, log *slog.Logger) (string, error) {
+func notLeased(ctx context.Context, claim *core.Claim, err error, lease time.Duration, log *slog.Logger) (string, error) {
 	switch {
-	case errors.Is(err, domain.ErrNotFound):
+	case errors.Is(err, vocab.ErrNotFound):
 		log.InfoContext(ctx, "claim is gone (pruned or taken over); job ends without effect")
 		return "no_effect", nil
-	case errors.Is(err, gate.ErrNoRun):
+	case errors.Is(err, core.ErrNoRun):
 		// Succeeded, or another job's claim now.
 		log.InfoContext(ctx, "claim needs no run by this job", "status", claim.Status, "claim_job_id", claim.JobID)
 		return "no_effect", nil
-	case errors.Is(err, gate.ErrLeaseHeld):
+	case errors.Is(err, core.ErrLeaseHeld):
 		return "snoozed", river.JobSnooze(lease / 4)
-	case errors.Is(err, gate.ErrRedriveCancelled):
+	case errors.Is(err, core.ErrRedriveCancelled):
 		// An operator retried, in River UI, the job of an operation its
 		// owner cancelled: the gate refused the re-drive (with a denied
 		// audit row) and the job is cancelled again, the refusal as its
@@ -235,7 +235,7 @@ func notLeased(ctx context.Context, claim *gate.Claim, err error, lease time.Dur
 // verdict reads an effect's error for the operation: failed (definitive,
 // or the last attempt's transient error, as retries_exhausted) or to be
 // retried, with the error to record; it counts the call.
-func (r *Runner) verdict(err error, job jobInfo, provider string) (domain.ErrorInfo, bool) {
+func (r *Runner) verdict(err error, job jobInfo, provider string) (vocab.ErrorInfo, bool) {
 	info, definitive := classify(err)
 	switch {
 	case definitive:
@@ -243,7 +243,7 @@ func (r *Runner) verdict(err error, job jobInfo, provider string) (domain.ErrorI
 		return info, true
 	case job.attempt >= job.maxAttempts:
 		r.metrics.call(provider, "transient")
-		return domain.ErrorInfo{Code: domain.CodeRetriesExhausted, Message: fmt.Sprintf("gave up after %d attempts: %v", job.attempt, err)}, true
+		return vocab.ErrorInfo{Code: vocab.CodeRetriesExhausted, Message: fmt.Sprintf("gave up after %d attempts: %v", job.attempt, err)}, true
 	}
 	r.metrics.call(provider, "transient")
 	return info, false
@@ -251,15 +251,15 @@ func (r *Runner) verdict(err error, job jobInfo, provider string) (domain.ErrorI
 
 // classify reads an effect's error: a definitive *toolspec.Error fails the
 // operation with its code; anything else is transient.
-func classify(err error) (domain.ErrorInfo, bool) {
+func classify(err error) (vocab.ErrorInfo, bool) {
 	te, ok := toolspec.AsError(err)
 	if !ok {
-		return domain.ErrorInfo{Code: "transient", Message: err.Error()}, false
+		return vocab.ErrorInfo{Code: "transient", Message: err.Error()}, false
 	}
 	info := te.Info
 	info.NothingHappened = te.Outcome == toolspec.OutcomeNothingHappened
 	if te.Outcome == toolspec.OutcomeUnknown {
-		info.Code = domain.CodeOutcomeUnknown
+		info.Code = vocab.CodeOutcomeUnknown
 	}
 	return info, te.Definitive()
 }
@@ -272,7 +272,7 @@ func classify(err error) (domain.ErrorInfo, bool) {
 // process's other in-transaction jobs (group.go): a failed effect is
 // undone and recorded after the group, and a job that fails there in
 // another way runs alone.
-func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks gate.JobHooks, log *slog.Logger) (string, error) {
+func (r *Runner) runInTx(ctx context.Context, params *core.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks core.JobHooks, log *slog.Logger) (string, error) {
 	if r.txGroups != nil {
 		if result, err := r.runGrouped(ctx, params, spec, job, hooks, log); !errors.Is(err, errAlone) {
 			return result, err
@@ -284,7 +284,7 @@ func (r *Runner) runInTx(ctx context.Context, params *gate.LeaseParams, spec *to
 // runAlone is runInTx in a transaction of the job's own. A failed effect
 // rolls back, and a second transaction records the failure (definitive)
 // or the attempt (transient).
-func (r *Runner) runAlone(ctx context.Context, params *gate.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks gate.JobHooks, log *slog.Logger) (string, error) {
+func (r *Runner) runAlone(ctx context.Context, params *core.LeaseParams, spec *toolspec.Spec, job jobInfo, hooks core.JobHooks, log *slog.Logger) (string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectDeadline(params.Lease))
 	defer cancel()
 	tx, locked, err := r.gate.LockTx(ctx, params)
@@ -310,7 +310,7 @@ func (r *Runner) runAlone(ctx context.Context, params *gate.LeaseParams, spec *t
 // effectFailed records the failure (definitive) or the attempt
 // (transient) of an in-transaction effect on the claim as locked, whose
 // transaction rolled back.
-func (r *Runner) effectFailed(ctx context.Context, params *gate.LeaseParams, locked *gate.Claim, spec *toolspec.Spec, job jobInfo, hooks gate.JobHooks, err error, log *slog.Logger) (string, error) {
+func (r *Runner) effectFailed(ctx context.Context, params *core.LeaseParams, locked *core.Claim, spec *toolspec.Spec, job jobInfo, hooks core.JobHooks, err error, log *slog.Logger) (string, error) {
 	info, failed := r.verdict(err, job, spec.Provider)
 	// The attempt rolled back: take the lease, committed, to record it
 	// (attempts, last_error) or the failure.
@@ -342,7 +342,7 @@ func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // complete stores the outcome through the gate (EventComplete): tx when an
 // in-transaction effect already runs in it, else a new one; an external
 // effect's domain rows are recorded in the same transaction.
-func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *toolspec.Spec, tx gate.Tx, result json.RawMessage, hooks gate.JobHooks, log *slog.Logger) error {
+func (r *Runner) complete(ctx context.Context, claim *core.Claim, spec *toolspec.Spec, tx core.Tx, result json.RawMessage, hooks core.JobHooks, log *slog.Logger) error {
 	stored, err := spec.Policy.RedactResult(result)
 	if err != nil {
 		if tx != nil {
@@ -350,9 +350,9 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *toolspec
 		}
 		return err
 	}
-	p := &gate.CompleteParams{Tx: tx, Locked: spec.InTx, Claim: claim, Result: stored, Job: r.beforeCommit(claim, hooks)}
+	p := &core.CompleteParams{Tx: tx, Locked: spec.InTx, Claim: claim, Result: stored, Job: r.beforeCommit(claim, hooks)}
 	if !spec.InTx {
-		p.Record = func(ctx context.Context, tx gate.Tx, done *gate.Claim) error {
+		p.Record = func(ctx context.Context, tx core.Tx, done *core.Claim) error {
 			ttx, err := toolspec.WrapTx(tx)
 			if err != nil {
 				return err
@@ -361,7 +361,7 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *toolspec
 		}
 	}
 	_, err = r.gate.Complete(ctx, p)
-	if errors.Is(err, domain.ErrLeaseLost) {
+	if errors.Is(err, vocab.ErrLeaseLost) {
 		log.WarnContext(ctx, "lease lost before completing; writing nothing")
 		return nil
 	}
@@ -378,12 +378,12 @@ func (r *Runner) complete(ctx context.Context, claim *gate.Claim, spec *toolspec
 // the job's completion in the completing transaction: the last write
 // before COMMIT. A fault's error rolls the transaction back, so that the
 // gate's commit fails and nothing is written.
-func (r *Runner) beforeCommit(claim *gate.Claim, hooks gate.JobHooks) gate.JobHooks {
+func (r *Runner) beforeCommit(claim *core.Claim, hooks core.JobHooks) core.JobHooks {
 	if r.fault == nil {
 		return hooks
 	}
 	complete := hooks.Complete
-	hooks.Complete = func(ctx context.Context, tx gate.Tx) error {
+	hooks.Complete = func(ctx context.Context, tx core.Tx) error {
 		if err := complete(ctx, tx); err != nil {
 			return err
 		}
@@ -398,9 +398,9 @@ func (r *Runner) beforeCommit(claim *gate.Claim, hooks gate.JobHooks) gate.JobHo
 
 // fail stores a definitive failure and cancels the job through the gate
 // (EventFail).
-func (r *Runner) fail(ctx context.Context, claim *gate.Claim, info domain.ErrorInfo, hooks gate.JobHooks, log *slog.Logger) error {
+func (r *Runner) fail(ctx context.Context, claim *core.Claim, info vocab.ErrorInfo, hooks core.JobHooks, log *slog.Logger) error {
 	_, err := r.gate.Fail(ctx, claim, info, hooks)
-	if errors.Is(err, domain.ErrLeaseLost) {
+	if errors.Is(err, vocab.ErrLeaseLost) {
 		log.WarnContext(ctx, "lease lost before failing; writing nothing")
 		return nil
 	}
@@ -415,9 +415,9 @@ func (r *Runner) fail(ctx context.Context, claim *gate.Claim, info domain.ErrorI
 
 // release hands a transient failure back to River through the gate
 // (EventRelease): the claim goes back to queued and the job retries.
-func (r *Runner) release(ctx context.Context, claim *gate.Claim, info domain.ErrorInfo, cause error, log *slog.Logger) error {
+func (r *Runner) release(ctx context.Context, claim *core.Claim, info vocab.ErrorInfo, cause error, log *slog.Logger) error {
 	_, err := r.gate.Release(ctx, claim, info)
-	if errors.Is(err, domain.ErrLeaseLost) {
+	if errors.Is(err, vocab.ErrLeaseLost) {
 		log.WarnContext(ctx, "lease lost before releasing; the new holder decides")
 		return nil
 	}
@@ -441,8 +441,8 @@ func (w *Worker[TDriver, TTx]) Timeout(job *river.Job[ClaimArgs]) time.Duration 
 
 // Work implements river.Worker.
 func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArgs]) error {
-	hooks := gate.JobHooks{
-		Complete: func(ctx context.Context, tx gate.Tx) error {
+	hooks := core.JobHooks{
+		Complete: func(ctx context.Context, tx core.Tx) error {
 			dtx, err := driverTx[TTx](tx)
 			if err != nil {
 				return err
@@ -450,7 +450,7 @@ func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArg
 			_, err = river.JobCompleteTx[TDriver](ctx, dtx, job)
 			return err
 		},
-		Cancel: func(ctx context.Context, tx gate.Tx) error {
+		Cancel: func(ctx context.Context, tx core.Tx) error {
 			client, err := river.ClientFromContextSafely[TTx](ctx)
 			if err != nil {
 				return err

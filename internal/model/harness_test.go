@@ -24,13 +24,12 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/refunds"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/pgtest"
@@ -38,7 +37,8 @@ import (
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/refunds"
 )
 
 // Tools, tenants and the customer every credit goes to.
@@ -89,8 +89,8 @@ type riverClient interface {
 // injects into effects.
 type harness struct {
 	engine   string
-	gate     *gate.Gate
-	store    gate.Store
+	gate     *core.Gate
+	store    core.Store
 	data     store.Seeder
 	tools    *toolspec.Registry
 	client   riverClient
@@ -141,7 +141,7 @@ func newConfig(dbURL, stripeURL string) *config.Config {
 func registry(t tb, data tools.Deps, f *faults) *toolspec.Registry {
 	t.Helper()
 	deps := data
-	reg := tool.NewRegistry().MustAdd(tools.ApplyCredit(&deps), tools.RefundOrder(&deps))
+	reg := gate.NewRegistry().MustAdd(tools.ApplyCredit(&deps), tools.RefundOrder(&deps))
 	out := toolspec.NewRegistry()
 	for _, spec := range toolspec.Of(reg).All() {
 		cp := *spec
@@ -374,7 +374,7 @@ func retryErr(fn func() error) error {
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		err := fn()
-		if err == nil || !errors.Is(err, domain.ErrUnavailable) || time.Now().After(deadline) {
+		if err == nil || !errors.Is(err, vocab.ErrUnavailable) || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -383,7 +383,7 @@ func retryErr(fn func() error) error {
 
 // intent is the intent of a call of toolName with key and args, as the
 // api decodes and fingerprints it.
-func (h *harness) intent(toolName, key string, args map[string]any) (*gate.Intent, error) {
+func (h *harness) intent(toolName, key string, args map[string]any) (*core.Intent, error) {
 	all := map[string]any{"idempotency_key": key}
 	for k, v := range args {
 		all[k] = v
@@ -392,7 +392,7 @@ func (h *harness) intent(toolName, key string, args map[string]any) (*gate.Inten
 	if err != nil {
 		return nil, err
 	}
-	decoded, err := gate.DecodeArgs(raw)
+	decoded, err := core.DecodeArgs(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -402,19 +402,19 @@ func (h *harness) intent(toolName, key string, args map[string]any) (*gate.Inten
 // call is one mutation call through the gate, as the api makes it: the
 // tool's Approval (the built-ins': above the tenant's threshold) is asked
 // through gate.ClaimParams.Approval, on a read-only transaction.
-func (h *harness) call(tenant, toolName, key string, args map[string]any) (*gate.ClaimResult, error) {
+func (h *harness) call(tenant, toolName, key string, args map[string]any) (*core.ClaimResult, error) {
 	in, err := h.intent(toolName, key, args)
 	if err != nil {
 		return nil, err
 	}
-	actor := domain.Actor{TenantID: tenant, UserID: requester, TokenID: requester, Scopes: []string{"billing:credit", "billing:refund"}}
-	params := &gate.ClaimParams{Actor: actor, RequestID: "model", Intent: in}
+	actor := vocab.Actor{TenantID: tenant, UserID: requester, TokenID: requester, Scopes: []string{"billing:credit", "billing:refund"}}
+	params := &core.ClaimParams{Actor: actor, RequestID: "model", Intent: in}
 	if spec, ok := h.tools.Get(toolName); ok && spec.NeedsApproval != nil {
 		params.Approval = func(ctx context.Context) (time.Duration, error) {
 			return h.approvalWindow(ctx, spec, actor, in.Canonical)
 		}
 	}
-	var res *gate.ClaimResult
+	var res *core.ClaimResult
 	err = retryErr(func() error {
 		var err error
 		res, err = h.gate.Claim(context.Background(), params)
@@ -426,13 +426,13 @@ func (h *harness) call(tenant, toolName, key string, args map[string]any) (*gate
 // approvalWindow is how long a call of spec with the canonical arguments
 // waits for approval, 0 for none: the tool's predicate on a read-only
 // transaction, as the api asks it.
-func (h *harness) approvalWindow(ctx context.Context, spec *toolspec.Spec, actor domain.Actor, canonical json.RawMessage) (time.Duration, error) {
+func (h *harness) approvalWindow(ctx context.Context, spec *toolspec.Spec, actor vocab.Actor, canonical json.RawMessage) (time.Duration, error) {
 	var (
-		gtx gate.Tx
+		gtx core.Tx
 		err error
 	)
 	if rb, ok := h.store.(interface {
-		BeginRead(context.Context) (gate.Tx, error)
+		BeginRead(context.Context) (core.Tx, error)
 	}); ok {
 		gtx, err = rb.BeginRead(ctx)
 	} else {
@@ -454,12 +454,12 @@ func (h *harness) approvalWindow(ctx context.Context, spec *toolspec.Spec, actor
 }
 
 // claim reads the current claim of (tenant, tool, key).
-func (h *harness) claim(t tb, tenant, toolName, key string) (*gate.Claim, error) {
+func (h *harness) claim(t tb, tenant, toolName, key string) (*core.Claim, error) {
 	t.Helper()
-	var c *gate.Claim
+	var c *core.Claim
 	err := retryErr(func() error {
 		var err error
-		c, err = h.store.ClaimGetByKey(context.Background(), &gate.ClaimGetByKeyParams{TenantID: tenant, Tool: toolName, IdempotencyKey: key})
+		c, err = h.store.ClaimGetByKey(context.Background(), &core.ClaimGetByKeyParams{TenantID: tenant, Tool: toolName, IdempotencyKey: key})
 		return err
 	})
 	return c, err
@@ -478,7 +478,7 @@ func finalized(state rivertype.JobState) bool {
 // finalized, and returns the claim. A job that River holds for a later
 // retry is retried now (River UI's Retry): the retry schedule's backoff is
 // River's, not the model's concern.
-func (h *harness) await(t tb, tenant, toolName, key string) *gate.Claim {
+func (h *harness) await(t tb, tenant, toolName, key string) *core.Claim {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(waitTimeout)
@@ -590,7 +590,7 @@ func (f *faults) takeLose(id string) bool {
 }
 
 // codeRefused is the code of the ledger's injected refusal.
-const codeRefused = domain.CodeDownstreamRejected
+const codeRefused = vocab.CodeDownstreamRejected
 
 // errLost is what an effect whose outcome was lost reports.
 var errLost = errors.New("model: the effect's outcome was lost before the commit")
@@ -600,27 +600,27 @@ type faultyEffect struct {
 	f     *faults
 }
 
-func (e *faultyEffect) Apply(ctx context.Context, tx toolspec.Tx, c *gate.Claim) (json.RawMessage, error) {
+func (e *faultyEffect) Apply(ctx context.Context, tx toolspec.Tx, c *core.Claim) (json.RawMessage, error) {
 	id := faultID(c.TenantID, c.Tool, c.IdempotencyKey)
 	if e.f.failing(id) {
-		return nil, tool.NothingHappened(codeRefused, "model: the ledger refuses %s", c.IdempotencyKey)
+		return nil, gate.NothingHappened(codeRefused, "model: the ledger refuses %s", c.IdempotencyKey)
 	}
 	res, err := e.inner.Apply(ctx, tx, c)
 	if err == nil && e.f.takeLose(id) {
-		return nil, tool.Transient("model_lost_outcome", errLost)
+		return nil, gate.Transient("model_lost_outcome", errLost)
 	}
 	return res, err
 }
 
-func (e *faultyEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage, error) {
+func (e *faultyEffect) Call(ctx context.Context, c *core.Claim) (json.RawMessage, error) {
 	res, err := e.inner.Call(ctx, c)
 	if err == nil && e.f.takeLose(faultID(c.TenantID, c.Tool, c.IdempotencyKey)) {
-		return nil, tool.Transient("model_lost_outcome", errLost)
+		return nil, gate.Transient("model_lost_outcome", errLost)
 	}
 	return res, err
 }
 
-func (e *faultyEffect) Record(ctx context.Context, tx toolspec.Tx, c *gate.Claim, result json.RawMessage) error {
+func (e *faultyEffect) Record(ctx context.Context, tx toolspec.Tx, c *core.Claim, result json.RawMessage) error {
 	return e.inner.Record(ctx, tx, c, result)
 }
 

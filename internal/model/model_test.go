@@ -18,11 +18,11 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Default runs: fixed seeds, bounded checks and steps (about half a
@@ -158,7 +158,7 @@ type intent struct {
 	op     string
 	args   int
 	status status
-	code   domain.Code // when failed
+	code   vocab.Code // when failed
 	// fresh: queued while the queue was paused, so no worker fetched it:
 	// a cancel must succeed.
 	fresh bool
@@ -178,7 +178,7 @@ func (in *intent) finished() bool { return in.status == succeeded || in.status =
 // declined reports whether the intent failed awaiting approval: denied,
 // or its approval window ended. Like a cancellation, that is final.
 func (in *intent) declined() bool {
-	return in.status == failed && (in.code == domain.CodeApprovalDenied || in.code == domain.CodeApprovalExpired)
+	return in.status == failed && (in.code == vocab.CodeApprovalDenied || in.code == vocab.CodeApprovalExpired)
 }
 
 func (in *intent) String() string {
@@ -224,9 +224,9 @@ func (k *keyModel) pending() bool { return k.cur != nil && k.cur.status == pendi
 func (k *keyModel) awaiting() bool { return k.cur != nil && k.cur.status == awaiting }
 
 // failCode is the code a refused run of the key fails with.
-func (k *keyModel) failCode() domain.Code {
+func (k *keyModel) failCode() vocab.Code {
 	if k.tool == toolRefund {
-		return domain.CodeCardDeclined
+		return vocab.CodeCardDeclined
 	}
 	return codeRefused
 }
@@ -448,7 +448,7 @@ func (m *machine) callKey(t *rapid.T, k *keyModel) {
 	}
 	n := rapid.IntRange(1, 3).Draw(t, "callers")
 	volatile := rapid.SampledFrom([]string{"", "", "retry by the agent"}).Draw(t, "volatile")
-	results := make([]*gate.ClaimResult, n)
+	results := make([]*core.ClaimResult, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -474,7 +474,7 @@ func (m *machine) callKey(t *rapid.T, k *keyModel) {
 
 // answer checks the answers of concurrent identical calls against the
 // model and moves the model on.
-func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*gate.ClaimResult) {
+func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*core.ClaimResult) {
 	describe := func() string {
 		var s []string
 		for _, r := range results {
@@ -504,7 +504,7 @@ func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*gate.ClaimRe
 	if k.cur != nil && !k.cur.expired {
 		if k.cur.args != a {
 			for _, r := range results {
-				if r.Outcome != domain.OutcomeConflict || r.Conflict == nil || r.Conflict.Code != domain.CodeKeyReuseDifferentArgs {
+				if r.Outcome != vocab.OutcomeConflict || r.Conflict == nil || r.Conflict.Code != vocab.CodeKeyReuseDifferentArgs {
 					m.fatalf(t, "want a conflict: %s", describe())
 				}
 			}
@@ -523,9 +523,9 @@ func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*gate.ClaimRe
 	}
 	// No live claim (none, pruned, or expired with other arguments): one
 	// call takes the key, the others see its claim.
-	var accepted *gate.ClaimResult
+	var accepted *core.ClaimResult
 	for _, r := range results {
-		if r.Outcome == domain.OutcomeAccepted {
+		if r.Outcome == vocab.OutcomeAccepted {
 			if accepted != nil {
 				m.fatalf(t, "two calls accepted: %s", describe())
 			}
@@ -546,12 +546,12 @@ func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*gate.ClaimRe
 	}
 	c := accepted.Claim
 	if needsApproval(a) {
-		if c.Status != domain.StatusAwaitingApproval || c.JobID != 0 || c.ApprovalExpiresAt == nil {
+		if c.Status != vocab.StatusAwaitingApproval || c.JobID != 0 || c.ApprovalExpiresAt == nil {
 			m.fatalf(t, "want the new intent awaiting approval with no job, got %s (job %d, window %v): %s", c.Status, c.JobID, c.ApprovalExpiresAt, describe())
 		}
 		k.cur = &intent{op: op, args: a, status: awaiting, jobless: true}
 	} else {
-		if c.Status == domain.StatusAwaitingApproval || c.JobID == 0 {
+		if c.Status == vocab.StatusAwaitingApproval || c.JobID == 0 {
 			m.fatalf(t, "want the new intent queued with a job, got %s (job %d): %s", c.Status, c.JobID, describe())
 		}
 		k.cur = &intent{op: op, args: a, status: pending, fresh: m.h.paused}
@@ -566,16 +566,16 @@ func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*gate.ClaimRe
 // expectExisting checks an answer from the key's current claim (same
 // arguments, within its TTL): in_flight while pending, else the first
 // outcome replayed.
-func (m *machine) expectExisting(t *rapid.T, k *keyModel, r *gate.ClaimResult, describe func() string) {
+func (m *machine) expectExisting(t *rapid.T, k *keyModel, r *core.ClaimResult, describe func() string) {
 	if r.Claim == nil || r.Claim.OperationID != k.cur.op {
 		m.fatalf(t, "want the current operation %s: %s", k.cur.op, describe())
 	}
 	switch r.Outcome {
-	case domain.OutcomeInFlight:
+	case vocab.OutcomeInFlight:
 		if k.cur.status == awaiting {
 			// A retry while waiting: the same operation, still waiting,
 			// and no second request (no job).
-			if r.Claim.Status != domain.StatusAwaitingApproval || r.Claim.JobID != 0 {
+			if r.Claim.Status != vocab.StatusAwaitingApproval || r.Claim.JobID != 0 {
 				m.fatalf(t, "in_flight for an operation awaiting approval, but %s (job %d): %s", r.Claim.Status, r.Claim.JobID, describe())
 			}
 			return
@@ -583,10 +583,10 @@ func (m *machine) expectExisting(t *rapid.T, k *keyModel, r *gate.ClaimResult, d
 		if k.cur.status != pending {
 			m.fatalf(t, "in_flight for a finished operation: %s", describe())
 		}
-		if r.Claim.Status.Terminal() || r.Claim.Status == domain.StatusAwaitingApproval {
+		if r.Claim.Status.Terminal() || r.Claim.Status == vocab.StatusAwaitingApproval {
 			m.fatalf(t, "in_flight with a %s claim: %s", r.Claim.Status, describe())
 		}
-	case domain.OutcomeReplayed:
+	case vocab.OutcomeReplayed:
 		if k.cur.status == awaiting {
 			m.fatalf(t, "replayed an operation awaiting approval: %s", describe())
 		}
@@ -612,8 +612,8 @@ func (m *machine) expectExisting(t *rapid.T, k *keyModel, r *gate.ClaimResult, d
 }
 
 // expectExpired checks an idempotency_key_expired answer naming old.
-func (m *machine) expectExpired(t *rapid.T, r *gate.ClaimResult, old *intent, describe func() string) {
-	if r.Outcome != domain.OutcomeExpired || r.Expired == nil || r.Expired.Code != domain.CodeKeyExpired {
+func (m *machine) expectExpired(t *rapid.T, r *core.ClaimResult, old *intent, describe func() string) {
+	if r.Outcome != vocab.OutcomeExpired || r.Expired == nil || r.Expired.Code != vocab.CodeKeyExpired {
 		m.fatalf(t, "want idempotency_key_expired naming %s: %s", old.op, describe())
 	}
 	if !strings.Contains(r.Expired.Message, old.op) {
@@ -622,9 +622,9 @@ func (m *machine) expectExpired(t *rapid.T, r *gate.ClaimResult, old *intent, de
 	if r.Claim == nil || r.Claim.OperationID != old.op {
 		m.fatalf(t, "the expired answer's operation is not %s: %s", old.op, describe())
 	}
-	want := domain.StatusSucceeded
+	want := vocab.StatusSucceeded
 	if old.status == failed {
-		want = domain.StatusFailed
+		want = vocab.StatusFailed
 	}
 	if old.status != pending && r.Claim.Status != want {
 		m.fatalf(t, "the expired answer says %s, the model %s: %s", r.Claim.Status, old, describe())
@@ -632,7 +632,7 @@ func (m *machine) expectExpired(t *rapid.T, r *gate.ClaimResult, old *intent, de
 }
 
 // expectClaim checks a terminal claim against the model's known intent.
-func (m *machine) expectClaim(t *rapid.T, k *keyModel, c *gate.Claim, what string) {
+func (m *machine) expectClaim(t *rapid.T, k *keyModel, c *core.Claim, what string) {
 	in := k.cur
 	if c.OperationID != in.op {
 		m.fatalf(t, "%s %s: operation %s, the model's %v", what, k, c.OperationID, in)
@@ -642,15 +642,15 @@ func (m *machine) expectClaim(t *rapid.T, k *keyModel, c *gate.Claim, what strin
 	}
 	switch in.status {
 	case awaiting:
-		if c.Status != domain.StatusAwaitingApproval || c.ApprovalExpiresAt == nil {
+		if c.Status != vocab.StatusAwaitingApproval || c.ApprovalExpiresAt == nil {
 			m.fatalf(t, "%s %s: %s (%v), the model's %v", what, k, c.Status, c.Error, in)
 		}
 	case succeeded:
-		if c.Status != domain.StatusSucceeded {
+		if c.Status != vocab.StatusSucceeded {
 			m.fatalf(t, "%s %s: %s (%v), the model's %v", what, k, c.Status, c.Error, in)
 		}
 	case failed:
-		if c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != in.code {
+		if c.Status != vocab.StatusFailed || c.Error == nil || c.Error.Code != in.code {
 			m.fatalf(t, "%s %s: %s (%v), the model's %v", what, k, c.Status, c.Error, in)
 		}
 	}
@@ -659,7 +659,7 @@ func (m *machine) expectClaim(t *rapid.T, k *keyModel, c *gate.Claim, what strin
 // resolve learns a pending intent's terminal claim: it must be what the
 // key's faults predict (a refused downstream fails the run, else it
 // succeeds).
-func (m *machine) resolve(t *rapid.T, k *keyModel, c *gate.Claim, what string) {
+func (m *machine) resolve(t *rapid.T, k *keyModel, c *core.Claim, what string) {
 	in := k.cur
 	in.status, in.code = m.outcome(t, k, c, what)
 	if in.status == succeeded {
@@ -675,21 +675,21 @@ func (m *machine) resolve(t *rapid.T, k *keyModel, c *gate.Claim, what string) {
 // outcome checks a pending intent's terminal claim against what the key's
 // faults predict (a refused downstream fails the run, else it succeeds)
 // and returns the status and code it ended with, without moving the model.
-func (m *machine) outcome(t *rapid.T, k *keyModel, c *gate.Claim, what string) (status, domain.Code) {
+func (m *machine) outcome(t *rapid.T, k *keyModel, c *core.Claim, what string) (status, vocab.Code) {
 	in := k.cur
 	if c.OperationID != in.op {
 		m.fatalf(t, "%s %s: operation %s, the model's %v", what, k, c.OperationID, in)
 	}
 	switch {
-	case c.Status == domain.StatusFailed && c.Error != nil && c.Error.Code == domain.CodeCancelled:
+	case c.Status == vocab.StatusFailed && c.Error != nil && c.Error.Code == vocab.CodeCancelled:
 		m.fatalf(t, "%s %s: cancelled, but nobody cancelled it (the model's %v)", what, k, in)
 	case k.fail:
-		if c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != k.failCode() {
+		if c.Status != vocab.StatusFailed || c.Error == nil || c.Error.Code != k.failCode() {
 			m.fatalf(t, "%s %s: %s (%v), want failed %s (the model's %v)", what, k, c.Status, c.Error, k.failCode(), in)
 		}
 		return failed, k.failCode()
 	}
-	if c.Status != domain.StatusSucceeded {
+	if c.Status != vocab.StatusSucceeded {
 		m.fatalf(t, "%s %s: %s (%v), want succeeded (the model's %v)", what, k, c.Status, c.Error, in)
 	}
 	if k.effects[in.args] != 0 {
@@ -802,7 +802,7 @@ func (m *machine) expireWhilePruning(t *rapid.T) {
 		if err != nil {
 			m.fatalf(t, "%s args %d: call: %v", e.k, e.in.args, err)
 		}
-		m.answer(t, e.k, e.in.args, []*gate.ClaimResult{r})
+		m.answer(t, e.k, e.in.args, []*core.ClaimResult{r})
 		m.logf("model: call %s args %d: %s", e.k, e.in.args, r.Outcome)
 	}
 }
@@ -849,18 +849,18 @@ func (m *machine) cancel(t *rapid.T) {
 	})
 	spec := k.tool == toolCredit
 	var (
-		c   *gate.Claim
+		c   *core.Claim
 		err error
 	)
 	err = retryErr(func() error {
-		c, err = m.h.gate.Cancel(context.Background(), &gate.CancelParams{TenantID: k.tenant, OperationID: k.cur.op,
+		c, err = m.h.gate.Cancel(context.Background(), &core.CancelParams{TenantID: k.tenant, OperationID: k.cur.op,
 			UserID: "model-agent", RequestID: "model", AttemptsLeaveNoEffect: spec}, m.h.control)
 		return err
 	})
 	m.logf("model: cancel %s (%v): %v", k, k.cur, err)
 	switch {
 	case err == nil:
-		if c == nil || c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != domain.CodeCancelled {
+		if c == nil || c.Status != vocab.StatusFailed || c.Error == nil || c.Error.Code != vocab.CodeCancelled {
 			m.fatalf(t, "cancel %s: answered %+v", k, c)
 		}
 		if k.cur.jobless && c.JobID != 0 {
@@ -869,18 +869,18 @@ func (m *machine) cancel(t *rapid.T) {
 		if k.cur.jobless {
 			m.h.seen.add("(cancelled while awaiting)")
 		}
-		k.cur.status, k.cur.code, k.cur.fresh = failed, domain.CodeCancelled, false
+		k.cur.status, k.cur.code, k.cur.fresh = failed, vocab.CodeCancelled, false
 		k.lose = m.h.faults.loseArmed(k.id())
 	case k.cur.status == awaiting:
 		m.fatalf(t, "cancel %s: an operation awaiting approval was not cancelled: %v", k, err)
 	case k.cur.fresh:
 		m.fatalf(t, "cancel %s: a queued operation that no worker fetched was not cancelled: %v", k, err)
 	case k.cur.status != pending:
-		if !errors.Is(err, gate.ErrCancelTerminal) {
+		if !errors.Is(err, core.ErrCancelTerminal) {
 			m.fatalf(t, "cancel %s (%v): want refused as finished, got %v", k, k.cur, err)
 		}
 		m.expectClaimNow(t, k, "cancel of a finished operation")
-	case errors.Is(err, gate.ErrCancelTerminal), errors.Is(err, gate.ErrCancelStarted):
+	case errors.Is(err, core.ErrCancelTerminal), errors.Is(err, core.ErrCancelStarted):
 		// It ran, or runs: the model learns at the next await.
 	default:
 		m.fatalf(t, "cancel %s: %v", k, err)
@@ -941,7 +941,7 @@ func (m *machine) redrive(t *rapid.T) {
 	m.logf("model: redrive %s (%v): %+v, %v", k, in, line, err)
 	switch {
 	case in == nil:
-		if !errors.Is(err, domain.ErrNotFound) {
+		if !errors.Is(err, vocab.ErrNotFound) {
 			m.fatalf(t, "redrive %s (pruned): want not found, got %+v, %v", k, line, err)
 		}
 	case in.status == pending:
@@ -954,7 +954,7 @@ func (m *machine) redrive(t *rapid.T) {
 		}
 		m.expectClaimNow(t, k, "redrive of an operation awaiting approval")
 	case in.declined():
-		if !errors.Is(err, gate.ErrRedriveApproval) || !ops.Refused(err) || line == nil || line.Action != ops.ActionRefused {
+		if !errors.Is(err, core.ErrRedriveApproval) || !ops.Refused(err) || line == nil || line.Action != ops.ActionRefused {
 			m.fatalf(t, "redrive %s (%v): want refused as not approved, got %+v, %v", k, in, line, err)
 		}
 		m.expectClaimNow(t, k, "redrive of an operation that was not approved")
@@ -964,7 +964,7 @@ func (m *machine) redrive(t *rapid.T) {
 			m.fatalf(t, "redrive %s (succeeded): want refused, got %+v, %v", k, line, err)
 		}
 		m.expectClaimNow(t, k, "redrive of a succeeded operation")
-	case in.code == domain.CodeCancelled:
+	case in.code == vocab.CodeCancelled:
 		if err == nil && line != nil && line.Action != ops.ActionRefused {
 			m.fatalf(t, "redrive %s: a cancelled operation was re-driven: %+v", k, line)
 		}
@@ -1026,7 +1026,7 @@ func (m *machine) redriveSet(t *rapid.T) {
 			if line != nil && line.Action == ops.ActionRedriven {
 				m.fatalf(t, "redrive set %s: re-drove succeeded %s: %+v", tenant, k, line)
 			}
-		case in.code == domain.CodeCancelled:
+		case in.code == vocab.CodeCancelled:
 			if line != nil && line.Action == ops.ActionRedriven {
 				m.fatalf(t, "redrive set %s: re-drove cancelled %s: %+v", tenant, k, line)
 			}
@@ -1076,7 +1076,7 @@ func (m *machine) uiRetry(t *rapid.T) {
 	after := m.h.await(t, k.tenant, k.tool, k.key)
 	in := k.cur
 	m.logf("model: riverui retry %s job %d (%v): now %s %v", k, c.JobID, in, after.Status, after.Error)
-	if in.status == failed && in.code != domain.CodeCancelled {
+	if in.status == failed && in.code != vocab.CodeCancelled {
 		in.status, in.code = pending, ""
 		m.resolve(t, k, after, "riverui retry of a failed operation")
 		return
@@ -1128,7 +1128,7 @@ func (m *machine) decide(t *rapid.T, deny bool) {
 		deciderRequester, deciderOtherTenant, deciderOtherArgs}).Draw(t, "decider")
 	twice := who == deciderApprover && rapid.IntRange(0, 3).Draw(t, "twice") == 0
 	in := k.cur
-	p := &gate.DecideParams{Approver: domain.Actor{TenantID: k.tenant, UserID: approver, TokenID: approver},
+	p := &core.DecideParams{Approver: vocab.Actor{TenantID: k.tenant, UserID: approver, TokenID: approver},
 		RequestID: "model", OperationID: in.op, ArgsHash: m.fingerprint(t, k, in.args), Reason: "model " + what}
 	switch who {
 	case deciderRequester:
@@ -1151,29 +1151,29 @@ func (m *machine) decide(t *rapid.T, deny bool) {
 	}
 	switch {
 	case who == deciderOtherTenant:
-		want(domain.ErrNotFound)
+		want(vocab.ErrNotFound)
 	case in.status != awaiting && who == deciderOtherArgs:
 		// Two reasons to refuse; the state table's comes first.
-		want(gate.ErrApprovalNotAwaiting, gate.ErrApprovalFingerprint)
+		want(core.ErrApprovalNotAwaiting, core.ErrApprovalFingerprint)
 	case in.status != awaiting:
-		want(gate.ErrApprovalNotAwaiting)
+		want(core.ErrApprovalNotAwaiting)
 	case who == deciderOtherArgs:
-		want(gate.ErrApprovalFingerprint)
+		want(core.ErrApprovalFingerprint)
 	case who == deciderRequester:
-		want(gate.ErrApprovalSelf)
+		want(core.ErrApprovalSelf)
 	case err != nil:
 		m.fatalf(t, "%s %s (%v): %v", what, k, in, err)
 	case c == nil || c.OperationID != in.op:
 		m.fatalf(t, "%s %s (%v): answered %+v", what, k, in, c)
 	case deny:
 		m.h.seen.add("(denied)")
-		if c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != domain.CodeApprovalDenied || c.JobID != 0 {
-			m.fatalf(t, "deny %s: %s (%v, job %d), want failed %s with no job", k, c.Status, c.Error, c.JobID, domain.CodeApprovalDenied)
+		if c.Status != vocab.StatusFailed || c.Error == nil || c.Error.Code != vocab.CodeApprovalDenied || c.JobID != 0 {
+			m.fatalf(t, "deny %s: %s (%v, job %d), want failed %s with no job", k, c.Status, c.Error, c.JobID, vocab.CodeApprovalDenied)
 		}
-		in.status, in.code = failed, domain.CodeApprovalDenied
+		in.status, in.code = failed, vocab.CodeApprovalDenied
 	default:
 		m.h.seen.add("(approved)")
-		if c.Status != domain.StatusQueued || c.JobID == 0 || c.ApprovalExpiresAt != nil {
+		if c.Status != vocab.StatusQueued || c.JobID == 0 || c.ApprovalExpiresAt != nil {
 			m.fatalf(t, "approve %s: %s (job %d), want queued with a job", k, c.Status, c.JobID)
 		}
 		in.status, in.fresh, in.jobless, in.approved = pending, m.h.paused, false, true
@@ -1193,7 +1193,7 @@ func (m *machine) decide(t *rapid.T, deny bool) {
 	again := rapid.Bool().Draw(t, "deny again")
 	c, err = m.decision(p, again)
 	m.logf("model: %s %s again (deny %v): %v", what, k, again, err)
-	if !errors.Is(err, gate.ErrApprovalNotAwaiting) {
+	if !errors.Is(err, core.ErrApprovalNotAwaiting) {
 		m.fatalf(t, "%s %s: a second decision: want refused as not awaiting, got %v", what, k, err)
 	}
 	if c == nil || c.OperationID != in.op || c.JobID != first.JobID {
@@ -1205,9 +1205,9 @@ func (m *machine) decide(t *rapid.T, deny bool) {
 }
 
 // decision is an approval or a denial, retried while the database is busy.
-func (m *machine) decision(p *gate.DecideParams, deny bool) (*gate.Claim, error) {
+func (m *machine) decision(p *core.DecideParams, deny bool) (*core.Claim, error) {
 	var (
-		c   *gate.Claim
+		c   *core.Claim
 		err error
 	)
 	err = retryErr(func() error {
@@ -1272,15 +1272,15 @@ func (m *machine) expireApproval(t *rapid.T) {
 		}
 		switch late := rapid.SampledFrom([]string{"none", "approve", "deny"}).Draw(t, "late"); late {
 		case "approve", "deny":
-			p := &gate.DecideParams{Approver: domain.Actor{TenantID: k.tenant, UserID: approver, TokenID: approver},
+			p := &core.DecideParams{Approver: vocab.Actor{TenantID: k.tenant, UserID: approver, TokenID: approver},
 				RequestID: "model", OperationID: k.cur.op, ArgsHash: m.fingerprint(t, k, k.cur.args), Reason: "model late"}
 			c, err := m.decision(p, late == "deny")
 			m.logf("model: %s %s after its window: %v", late, k, err)
-			if !errors.Is(err, gate.ErrApprovalExpired) && !errors.Is(err, gate.ErrApprovalNotAwaiting) {
+			if !errors.Is(err, core.ErrApprovalExpired) && !errors.Is(err, core.ErrApprovalNotAwaiting) {
 				m.fatalf(t, "%s %s after its window: want refused, got %v", late, k, err)
 			}
-			if c != nil && c.Status != domain.StatusAwaitingApproval &&
-				(c.Status != domain.StatusFailed || c.Error == nil || c.Error.Code != domain.CodeApprovalExpired) {
+			if c != nil && c.Status != vocab.StatusAwaitingApproval &&
+				(c.Status != vocab.StatusFailed || c.Error == nil || c.Error.Code != vocab.CodeApprovalExpired) {
 				m.fatalf(t, "%s %s after its window: the claim is %s (%v)", late, k, c.Status, c.Error)
 			}
 		}
@@ -1289,7 +1289,7 @@ func (m *machine) expireApproval(t *rapid.T) {
 		var n int
 		retry(t, func() error {
 			var err error
-			n, err = m.h.gate.ExpireApprovals(ctx, &gate.ExpireApprovalsParams{Now: now})
+			n, err = m.h.gate.ExpireApprovals(ctx, &core.ExpireApprovalsParams{Now: now})
 			return err
 		})
 		if now == nil || n == 0 {
@@ -1299,7 +1299,7 @@ func (m *machine) expireApproval(t *rapid.T) {
 	var names []string
 	for _, k := range expiring {
 		m.h.seen.add("(approval expired)")
-		k.cur.status, k.cur.code = failed, domain.CodeApprovalExpired
+		k.cur.status, k.cur.code = failed, vocab.CodeApprovalExpired
 		m.expectClaimNow(t, k, "expire approval")
 		names = append(names, k.String())
 	}

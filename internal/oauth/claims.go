@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // MaxTokenBytes bounds the length of a bearer token. Longer ones are refused
@@ -166,33 +166,33 @@ type claimNames struct {
 
 // actorFromClaims reads the actor from verified claims: tenant and user must
 // be strings that pass domain.ValidID; the scopes claim is optional.
-func actorFromClaims(payload []byte, names claimNames) (domain.Actor, *TokenError) {
+func actorFromClaims(payload []byte, names claimNames) (vocab.Actor, *TokenError) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &m); err != nil {
-		return domain.Actor{}, refuse(ReasonMalformed, "the access token's claims are not a JSON object")
+		return vocab.Actor{}, refuse(ReasonMalformed, "the access token's claims are not a JSON object")
 	}
 	tenant, ok := idClaim(m[names.tenant])
 	if !ok {
-		return domain.Actor{}, refuse(ReasonTenant, fmt.Sprintf("the access token's %s claim is missing or not an id (%s)", names.tenant, domain.IDRule))
+		return vocab.Actor{}, refuse(ReasonTenant, fmt.Sprintf("the access token's %s claim is missing or not an id (%s)", names.tenant, vocab.IDRule))
 	}
 	user, ok := idClaim(m[names.user])
 	if !ok {
-		return domain.Actor{}, refuse(ReasonUser, fmt.Sprintf("the access token's %s claim is missing or not an id (%s)", names.user, domain.IDRule))
+		return vocab.Actor{}, refuse(ReasonUser, fmt.Sprintf("the access token's %s claim is missing or not an id (%s)", names.user, vocab.IDRule))
 	}
 	scopes, err := parseScopes(m[names.scopes])
 	if err != nil {
-		return domain.Actor{}, refuse(ReasonScope, fmt.Sprintf("the access token's %s claim: %v", names.scopes, err))
+		return vocab.Actor{}, refuse(ReasonScope, fmt.Sprintf("the access token's %s claim: %v", names.scopes, err))
 	}
 	// jti names the token in audit rows when it looks like an id.
 	tokenID, _ := idClaim(m["jti"])
-	return domain.Actor{TenantID: tenant, UserID: user, TokenID: tokenID, Scopes: scopes}, nil
+	return vocab.Actor{TenantID: tenant, UserID: user, TokenID: tokenID, Scopes: scopes}, nil
 }
 
 // idClaim returns raw as a string if it is a JSON string that passes
 // domain.ValidID.
 func idClaim(raw json.RawMessage) (string, bool) {
 	var s string
-	if raw == nil || json.Unmarshal(raw, &s) != nil || !domain.ValidID(s) {
+	if raw == nil || json.Unmarshal(raw, &s) != nil || !vocab.ValidID(s) {
 		return "", false
 	}
 	return s, true

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 func TestParseScopes(t *testing.T) {
@@ -60,19 +60,19 @@ func TestActorFromClaims(t *testing.T) {
 	tests := []struct {
 		name   string
 		claims string
-		want   domain.Actor
+		want   vocab.Actor
 		reason Reason // "" means accepted
 	}{
 		{"Full", `{"tenant":"acme","sub":"u1","scope":"a b","jti":"j-1"}`,
-			domain.Actor{TenantID: "acme", UserID: "u1", TokenID: "j-1", Scopes: []string{"a", "b"}}, ""},
-		{"JTINotAnID", `{"tenant":"acme","sub":"u1","jti":"a b"}`, domain.Actor{TenantID: "acme", UserID: "u1"}, ""},
-		{"EmptySubject", `{"tenant":"acme","sub":""}`, domain.Actor{}, ReasonUser},
-		{"NoSubject", `{"tenant":"acme"}`, domain.Actor{}, ReasonUser},
-		{"EmptyTenant", `{"tenant":"","sub":"u1"}`, domain.Actor{}, ReasonTenant},
-		{"TenantNull", `{"tenant":null,"sub":"u1"}`, domain.Actor{}, ReasonTenant},
-		{"TenantArray", `{"tenant":["acme"],"sub":"u1"}`, domain.Actor{}, ReasonTenant},
-		{"BadScopes", `{"tenant":"acme","sub":"u1","scope":{}}`, domain.Actor{}, ReasonScope},
-		{"NotAnObject", `[]`, domain.Actor{}, ReasonMalformed},
+			vocab.Actor{TenantID: "acme", UserID: "u1", TokenID: "j-1", Scopes: []string{"a", "b"}}, ""},
+		{"JTINotAnID", `{"tenant":"acme","sub":"u1","jti":"a b"}`, vocab.Actor{TenantID: "acme", UserID: "u1"}, ""},
+		{"EmptySubject", `{"tenant":"acme","sub":""}`, vocab.Actor{}, ReasonUser},
+		{"NoSubject", `{"tenant":"acme"}`, vocab.Actor{}, ReasonUser},
+		{"EmptyTenant", `{"tenant":"","sub":"u1"}`, vocab.Actor{}, ReasonTenant},
+		{"TenantNull", `{"tenant":null,"sub":"u1"}`, vocab.Actor{}, ReasonTenant},
+		{"TenantArray", `{"tenant":["acme"],"sub":"u1"}`, vocab.Actor{}, ReasonTenant},
+		{"BadScopes", `{"tenant":"acme","sub":"u1","scope":{}}`, vocab.Actor{}, ReasonScope},
+		{"NotAnObject", `[]`, vocab.Actor{}, ReasonMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,9 +177,9 @@ func FuzzAuthenticateClaims(f *testing.F) {
 		}
 		actor, terr := actorFromClaims(payload, names)
 		if terr == nil {
-			require.True(t, domain.ValidID(actor.TenantID))
-			require.True(t, domain.ValidID(actor.UserID))
-			require.True(t, actor.TokenID == "" || domain.ValidID(actor.TokenID))
+			require.True(t, vocab.ValidID(actor.TenantID))
+			require.True(t, vocab.ValidID(actor.UserID))
+			require.True(t, actor.TokenID == "" || vocab.ValidID(actor.TokenID))
 		} else {
 			require.NotEmpty(t, terr.Reason)
 		}

@@ -1,14 +1,14 @@
 package oauth
 
 import (
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // ErrInvalidToken is what every refused access token is (compare with
 // errors.Is): a *domain.Error with code domain.CodeUnauthenticated. The
 // *TokenError that wraps it says why.
-var ErrInvalidToken error = &domain.Error{
-	Code:    domain.CodeUnauthenticated,
+var ErrInvalidToken error = &vocab.Error{
+	Code:    vocab.CodeUnauthenticated,
 	Message: "a valid access token is required",
 }
 
@@ -60,4 +60,4 @@ func (e *unavailableError) Error() string {
 
 // Unwrap returns domain.ErrUnavailable and the cause (a network error, a
 // context error, a bad status).
-func (e *unavailableError) Unwrap() []error { return []error{domain.ErrUnavailable, e.err} }
+func (e *unavailableError) Unwrap() []error { return []error{vocab.ErrUnavailable, e.err} }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/oauth"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // staticConfig is a valid config whose issuer is never contacted.
@@ -174,7 +174,7 @@ func TestChallenge(t *testing.T) {
 	})
 	t.Run("Unavailable", func(t *testing.T) {
 		t.Parallel()
-		err := errors.Join(domain.ErrUnavailable, errors.New("connection refused"))
+		err := errors.Join(vocab.ErrUnavailable, errors.New("connection refused"))
 		require.Equal(t, base, v.Challenge(err))
 	})
 	t.Run("DescriptionQuoted", func(t *testing.T) {

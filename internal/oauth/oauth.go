@@ -25,7 +25,7 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Defaults of Config.
@@ -212,30 +212,30 @@ func (v *Verifier) Discover(ctx context.Context) error {
 // token is a *TokenError (wrapping ErrInvalidToken) that says why; an
 // authorization server whose metadata or keys cannot be fetched gives an
 // error wrapping domain.ErrUnavailable.
-func (v *Verifier) Authenticate(ctx context.Context, bearer string) (domain.Actor, error) {
+func (v *Verifier) Authenticate(ctx context.Context, bearer string) (vocab.Actor, error) {
 	_, payload, terr := split(bearer)
 	if terr != nil {
-		return domain.Actor{}, terr
+		return vocab.Actor{}, terr
 	}
 	if terr := checkRegistered(payload, v.issuer, v.audience, v.now()); terr != nil {
-		return domain.Actor{}, terr
+		return vocab.Actor{}, terr
 	}
 	idv, err := v.idTokenVerifier(ctx)
 	if err != nil {
-		return domain.Actor{}, err
+		return vocab.Actor{}, err
 	}
 	var ks keySetResult
 	tok, err := idv.Verify(context.WithValue(ctx, keySetResultKey{}, &ks), bearer)
 	if err != nil {
-		return domain.Actor{}, classify(err, ks.err)
+		return vocab.Actor{}, classify(err, ks.err)
 	}
 	var claims []byte
 	if err := tok.Claims(&jsonRaw{&claims}); err != nil {
-		return domain.Actor{}, refuse(ReasonMalformed, "the access token's claims do not parse")
+		return vocab.Actor{}, refuse(ReasonMalformed, "the access token's claims do not parse")
 	}
 	actor, terr := actorFromClaims(claims, v.names)
 	if terr != nil {
-		return domain.Actor{}, terr
+		return vocab.Actor{}, terr
 	}
 	return actor, nil
 }

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/oauth"
 	"github.com/idemgate/idemgate/internal/oauth/oauthtest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 type testBundle struct {
@@ -49,8 +49,8 @@ func requireRefused(t *testing.T, err error, reason oauth.Reason, token string) 
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, reason, te.Reason, "detail: %s", te.Detail)
 	require.ErrorIs(t, err, oauth.ErrInvalidToken)
-	require.Equal(t, domain.CodeUnauthenticated, domain.CodeOf(err))
-	require.NotErrorIs(t, err, domain.ErrUnavailable)
+	require.Equal(t, vocab.CodeUnauthenticated, vocab.CodeOf(err))
+	require.NotErrorIs(t, err, vocab.ErrUnavailable)
 	parts := strings.Split(token, ".")
 	for _, p := range parts {
 		if len(p) > 8 {
@@ -103,7 +103,7 @@ func TestAuthenticateValid(t *testing.T) {
 		require.Equal(t, "acme", actor.TenantID)
 		require.Equal(t, "bot-7", actor.UserID)
 		require.Equal(t, []string{"billing:refund", "orders:read"}, actor.Scopes)
-		require.True(t, domain.ValidID(actor.TokenID), "jti names the token")
+		require.True(t, vocab.ValidID(actor.TokenID), "jti names the token")
 	})
 	t.Run("ScopeArrayAndOtherClaims", func(t *testing.T) {
 		t.Parallel()
@@ -114,7 +114,7 @@ func TestAuthenticateValid(t *testing.T) {
 			Claims: map[string]any{"uid": "u-3", "scp": []string{"a", "b", "a"}}})
 		actor, err := v.Authenticate(t.Context(), tok)
 		require.NoError(t, err)
-		require.Equal(t, domain.Actor{TenantID: "org-9", UserID: "u-3", TokenID: actor.TokenID, Scopes: []string{"a", "b"}}, actor)
+		require.Equal(t, vocab.Actor{TenantID: "org-9", UserID: "u-3", TokenID: actor.TokenID, Scopes: []string{"a", "b"}}, actor)
 	})
 	t.Run("NoScopes", func(t *testing.T) {
 		t.Parallel()
@@ -282,7 +282,7 @@ func TestAuthenticateUnavailable(t *testing.T) {
 
 	requireUnavailable := func(t *testing.T, err error) {
 		t.Helper()
-		require.ErrorIs(t, err, domain.ErrUnavailable)
+		require.ErrorIs(t, err, vocab.ErrUnavailable)
 		var te *oauth.TokenError
 		require.False(t, errors.As(err, &te), "not a token error: %v", err)
 	}
@@ -318,7 +318,7 @@ func TestAuthenticateUnavailable(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		_, err := v.Authenticate(ctx, tok1)
-		require.ErrorIs(t, err, domain.ErrUnavailable)
+		require.ErrorIs(t, err, vocab.ErrUnavailable)
 		require.ErrorIs(t, err, context.Canceled)
 	})
 }

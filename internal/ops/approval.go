@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The decisions an ApprovalTrail reports.
@@ -57,17 +57,17 @@ const awaitingReason = "awaiting approval for up to "
 // fingerprint H[: note]" (accepted) or "deny by …" (failed); an expiry is
 // "approval_expired: …" and a cancellation "cancel: …" (failed); refusals
 // are denied rows "approve refused: …" or "deny refused: …".
-func ApprovalTrailOf(c *gate.Claim, events []*gate.AuditEvent) *ApprovalTrail {
+func ApprovalTrailOf(c *core.Claim, events []*core.AuditEvent) *ApprovalTrail {
 	var t *ApprovalTrail
 	for _, e := range events {
 		switch {
 		case e.OperationID != c.OperationID:
 			// An earlier intent of the key.
 		case t == nil:
-			if e.Decision == domain.DecisionAccepted && strings.Contains(e.Reason, awaitingReason) {
+			if e.Decision == vocab.DecisionAccepted && strings.Contains(e.Reason, awaitingReason) {
 				t = &ApprovalTrail{RequestedBy: e.UserID, RequestedAt: e.CreatedAt}
 			}
-		case e.Decision == domain.DecisionDenied && isRefusal(e.Reason):
+		case e.Decision == vocab.DecisionDenied && isRefusal(e.Reason):
 			t.Refused = append(t.Refused, ApprovalRefusal{By: e.UserID, At: e.CreatedAt, Reason: e.Reason})
 		case t.Decision == "":
 			if decision, reason, ok := approvalDecision(e); ok {
@@ -76,7 +76,7 @@ func ApprovalTrailOf(c *gate.Claim, events []*gate.AuditEvent) *ApprovalTrail {
 			}
 		}
 	}
-	if c.Status == domain.StatusAwaitingApproval {
+	if c.Status == vocab.StatusAwaitingApproval {
 		if t == nil { // its request row is written with it: not expected
 			t = &ApprovalTrail{RequestedBy: c.UserID, RequestedAt: c.CreatedAt}
 		}
@@ -87,7 +87,7 @@ func ApprovalTrailOf(c *gate.Claim, events []*gate.AuditEvent) *ApprovalTrail {
 
 // isRefusal reports whether reason is a refused decision's.
 func isRefusal(reason string) bool {
-	for _, ev := range []gate.Event{gate.EventApprove, gate.EventDeny} {
+	for _, ev := range []core.Event{core.EventApprove, core.EventDeny} {
 		if strings.HasPrefix(reason, string(ev)+" refused: ") {
 			return true
 		}
@@ -96,8 +96,8 @@ func isRefusal(reason string) bool {
 }
 
 // approvalDecision reads e as the row that ended an approval's wait.
-func approvalDecision(e *gate.AuditEvent) (decision, reason string, ok bool) {
-	decided := func(ev gate.Event) (string, bool) {
+func approvalDecision(e *core.AuditEvent) (decision, reason string, ok bool) {
+	decided := func(ev core.Event) (string, bool) {
 		rest, ok := strings.CutPrefix(e.Reason, fmt.Sprintf("%s by %s of fingerprint %s", ev, e.UserID, e.ArgsHash))
 		if !ok || (rest != "" && !strings.HasPrefix(rest, ": ")) {
 			return "", false
@@ -105,18 +105,18 @@ func approvalDecision(e *gate.AuditEvent) (decision, reason string, ok bool) {
 		return strings.TrimPrefix(rest, ": "), true
 	}
 	switch e.Decision {
-	case domain.DecisionAccepted:
-		if note, ok := decided(gate.EventApprove); ok {
+	case vocab.DecisionAccepted:
+		if note, ok := decided(core.EventApprove); ok {
 			return ApprovalApproved, note, true
 		}
-	case domain.DecisionFailed:
-		if note, ok := decided(gate.EventDeny); ok {
+	case vocab.DecisionFailed:
+		if note, ok := decided(core.EventDeny); ok {
 			return ApprovalDenied, note, true
 		}
-		if msg, ok := strings.CutPrefix(e.Reason, string(domain.CodeApprovalExpired)+": "); ok {
+		if msg, ok := strings.CutPrefix(e.Reason, string(vocab.CodeApprovalExpired)+": "); ok {
 			return ApprovalExpired, msg, true
 		}
-		if msg, ok := strings.CutPrefix(e.Reason, string(gate.EventCancel)+": "); ok {
+		if msg, ok := strings.CutPrefix(e.Reason, string(core.EventCancel)+": "); ok {
 			return ApprovalCancelled, msg, true
 		}
 	}

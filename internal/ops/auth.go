@@ -14,8 +14,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The environment variables of the operator's HTTP Basic credentials. When
@@ -138,7 +138,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 		if !ok || !actor.HasScope(tenancy.ScopeOpsAdmin) {
 			logger.WarnContext(r.Context(), "ops: bearer token without scope "+tenancy.ScopeOpsAdmin+" refused",
 				"tenant", actor.TenantID, "user", actor.UserID, "token_id", actor.TokenID, "method", r.Method, "path", r.URL.Path)
-			writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden, "operator routes need a token with scope "+tenancy.ScopeOpsAdmin)
+			writeProblem(w, r, http.StatusForbidden, vocab.CodeForbidden, "operator routes need a token with scope "+tenancy.ScopeOpsAdmin)
 			return
 		}
 		op := Operator{Name: actor.UserID, TenantID: actor.TenantID, Via: "bearer"}
@@ -155,7 +155,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 			if wait, blocked := a.Throttle.blocked(client); blocked {
 				logger.WarnContext(r.Context(), "ops: basic attempt throttled", "remote", r.RemoteAddr, "retry_after", wait)
 				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-				writeProblem(w, r, http.StatusTooManyRequests, domain.CodeRateLimited,
+				writeProblem(w, r, http.StatusTooManyRequests, vocab.CodeRateLimited,
 					"too many failed operator logins from this address; retry after "+wait.Round(time.Second).String())
 				return
 			}
@@ -180,12 +180,12 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 func (a *Auth) challenge(w http.ResponseWriter, r *http.Request) {
 	if a.Basic != nil {
 		w.Header().Set("WWW-Authenticate", `Basic realm="`+Realm+`"`)
-		writeProblem(w, r, http.StatusUnauthorized, domain.CodeUnauthenticated,
+		writeProblem(w, r, http.StatusUnauthorized, vocab.CodeUnauthenticated,
 			"operator routes need HTTP Basic credentials or a bearer token with scope "+tenancy.ScopeOpsAdmin)
 		return
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="`+Realm+`"`)
-	writeProblem(w, r, http.StatusUnauthorized, domain.CodeUnauthenticated,
+	writeProblem(w, r, http.StatusUnauthorized, vocab.CodeUnauthenticated,
 		"operator routes need a bearer token with scope "+tenancy.ScopeOpsAdmin+" (Basic credentials are not configured)")
 }
 
@@ -197,12 +197,12 @@ type problem struct {
 	Detail   string `json:"detail"`
 	Instance string `json:"instance,omitempty"`
 	Error    struct {
-		Code    domain.Code `json:"code"`
-		Message string      `json:"message"`
+		Code    vocab.Code `json:"code"`
+		Message string     `json:"message"`
 	} `json:"error"`
 }
 
-func writeProblem(w http.ResponseWriter, r *http.Request, status int, code domain.Code, detail string) {
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, code vocab.Code, detail string) {
 	p := problem{Type: "https://idemgate.dev/errors/" + string(code), Title: string(code), Status: status, Detail: detail, Instance: r.URL.Path}
 	p.Error.Code, p.Error.Message = code, detail
 	w.Header().Set("Content-Type", "application/problem+json")

@@ -13,14 +13,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // OperationView is an operation as operators see it: the client-visible
 // view plus the gate's own fields.
 type OperationView struct {
-	domain.Operation
+	vocab.Operation
 	TenantID      string `json:"tenant_id"`
 	UserID        string `json:"user_id"`
 	ArgsHash      string `json:"args_hash"`
@@ -28,12 +28,12 @@ type OperationView struct {
 	Epoch         int64  `json:"epoch"`
 	// LeaseExpiresAt and LastError are kept whatever the status, for
 	// operators (the client view shows them while they matter).
-	LeaseExpiresAt *time.Time        `json:"lease_expires_at"`
-	LastError      *domain.ErrorInfo `json:"last_error"`
+	LeaseExpiresAt *time.Time       `json:"lease_expires_at"`
+	LastError      *vocab.ErrorInfo `json:"last_error"`
 }
 
 // ViewOperation returns the operator's view of c.
-func ViewOperation(c *gate.Claim) OperationView {
+func ViewOperation(c *core.Claim) OperationView {
 	return OperationView{
 		Operation:      *c.Operation(),
 		TenantID:       c.TenantID,
@@ -51,7 +51,7 @@ func ViewOperation(c *gate.Claim) OperationView {
 type AuditView struct {
 	ID          int64           `json:"id"`
 	CreatedAt   time.Time       `json:"created_at"`
-	Decision    domain.Decision `json:"decision"`
+	Decision    vocab.Decision  `json:"decision"`
 	UserID      string          `json:"user_id"`
 	TokenID     string          `json:"token_id,omitempty"`
 	RequestID   string          `json:"request_id,omitempty"`
@@ -65,7 +65,7 @@ type AuditView struct {
 }
 
 // ViewAudit returns the operator's view of e.
-func ViewAudit(e *gate.AuditEvent) AuditView {
+func ViewAudit(e *core.AuditEvent) AuditView {
 	return AuditView{
 		ID:          e.ID,
 		CreatedAt:   e.CreatedAt,
@@ -94,12 +94,12 @@ type OperationDetail struct {
 
 // GetOperation returns the operation of (tenant, tool, key) with its audit
 // trail and approval summary, or domain.ErrNotFound.
-func GetOperation(ctx context.Context, s gate.Executor, tenantID, tool, key string) (*OperationDetail, error) {
-	c, err := s.ClaimGetByKey(ctx, &gate.ClaimGetByKeyParams{TenantID: tenantID, Tool: tool, IdempotencyKey: key})
+func GetOperation(ctx context.Context, s core.Executor, tenantID, tool, key string) (*OperationDetail, error) {
+	c, err := s.ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: tenantID, Tool: tool, IdempotencyKey: key})
 	if err != nil {
 		return nil, err
 	}
-	events, err := s.AuditListByKey(ctx, &gate.AuditListByKeyParams{TenantID: tenantID, Tool: tool, IdempotencyKey: key})
+	events, err := s.AuditListByKey(ctx, &core.AuditListByKeyParams{TenantID: tenantID, Tool: tool, IdempotencyKey: key})
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ type RedriveLine struct {
 	Action      Action `json:"action"`
 	// Status is the operation's status after the action (before it, for
 	// would_redrive and refused).
-	Status domain.Status `json:"status"`
+	Status vocab.Status `json:"status"`
 	// NextGeneration is true when the re-drive moves to a new downstream
 	// key: the provider answered definitively that nothing happened.
 	NextGeneration bool `json:"next_generation"`
@@ -149,14 +149,14 @@ type RedriveLine struct {
 // transactions, and whether the re-drive would retry a job itself (for a dry
 // run's fresh_job). jobs.Control implements it.
 type Jobs interface {
-	gate.JobControl
+	core.JobControl
 	JobRetryable(ctx context.Context, jobID int64) (bool, error)
 }
 
 // Redriver re-drives failed operations through gate.Gate.Redrive. idemctl
 // and POST /ops/redrive both use it.
 type Redriver struct {
-	Gate *gate.Gate
+	Gate *core.Gate
 	Jobs Jobs
 }
 
@@ -176,8 +176,8 @@ type RedriveParams struct {
 // succeeded, is queued, running or awaiting approval, or was cancelled by
 // its owner, denied by an approver or not approved in time (final).
 func Refused(err error) bool {
-	return errors.Is(err, gate.ErrRedriveSucceeded) || errors.Is(err, gate.ErrRedriveNotFailed) ||
-		errors.Is(err, gate.ErrRedriveCancelled) || errors.Is(err, gate.ErrRedriveApproval)
+	return errors.Is(err, core.ErrRedriveSucceeded) || errors.Is(err, core.ErrRedriveNotFailed) ||
+		errors.Is(err, core.ErrRedriveCancelled) || errors.Is(err, core.ErrRedriveApproval)
 }
 
 // Redrive re-drives one failed operation. A refused re-drive returns its
@@ -190,7 +190,7 @@ func (r *Redriver) Redrive(ctx context.Context, p *RedriveParams) (*RedriveLine,
 	if err := ValidateReason(p.Reason); err != nil {
 		return nil, err
 	}
-	res, err := r.Gate.Redrive(ctx, &gate.RedriveParams{
+	res, err := r.Gate.Redrive(ctx, &core.RedriveParams{
 		TenantID: p.TenantID, Tool: p.Tool, IdempotencyKey: p.Key,
 		Operator: p.Operator, Reason: p.Reason, DryRun: p.DryRun,
 	}, r.Jobs)
@@ -279,8 +279,8 @@ func (r *Redriver) RedriveSet(ctx context.Context, p *RedriveSetParams, emit fun
 		return nil, fmt.Errorf("limit must be within 1 and %d, got %d", MaxRedriveLimit, limit)
 	}
 	since := p.Since
-	claims, err := r.Gate.Store().ClaimList(ctx, &gate.ClaimListParams{
-		TenantID: p.TenantID, Tool: p.Tool, Status: domain.StatusFailed, Since: &since, Limit: limit,
+	claims, err := r.Gate.Store().ClaimList(ctx, &core.ClaimListParams{
+		TenantID: p.TenantID, Tool: p.Tool, Status: vocab.StatusFailed, Since: &since, Limit: limit,
 	})
 	if err != nil {
 		return nil, err
@@ -294,7 +294,7 @@ func (r *Redriver) RedriveSet(ctx context.Context, p *RedriveSetParams, emit fun
 		switch {
 		case Refused(err):
 			res.Refused++
-		case errors.Is(err, domain.ErrNotFound):
+		case errors.Is(err, vocab.ErrNotFound):
 			// Pruned or taken over meanwhile: nothing to re-drive.
 			res.Refused++
 			line = &RedriveLine{OperationID: c.OperationID, Tool: c.Tool, Key: c.IdempotencyKey, Action: ActionRefused,

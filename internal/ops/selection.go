@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Why a RedriveSelectionParams selects nothing it can re-drive. Callers
@@ -45,7 +45,7 @@ type RedriveSelectionParams struct {
 	// Status and Since select a set instead: Status must be
 	// domain.StatusFailed, and Since (required) keeps the operations that
 	// failed at or after it.
-	Status domain.Status
+	Status vocab.Status
 	Since  time.Time
 	// Limit bounds a set, newest first: nil is DefaultRedriveLimit, else 1
 	// to MaxRedriveLimit. Only for a set.
@@ -81,7 +81,7 @@ func (p *RedriveSelectionParams) Validate() error {
 		return ErrSelectionKeyAndSet
 	case p.Key == "" && !set:
 		return ErrSelectionEmpty
-	case set && p.Status != domain.StatusFailed:
+	case set && p.Status != vocab.StatusFailed:
 		return ErrSelectionNotFailed
 	case set && p.Since.IsZero():
 		return ErrSelectionNoSince
@@ -136,7 +136,7 @@ func (r *Redriver) RedriveSelection(ctx context.Context, p *RedriveSelectionPara
 		}
 	}
 	if Refused(err) {
-		var status domain.Status
+		var status vocab.Status
 		if line != nil {
 			status = line.Status
 		}

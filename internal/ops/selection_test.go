@@ -14,11 +14,11 @@ import (
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	_ "github.com/idemgate/idemgate/internal/builtins" // NewOps defaults to the built-in tools
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/enginetest"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/ops"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // selectionBundle is a fresh database on one engine with the operators'
@@ -46,19 +46,19 @@ func setupSelection(t *testing.T, engine string) *selectionBundle {
 
 // claim makes a refund claim with its job, succeeded or failed with code
 // (its job cancelled, as the worker does).
-func (b *selectionBundle) claim(t *testing.T, key string, code domain.Code) *gate.Claim {
+func (b *selectionBundle) claim(t *testing.T, key string, code vocab.Code) *core.Claim {
 	t.Helper()
 	ctx := context.Background()
-	c := gatetest.Claim(ctx, t, b.ops.Gate, &gatetest.ClaimOpts{Key: key}).Claim
+	c := coretest.Claim(ctx, t, b.ops.Gate, &coretest.ClaimOpts{Key: key}).Claim
 	s := b.ops.Gate.Store()
-	c, err := s.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
+	c, err := s.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: c.JobID, Lease: time.Minute})
 	require.NoError(t, err)
 	if code == "" {
-		c, err = s.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"refund_id":"re_1"}`)})
+		c, err = s.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{"refund_id":"re_1"}`)})
 		require.NoError(t, err)
 		return c
 	}
-	failed, err := s.ClaimFail(ctx, &gate.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: domain.ErrorInfo{Code: code, Message: string(code)}})
+	failed, err := s.ClaimFail(ctx, &core.ClaimFailParams{ID: c.ID, Epoch: c.Epoch, Error: vocab.ErrorInfo{Code: code, Message: string(code)}})
 	require.NoError(t, err)
 	tx, err := s.Begin(ctx)
 	require.NoError(t, err)
@@ -82,8 +82,8 @@ func TestRedriveSelection(t *testing.T) {
 	t.Parallel()
 	enginetest.Run(t, func(t *testing.T, engine string) {
 		b := setupSelection(t, engine)
-		declined := b.claim(t, "sel-declined-001", domain.CodeCardDeclined)
-		unknown := b.claim(t, "sel-unknown-0001", domain.CodeOutcomeUnknown)
+		declined := b.claim(t, "sel-declined-001", vocab.CodeCardDeclined)
+		unknown := b.claim(t, "sel-unknown-0001", vocab.CodeOutcomeUnknown)
 		succeeded := b.claim(t, "sel-succeeded-01", "")
 		one := func(key string, dryRun bool) *ops.RedriveSelectionParams {
 			return &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order", Key: key,
@@ -97,18 +97,18 @@ func TestRedriveSelection(t *testing.T) {
 			require.Same(t, lines[0], res.Line)
 			require.Nil(t, res.Set)
 			require.Equal(t, ops.ActionWouldRedrive, res.Line.Action)
-			require.Equal(t, domain.StatusFailed, res.Line.Status)
+			require.Equal(t, vocab.StatusFailed, res.Line.Status)
 			require.True(t, res.Line.NextGeneration, "card declined: nothing happened")
-			c, err := b.ops.Gate.Store().ClaimGetByKey(t.Context(), &gate.ClaimGetByKeyParams{
+			c, err := b.ops.Gate.Store().ClaimGetByKey(t.Context(), &core.ClaimGetByKeyParams{
 				TenantID: "acme", Tool: "refund_order", IdempotencyKey: declined.IdempotencyKey})
 			require.NoError(t, err)
-			require.Equal(t, domain.StatusFailed, c.Status)
+			require.Equal(t, vocab.StatusFailed, c.Status)
 		})
 
 		t.Run("RefusedIsEmittedAndNamed", func(t *testing.T) {
 			lines, res, err := b.redrive(t, one(succeeded.IdempotencyKey, false))
 			require.True(t, ops.Refused(err), "%v", err)
-			require.ErrorIs(t, err, gate.ErrRedriveSucceeded)
+			require.ErrorIs(t, err, core.ErrRedriveSucceeded)
 			require.ErrorContains(t, err, "refund_order/sel-succeeded-01 is succeeded: ")
 			require.Len(t, lines, 1)
 			require.Equal(t, ops.ActionRefused, res.Line.Action)
@@ -116,14 +116,14 @@ func TestRedriveSelection(t *testing.T) {
 
 		t.Run("UnknownEmitsNothing", func(t *testing.T) {
 			lines, _, err := b.redrive(t, one("sel-no-such-key", false))
-			require.ErrorIs(t, err, domain.ErrNotFound)
+			require.ErrorIs(t, err, vocab.ErrNotFound)
 			require.Empty(t, lines)
 		})
 
 		// The set: the two failed ones, newest first; the succeeded one is
 		// not in it. Then the window holds nothing failed.
 		limit := 5
-		set := &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order", Status: domain.StatusFailed,
+		set := &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order", Status: vocab.StatusFailed,
 			Since: time.Now().Add(-time.Hour), Limit: &limit, Operator: "bob", Reason: "stripe outage over"}
 		lines, res, err := b.redrive(t, set)
 		require.NoError(t, err)
@@ -134,7 +134,7 @@ func TestRedriveSelection(t *testing.T) {
 		require.ElementsMatch(t, []string{declined.IdempotencyKey, unknown.IdempotencyKey}, keys)
 		for _, l := range lines {
 			require.Equal(t, ops.ActionRedriven, l.Action)
-			require.Equal(t, domain.StatusQueued, l.Status)
+			require.Equal(t, vocab.StatusQueued, l.Status)
 		}
 		lines, res, err = b.redrive(t, set)
 		require.NoError(t, err)
@@ -153,44 +153,44 @@ func TestRedriveNotApproved(t *testing.T) {
 		b := setupSelection(t, engine)
 		ctx := t.Context()
 		g := b.ops.Gate
-		await := func(key string) *gate.Claim {
+		await := func(key string) *core.Claim {
 			t.Helper()
-			res := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: key, ApprovalWindow: time.Hour})
-			require.Equal(t, domain.StatusAwaitingApproval, res.Claim.Status)
+			res := coretest.Claim(ctx, t, g, &coretest.ClaimOpts{Key: key, ApprovalWindow: time.Hour})
+			require.Equal(t, vocab.StatusAwaitingApproval, res.Claim.Status)
 			return res.Claim
 		}
 		expired := await("sel-expired-0001")
 		later := time.Now().Add(2 * time.Hour)
-		n, err := g.ExpireApprovals(ctx, &gate.ExpireApprovalsParams{Now: &later})
+		n, err := g.ExpireApprovals(ctx, &core.ExpireApprovalsParams{Now: &later})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		denied := await("sel-denied-00001")
-		_, err = g.Deny(ctx, &gate.DecideParams{Approver: domain.Actor{TenantID: "acme", UserID: "finance-lead"},
+		_, err = g.Deny(ctx, &core.DecideParams{Approver: vocab.Actor{TenantID: "acme", UserID: "finance-lead"},
 			OperationID: denied.OperationID, ArgsHash: denied.ArgsHash})
 		require.NoError(t, err)
 		waiting := await("sel-waiting-0001")
-		declined := b.claim(t, "sel-declined-002", domain.CodeCardDeclined)
+		declined := b.claim(t, "sel-declined-002", vocab.CodeCardDeclined)
 		one := func(key string) *ops.RedriveSelectionParams {
 			return &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order", Key: key, Operator: "alice", Reason: "r"}
 		}
 
-		for _, c := range []*gate.Claim{denied, expired} {
+		for _, c := range []*core.Claim{denied, expired} {
 			lines, res, err := b.redrive(t, one(c.IdempotencyKey))
 			require.True(t, ops.Refused(err), "%s: %v", c.IdempotencyKey, err)
-			require.ErrorIs(t, err, gate.ErrRedriveApproval)
+			require.ErrorIs(t, err, core.ErrRedriveApproval)
 			require.Len(t, lines, 1)
 			require.Equal(t, ops.ActionRefused, res.Line.Action)
-			require.Equal(t, domain.StatusFailed, res.Line.Status)
+			require.Equal(t, vocab.StatusFailed, res.Line.Status)
 		}
 		lines, res, err := b.redrive(t, one(waiting.IdempotencyKey))
 		require.True(t, ops.Refused(err), "%v", err)
-		require.ErrorIs(t, err, gate.ErrRedriveNotFailed)
+		require.ErrorIs(t, err, core.ErrRedriveNotFailed)
 		require.Len(t, lines, 1)
-		require.Equal(t, domain.StatusAwaitingApproval, res.Line.Status)
+		require.Equal(t, vocab.StatusAwaitingApproval, res.Line.Status)
 
 		limit := 10
 		lines, res, err = b.redrive(t, &ops.RedriveSelectionParams{TenantID: "acme", Tool: "refund_order",
-			Status: domain.StatusFailed, Since: time.Now().Add(-time.Hour), Limit: &limit, Operator: "bob", Reason: "r"})
+			Status: vocab.StatusFailed, Since: time.Now().Add(-time.Hour), Limit: &limit, Operator: "bob", Reason: "r"})
 		require.NoError(t, err)
 		require.Equal(t, &ops.RedriveSetResult{Matched: 3, Redriven: 1, Refused: 2}, res.Set)
 		require.Len(t, lines, 3)
@@ -216,23 +216,23 @@ func TestRedriveSelectionValidate(t *testing.T) {
 	}{
 		{name: "Key"},
 		{name: "Set", change: func(p *ops.RedriveSelectionParams) {
-			p.Key, p.Status, p.Since, p.Limit = "", domain.StatusFailed, since, &five
+			p.Key, p.Status, p.Since, p.Limit = "", vocab.StatusFailed, since, &five
 		}},
 		{name: "NoTenant", change: func(p *ops.RedriveSelectionParams) { p.TenantID = "" }, param: "tenant"},
 		{name: "NoReason", change: func(p *ops.RedriveSelectionParams) { p.Reason = "" }, param: "reason"},
 		{name: "BadOperator", change: func(p *ops.RedriveSelectionParams) { p.Operator = "a b" }, param: "operator"},
-		{name: "KeyAndSet", change: func(p *ops.RedriveSelectionParams) { p.Status = domain.StatusFailed }, wantErr: ops.ErrSelectionKeyAndSet},
+		{name: "KeyAndSet", change: func(p *ops.RedriveSelectionParams) { p.Status = vocab.StatusFailed }, wantErr: ops.ErrSelectionKeyAndSet},
 		{name: "Neither", change: func(p *ops.RedriveSelectionParams) { p.Key = "" }, wantErr: ops.ErrSelectionEmpty},
 		{name: "SucceededSet", change: func(p *ops.RedriveSelectionParams) {
-			p.Key, p.Status, p.Since = "", domain.StatusSucceeded, since
+			p.Key, p.Status, p.Since = "", vocab.StatusSucceeded, since
 		}, wantErr: ops.ErrSelectionNotFailed},
-		{name: "SetNoSince", change: func(p *ops.RedriveSelectionParams) { p.Key, p.Status = "", domain.StatusFailed }, wantErr: ops.ErrSelectionNoSince},
+		{name: "SetNoSince", change: func(p *ops.RedriveSelectionParams) { p.Key, p.Status = "", vocab.StatusFailed }, wantErr: ops.ErrSelectionNoSince},
 		{name: "LimitWithKey", change: func(p *ops.RedriveSelectionParams) { p.Limit = &five }, wantErr: ops.ErrSelectionLimitWithKey},
 		{name: "ZeroLimit", change: func(p *ops.RedriveSelectionParams) {
-			p.Key, p.Status, p.Since, p.Limit = "", domain.StatusFailed, since, &zero
+			p.Key, p.Status, p.Since, p.Limit = "", vocab.StatusFailed, since, &zero
 		}, param: "limit"},
 		{name: "LimitTooLarge", change: func(p *ops.RedriveSelectionParams) {
-			p.Key, p.Status, p.Since, p.Limit = "", domain.StatusFailed, since, &many
+			p.Key, p.Status, p.Since, p.Limit = "", vocab.StatusFailed, since, &many
 		}, param: "limit"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"riverqueue.com/riverui"
 	"riverqueue.com/riverui/uiendpoints"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Paths of the operator routes.
@@ -90,7 +90,7 @@ func deploymentOperator(operatorTenant string) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			op, ok := OperatorFromContext(r.Context())
 			if !ok || (op.Via != "basic" && (operatorTenant == "" || op.TenantID != operatorTenant)) {
-				writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden,
+				writeProblem(w, r, http.StatusForbidden, vocab.CodeForbidden,
 					"River UI shows every tenant's jobs: it needs the operator Basic credentials or an "+tenancy.ScopeOpsAdmin+" token of the operator tenant")
 				return
 			}
@@ -153,25 +153,25 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeProblem(w, r, http.StatusBadRequest, domain.CodeInvalidArgument, "body: "+err.Error())
+		writeProblem(w, r, http.StatusBadRequest, vocab.CodeInvalidArgument, "body: "+err.Error())
 		return
 	}
 	switch {
 	case op.Via == "bearer" && req.Tenant == "":
 		req.Tenant = op.TenantID
 	case op.Via == "bearer" && req.Tenant != op.TenantID:
-		writeProblem(w, r, http.StatusForbidden, domain.CodeForbidden, "the token's tenant is "+op.TenantID)
+		writeProblem(w, r, http.StatusForbidden, vocab.CodeForbidden, "the token's tenant is "+op.TenantID)
 		return
 	case req.Tenant == "":
-		writeProblem(w, r, http.StatusBadRequest, domain.CodeInvalidArgument, "tenant is required")
+		writeProblem(w, r, http.StatusBadRequest, vocab.CodeInvalidArgument, "tenant is required")
 		return
 	}
 	if req.Tool == "" || req.IdempotencyKey == "" {
-		writeProblem(w, r, http.StatusBadRequest, domain.CodeInvalidArgument, "tool and idempotency_key are required")
+		writeProblem(w, r, http.StatusBadRequest, vocab.CodeInvalidArgument, "tool and idempotency_key are required")
 		return
 	}
 	if err := ValidateReason(req.Reason); err != nil {
-		writeProblem(w, r, http.StatusBadRequest, domain.CodeInvalidArgument, err.Error())
+		writeProblem(w, r, http.StatusBadRequest, vocab.CodeInvalidArgument, err.Error())
 		return
 	}
 	line, err := s.redriver.Redrive(r.Context(), &RedriveParams{
@@ -181,11 +181,11 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case Refused(err):
 		writeJSON(w, http.StatusConflict, line)
-	case errors.Is(err, domain.ErrNotFound):
-		writeProblem(w, r, http.StatusNotFound, domain.CodeNotFound, "no operation "+req.Tool+"/"+req.IdempotencyKey+" in tenant "+req.Tenant)
+	case errors.Is(err, vocab.ErrNotFound):
+		writeProblem(w, r, http.StatusNotFound, vocab.CodeNotFound, "no operation "+req.Tool+"/"+req.IdempotencyKey+" in tenant "+req.Tenant)
 	case err != nil:
 		s.logger.ErrorContext(r.Context(), "ops: re-drive failed", "tool", req.Tool, "error", err)
-		writeProblem(w, r, http.StatusServiceUnavailable, domain.CodeUnavailable, "the re-drive did not complete; try again")
+		writeProblem(w, r, http.StatusServiceUnavailable, vocab.CodeUnavailable, "the re-drive did not complete; try again")
 	default:
 		s.logger.InfoContext(r.Context(), "ops: re-drive", "operator", op.Name, "tenant", req.Tenant, "tool", req.Tool,
 			"operation_id", line.OperationID, "action", line.Action, "next_generation", line.NextGeneration)

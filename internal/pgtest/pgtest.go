@@ -37,9 +37,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
 )
 
 const (
@@ -355,7 +355,7 @@ func migrateURL(ctx context.Context, dbURL string) error {
 	if _, err = pgengine.Migrate(ctx, pool, nil); err != nil {
 		return err
 	}
-	_, err = pgengine.MigrateLine(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, nil)
+	_, err = pgengine.MigrateLine(ctx, pool, tools.Migrations(gate.Postgres), tools.VersionTable, nil)
 	return err
 }
 
@@ -371,7 +371,7 @@ func Fingerprint() (string, error) {
 	for _, line := range []struct {
 		prefix string
 		fsys   fs.FS
-	}{{"idemgate", pgengine.MigrationsFS()}, {"builtins", tools.Migrations(tool.Postgres)}} {
+	}{{"idemgate", pgengine.MigrationsFS()}, {"builtins", tools.Migrations(gate.Postgres)}} {
 		prefix, fsys := line.prefix, line.fsys
 		err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {

@@ -29,9 +29,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // FileName is the name of the database file in each test's directory.
@@ -135,7 +135,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := sqliteengine.Migrate(ctx, db, nil); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
-	if _, err := sqliteengine.MigrateLine(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, nil); err != nil {
+	if _, err := sqliteengine.MigrateLine(ctx, db, tools.Migrations(gate.SQLite), tools.VersionTable, nil); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
 	tmp := filepath.Join(scratch, "template.sqlite3")
@@ -177,7 +177,7 @@ func Fingerprint() (string, error) {
 	for _, line := range []struct {
 		prefix string
 		fsys   fs.FS
-	}{{"idemgate", sqliteengine.MigrationsFS()}, {"builtins", tools.Migrations(tool.SQLite)}} {
+	}{{"idemgate", sqliteengine.MigrationsFS()}, {"builtins", tools.Migrations(gate.SQLite)}} {
 		prefix, fsys := line.prefix, line.fsys
 		err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {

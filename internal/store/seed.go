@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // MaxSeedAmountCents bounds amount_cents in a seed file: 100 million in
@@ -38,7 +38,7 @@ type SeedFile struct {
 	// customers, seats and users (the built-in tools' rows, in their own
 	// tables: tools.SeedRows) in Seed's transaction, counting them in res.
 	// Nil refuses a file that has such rows.
-	LoadRows func(ctx context.Context, tx gate.Tx, f *SeedFile, res *SeedResult) error `json:"-"`
+	LoadRows func(ctx context.Context, tx core.Tx, f *SeedFile, res *SeedResult) error `json:"-"`
 }
 
 // HasRows reports whether f has orders, customers, seats or users: rows
@@ -264,7 +264,7 @@ func (f *SeedFile) validateTenants(dup dupFunc) error {
 		name := fmt.Sprintf("tenants[%d]", i)
 		var baseErr error
 		if tn.ResetLinkBase != "" {
-			if err := domain.CheckLinkBase(tn.ResetLinkBase); err != nil {
+			if err := vocab.CheckLinkBase(tn.ResetLinkBase); err != nil {
 				baseErr = fmt.Errorf("%s.reset_link_base: %q %w", name, tn.ResetLinkBase, err)
 			}
 		}
@@ -316,8 +316,8 @@ func checkID(entry, field, v string) error {
 	switch {
 	case v == "":
 		return fmt.Errorf("%s.%s: required", entry, field)
-	case !domain.ValidID(v):
-		return fmt.Errorf("%s.%s: %q must be %s", entry, field, v, domain.IDRule)
+	case !vocab.ValidID(v):
+		return fmt.Errorf("%s.%s: %q must be %s", entry, field, v, vocab.IDRule)
 	}
 	return nil
 }

@@ -14,21 +14,21 @@ import (
 // "/" covers a folder and everything under it; the longest match wins.
 var Layers = [][]string{
 	// Leaves: import nothing of ours.
-	{"idemtype", "internal/telemetry", "internal/tenancy/tokenspec", "internal/surface/", "internal/procstat", "internal/logtest", "internal/groups"},
+	{"domain", "internal/telemetry", "internal/tenancy/tokenspec", "internal/surface/", "internal/procstat", "internal/logtest", "internal/groups"},
 	// The shared internal types.
-	{"internal/domain"},
+	{"internal/vocab"},
 	// The gate, configuration and the domain's clients.
-	{"internal/gate", "internal/config", "internal/domain/refunds", "internal/domain/resetmail", "internal/domain/resettoken", "internal/domain/approvalmail", "internal/oauth"},
+	{"internal/core", "internal/config", "internal/vocab/refunds", "internal/vocab/resetmail", "internal/vocab/resettoken", "internal/vocab/approvalmail", "internal/oauth"},
 	// What the engines store besides the gate.
 	{"internal/store/", "internal/tenancy"},
 	// What the assembly reads of a declaration.
 	{"internal/toolspec"},
-	// The public tool API.
-	{"tool"},
+	// The public gate API (declaring tools).
+	{"gate"},
 	// The product's parts, built on the tool API.
 	{"internal/tools/", "internal/jobs", "internal/ops", "internal/api"},
 	// The engine drivers (their migrations included): each driver's
-	// transaction is the tool.Tx effects see and its River client a
+	// transaction is the gate.Tx effects see and its River client a
 	// jobs.River, so they sit above tool and jobs and below the assembly.
 	{"internal/engine/"},
 	// The assembly.
@@ -36,7 +36,7 @@ var Layers = [][]string{
 	// The public root.
 	{".", "builtins", "internal/builtins"},
 	// Test kits and test infrastructure: above the assembly they drive.
-	{"internal/toolkit", "tool/tooltest", "internal/oauth/oauthtest", "internal/gate/gatetest", "internal/store/storetest", "internal/pgtest", "internal/sqlitetest",
+	{"internal/toolkit", "gate/gatetest", "internal/oauth/oauthtest", "internal/core/coretest", "internal/store/storetest", "internal/pgtest", "internal/sqlitetest",
 		"internal/enginetest", "internal/stripetest/", "internal/mailpit", "internal/smtptest"},
 	// Harnesses and commands: on top, never imported by the product.
 	{"internal/chaos/", "internal/model", "internal/failover", "cmd/", "examples/", "e2e/"},

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // DefaultTokenCacheTTL is how long an Authenticator trusts a token row it
@@ -31,8 +31,8 @@ const TokenCacheSize = 10_000
 // unknown, revoked or expired token alike, so that a caller cannot probe
 // which tokens exist. It is a *domain.Error with code
 // domain.CodeUnauthenticated; compare with errors.Is.
-var ErrUnauthenticated error = &domain.Error{
-	Code:    domain.CodeUnauthenticated,
+var ErrUnauthenticated error = &vocab.Error{
+	Code:    vocab.CodeUnauthenticated,
 	Message: "a valid bearer token is required",
 }
 
@@ -81,9 +81,9 @@ func NewAuthenticator(tokens store.Tokens, cacheTTL time.Duration, clock func() 
 // revoked or expired token is ErrUnauthenticated. A store that cannot be
 // reached gives an error wrapping domain.ErrUnavailable; failures are never
 // cached, so the next call asks the store again.
-func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (domain.Actor, error) {
+func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (vocab.Actor, error) {
 	if !tokenspec.WellFormed(bearer) {
-		return domain.Actor{}, ErrUnauthenticated
+		return vocab.Actor{}, ErrUnauthenticated
 	}
 	hash := sha256.Sum256([]byte(bearer))
 	now := a.clock()
@@ -92,26 +92,26 @@ func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (domain
 	if !hit {
 		var err error
 		tok, err = a.tokens.TokenGetByHash(ctx, hash[:])
-		if errors.Is(err, domain.ErrNotFound) {
-			return domain.Actor{}, ErrUnauthenticated
+		if errors.Is(err, vocab.ErrNotFound) {
+			return vocab.Actor{}, ErrUnauthenticated
 		}
 		if err != nil {
-			return domain.Actor{}, fmt.Errorf("authenticate: look up token: %w", err)
+			return vocab.Actor{}, fmt.Errorf("authenticate: look up token: %w", err)
 		}
 	}
 	// The store found the row by hash; check it really is this hash, in
 	// constant time, before trusting (or caching) it.
 	if subtle.ConstantTimeCompare(tok.Hash, hash[:]) != 1 {
-		return domain.Actor{}, ErrUnauthenticated
+		return vocab.Actor{}, ErrUnauthenticated
 	}
 	if !hit {
 		tok = cloneToken(tok)
 		a.remember(hash, tok, now)
 	}
 	if tok.RevokedAt != nil || (tok.ExpiresAt != nil && !now.Before(*tok.ExpiresAt)) {
-		return domain.Actor{}, ErrUnauthenticated
+		return vocab.Actor{}, ErrUnauthenticated
 	}
-	return domain.Actor{
+	return vocab.Actor{
 		TenantID: tok.TenantID,
 		UserID:   tok.UserID,
 		TokenID:  tok.ID,

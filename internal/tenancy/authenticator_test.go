@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // countingTokens counts TokenGetByHash calls on a real store, and can send
@@ -115,7 +115,7 @@ func TestAuthenticate(t *testing.T) {
 
 		actor, err := b.auth.Authenticate(ctx, secret)
 		require.NoError(t, err)
-		require.Equal(t, domain.Actor{
+		require.Equal(t, vocab.Actor{
 			TenantID: "acme", UserID: "support-bot", TokenID: tok.ID,
 			Scopes: []string{"billing:refund", tenancy.ScopeOperationsRead},
 		}, actor)
@@ -240,7 +240,7 @@ func TestAuthenticate(t *testing.T) {
 			_, err := b.auth.Authenticate(ctx, bearer)
 			require.Same(t, tenancy.ErrUnauthenticated, err, "%q", bearer)
 		}
-		require.Equal(t, domain.CodeUnauthenticated, domain.CodeOf(tenancy.ErrUnauthenticated))
+		require.Equal(t, vocab.CodeUnauthenticated, vocab.CodeOf(tenancy.ErrUnauthenticated))
 	})
 
 	t.Run("UnavailableNotCached", func(t *testing.T) {
@@ -254,7 +254,7 @@ func TestAuthenticate(t *testing.T) {
 
 		b.tokens.useDown.Store(true)
 		_, err = b.auth.Authenticate(ctx, secret)
-		require.ErrorIs(t, err, domain.ErrUnavailable)
+		require.ErrorIs(t, err, vocab.ErrUnavailable)
 		require.NotErrorIs(t, err, tenancy.ErrUnauthenticated)
 
 		b.tokens.useDown.Store(false)

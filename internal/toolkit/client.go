@@ -11,14 +11,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // URL is the harness's base URL: MCP at URL()+"/mcp", the REST twins at
 // URL()+"/v1/tools/{name}".
 func (h *Harness) URL() string { return h.url }
 
-// Token mints a bearer token of Tenant (user "tooltest") holding exactly
+// Token mints a bearer token of Tenant (user "gatetest") holding exactly
 // scopes; none: a token that may call nothing.
 func (h *Harness) Token(t testing.TB, scopes ...string) string {
 	t.Helper()
@@ -30,7 +30,7 @@ func (h *Harness) Token(t testing.TB, scopes ...string) string {
 // closed when t's test ends.
 func (h *Harness) MCP(t testing.TB) *mcp.ClientSession {
 	t.Helper()
-	client := mcp.NewClient(&mcp.Implementation{Name: "tooltest", Version: "1"}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "gatetest", Version: "1"}, nil)
 	session, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint:   h.url + "/mcp",
 		HTTPClient: &http.Client{Transport: bearer{token: h.token}, Timeout: AwaitTimeout},
@@ -80,11 +80,11 @@ func (h *Harness) Read(t testing.TB, toolName string, args, out any) error {
 			return nil
 		}
 		var problem struct {
-			Error *domain.Error `json:"error"`
+			Error *vocab.Error `json:"error"`
 		}
 		require.NoError(t, json.Unmarshal(raw, &problem), "%d %s", resp.StatusCode, raw)
 		require.NotNil(t, problem.Error, "%d without an error: %s", resp.StatusCode, raw)
-		if problem.Error.Code != domain.CodeUnavailable || time.Now().After(deadline) {
+		if problem.Error.Code != vocab.CodeUnavailable || time.Now().After(deadline) {
 			return problem.Error
 		}
 		time.Sleep(100 * time.Millisecond) // SQLite's one writer busy: as the answer asks

@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/toolspec"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // KillPoint is a point of an effect where KillNext kills the worker.
@@ -32,7 +32,7 @@ const (
 
 // errKilled is what a killed job's goroutine returns to River once the
 // harness has recovered its claim; it has written nothing.
-var errKilled = errors.New("tooltest: the worker was killed here")
+var errKilled = errors.New("gatetest: the worker was killed here")
 
 // kill is one armed kill, and what became of it.
 type kill struct {
@@ -40,7 +40,7 @@ type kill struct {
 	at   KillPoint
 	// fired is closed when the job was killed; claim is the claim it held.
 	fired chan struct{}
-	claim *gate.Claim
+	claim *core.Claim
 	// done is closed when the harness has run the reaper for it; left is
 	// what the killed job left (read before the clock moved) and err the
 	// recovery's error.
@@ -51,7 +51,7 @@ type kill struct {
 
 // left is what a killed job left behind.
 type left struct {
-	status    domain.Status
+	status    vocab.Status
 	leaseLive bool
 	jobState  string
 }
@@ -98,11 +98,11 @@ func (h *Harness) armKill(toolName string, at KillPoint) *kill {
 	spec := h.mutation(toolName)
 	switch {
 	case spec == nil:
-		panic(fmt.Sprintf("tooltest: KillNext: %q is not a mutation of the harness", toolName))
+		panic(fmt.Sprintf("gatetest: KillNext: %q is not a mutation of the harness", toolName))
 	case at != AfterCall && at != BeforeCommit:
-		panic(fmt.Sprintf("tooltest: KillNext: no kill point %v", at))
+		panic(fmt.Sprintf("gatetest: KillNext: no kill point %v", at))
 	case at == AfterCall && spec.InTx:
-		panic(fmt.Sprintf("tooltest: KillNext: %s is in-transaction: AfterCall applies to external (Call) tools", toolName))
+		panic(fmt.Sprintf("gatetest: KillNext: %s is in-transaction: AfterCall applies to external (Call) tools", toolName))
 	}
 	k := &kill{tool: toolName, at: at, fired: make(chan struct{}), done: make(chan struct{})}
 	h.faults.mu.Lock()
@@ -130,7 +130,7 @@ func (f *faults) takeKill(toolName string, at KillPoint) *kill {
 // The goroutine rolls the transaction back (a killed process's connection
 // drops), and waits, doing nothing, until the harness has run the reaper
 // for the claim; then it returns errKilled, and the runner writes nothing.
-func (h *Harness) fault(ctx context.Context, at jobs.FaultPoint, c *gate.Claim, tx gate.Tx) error {
+func (h *Harness) fault(ctx context.Context, at jobs.FaultPoint, c *core.Claim, tx core.Tx) error {
 	k := h.faults.takeKill(c.Tool, at)
 	if k == nil {
 		return nil
@@ -154,17 +154,17 @@ func (h *Harness) recoverKilled(k *kill) {
 	ctx, cancel := context.WithTimeout(context.Background(), AwaitTimeout)
 	defer cancel()
 	store := h.gate.Store()
-	var c *gate.Claim
+	var c *core.Claim
 	k.err = retry(ctx, "read the claim", func() (err error) {
-		c, err = store.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: k.claim.TenantID, OperationID: k.claim.OperationID})
+		c, err = store.ClaimGetByOperation(ctx, &core.ClaimGetByOperationParams{TenantID: k.claim.TenantID, OperationID: k.claim.OperationID})
 		return err
 	})
 	if k.err != nil {
 		return
 	}
-	var job *gate.Job
+	var job *core.Job
 	if k.err = retry(ctx, "read the job", func() (err error) {
-		job, err = store.JobGet(ctx, &gate.JobGetParams{ID: c.JobID})
+		job, err = store.JobGet(ctx, &core.JobGetParams{ID: c.JobID})
 		return err
 	}); k.err != nil {
 		return
@@ -173,10 +173,10 @@ func (h *Harness) recoverKilled(k *kill) {
 	now := time.Now()
 	if k.err = retry(ctx, "move the clock", func() error {
 		switch c.Status {
-		case domain.StatusRunning:
+		case vocab.StatusRunning:
 			return h.exec(ctx, `UPDATE idempotency_claims SET lease_expires_at = $1 WHERE id = $2 AND status = 'running'`,
 				h.dbTime(now.Add(-time.Second)), c.ID)
-		case domain.StatusQueued:
+		case vocab.StatusQueued:
 			return h.exec(ctx, `UPDATE river_job SET attempted_at = $1 WHERE id = $2 AND state = 'running'`,
 				h.dbTime(now.Add(-h.lease-time.Second)), c.JobID)
 		}
@@ -230,9 +230,9 @@ func CheckKilledMidEffect(t testing.TB, h *Harness, c *Case, prefix string, at K
 	<-k.done
 	require.NoError(t, k.err, "the harness's recovery of the killed job")
 	if spec.InTx {
-		require.Equal(t, domain.StatusQueued, k.left.status, "the killed in-transaction effect's lock rolled back: the claim is queued")
+		require.Equal(t, vocab.StatusQueued, k.left.status, "the killed in-transaction effect's lock rolled back: the claim is queued")
 	} else {
-		require.Equal(t, domain.StatusRunning, k.left.status, "the killed external effect's claim is running")
+		require.Equal(t, vocab.StatusRunning, k.left.status, "the killed external effect's claim is running")
 		require.True(t, k.left.leaseLive, "the killed worker's lease is held")
 	}
 	require.Equal(t, "running", k.left.jobState, "the killed job is still running in River")
@@ -245,13 +245,13 @@ func CheckKilledMidEffect(t testing.TB, h *Harness, c *Case, prefix string, at K
 		require.Equal(t, k.claim.DownstreamKey, ds, "run %d of the effect had the killed run's downstream key", i+1)
 	}
 	if spec.Policy.FailUnknownOutcome && !spec.InTx {
-		require.Equal(t, domain.StatusFailed, op.Status, "a tool that fails unknown outcomes is not run again")
-		require.Equal(t, domain.CodeOutcomeUnknown, op.Error.Code)
+		require.Equal(t, vocab.StatusFailed, op.Status, "a tool that fails unknown outcomes is not run again")
+		require.Equal(t, vocab.CodeOutcomeUnknown, op.Error.Code)
 		require.Len(t, runs, 1, "the effect never ran again")
 		require.LessOrEqual(t, c.Effects(t, h, op), 1, "no second effect")
 		return
 	}
-	require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
+	require.Equal(t, vocab.StatusSucceeded, op.Status, "%+v", op.Error)
 	require.GreaterOrEqual(t, len(runs), 2, "the effect ran again after the kill")
 	require.Equal(t, 1, c.Effects(t, h, op), "one effect in all: the killed run's and the reclaimed run's are one")
 }

@@ -1,6 +1,6 @@
 // Package toolkit runs tools through idemgate's real gate, River workers
 // and REST api, on Postgres and on SQLite, and checks the guarantees each
-// mutation must keep, one function per guarantee. Package tooltest is its
+// mutation must keep, one function per guarantee. Package gatetest is its
 // public face; idemgate's own tests use it directly for what a team does
 // not need (seed data, the configuration, a registry built on the store).
 //
@@ -25,20 +25,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/idemtype"
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/internal/toolspec"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Tenant is the tenant every harness call runs as.
@@ -51,7 +51,7 @@ const AwaitTimeout = 2 * time.Minute
 // Options configure a Harness. The zero value is valid.
 type Options struct {
 	// Migrations returns the tools' own goose SQL migrations for an engine
-	// (tool.Postgres, tool.SQLite), applied after idemgate's; nil: none.
+	// (gate.Postgres, gate.SQLite), applied after idemgate's; nil: none.
 	Migrations func(engine string) fs.FS
 	// Seed is written before the tools run (orders, customers, seats,
 	// users of the built-in tools).
@@ -66,7 +66,7 @@ type Options struct {
 
 // Data is the harness database's store, for Options.Build.
 type Data interface {
-	gate.Store
+	core.Store
 	store.Tokens
 }
 
@@ -88,7 +88,7 @@ type Harness struct {
 	count  func(ctx context.Context, query string, args ...any) (int, error)
 	faults *faults
 	redrv  *ops.Redriver
-	gate   *gate.Gate
+	gate   *core.Gate
 	// expire ends a claim's replay window now.
 	expire func(ctx context.Context, tenant, toolName, key string) error
 	// specs are the tools the harness runs (their effects wrapped).
@@ -100,7 +100,7 @@ type Harness struct {
 	exec   func(ctx context.Context, query string, args ...any) error
 	dbTime func(time.Time) any
 	// reap is one pass of the worker's reaper.
-	reap func(ctx context.Context) (*gate.ReapResult, error)
+	reap func(ctx context.Context) (*core.ReapResult, error)
 	// lease is the configured in-flight lease (the reaper's staleAfter).
 	lease time.Duration
 }
@@ -113,14 +113,14 @@ func Postgres(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	}
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 40})
-	if fsys := ownMigrations(opts, tool.Postgres); fsys != nil {
+	if fsys := ownMigrations(opts, gate.Postgres); fsys != nil {
 		_, err := pgengine.MigrateApp(ctx, pool, fsys, nil)
 		require.NoError(t, err)
 	}
 	data := pgengine.New(pool)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
-	h := &Harness{Engine: tool.Postgres, faults: &faults{}, tokens: data}
+	h := &Harness{Engine: gate.Postgres, faults: &faults{}, tokens: data}
 	h.count = func(ctx context.Context, q string, args ...any) (n int, err error) {
 		err = pool.QueryRow(ctx, q, args...).Scan(&n)
 		return n, err
@@ -140,7 +140,7 @@ func Postgres(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	h.redrv = &ops.Redriver{Gate: w.Gate, Jobs: w.Client}
 	h.gate = w.Gate
 	h.specs, h.lease = wreg, cfg.InflightTimeout
-	h.reap = func(ctx context.Context) (*gate.ReapResult, error) {
+	h.reap = func(ctx context.Context) (*core.ReapResult, error) {
 		return w.Gate.Reap(ctx, w.Client, cfg.InflightTimeout)
 	}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
@@ -174,14 +174,14 @@ func SQLite(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	}
 	ctx := context.Background()
 	path, db := sqlitetest.NewDB(t)
-	if fsys := ownMigrations(opts, tool.SQLite); fsys != nil {
+	if fsys := ownMigrations(opts, gate.SQLite); fsys != nil {
 		_, err := sqliteengine.MigrateApp(ctx, db, fsys, nil)
 		require.NoError(t, err)
 	}
 	data := sqliteengine.New(db)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
-	h := &Harness{Engine: tool.SQLite, faults: &faults{}, tokens: data}
+	h := &Harness{Engine: gate.SQLite, faults: &faults{}, tokens: data}
 	h.count = func(ctx context.Context, q string, args ...any) (n int, err error) {
 		err = db.QueryRowContext(ctx, q, args...).Scan(&n)
 		return n, err
@@ -199,7 +199,7 @@ func SQLite(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	h.redrv = &ops.Redriver{Gate: e.Gate, Jobs: e.Client}
 	h.gate = e.Gate
 	h.specs, h.lease = wreg, cfg.InflightTimeout
-	h.reap = func(ctx context.Context) (*gate.ReapResult, error) {
+	h.reap = func(ctx context.Context) (*core.ReapResult, error) {
 		return e.Gate.Reap(ctx, e.Client, cfg.InflightTimeout)
 	}
 	h.expire = func(ctx context.Context, tenant, toolName, key string) error {
@@ -256,12 +256,12 @@ func newToken(t testing.TB, tokens store.Tokens, reg *toolspec.Registry) string 
 	return mintToken(t, tokens, reg.Scopes())
 }
 
-// mintToken mints a token of Tenant, user "tooltest", with scopes.
+// mintToken mints a token of Tenant, user "gatetest", with scopes.
 func mintToken(t testing.TB, tokens store.Tokens, scopes []string) string {
 	t.Helper()
 	secret, id, err := tenancy.NewToken()
 	require.NoError(t, err)
-	_, err = tokens.TokenInsert(context.Background(), &store.TokenInsertParams{ID: id, TenantID: Tenant, UserID: "tooltest",
+	_, err = tokens.TokenInsert(context.Background(), &store.TokenInsertParams{ID: id, TenantID: Tenant, UserID: "gatetest",
 		Scopes: scopes, Hash: tenancy.HashToken(secret)})
 	require.NoError(t, err)
 	return secret
@@ -272,10 +272,10 @@ type Answer struct {
 	// Status is the HTTP status of the REST twin.
 	Status int
 	// Outcome is accepted, replayed, in_flight, conflict or expired.
-	Outcome   string              `json:"outcome"`
-	Replayed  bool                `json:"replayed"`
-	Operation *idemtype.Operation `json:"operation"`
-	Error     *idemtype.Error     `json:"error"`
+	Outcome   string            `json:"outcome"`
+	Replayed  bool              `json:"replayed"`
+	Operation *domain.Operation `json:"operation"`
+	Error     *domain.Error     `json:"error"`
 }
 
 // Call calls a mutation through the REST twin with key as its
@@ -294,7 +294,7 @@ func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) 
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
 		ans := h.do(t, req)
-		if ans.Error == nil || ans.Error.Code != domain.CodeUnavailable || time.Now().After(deadline) {
+		if ans.Error == nil || ans.Error.Code != vocab.CodeUnavailable || time.Now().After(deadline) {
 			return ans
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -304,7 +304,7 @@ func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) 
 // Operation reads an operation by tool and key. An "unavailable" answer
 // (SQLite's one writer busy under load) is retried, as it asks a client
 // to.
-func (h *Harness) Operation(t testing.TB, toolName, key string) *domain.Operation {
+func (h *Harness) Operation(t testing.TB, toolName, key string) *vocab.Operation {
 	t.Helper()
 	deadline := time.Now().Add(AwaitTimeout)
 	for {
@@ -321,19 +321,19 @@ func (h *Harness) Operation(t testing.TB, toolName, key string) *domain.Operatio
 			continue
 		}
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
-		var op domain.Operation
+		var op vocab.Operation
 		require.NoError(t, json.Unmarshal(raw, &op))
 		return &op
 	}
 }
 
 // Await waits until the operation is terminal and returns it.
-func (h *Harness) Await(t testing.TB, toolName, key string) *domain.Operation {
+func (h *Harness) Await(t testing.TB, toolName, key string) *vocab.Operation {
 	t.Helper()
 	deadline := time.Now().Add(AwaitTimeout)
 	for {
 		op := h.Operation(t, toolName, key)
-		if op.Status == domain.StatusSucceeded || op.Status == domain.StatusFailed {
+		if op.Status == vocab.StatusSucceeded || op.Status == vocab.StatusFailed {
 			return op
 		}
 		if time.Now().After(deadline) {
@@ -378,7 +378,7 @@ func (h *Harness) PruneAt(t testing.TB, at time.Time) {
 func (h *Harness) Redrive(t testing.TB, toolName, key string) *ops.RedriveLine {
 	t.Helper()
 	line, err := h.redrv.Redrive(context.Background(), &ops.RedriveParams{TenantID: Tenant, Tool: toolName, Key: key,
-		Operator: "tooltest", Reason: "tooltest re-drive"})
+		Operator: "gatetest", Reason: "gatetest re-drive"})
 	require.NoError(t, err)
 	return line
 }
@@ -407,10 +407,10 @@ type Case struct {
 	DifferField string
 	// Failing, optional, is a call that fails definitively with FailCode.
 	Failing  map[string]any
-	FailCode domain.Code
+	FailCode vocab.Code
 	// Effects counts op's effects where they land (rows in the tool's own
 	// table, refunds at the test provider, mails in the mailbox).
-	Effects func(t testing.TB, h *Harness, op *domain.Operation) int
+	Effects func(t testing.TB, h *Harness, op *vocab.Operation) int
 }
 
 // Check runs the guarantees every mutation must keep, as subtests:
@@ -460,12 +460,12 @@ func CheckDuplicate(t *testing.T, h *Harness, c *Case, prefix string) {
 	key := prefix + "-dup"
 	first := h.Call(t, c.Tool, key, c.Args)
 	require.Nil(t, first.Error, "first call")
-	require.Equal(t, string(domain.OutcomeAccepted), first.Outcome)
+	require.Equal(t, string(vocab.OutcomeAccepted), first.Outcome)
 	op := h.Await(t, c.Tool, key)
-	require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
+	require.Equal(t, vocab.StatusSucceeded, op.Status, "%+v", op.Error)
 	again := h.Call(t, c.Tool, key, c.Args)
 	require.Nil(t, again.Error)
-	require.Equal(t, string(domain.OutcomeReplayed), again.Outcome)
+	require.Equal(t, string(vocab.OutcomeReplayed), again.Outcome)
 	require.Equal(t, op.OperationID, again.Operation.OperationID)
 	require.JSONEq(t, string(op.Result), string(again.Operation.Result), "the replay answers the stored result")
 	require.Equal(t, 1, c.Effects(t, h, op), "one effect for two calls")
@@ -498,7 +498,7 @@ func CheckConcurrent(t *testing.T, h *Harness, c *Case, prefix string) {
 	wg.Wait()
 	require.Len(t, ids, 1, "every concurrent caller got the same operation")
 	op := h.Await(t, c.Tool, key)
-	require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
+	require.Equal(t, vocab.StatusSucceeded, op.Status, "%+v", op.Error)
 	require.Equal(t, 1, c.Effects(t, h, op), "one effect for %d concurrent calls", callers)
 }
 
@@ -511,7 +511,7 @@ func CheckConflict(t *testing.T, h *Harness, c *Case, prefix string) {
 	op := h.Await(t, c.Tool, key)
 	other := h.Call(t, c.Tool, key, c.Differ)
 	require.NotNil(t, other.Error, "the same key with other arguments must be refused")
-	require.Equal(t, domain.CodeKeyReuseDifferentArgs, other.Error.Code)
+	require.Equal(t, vocab.CodeKeyReuseDifferentArgs, other.Error.Code)
 	require.Contains(t, other.Error.Fields, c.DifferField)
 	require.Equal(t, 1, c.Effects(t, h, op), "the conflict made no effect")
 }
@@ -524,7 +524,7 @@ func CheckLostOutcome(t *testing.T, h *Harness, c *Case, prefix string) {
 	first := h.Call(t, c.Tool, key, c.Args)
 	require.Nil(t, first.Error)
 	op := h.Await(t, c.Tool, key)
-	require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
+	require.Equal(t, vocab.StatusSucceeded, op.Status, "%+v", op.Error)
 	require.GreaterOrEqual(t, op.Attempts, 2, "the effect ran again after its outcome was lost")
 	require.False(t, h.faults.armed(c.Tool), "the fault was used")
 	require.Equal(t, 1, c.Effects(t, h, op), "the second run made no second effect")
@@ -536,22 +536,22 @@ func CheckExpiredKeyIsNotRunAgain(t *testing.T, h *Harness, c *Case, prefix stri
 	key := prefix + "-exp"
 	h.Call(t, c.Tool, key, c.Args)
 	op := h.Await(t, c.Tool, key)
-	require.Equal(t, domain.StatusSucceeded, op.Status, "%+v", op.Error)
+	require.Equal(t, vocab.StatusSucceeded, op.Status, "%+v", op.Error)
 	h.Expire(t, c.Tool, key)
 	for _, stage := range []string{"claim kept", "tombstone"} {
 		again := h.Call(t, c.Tool, key, c.Args)
 		require.NotNil(t, again.Error, "%s: the same intent after its replay window must be refused", stage)
-		require.Equal(t, domain.CodeKeyExpired, again.Error.Code, stage)
+		require.Equal(t, vocab.CodeKeyExpired, again.Error.Code, stage)
 		require.Contains(t, again.Error.Message, op.OperationID, "%s: the answer names the original operation", stage)
 		require.Equal(t, op.OperationID, again.Operation.OperationID, stage)
-		require.Equal(t, domain.StatusSucceeded, again.Operation.Status, stage)
+		require.Equal(t, vocab.StatusSucceeded, again.Operation.Status, stage)
 		require.Equal(t, 1, c.Effects(t, h, op), "%s: no second effect", stage)
 		h.PruneAt(t, time.Now()) // the claim becomes a tombstone
 	}
 	// Other arguments are a new intent: it takes the key.
 	other := h.Call(t, c.Tool, key, c.Differ)
 	require.Nil(t, other.Error, "%+v", other.Error)
-	require.Equal(t, string(domain.OutcomeAccepted), other.Outcome)
+	require.Equal(t, string(vocab.OutcomeAccepted), other.Outcome)
 	require.NotEqual(t, op.OperationID, other.Operation.OperationID)
 	h.Await(t, c.Tool, key)
 
@@ -560,10 +560,10 @@ func CheckExpiredKeyIsNotRunAgain(t *testing.T, h *Harness, c *Case, prefix stri
 	h.Call(t, c.Tool, key2, c.Args)
 	first := h.Await(t, c.Tool, key2)
 	h.Expire(t, c.Tool, key2)
-	h.PruneAt(t, time.Now().Add(gate.MaxRetention+time.Hour))
+	h.PruneAt(t, time.Now().Add(core.MaxRetention+time.Hour))
 	fresh := h.Call(t, c.Tool, key2, c.Args)
 	require.Nil(t, fresh.Error, "%+v", fresh.Error)
-	require.Equal(t, string(domain.OutcomeAccepted), fresh.Outcome)
+	require.Equal(t, string(vocab.OutcomeAccepted), fresh.Outcome)
 	require.NotEqual(t, first.OperationID, fresh.Operation.OperationID)
 }
 
@@ -573,12 +573,12 @@ func CheckRedriveAfterDefinitiveFailure(t *testing.T, h *Harness, c *Case, prefi
 	key := prefix + "-fail"
 	h.Call(t, c.Tool, key, c.Failing)
 	op := h.Await(t, c.Tool, key)
-	require.Equal(t, domain.StatusFailed, op.Status)
+	require.Equal(t, vocab.StatusFailed, op.Status)
 	require.Equal(t, c.FailCode, op.Error.Code)
 	line := h.Redrive(t, c.Tool, key)
 	require.Equal(t, ops.ActionRedriven, line.Action)
 	again := h.Await(t, c.Tool, key)
-	require.Equal(t, domain.StatusFailed, again.Status, "the same arguments fail the same way")
+	require.Equal(t, vocab.StatusFailed, again.Status, "the same arguments fail the same way")
 	require.Equal(t, c.FailCode, again.Error.Code)
 	require.Equal(t, op.OperationID, again.OperationID, "a re-drive keeps the operation")
 	require.Zero(t, c.Effects(t, h, again), "a failed operation made no effect")
@@ -604,7 +604,7 @@ type faults struct {
 }
 
 // ran records a run of c's effect.
-func (f *faults) ran(c *gate.Claim) {
+func (f *faults) ran(c *core.Claim) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.runs == nil {
@@ -660,7 +660,7 @@ func (f *faults) wrap(t testing.TB, reg *toolspec.Registry) *toolspec.Registry {
 }
 
 // errLost is the outcome a lossy effect reports instead of its result.
-var errLost = errors.New("tooltest: the effect's outcome was lost before the commit")
+var errLost = errors.New("gatetest: the effect's outcome was lost before the commit")
 
 type lossyEffect struct {
 	inner toolspec.Effect
@@ -668,24 +668,24 @@ type lossyEffect struct {
 	f     *faults
 }
 
-func (e *lossyEffect) Apply(ctx context.Context, tx toolspec.Tx, c *gate.Claim) (json.RawMessage, error) {
+func (e *lossyEffect) Apply(ctx context.Context, tx toolspec.Tx, c *core.Claim) (json.RawMessage, error) {
 	e.f.ran(c)
 	res, err := e.inner.Apply(ctx, tx, c)
 	if err == nil && e.f.take(e.name) {
-		return nil, tool.Transient("tooltest_lost_outcome", errLost)
+		return nil, gate.Transient("tooltest_lost_outcome", errLost)
 	}
 	return res, err
 }
 
-func (e *lossyEffect) Call(ctx context.Context, c *gate.Claim) (json.RawMessage, error) {
+func (e *lossyEffect) Call(ctx context.Context, c *core.Claim) (json.RawMessage, error) {
 	e.f.ran(c)
 	res, err := e.inner.Call(ctx, c)
 	if err == nil && e.f.take(e.name) {
-		return nil, tool.Transient("tooltest_lost_outcome", errLost)
+		return nil, gate.Transient("tooltest_lost_outcome", errLost)
 	}
 	return res, err
 }
 
-func (e *lossyEffect) Record(ctx context.Context, tx toolspec.Tx, c *gate.Claim, result json.RawMessage) error {
+func (e *lossyEffect) Record(ctx context.Context, tx toolspec.Tx, c *core.Claim, result json.RawMessage) error {
 	return e.inner.Record(ctx, tx, c, result)
 }

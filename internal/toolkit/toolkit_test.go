@@ -15,10 +15,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/toolkit"
 	"github.com/idemgate/idemgate/internal/toolspec"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The tools of these tests: grant_credit writes a row in its own table
@@ -87,13 +87,13 @@ func (p *provider) landed(operationID string) int {
 	return n
 }
 
-func chargeTool(name string, p *provider) *tool.Mutation[creditArgs, chargeResult] {
-	return &tool.Mutation[creditArgs, chargeResult]{
+func chargeTool(name string, p *provider) *gate.Mutation[creditArgs, chargeResult] {
+	return &gate.Mutation[creditArgs, chargeResult]{
 		Name: name, Title: "Charge", Description: "One charge per idempotency_key.", Scope: "charges:create",
-		Call: func(_ context.Context, op *tool.Op[creditArgs]) (*chargeResult, error) {
+		Call: func(_ context.Context, op *gate.Op[creditArgs]) (*chargeResult, error) {
 			return &chargeResult{ChargeID: p.charge(op.DownstreamKey, op.OperationID)}, nil
 		},
-		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[creditArgs], res *chargeResult) error {
+		Record: func(ctx context.Context, tx gate.Tx, op *gate.Op[creditArgs], res *chargeResult) error {
 			_, err := tx.Exec(ctx, `INSERT INTO kit_charges (operation_id, charge_id) VALUES ($1, $2)`, op.OperationID, res.ChargeID)
 			return err
 		},
@@ -112,10 +112,10 @@ func (l *leaks) count(operationID string) int {
 	return l.runs[operationID]
 }
 
-func creditTool(name string, leak *leaks) *tool.Mutation[creditArgs, credit] {
-	return &tool.Mutation[creditArgs, credit]{
+func creditTool(name string, leak *leaks) *gate.Mutation[creditArgs, credit] {
+	return &gate.Mutation[creditArgs, credit]{
 		Name: name, Title: "Grant a credit", Description: "One credit per idempotency_key.", Scope: "credits:grant",
-		InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[creditArgs]) (*credit, error) {
+		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[creditArgs]) (*credit, error) {
 			if leak != nil {
 				leak.mu.Lock()
 				leak.runs[op.OperationID]++
@@ -135,13 +135,13 @@ type testBundle struct {
 
 func setup() *testBundle {
 	b := &testBundle{good: &provider{dedupe: true}, broken: &provider{}, leak: &leaks{runs: map[string]int{}}}
-	reg := tool.NewRegistry().MustAdd(creditTool("grant_credit", nil), chargeTool("charge", b.good),
+	reg := gate.NewRegistry().MustAdd(creditTool("grant_credit", nil), chargeTool("charge", b.good),
 		chargeTool("charge_nodedupe", b.broken), creditTool("grant_credit_leaky", b.leak))
 	b.reg = toolspec.Of(reg)
 	return b
 }
 
-func creditCase(name string, effects func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int) *toolkit.Case {
+func creditCase(name string, effects func(t testing.TB, h *toolkit.Harness, op *vocab.Operation) int) *toolkit.Case {
 	return &toolkit.Case{
 		Tool:        name,
 		Args:        map[string]any{"customer_id": "cus_1", "amount_cents": 250},
@@ -158,10 +158,10 @@ func rows(t testing.TB, h *toolkit.Harness, table, operationID string) int {
 // cases are the good tools' cases, effects counted where they land.
 func (b *testBundle) cases() []*toolkit.Case {
 	return []*toolkit.Case{
-		creditCase("grant_credit", func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int {
+		creditCase("grant_credit", func(t testing.TB, h *toolkit.Harness, op *vocab.Operation) int {
 			return rows(t, h, "kit_credits", op.OperationID)
 		}),
-		creditCase("charge", func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int {
+		creditCase("charge", func(t testing.TB, h *toolkit.Harness, op *vocab.Operation) int {
 			n := b.good.landed(op.OperationID)
 			require.Equal(t, n, rows(t, h, "kit_charges", op.OperationID), "charges at the provider and charge rows agree")
 			return n
@@ -254,10 +254,10 @@ func TestKilledMidEffectFailsABrokenTool(t *testing.T) {
 	t.Parallel()
 	b := setup()
 	h := toolkit.SQLite(t, b.reg, &toolkit.Options{Migrations: migrations})
-	nodedupe := creditCase("charge_nodedupe", func(_ testing.TB, _ *toolkit.Harness, op *domain.Operation) int {
+	nodedupe := creditCase("charge_nodedupe", func(_ testing.TB, _ *toolkit.Harness, op *vocab.Operation) int {
 		return b.broken.landed(op.OperationID)
 	})
-	leaky := creditCase("grant_credit_leaky", func(_ testing.TB, _ *toolkit.Harness, op *domain.Operation) int {
+	leaky := creditCase("grant_credit_leaky", func(_ testing.TB, _ *toolkit.Harness, op *vocab.Operation) int {
 		return b.leak.count(op.OperationID)
 	})
 	for _, tc := range []struct {
@@ -287,9 +287,9 @@ func TestKilledMidEffectFailsABrokenTool(t *testing.T) {
 func TestKillNextRefusesAPointTheToolLacks(t *testing.T) {
 	t.Parallel()
 	h := toolkit.SQLite(t, setup().reg, &toolkit.Options{Migrations: migrations})
-	require.PanicsWithValue(t, `tooltest: KillNext: grant_credit is in-transaction: AfterCall applies to external (Call) tools`,
+	require.PanicsWithValue(t, `gatetest: KillNext: grant_credit is in-transaction: AfterCall applies to external (Call) tools`,
 		func() { h.KillNext("grant_credit", toolkit.AfterCall) })
-	require.PanicsWithValue(t, `tooltest: KillNext: "get_operation" is not a mutation of the harness`,
+	require.PanicsWithValue(t, `gatetest: KillNext: "get_operation" is not a mutation of the harness`,
 		func() { h.KillNext("get_operation", toolkit.BeforeCommit) })
 }
 
@@ -321,26 +321,26 @@ func TestClients(t *testing.T) {
 		raw, err := json.Marshal(res.StructuredContent)
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(raw, &ans), string(raw))
-		if ans.Error == nil || ans.Error.Code != domain.CodeUnavailable {
+		if ans.Error == nil || ans.Error.Code != vocab.CodeUnavailable {
 			require.False(t, res.IsError, "%s", raw)
 			break
 		}
 	}
 	require.Nil(t, ans.Error)
-	require.Contains(t, []string{string(domain.OutcomeAccepted), string(domain.OutcomeReplayed)}, ans.Outcome, "replayed after a retry of an unavailable answer")
+	require.Contains(t, []string{string(vocab.OutcomeAccepted), string(vocab.OutcomeReplayed)}, ans.Outcome, "replayed after a retry of an unavailable answer")
 	require.Equal(t, "grant_credit", ans.Operation.Tool)
 	op := h.Await(t, "grant_credit", "mcp-0001")
 	require.Equal(t, ans.Operation.OperationID, op.OperationID)
 	require.Equal(t, 1, rows(t, h, "kit_credits", op.OperationID))
 
-	var got domain.Operation
+	var got vocab.Operation
 	require.NoError(t, h.Read(t, "get_operation", map[string]any{"tool": "grant_credit", "idempotency_key": "mcp-0001"}, &got))
 	require.Equal(t, op.OperationID, got.OperationID)
-	require.Equal(t, domain.StatusSucceeded, got.Status)
+	require.Equal(t, vocab.StatusSucceeded, got.Status)
 	err = h.Read(t, "get_operation", map[string]any{"tool": "grant_credit", "idempotency_key": "mcp-none"}, &got)
-	var derr *domain.Error
+	var derr *vocab.Error
 	require.ErrorAs(t, err, &derr)
-	require.Equal(t, domain.CodeNotFound, derr.Code)
+	require.Equal(t, vocab.CodeNotFound, derr.Code)
 
 	read := func(token string) int {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL()+"/v1/tools/get_operation",
@@ -353,7 +353,7 @@ func TestClients(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	require.Equal(t, http.StatusOK, read(h.Token(t, tool.ScopeOperationsRead)))
+	require.Equal(t, http.StatusOK, read(h.Token(t, gate.ScopeOperationsRead)))
 	require.Equal(t, http.StatusForbidden, read(h.Token(t)), "a token without the scope")
 	require.Equal(t, http.StatusOK, read(h.Token(t, "credits:grant")), "the polled mutation's own scope reads it")
 	require.Equal(t, http.StatusForbidden, read(h.Token(t, "charges:create")), "a token with another tool's scope")

@@ -12,16 +12,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/internal/toolspec"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The built-in tools' own SQL on both engines: what the engines'
@@ -35,10 +35,10 @@ type sqlBundle struct {
 func newSQLBundle(t *testing.T, engine string) *sqlBundle {
 	t.Helper()
 	var st interface {
-		gate.Store
+		core.Store
 		store.Seeder
 	}
-	if engine == tool.Postgres {
+	if engine == gate.Postgres {
 		_, pool := pgtest.NewDB(t)
 		st = pgengine.New(pool)
 	} else {
@@ -59,20 +59,20 @@ func newSQLBundle(t *testing.T, engine string) *sqlBundle {
 func (b *sqlBundle) count(t *testing.T, query string, args ...any) int64 {
 	t.Helper()
 	var n int64
-	require.NoError(t, b.db(context.Background(), func(tx tool.Tx) error { return tx.QueryRow(context.Background(), query, args...).Scan(&n) }))
+	require.NoError(t, b.db(context.Background(), func(tx gate.Tx) error { return tx.QueryRow(context.Background(), query, args...).Scan(&n) }))
 	return n
 }
 
 func opID(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
 
-func claim(toolName string, n int, args string) *gate.Claim {
-	return &gate.Claim{OperationID: opID(n), TenantID: "acme", Tool: toolName, IdempotencyKey: "key-" + opID(n),
+func claim(toolName string, n int, args string) *core.Claim {
+	return &core.Claim{OperationID: opID(n), TenantID: "acme", Tool: toolName, IdempotencyKey: "key-" + opID(n),
 		DownstreamKey: "idg_" + opID(n) + "_0", Args: json.RawMessage(args)}
 }
 
 func TestBuiltinSQL(t *testing.T) {
 	t.Parallel()
-	for _, engine := range []string{tool.Postgres, tool.SQLite} {
+	for _, engine := range []string{gate.Postgres, gate.SQLite} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			t.Run("RefundRecord", func(t *testing.T) { t.Parallel(); checkRefundRecord(t, newSQLBundle(t, engine)) })
@@ -94,7 +94,7 @@ func checkRefundRecord(t *testing.T, b *sqlBundle) {
 	record := func(n int, order, refundID string, cents int64, fail bool) error {
 		c := claim("refund_order", n, `{"order_id":"`+order+`","amount_cents":1}`)
 		res, _ := json.Marshal(tools.Refund{RefundID: refundID, OrderID: order, AmountCents: cents, Currency: "usd", Status: "succeeded"})
-		return b.db(ctx, func(tx tool.Tx) error {
+		return b.db(ctx, func(tx gate.Tx) error {
 			if err := spec.Effect.Record(ctx, tx, c, res); err != nil {
 				return err
 			}
@@ -128,7 +128,7 @@ func checkLedger(t *testing.T, b *sqlBundle) {
 	require.NoError(t, err)
 	apply := func(n int, customer string, cents int64) error {
 		c := claim("apply_credit", n, fmt.Sprintf(`{"customer_id":%q,"amount_cents":%d,"currency":"usd","memo":"goodwill"}`, customer, cents))
-		return b.db(ctx, func(tx tool.Tx) error { _, err := spec.Effect.Apply(ctx, tx, c); return err })
+		return b.db(ctx, func(tx gate.Tx) error { _, err := spec.Effect.Apply(ctx, tx, c); return err })
 	}
 	require.NoError(t, apply(1, "cus_1", 500))
 	require.NoError(t, apply(2, "cus_1", 250))
@@ -147,7 +147,7 @@ func checkSeatReset(t *testing.T, b *sqlBundle) {
 	require.NoError(t, err)
 	reset := func(n int, seat string) (*tools.Seat, error) {
 		var s tools.Seat
-		err := b.db(ctx, func(tx tool.Tx) error {
+		err := b.db(ctx, func(tx gate.Tx) error {
 			res, err := spec.Effect.Apply(ctx, tx, claim("reset_seat", n, `{"seat_id":"`+seat+`"}`))
 			if err != nil {
 				return err
@@ -173,12 +173,12 @@ func checkSeatReset(t *testing.T, b *sqlBundle) {
 func checkResetTokens(t *testing.T, b *sqlBundle) {
 	ctx := context.Background()
 	insert := func(n int, hash string, valid bool) {
-		require.NoError(t, b.db(ctx, func(tx tool.Tx) error {
+		require.NoError(t, b.db(ctx, func(tx gate.Tx) error {
 			expires := `now() + interval '1 hour'`
 			if !valid {
 				expires = `now() - interval '1 hour'`
 			}
-			if tx.Engine() == tool.SQLite {
+			if tx.Engine() == gate.SQLite {
 				expires = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+1 hour')`
 				if !valid {
 					expires = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour')`
@@ -197,15 +197,15 @@ func checkResetTokens(t *testing.T, b *sqlBundle) {
 	require.Equal(t, opID(1), red.OperationID)
 	for range 2 {
 		_, err = r.ResetTokenRedeem(ctx, []byte("hash-once-0123456789abcdef012345"))
-		require.ErrorIs(t, err, domain.ErrAlreadyUsed)
+		require.ErrorIs(t, err, vocab.ErrAlreadyUsed)
 	}
 	insert(2, "hash-expd-0123456789abcdef012345", false)
 	for range 2 {
 		_, err = r.ResetTokenRedeem(ctx, []byte("hash-expd-0123456789abcdef012345"))
-		require.ErrorIs(t, err, domain.ErrExpired)
+		require.ErrorIs(t, err, vocab.ErrExpired)
 	}
 	_, err = r.ResetTokenRedeem(ctx, []byte("hash-none-0123456789abcdef012345"))
-	require.ErrorIs(t, err, domain.ErrNotFound)
+	require.ErrorIs(t, err, vocab.ErrNotFound)
 
 	insert(3, "hash-conc-0123456789abcdef012345", true)
 	const n = 8
@@ -225,10 +225,10 @@ func checkResetTokens(t *testing.T, b *sqlBundle) {
 			redeemed++
 			continue
 		}
-		if errors.Is(err, domain.ErrUnavailable) { // SQLite's one writer busy: not a redeem
+		if errors.Is(err, vocab.ErrUnavailable) { // SQLite's one writer busy: not a redeem
 			continue
 		}
-		require.ErrorIs(t, err, domain.ErrAlreadyUsed)
+		require.ErrorIs(t, err, vocab.ErrAlreadyUsed)
 	}
 	require.Equal(t, 1, redeemed, "one of %d concurrent redeems consumes the token", n)
 }
@@ -239,13 +239,13 @@ func checkResetTokens(t *testing.T, b *sqlBundle) {
 func checkApprovalThresholds(t *testing.T, b *sqlBundle) {
 	ctx := context.Background()
 	seed := func(thresholds map[string]int64) {
-		require.NoError(t, b.db(ctx, func(tx tool.Tx) error {
-			return tools.SeedRows(ctx, tx.(gate.Tx), &store.SeedFile{Tenants: []store.SeedTenant{{Tenant: "acme", ApprovalThresholds: thresholds}}}, &store.SeedResult{})
+		require.NoError(t, b.db(ctx, func(tx gate.Tx) error {
+			return tools.SeedRows(ctx, tx.(core.Tx), &store.SeedFile{Tenants: []store.SeedTenant{{Tenant: "acme", ApprovalThresholds: thresholds}}}, &store.SeedResult{})
 		}))
 	}
 	needs := func(spec *toolspec.Spec, tenant, args string) bool {
 		var got bool
-		require.NoError(t, b.db(ctx, func(tx tool.Tx) error {
+		require.NoError(t, b.db(ctx, func(tx gate.Tx) error {
 			var err error
 			got, err = spec.NeedsApproval(ctx, tx, toolspec.Caller{TenantID: tenant, UserID: "bot"}, json.RawMessage(args))
 			return err

@@ -3,9 +3,9 @@ package tools
 import (
 	"context"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // CreditArgs are apply_credit's arguments.
@@ -26,24 +26,24 @@ type Credit struct {
 
 // ApplyCredit adds a credit to a customer's ledger, in the transaction
 // that completes the operation.
-func ApplyCredit(*Deps) *tool.Mutation[CreditArgs, Credit] {
-	return &tool.Mutation[CreditArgs, Credit]{
+func ApplyCredit(*Deps) *gate.Mutation[CreditArgs, Credit] {
+	return &gate.Mutation[CreditArgs, Credit]{
 		Name:        "apply_credit",
 		Title:       "Apply account credit",
 		Description: "Add a credit to a customer's ledger, exactly once per idempotency_key.",
 		Scope:       "billing:credit",
 		Provider:    "ledger",
-		Policy: tool.Policy{
-			TTL:            gate.DefaultMoneyTTL,
+		Policy: gate.Policy{
+			TTL:            core.DefaultMoneyTTL,
 			VolatileFields: []string{"memo"},
 			AuditFields:    []string{"customer_id", "amount_cents", "currency"},
 		},
 		// Above the tenant's threshold (tenants[].approval_thresholds), a
 		// person approves first.
-		Approval: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *CreditArgs) (bool, error) {
+		Approval: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *CreditArgs) (bool, error) {
 			return overThreshold(ctx, tx, caller.TenantID, "apply_credit", a.AmountCents)
 		},
-		InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[CreditArgs]) (*Credit, error) {
+		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[CreditArgs]) (*Credit, error) {
 			a := op.Args
 			var currency string
 			err := tx.QueryRow(ctx, `SELECT currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`, op.TenantID, a.CustomerID).Scan(&currency)
@@ -51,7 +51,7 @@ func ApplyCredit(*Deps) *tool.Mutation[CreditArgs, Credit] {
 				return nil, notFound(err, "customer_id", a.CustomerID)
 			}
 			if currency != a.Currency {
-				return nil, tool.NothingHappened(domain.CodeInvalidArgument, "currency %q is not customer %s's currency %q", a.Currency, a.CustomerID, currency)
+				return nil, gate.NothingHappened(vocab.CodeInvalidArgument, "currency %q is not customer %s's currency %q", a.Currency, a.CustomerID, currency)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
 				VALUES ($1, $2, $3, $4, $5, $6)`, op.TenantID, a.CustomerID, op.OperationID, a.AmountCents, a.Currency, a.Memo); err != nil {

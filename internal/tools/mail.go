@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/resetmail"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/resetmail"
 )
 
 // ResetTokenTTL is how long a password-reset link stays valid.
@@ -34,21 +34,21 @@ type Mail struct {
 // operation key) (tokenKey), so a resent mail carries the same token, and the
 // Message-ID derives from the downstream key, so receivers can fold
 // duplicates that SMTP cannot prevent.
-func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
-	return &tool.Mutation[MailArgs, Mail]{
+func SendPasswordReset(d *Deps) *gate.Mutation[MailArgs, Mail] {
+	return &gate.Mutation[MailArgs, Mail]{
 		Name:        "send_password_reset",
 		Title:       "Send a password-reset mail",
 		Description: "Mail a password-reset link to a user, once per idempotency_key (a resent mail carries the same link).",
 		Scope:       "users:password_reset",
 		Provider:    "smtp",
-		Policy: tool.Policy{
-			TTL:                gate.DefaultMailTTL,
+		Policy: gate.Policy{
+			TTL:                core.DefaultMailTTL,
 			AuditFields:        []string{"user_id"},
 			FailUnknownOutcome: d.MailFailUnknownOutcome,
 		},
-		Call: func(ctx context.Context, op *tool.Op[MailArgs]) (*Mail, error) {
+		Call: func(ctx context.Context, op *gate.Op[MailArgs]) (*Mail, error) {
 			var email, base string
-			err := d.DB(ctx, func(tx tool.Tx) error {
+			err := d.DB(ctx, func(tx gate.Tx) error {
 				if err := tx.QueryRow(ctx, `SELECT email FROM users WHERE tenant_id = $1 AND user_id = $2`,
 					op.TenantID, op.Args.UserID).Scan(&email); err != nil {
 					return err // not found: nothing happened; else transient
@@ -57,7 +57,7 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 				// table), or "": the deployment's.
 				err := tx.QueryRow(ctx, `SELECT coalesce(reset_link_base, '') FROM tenant_settings WHERE tenant_id = $1`,
 					op.TenantID).Scan(&base)
-				if errors.Is(err, tool.ErrNotFound) {
+				if errors.Is(err, gate.ErrNotFound) {
 					return nil
 				}
 				return err
@@ -73,7 +73,7 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 			}
 			return &Mail{UserID: op.Args.UserID, MessageID: sent.MessageID, SentAt: sent.SentAt.UTC()}, nil
 		},
-		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[MailArgs], m *Mail) error {
+		Record: func(ctx context.Context, tx gate.Tx, op *gate.Op[MailArgs], m *Mail) error {
 			// The same token twice (a resent mail) is a no-op.
 			_, err := tx.Exec(ctx, `INSERT INTO password_reset_tokens (tenant_id, user_id, operation_id, token_hash, message_id, expires_at)
 				VALUES ($1, $2, $3, $4, $5, $6)
@@ -93,7 +93,7 @@ func SendPasswordReset(d *Deps) *tool.Mutation[MailArgs, Mail] {
 // get the first one's token (token hashes are unique). A mail whose claim a
 // lost commit forgot is resent with the same Message-ID and a new link: the
 // first link's token row was lost with that commit.
-func tokenKey(op *tool.Op[MailArgs]) string {
+func tokenKey(op *gate.Op[MailArgs]) string {
 	gen := op.DownstreamKey[strings.LastIndexByte(op.DownstreamKey, '_')+1:]
 	return "idg_" + op.OperationID + "_" + gen
 }
@@ -107,11 +107,11 @@ func mailError(err error, failUnknown bool) error {
 	case resetmail.Permanent(err):
 		return &toolspec.Error{Outcome: toolspec.OutcomeHappened, Info: errInfo("mail_rejected", err), Err: err}
 	case resetmail.OutcomeUnknown(err) && failUnknown:
-		return tool.Unknown(err)
+		return gate.Unknown(err)
 	case resetmail.OutcomeUnknown(err):
-		return tool.Transient("mail_outcome_unknown", err)
+		return gate.Transient("mail_outcome_unknown", err)
 	}
-	return tool.Transient("mail_error", err)
+	return gate.Transient("mail_error", err)
 }
 
 // ResetTokens redeems the password-reset links send_password_reset mails
@@ -129,13 +129,13 @@ func (r *ResetTokens) ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*
 	var red store.ResetTokenRedemption
 	var used, expired bool
 	consumed := false
-	err := r.DB(ctx, func(tx tool.Tx) error {
+	err := r.DB(ctx, func(tx gate.Tx) error {
 		redeem, state := `
 UPDATE password_reset_tokens SET used_at = now()
 WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()
 RETURNING tenant_id, user_id, operation_id::text, used_at`, `
 SELECT used_at IS NOT NULL, expires_at <= now() FROM password_reset_tokens WHERE token_hash = $1`
-		if tx.Engine() == tool.SQLite {
+		if tx.Engine() == gate.SQLite {
 			redeem, state = `
 UPDATE password_reset_tokens SET used_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
 WHERE token_hash = $1 AND used_at IS NULL AND expires_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
@@ -143,7 +143,7 @@ RETURNING tenant_id, user_id, operation_id, used_at`, `
 SELECT used_at IS NOT NULL, expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM password_reset_tokens WHERE token_hash = $1`
 		}
 		err := tx.QueryRow(ctx, redeem, tokenHash).Scan(&red.TenantID, &red.UserID, &red.OperationID, dbTime{&red.UsedAt})
-		if !errors.Is(err, domain.ErrNotFound) {
+		if !errors.Is(err, vocab.ErrNotFound) {
 			consumed = err == nil
 			return err
 		}
@@ -155,9 +155,9 @@ SELECT used_at IS NOT NULL, expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') 
 	case consumed:
 		return &red, nil
 	case used:
-		return nil, domain.ErrAlreadyUsed
+		return nil, vocab.ErrAlreadyUsed
 	case expired:
-		return nil, domain.ErrExpired
+		return nil, vocab.ErrExpired
 	}
 	// Unused and unexpired now, yet not consumed: only a database clock
 	// that went back between the two statements does that.

@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/resetmail"
 	"github.com/idemgate/idemgate/internal/smtptest"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/resetmail"
 )
 
 // TestMailErrorFollowsThePolicy: a mail whose outcome is unknown (the server
@@ -33,19 +33,19 @@ func TestMailErrorFollowsThePolicy(t *testing.T) {
 	var te *toolspec.Error
 	require.True(t, errors.As(mailError(unknown, false), &te))
 	require.Equal(t, toolspec.OutcomeTransient, te.Outcome)
-	require.Equal(t, domain.Code("mail_outcome_unknown"), te.Info.Code)
+	require.Equal(t, vocab.Code("mail_outcome_unknown"), te.Info.Code)
 
 	require.True(t, errors.As(mailError(unknown, true), &te))
 	require.Equal(t, toolspec.OutcomeUnknown, te.Outcome)
-	require.Equal(t, domain.CodeOutcomeUnknown, te.Info.Code)
+	require.Equal(t, vocab.CodeOutcomeUnknown, te.Info.Code)
 
 	silent := send(smtptest.Start(t, smtptest.Silent))
 	require.True(t, errors.As(mailError(silent, true), &te))
 	require.Equal(t, toolspec.OutcomeTransient, te.Outcome, "no message was written: retried whatever the policy")
-	require.Equal(t, domain.Code("mail_error"), te.Info.Code)
+	require.Equal(t, vocab.Code("mail_error"), te.Info.Code)
 
 	require.True(t, errors.As(mailError(resetmail.ErrInvalidMail, false), &te))
-	require.Equal(t, domain.Code("mail_rejected"), te.Info.Code)
+	require.Equal(t, vocab.Code("mail_rejected"), te.Info.Code)
 	require.True(t, te.Definitive())
 
 	d := &Deps{MailFailUnknownOutcome: true}

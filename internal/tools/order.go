@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // OrderArgs are get_order's arguments.
@@ -28,16 +28,16 @@ type Order struct {
 }
 
 // GetOrder reads an order with its charged and refunded amounts.
-func GetOrder(d *Deps) *tool.Read[OrderArgs, Order] {
-	return &tool.Read[OrderArgs, Order]{
+func GetOrder(d *Deps) *gate.Read[OrderArgs, Order] {
+	return &gate.Read[OrderArgs, Order]{
 		Name:        "get_order",
 		Title:       "Get an order",
 		Description: "An order with its charged and refunded amounts.",
-		Scope:       tool.ScopeOperationsRead,
-		Handle: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *OrderArgs) (*Order, error) {
+		Scope:       gate.ScopeOperationsRead,
+		Handle: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *OrderArgs) (*Order, error) {
 			o, err := orderRead(ctx, tx, caller.TenantID, a.OrderID)
-			if errors.Is(err, domain.ErrNotFound) {
-				return nil, tool.NotFound("order_id", "no order %q", a.OrderID)
+			if errors.Is(err, vocab.ErrNotFound) {
+				return nil, gate.NotFound("order_id", "no order %q", a.OrderID)
 			}
 			if err != nil {
 				return nil, err
@@ -60,7 +60,7 @@ type order struct {
 // orderGet reads a tenant's order, or domain.ErrNotFound (also for another
 // tenant's order).
 func orderGet(ctx context.Context, db DB, tenantID, orderID string) (o *order, err error) {
-	err = db(ctx, func(tx tool.Tx) error {
+	err = db(ctx, func(tx gate.Tx) error {
 		o, err = orderRead(ctx, tx, tenantID, orderID)
 		return err
 	})
@@ -68,7 +68,7 @@ func orderGet(ctx context.Context, db DB, tenantID, orderID string) (o *order, e
 }
 
 // orderRead is orderGet inside tx.
-func orderRead(ctx context.Context, tx tool.Tx, tenantID, orderID string) (*order, error) {
+func orderRead(ctx context.Context, tx gate.Tx, tenantID, orderID string) (*order, error) {
 	o := &order{OrderID: orderID}
 	err := tx.QueryRow(ctx, `SELECT charge_id, amount_cents, refunded_cents, currency, created_at
 		FROM orders WHERE tenant_id = $1 AND order_id = $2`, tenantID, orderID).

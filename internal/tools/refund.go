@@ -7,10 +7,10 @@ import (
 	"github.com/idemgate/idemgate/internal/toolspec"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/refunds"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/refunds"
 )
 
 // ReconcileAfter is how long after the first call of a generation the
@@ -24,7 +24,7 @@ const ReconcileAfter = 23 * time.Hour
 // again as a new intent only after refund_order's TTL and retention, so a
 // refund older than that belongs to an earlier intent with the same key,
 // which the reconciliation must not adopt.
-const IntentWindow = gate.DefaultMoneyTTL + gate.DefaultRetention
+const IntentWindow = core.DefaultMoneyTTL + core.DefaultRetention
 
 // RefundArgs are refund_order's arguments.
 type RefundArgs struct {
@@ -45,39 +45,39 @@ type Refund struct {
 // RefundOrder refunds an order through Stripe, with the operation's
 // downstream key as Stripe's Idempotency-Key. now is the clock of the
 // reconciliation window (nil: time.Now).
-func RefundOrder(d *Deps) *tool.Mutation[RefundArgs, Refund] {
+func RefundOrder(d *Deps) *gate.Mutation[RefundArgs, Refund] {
 	return RefundOrderAt(d, nil)
 }
 
 // RefundOrderAt is RefundOrder with a clock for the reconciliation window.
-func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Refund] {
+func RefundOrderAt(d *Deps, now func() time.Time) *gate.Mutation[RefundArgs, Refund] {
 	if now == nil {
 		now = time.Now
 	}
-	return &tool.Mutation[RefundArgs, Refund]{
+	return &gate.Mutation[RefundArgs, Refund]{
 		Name:        "refund_order",
 		Title:       "Refund an order",
 		Description: "Refund part or all of an order's charge through Stripe, exactly once per idempotency_key.",
 		Scope:       "billing:refund",
 		Provider:    "stripe",
-		Policy: tool.Policy{
-			TTL:            gate.DefaultMoneyTTL,
+		Policy: gate.Policy{
+			TTL:            core.DefaultMoneyTTL,
 			VolatileFields: []string{"reason"},
 			AuditFields:    []string{"order_id", "amount_cents"},
 		},
 		// Above the tenant's threshold (tenants[].approval_thresholds), a
 		// person approves first.
-		Approval: func(ctx context.Context, tx tool.Tx, caller tool.Caller, a *RefundArgs) (bool, error) {
+		Approval: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *RefundArgs) (bool, error) {
 			return overThreshold(ctx, tx, caller.TenantID, "refund_order", a.AmountCents)
 		},
-		Call: func(ctx context.Context, op *tool.Op[RefundArgs]) (*Refund, error) {
+		Call: func(ctx context.Context, op *gate.Op[RefundArgs]) (*Refund, error) {
 			a := op.Args
 			order, err := orderGet(ctx, d.DB, op.TenantID, a.OrderID)
 			if err != nil {
 				return nil, notFound(err, "order_id", a.OrderID)
 			}
 			if remaining := order.AmountCents - order.RefundedCents; a.AmountCents > remaining {
-				return nil, tool.NothingHappened(domain.CodeAmountExceedsRefundable, "amount_cents %d exceeds the %d still refundable on order %s", a.AmountCents, remaining, a.OrderID)
+				return nil, gate.NothingHappened(vocab.CodeAmountExceedsRefundable, "amount_cents %d exceeds the %d still refundable on order %s", a.AmountCents, remaining, a.OrderID)
 			}
 			var re *refunds.Refund
 			if op.FirstCalledAt != nil && now().Sub(*op.FirstCalledAt) > ReconcileAfter {
@@ -86,7 +86,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 				// intent whose operation a lost commit forgot.
 				re, err = d.Stripe.Find(ctx, &refunds.FindParams{ChargeID: order.ChargeID, OperationID: op.OperationID,
 					DownstreamKey: op.DownstreamKey, CreatedAfter: op.FirstCalledAt.Add(-IntentWindow)})
-				if err != nil && !errors.Is(err, domain.ErrNotFound) {
+				if err != nil && !errors.Is(err, vocab.ErrNotFound) {
 					return nil, stripeError(err)
 				}
 			}
@@ -117,7 +117,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 			}
 			return &Refund{RefundID: re.ID, OrderID: a.OrderID, AmountCents: re.AmountCents, Currency: currency, Status: re.Status}, nil
 		},
-		Record: func(ctx context.Context, tx tool.Tx, op *tool.Op[RefundArgs], r *Refund) error {
+		Record: func(ctx context.Context, tx gate.Tx, op *gate.Op[RefundArgs], r *Refund) error {
 			return refundRecord(ctx, tx, op, r)
 		},
 	}
@@ -125,9 +125,9 @@ func RefundOrderAt(d *Deps, now func() time.Time) *tool.Mutation[RefundArgs, Ref
 
 // refundRecord stores a Stripe refund and adds it to the order's refunded
 // amount, together; recording the same Stripe refund twice is a no-op.
-func refundRecord(ctx context.Context, tx tool.Tx, op *tool.Op[RefundArgs], r *Refund) error {
+func refundRecord(ctx context.Context, tx gate.Tx, op *gate.Op[RefundArgs], r *Refund) error {
 	args := []any{op.TenantID, r.OrderID, op.OperationID, r.RefundID, r.AmountCents, r.Currency, r.Status}
-	if tx.Engine() == tool.Postgres {
+	if tx.Engine() == gate.Postgres {
 		_, err := tx.Exec(ctx, `
 WITH ins AS (
 	INSERT INTO refunds (tenant_id, order_id, operation_id, stripe_refund_id, amount_cents, currency, status)
@@ -170,8 +170,8 @@ const (
 // its metadata: that refund; or, when there is none, a definitive
 // "nothing happened" with createErr's code; or createErr itself when it is
 // another error.
-func sameIntent(ctx context.Context, d *Deps, op *tool.Op[RefundArgs], chargeID string, now func() time.Time, createErr error) (*refunds.Refund, error) {
-	if info, _ := refunds.Classify(createErr); info.Code != domain.CodeDownstreamIdempotencyMismatch {
+func sameIntent(ctx context.Context, d *Deps, op *gate.Op[RefundArgs], chargeID string, now func() time.Time, createErr error) (*refunds.Refund, error) {
+	if info, _ := refunds.Classify(createErr); info.Code != vocab.CodeDownstreamIdempotencyMismatch {
 		return nil, createErr
 	}
 	first := now()
@@ -180,7 +180,7 @@ func sameIntent(ctx context.Context, d *Deps, op *tool.Op[RefundArgs], chargeID 
 	}
 	re, err := d.Stripe.Find(ctx, &refunds.FindParams{ChargeID: chargeID, OperationID: op.OperationID,
 		DownstreamKey: op.DownstreamKey, CreatedAfter: first.Add(-IntentWindow)})
-	if errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, vocab.ErrNotFound) {
 		// Stripe knows the key, and no refund of the charge was made with
 		// it: the first request failed (its error is Stripe's to replay, to
 		// a request with its parameters). Nothing happened under this key,
@@ -200,20 +200,20 @@ func sameIntent(ctx context.Context, d *Deps, op *tool.Op[RefundArgs], chargeID 
 // kept the refund from being made twice. The row is written before the
 // completion; should writing it fail, the attempt is retried (the same key
 // finds the same refund).
-func adopted(ctx context.Context, d *Deps, op *tool.Op[RefundArgs], re *refunds.Refund, how string) error {
+func adopted(ctx context.Context, d *Deps, op *gate.Op[RefundArgs], re *refunds.Refund, how string) error {
 	if re.OperationID == "" || re.OperationID == op.OperationID || d.Audit == nil {
 		return nil
 	}
 	how = fmt.Sprintf(how, op.DownstreamKey)
-	err := d.Audit.AuditInsert(ctx, &gate.AuditInsertParams{
-		TenantID: op.TenantID, UserID: gate.WorkerUser, Tool: op.Tool, IdempotencyKey: op.IdempotencyKey,
-		OperationID: op.OperationID, Decision: domain.DecisionReplayed,
+	err := d.Audit.AuditInsert(ctx, &core.AuditInsertParams{
+		TenantID: op.TenantID, UserID: core.WorkerUser, Tool: op.Tool, IdempotencyKey: op.IdempotencyKey,
+		OperationID: op.OperationID, Decision: vocab.DecisionReplayed,
 		Reason: "adopted Stripe refund " + re.ID + " of the same intent, made by operation " + re.OperationID +
 			", which this database does not know (its commits were lost: a failover or a restore); " + how +
 			", and nothing was refunded again",
 	})
 	if err != nil {
-		return tool.Transient(codeUnavailable, err)
+		return gate.Transient(codeUnavailable, err)
 	}
 	return nil
 }
@@ -227,7 +227,7 @@ func stripeError(err error) error {
 		return &toolspec.Error{Outcome: toolspec.OutcomeTransient, Info: info, Err: err}
 	}
 	outcome := toolspec.OutcomeHappened
-	if gate.NothingHappened(info.Code) {
+	if core.NothingHappened(info.Code) {
 		outcome = toolspec.OutcomeNothingHappened
 	}
 	return &toolspec.Error{Outcome: outcome, Info: info, Err: err}

@@ -12,13 +12,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain/refunds"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/internal/vocab/refunds"
 )
 
 // TestRefundReconcilesAfterStripesKeyWindow: more than 23 hours after the
@@ -38,7 +38,7 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 	require.NoError(t, err)
 
 	const opID = "5b0b7c9e-6c41-4c43-9a43-1a3c3f0a0b01"
-	claim := &gate.Claim{
+	claim := &core.Claim{
 		OperationID:   opID,
 		TenantID:      "acme",
 		Tool:          "refund_order",
@@ -74,10 +74,10 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 // auditRows records the audit rows a tool writes.
 type auditRows struct {
 	mu   sync.Mutex
-	rows []*gate.AuditInsertParams
+	rows []*core.AuditInsertParams
 }
 
-func (a *auditRows) AuditInsert(_ context.Context, p *gate.AuditInsertParams) error {
+func (a *auditRows) AuditInsert(_ context.Context, p *core.AuditInsertParams) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.rows = append(a.rows, p)
@@ -110,8 +110,8 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 		newOp  = "5b0b7c9e-6c41-4c43-9a43-1a3c3f0a0b03"
 		key    = "idg_0123456789abcdef0123456789abcdef_0"
 	)
-	claim := func(op string) *gate.Claim {
-		return &gate.Claim{OperationID: op, TenantID: "acme", Tool: "refund_order", IdempotencyKey: "refund-lost-0001",
+	claim := func(op string) *core.Claim {
+		return &core.Claim{OperationID: op, TenantID: "acme", Tool: "refund_order", IdempotencyKey: "refund-lost-0001",
 			DownstreamKey: key, Args: json.RawMessage(`{"amount_cents":1500,"order_id":"ord_9f2"}`)}
 	}
 	now := time.Now()

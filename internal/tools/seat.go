@@ -3,8 +3,8 @@ package tools
 import (
 	"context"
 
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
 )
 
 // SeatArgs are reset_seat's arguments.
@@ -29,18 +29,18 @@ const (
 
 // ResetSeat frees a license seat, in the transaction that completes the
 // operation.
-func ResetSeat(*Deps) *tool.Mutation[SeatArgs, Seat] {
-	return &tool.Mutation[SeatArgs, Seat]{
+func ResetSeat(*Deps) *gate.Mutation[SeatArgs, Seat] {
+	return &gate.Mutation[SeatArgs, Seat]{
 		Name:        "reset_seat",
 		Title:       "Reset a seat",
 		Description: "Free a license seat from its current user, exactly once per idempotency_key.",
 		Scope:       "seats:reset",
 		Provider:    "ledger",
-		Policy: tool.Policy{
-			TTL:         gate.DefaultMoneyTTL,
+		Policy: gate.Policy{
+			TTL:         core.DefaultMoneyTTL,
 			AuditFields: []string{"seat_id"},
 		},
-		InTx: func(ctx context.Context, tx tool.Tx, op *tool.Op[SeatArgs]) (*Seat, error) {
+		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[SeatArgs]) (*Seat, error) {
 			var id string
 			if err := tx.QueryRow(ctx, `SELECT seat_id FROM seats WHERE tenant_id = $1 AND seat_id = $2`, op.TenantID, op.Args.SeatID).Scan(&id); err != nil {
 				return nil, notFound(err, "seat_id", op.Args.SeatID)
@@ -60,8 +60,8 @@ func ResetSeat(*Deps) *tool.Mutation[SeatArgs, Seat] {
 
 // seatReset frees a seat, counts the reset and records it with the seat's
 // user before it ("" when it had none).
-func seatReset(ctx context.Context, tx tool.Tx, tenantID, seatID, operationID string) (previous string, err error) {
-	if tx.Engine() == tool.Postgres {
+func seatReset(ctx context.Context, tx gate.Tx, tenantID, seatID, operationID string) (previous string, err error) {
+	if tx.Engine() == gate.Postgres {
 		// One statement; the seat's row is locked before its user is read.
 		err = tx.QueryRow(ctx, `
 WITH old AS (

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"github.com/idemgate/idemgate/internal/toolspec"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/store"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // SeedRows loads a seed file's orders, customers, seats and users (the
@@ -18,7 +18,7 @@ import (
 // have refunds, a seat resets, a user reset mails, and rewriting them under
 // running operations would be unsafe. It is store.SeedFile.LoadRows for
 // files that have such rows.
-func SeedRows(ctx context.Context, gtx gate.Tx, f *store.SeedFile, res *store.SeedResult) error {
+func SeedRows(ctx context.Context, gtx core.Tx, f *store.SeedFile, res *store.SeedResult) error {
 	tx, err := toolspec.WrapTx(gtx)
 	if err != nil {
 		return err
@@ -81,11 +81,11 @@ func SeedRows(ctx context.Context, gtx gate.Tx, f *store.SeedFile, res *store.Se
 
 // ApprovalThreshold is the tenant's threshold for tool in tx, and false
 // when it has none (no approval asked).
-func ApprovalThreshold(ctx context.Context, tx tool.Tx, tenantID, toolName string) (int64, bool, error) {
+func ApprovalThreshold(ctx context.Context, tx gate.Tx, tenantID, toolName string) (int64, bool, error) {
 	var cents int64
 	err := tx.QueryRow(ctx, `SELECT amount_cents FROM approval_thresholds WHERE tenant_id = $1 AND tool = $2`, tenantID, toolName).Scan(&cents)
 	switch {
-	case errors.Is(err, tool.ErrNotFound):
+	case errors.Is(err, gate.ErrNotFound):
 		return 0, false, nil
 	case err != nil:
 		return 0, false, err
@@ -95,7 +95,7 @@ func ApprovalThreshold(ctx context.Context, tx tool.Tx, tenantID, toolName strin
 
 // overThreshold reports whether amountCents is above the tenant's
 // threshold for toolName: the Approval of refund_order and apply_credit.
-func overThreshold(ctx context.Context, tx tool.Tx, tenantID, toolName string, amountCents int64) (bool, error) {
+func overThreshold(ctx context.Context, tx gate.Tx, tenantID, toolName string, amountCents int64) (bool, error) {
 	cents, ok, err := ApprovalThreshold(ctx, tx, tenantID, toolName)
 	if err != nil || !ok {
 		return false, err

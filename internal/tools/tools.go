@@ -1,7 +1,7 @@
 // Package tools holds idemgate's built-in tools, each declared in one file
 // with the public tool API: refund_order (Stripe), apply_credit (ledger),
 // reset_seat (seats), send_password_reset (SMTP) and get_order. Each file
-// holds its tool's SQL, run through tool.Tx as a team's own tool runs its
+// holds its tool's SQL, run through gate.Tx as a team's own tool runs its
 // own; their tables are created by the built-ins' own migrations
 // (migrations/, Migrations), recorded in VersionTable. Register adds them to
 // a registry; it is their only registration line.
@@ -16,21 +16,21 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/refunds"
-	"github.com/idemgate/idemgate/internal/domain/resetmail"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/refunds"
+	"github.com/idemgate/idemgate/internal/vocab/resetmail"
 )
 
 // DB runs fn in a short transaction of its own on the deployment's
-// database, with fn's statements in $1 placeholders as in any tool.Tx. The
+// database, with fn's statements in $1 placeholders as in any gate.Tx. The
 // built-in tools use it for what they read outside their completing
 // transaction (get_order; the order a refund and the user a reset mail
 // look up before calling out) and for redeeming reset links. The assembly
 // provides it over the gate's store (internal/builtins.StoreDB), so the tools need no
 // engine of their own.
-type DB func(ctx context.Context, fn func(tx tool.Tx) error) error
+type DB func(ctx context.Context, fn func(tx gate.Tx) error) error
 
 // VersionTable is the goose version table of the built-in tools'
 // migrations, apart from idemgate's (goose_db_version) and a team's own
@@ -74,11 +74,11 @@ type Deps struct {
 
 // Auditor appends audit rows (gate.Executor's AuditInsert).
 type Auditor interface {
-	AuditInsert(ctx context.Context, params *gate.AuditInsertParams) error
+	AuditInsert(ctx context.Context, params *core.AuditInsertParams) error
 }
 
 // Register adds the built-in tools to reg.
-func Register(reg *tool.Registry, d *Deps) error {
+func Register(reg *gate.Registry, d *Deps) error {
 	if d == nil || d.DB == nil {
 		return errors.New("tools: Deps.DB is required")
 	}
@@ -88,14 +88,14 @@ func Register(reg *tool.Registry, d *Deps) error {
 // Scopes returns the scopes a token may be granted with the built-in tools:
 // their own, operations:read and ops:admin. It runs nothing.
 func Scopes() []string {
-	reg := tool.NewRegistry()
+	reg := gate.NewRegistry()
 	if err := add(reg, &Deps{}); err != nil {
 		panic(err) // the declarations are fixed at compile time
 	}
 	return toolspec.Of(reg).Scopes()
 }
 
-func add(reg *tool.Registry, d *Deps) error {
+func add(reg *gate.Registry, d *Deps) error {
 	return reg.Add(
 		RefundOrder(d),
 		ApplyCredit(d),
@@ -108,10 +108,10 @@ func add(reg *tool.Registry, d *Deps) error {
 // notFound turns a missing row into a definitive "nothing happened" and
 // any other lookup error into a transient one.
 func notFound(err error, field, id string) error {
-	if errors.Is(err, tool.ErrNotFound) {
-		return tool.NothingHappened(codeNotFound, "%s %q does not exist for this tenant", field, id)
+	if errors.Is(err, gate.ErrNotFound) {
+		return gate.NothingHappened(codeNotFound, "%s %q does not exist for this tenant", field, id)
 	}
-	return tool.Transient(codeUnavailable, err)
+	return gate.Transient(codeUnavailable, err)
 }
 
 const (
@@ -151,13 +151,13 @@ func (d dbTime) parse(s string) error {
 }
 
 // timeArg is t as the engine stores it.
-func timeArg(tx tool.Tx, t time.Time) any {
-	if tx.Engine() == tool.SQLite {
+func timeArg(tx gate.Tx, t time.Time) any {
+	if tx.Engine() == gate.SQLite {
 		return t.UTC().Format(sqliteTime)
 	}
 	return t
 }
 
-func errInfo(code string, err error) domain.ErrorInfo {
-	return domain.ErrorInfo{Code: domain.Code(code), Message: err.Error()}
+func errInfo(code string, err error) vocab.ErrorInfo {
+	return vocab.ErrorInfo{Code: vocab.Code(code), Message: err.Error()}
 }

@@ -10,14 +10,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/config"
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/domain/refunds"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/toolkit"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/internal/vocab/refunds"
 )
 
 // The built-in tools checked with the same kit a team uses for its own.
@@ -37,7 +37,7 @@ func seedFile() *store.SeedFile {
 
 func build(stripe *refunds.Client) func(toolkit.Data) *toolspec.Registry {
 	return func(data toolkit.Data) *toolspec.Registry {
-		reg := tool.NewRegistry()
+		reg := gate.NewRegistry()
 		d := &tools.Deps{DB: builtins.StoreDB(data), Stripe: stripe}
 		reg.MustAdd(tools.ApplyCredit(d), tools.ResetSeat(d))
 		if stripe != nil {
@@ -55,8 +55,8 @@ func inTxCases() []*toolkit.Case {
 			Differ:      map[string]any{"customer_id": "cus_1", "amount_cents": 300, "currency": "usd"},
 			DifferField: "amount_cents",
 			Failing:     map[string]any{"customer_id": "cus_1", "amount_cents": 250, "currency": "eur"},
-			FailCode:    domain.CodeInvalidArgument,
-			Effects: func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int {
+			FailCode:    vocab.CodeInvalidArgument,
+			Effects: func(t testing.TB, h *toolkit.Harness, op *vocab.Operation) int {
 				return h.Count(t, `SELECT count(*) FROM ledger_entries WHERE operation_id = $1`, op.OperationID)
 			},
 		},
@@ -66,8 +66,8 @@ func inTxCases() []*toolkit.Case {
 			Differ:      map[string]any{"seat_id": "seat_2"},
 			DifferField: "seat_id",
 			Failing:     map[string]any{"seat_id": "seat_none"},
-			FailCode:    domain.CodeNotFound,
-			Effects: func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int {
+			FailCode:    vocab.CodeNotFound,
+			Effects: func(t testing.TB, h *toolkit.Harness, op *vocab.Operation) int {
 				return h.Count(t, `SELECT count(*) FROM seat_resets WHERE operation_id = $1`, op.OperationID)
 			},
 		},
@@ -83,10 +83,10 @@ func refundCase(srv *stripetest.Server) *toolkit.Case {
 		Differ:      map[string]any{"order_id": "ord_1", "amount_cents": 200},
 		DifferField: "amount_cents",
 		Failing:     map[string]any{"order_id": "ord_declined", "amount_cents": 100},
-		FailCode:    domain.CodeCardDeclined,
+		FailCode:    vocab.CodeCardDeclined,
 		// Refunds where they land: at the test Stripe, by the operation
 		// their metadata names, and the refund row.
-		Effects: func(t testing.TB, h *toolkit.Harness, op *domain.Operation) int {
+		Effects: func(t testing.TB, h *toolkit.Harness, op *vocab.Operation) int {
 			atStripe := srv.RefundsByMetadata(refunds.MetadataOperationID)[op.OperationID]
 			rows := h.Count(t, `SELECT count(*) FROM refunds WHERE operation_id = $1`, op.OperationID)
 			require.Equal(t, atStripe, rows, "refunds at Stripe and refund rows agree")
@@ -132,7 +132,7 @@ func resetSeatNoOp(t *testing.T, h *toolkit.Harness) {
 	result := func(key, seat string) map[string]any {
 		h.Call(t, "reset_seat", key, map[string]any{"seat_id": seat})
 		op := h.Await(t, "reset_seat", key)
-		require.Equal(t, domain.StatusSucceeded, op.Status)
+		require.Equal(t, vocab.StatusSucceeded, op.Status)
 		var out map[string]any
 		require.NoError(t, json.Unmarshal(op.Result, &out))
 		return out

@@ -14,25 +14,25 @@ import (
 	"sort"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// Row is one row of Tx.QueryRow. It is the same type as tool.Row.
+// Row is one row of Tx.QueryRow. It is the same type as gate.Row.
 type Row = interface {
 	Scan(dest ...any) error
 }
 
 // Tx is the completing transaction as an effect sees it; its method set is
-// tool.Tx's, so that a value of either is the other.
+// gate.Tx's, so that a value of either is the other.
 type Tx interface {
 	Exec(ctx context.Context, query string, args ...any) (int64, error)
 	QueryRow(ctx context.Context, query string, args ...any) Row
 	Engine() string
 }
 
-// Caller is who calls; its fields are tool.Caller's, so that a value of
+// Caller is who calls; its fields are gate.Caller's, so that a value of
 // either converts to the other.
 type Caller struct {
 	TenantID string
@@ -56,7 +56,7 @@ type Spec struct {
 	InputSchema  json.RawMessage
 	OutputSchema json.RawMessage
 	// Policy is the gate policy of a mutation.
-	Policy *gate.Policy
+	Policy *core.Policy
 	// Effect runs a mutation's effect (the worker calls it).
 	Effect Effect
 	// Serve answers a read tool's call with validated arguments; tx is a
@@ -85,11 +85,11 @@ func (s *Spec) Validate(args map[string]any) error {
 // Effect is a mutation's effect with its types erased, for the worker.
 type Effect interface {
 	// Apply runs an in-transaction effect inside tx and returns the result.
-	Apply(ctx context.Context, tx Tx, c *gate.Claim) (json.RawMessage, error)
+	Apply(ctx context.Context, tx Tx, c *core.Claim) (json.RawMessage, error)
 	// Call runs an external effect outside any transaction.
-	Call(ctx context.Context, c *gate.Claim) (json.RawMessage, error)
+	Call(ctx context.Context, c *core.Claim) (json.RawMessage, error)
 	// Record writes an external effect's rows in the completing transaction.
-	Record(ctx context.Context, tx Tx, c *gate.Claim, result json.RawMessage) error
+	Record(ctx context.Context, tx Tx, c *core.Claim, result json.RawMessage) error
 }
 
 // Outcome is what an effect's error says about what happened downstream.
@@ -108,7 +108,7 @@ const (
 // Any other error from an effect is transient.
 type Error struct {
 	Outcome Outcome
-	Info    domain.ErrorInfo
+	Info    vocab.ErrorInfo
 	// Err is the cause, for logs (never shown to clients).
 	Err error
 }
@@ -190,8 +190,8 @@ func (r *Registry) MutationNames() []string {
 }
 
 // Policies returns the gate policies of the mutating tools.
-func (r *Registry) Policies() []gate.Policy {
-	out := []gate.Policy{}
+func (r *Registry) Policies() []core.Policy {
+	out := []core.Policy{}
 	for _, s := range r.Mutations() {
 		out = append(out, *s.Policy)
 	}
@@ -251,8 +251,8 @@ var derive func(any) (*Spec, error)
 // SetDerive is called once, by package tool.
 func SetDerive(f func(any) (*Spec, error)) { derive = f }
 
-// Derive returns the spec of decl, a tool.Tool (a *tool.Mutation or a
-// *tool.Read), or the error naming its first invalid field.
+// Derive returns the spec of decl, a gate.Tool (a *gate.Mutation or a
+// *gate.Read), or the error naming its first invalid field.
 func Derive(decl any) (*Spec, error) {
 	if derive == nil {
 		return nil, fmt.Errorf("toolspec: package tool is not linked")

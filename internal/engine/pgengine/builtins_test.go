@@ -16,10 +16,10 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // The built-in tools' tables moved from idemgate's core migrations (00001
@@ -83,7 +83,7 @@ func migratePostgresNow(ctx context.Context, t *testing.T, pool *pgxpool.Pool) (
 	t.Helper()
 	res, err := pgengine.Migrate(ctx, pool, nil)
 	require.NoError(t, err)
-	builtins, err = pgengine.MigrateLine(ctx, pool, tools.Migrations(tool.Postgres), tools.VersionTable, nil)
+	builtins, err = pgengine.MigrateLine(ctx, pool, tools.Migrations(gate.Postgres), tools.VersionTable, nil)
 	require.NoError(t, err)
 	return res.IdemgateApplied, builtins
 }

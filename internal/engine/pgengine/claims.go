@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The gate's statements: executor implements gate.Executor.
@@ -30,62 +30,62 @@ func (e executor) claimWrite(ctx context.Context, failed error, sql string, args
 }
 
 // Claim is an alias so that the queries read naturally.
-type Claim = gate.Claim
+type Claim = core.Claim
 
 // audited picks the statement with the audit row when there is one, and
 // appends its parameters.
-func audited(audit *gate.AuditInsertParams, plain, withAudit string, args ...any) (string, []any) {
+func audited(audit *core.AuditInsertParams, plain, withAudit string, args ...any) (string, []any) {
 	if audit == nil {
 		return plain, args
 	}
 	return withAudit, append(args, enginesql.AuditArgs(audit, nullJSON)...)
 }
 
-func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
+func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*Claim, error) {
 	sql, args := audited(p.Audit, sqlClaimInsert, sqlClaimInsertAudited, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey,
 		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID, p.IntentKey,
 		p.ApprovalWindow.Seconds())
-	return e.claimWrite(ctx, domain.ErrAlreadyExists, sql, args...)
+	return e.claimWrite(ctx, vocab.ErrAlreadyExists, sql, args...)
 }
 
-func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
+func (e executor) ClaimGetByKey(ctx context.Context, p *core.ClaimGetByKeyParams) (*Claim, error) {
 	return e.claimRow(ctx, sqlClaimGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.Now)
 }
 
-func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) (*Claim, error) {
+func (e executor) ClaimGetByID(ctx context.Context, p *core.ClaimGetByIDParams) (*Claim, error) {
 	return e.claimRow(ctx, sqlClaimGetByID, p.ID, p.Now)
 }
 
-func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
+func (e executor) ClaimTakeOver(ctx context.Context, p *core.ClaimTakeOverParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
 		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID, p.IntentKey, p.ApprovalWindow.Seconds())
 }
 
-func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+func (e executor) ClaimLease(ctx context.Context, p *core.ClaimLeaseParams) (*Claim, error) {
 	sql, args := audited(p.Audit, sqlClaimLease, sqlClaimLeaseAudited, p.OperationID, p.JobID, p.Lease.Seconds(), p.Now)
 	c, err := e.claimRow(ctx, sql, args...)
 	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
 }
 
-func (e executor) ClaimLock(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+func (e executor) ClaimLock(ctx context.Context, p *core.ClaimLeaseParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimLock, p.OperationID, p.JobID, p.Now)
 	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
 }
 
 // leaseRead reads the claim a lease or lock did not match, to tell why.
-func (e executor) leaseRead(ctx context.Context, p *gate.ClaimLeaseParams) func() (*Claim, error) {
+func (e executor) leaseRead(ctx context.Context, p *core.ClaimLeaseParams) func() (*Claim, error) {
 	return func() (*Claim, error) {
-		return e.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: p.TenantID, OperationID: p.OperationID, Now: p.Now})
+		return e.ClaimGetByOperation(ctx, &core.ClaimGetByOperationParams{TenantID: p.TenantID, OperationID: p.OperationID, Now: p.Now})
 	}
 }
 
-func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
+func (e executor) ClaimComplete(ctx context.Context, p *core.ClaimCompleteParams) (*Claim, error) {
 	sql, args := claimCompleteSQL(p)
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sql, args...)
+	return e.claimWrite(ctx, vocab.ErrLeaseLost, sql, args...)
 }
 
 // claimCompleteSQL is ClaimComplete's statement and arguments.
-func claimCompleteSQL(p *gate.ClaimCompleteParams) (string, []any) {
+func claimCompleteSQL(p *core.ClaimCompleteParams) (string, []any) {
 	plain, withAudit := sqlClaimComplete, sqlClaimCompleteAudited
 	if p.Locked {
 		plain, withAudit = sqlClaimCompleteLocked, sqlClaimCompleteLockedAudited
@@ -95,7 +95,7 @@ func claimCompleteSQL(p *gate.ClaimCompleteParams) (string, []any) {
 
 // PipelineLock implements gate.Pipeliner: the completion, the savepoint
 // and the lock in one batch, which pgx sends in one round trip.
-func (t *Tx) PipelineLock(ctx context.Context, complete *gate.ClaimCompleteParams, savepoint bool, lock *gate.ClaimLeaseParams) (completed, locked *Claim, err error) {
+func (t *Tx) PipelineLock(ctx context.Context, complete *core.ClaimCompleteParams, savepoint bool, lock *core.ClaimLeaseParams) (completed, locked *Claim, err error) {
 	if complete == nil && !savepoint {
 		locked, err = t.ClaimLock(ctx, lock)
 		return nil, locked, err
@@ -112,13 +112,13 @@ func (t *Tx) PipelineLock(ctx context.Context, complete *gate.ClaimCompleteParam
 	br := t.tx.SendBatch(ctx, b)
 	completed, locked, err = readPipelineLock(br, complete != nil, savepoint)
 	if cerr := br.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("%w: %w", gate.ErrTxBroken, translate(cerr))
+		err = fmt.Errorf("%w: %w", core.ErrTxBroken, translate(cerr))
 	}
 	if err != nil {
 		return completed, nil, err
 	}
 	if locked == nil { // matched no row: read the claim to tell why
-		locked, err = enginesql.Leased(nil, domain.ErrNotFound, t.leaseRead(ctx, lock))
+		locked, err = enginesql.Leased(nil, vocab.ErrNotFound, t.leaseRead(ctx, lock))
 	}
 	return completed, locked, err
 }
@@ -128,84 +128,84 @@ func (t *Tx) PipelineLock(ctx context.Context, complete *gate.ClaimCompleteParam
 func readPipelineLock(br pgx.BatchResults, complete, savepoint bool) (completed, locked *Claim, err error) {
 	if complete {
 		c, err := scanClaim(br.QueryRow())
-		if c, err = enginesql.Conditional(c, translate(err), domain.ErrLeaseLost); err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", gate.ErrTxBroken, err)
+		if c, err = enginesql.Conditional(c, translate(err), vocab.ErrLeaseLost); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", core.ErrTxBroken, err)
 		}
 		completed = c
 	}
 	if savepoint {
 		if _, err := br.Exec(); err != nil {
-			return completed, nil, fmt.Errorf("%w: %w", gate.ErrTxBroken, translate(err))
+			return completed, nil, fmt.Errorf("%w: %w", core.ErrTxBroken, translate(err))
 		}
 	}
 	locked, err = scanClaim(br.QueryRow())
-	if err = translate(err); errors.Is(err, domain.ErrNotFound) {
+	if err = translate(err); errors.Is(err, vocab.ErrNotFound) {
 		return completed, nil, nil
 	}
 	return completed, locked, err
 }
 
-func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
+func (e executor) ClaimFail(ctx context.Context, p *core.ClaimFailParams) (*Claim, error) {
 	errJSON, err := json.Marshal(p.Error)
 	if err != nil {
 		return nil, err
 	}
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, errJSON, p.LeaseExpiredOnly, p.Now)
+	return e.claimWrite(ctx, vocab.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, errJSON, p.LeaseExpiredOnly, p.Now)
 }
 
-func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) (*Claim, error) {
+func (e executor) ClaimRelease(ctx context.Context, p *core.ClaimReleaseParams) (*Claim, error) {
 	errJSON, err := json.Marshal(p.LastError)
 	if err != nil {
 		return nil, err
 	}
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, errJSON)
+	return e.claimWrite(ctx, vocab.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, errJSON)
 }
 
-func (e executor) ClaimReclaim(ctx context.Context, p *gate.ClaimReclaimParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, p.Now)
+func (e executor) ClaimReclaim(ctx context.Context, p *core.ClaimReclaimParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, p.Now)
 }
 
-func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
+func (e executor) ClaimRedrive(ctx context.Context, p *core.ClaimRedriveParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
 }
 
-func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) (*Claim, error) {
+func (e executor) ClaimAbandon(ctx context.Context, p *core.ClaimAbandonParams) (*Claim, error) {
 	errJSON, err := json.Marshal(p.Error)
 	if err != nil {
 		return nil, err
 	}
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, errJSON, p.Now)
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, errJSON, p.Now)
 }
 
-func (e executor) ClaimApprove(ctx context.Context, p *gate.ClaimApproveParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimApprove, p.ID, p.ArgsHash, p.JobID, p.Now)
+func (e executor) ClaimApprove(ctx context.Context, p *core.ClaimApproveParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimApprove, p.ID, p.ArgsHash, p.JobID, p.Now)
 }
 
-func (e executor) ClaimDecline(ctx context.Context, p *gate.ClaimDeclineParams) (*Claim, error) {
+func (e executor) ClaimDecline(ctx context.Context, p *core.ClaimDeclineParams) (*Claim, error) {
 	errJSON, err := json.Marshal(p.Error)
 	if err != nil {
 		return nil, err
 	}
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimDecline, p.ID, errJSON, p.Expired, p.Now)
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimDecline, p.ID, errJSON, p.Expired, p.Now)
 }
 
-func (e executor) ClaimListApprovalExpired(ctx context.Context, p *gate.ClaimListApprovalExpiredParams) ([]*Claim, error) {
+func (e executor) ClaimListApprovalExpired(ctx context.Context, p *core.ClaimListApprovalExpiredParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListApprovalExpired, p.Limit, p.Now)
 }
 
-func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {
+func (e executor) ClaimListOrphaned(ctx context.Context, p *core.ClaimListOrphanedParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, p.Now)
 }
 
-func (e executor) ClaimListStalled(ctx context.Context, p *gate.ClaimListStalledParams) ([]*Claim, error) {
+func (e executor) ClaimListStalled(ctx context.Context, p *core.ClaimListStalledParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListStalled, p.Limit, p.Now, p.StaleAfter.Seconds())
 }
 
-func (e executor) ClaimRepoint(ctx context.Context, p *gate.ClaimRepointParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
+func (e executor) ClaimRepoint(ctx context.Context, p *core.ClaimRepointParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
 }
 
-func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
+func (e executor) ClaimList(ctx context.Context, p *core.ClaimListParams) ([]*Claim, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -213,11 +213,11 @@ func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Cl
 	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), p.Since, limit)
 }
 
-func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
+func (e executor) ClaimGetByOperation(ctx context.Context, p *core.ClaimGetByOperationParams) (*Claim, error) {
 	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID, p.Now)
 }
 
-func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {
+func (e executor) ClaimListNewest(ctx context.Context, p *core.ClaimListNewestParams) ([]*Claim, error) {
 	var (
 		after   *time.Time
 		afterID int64
@@ -228,19 +228,19 @@ func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestPa
 	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
 }
 
-func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, error) {
+func (e executor) JobGet(ctx context.Context, p *core.JobGetParams) (*core.Job, error) {
 	query := sqlJobGet
 	if p.Lock {
 		query = sqlJobGetLocked
 	}
-	var j gate.Job
+	var j core.Job
 	if err := e.q.QueryRow(ctx, query, p.ID).Scan(&j.ID, &j.State, &j.NextRunAt); err != nil {
 		return nil, translate(err)
 	}
 	return &j, nil
 }
 
-func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTerminalParams) ([]int64, error) {
+func (e executor) ClaimListTerminal(ctx context.Context, p *core.ClaimListTerminalParams) ([]int64, error) {
 	rows, err := e.q.Query(ctx, sqlClaimListTerminal, p.IDs)
 	if err != nil {
 		return nil, translate(err)
@@ -249,7 +249,7 @@ func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTermin
 	return ids, translate(err)
 }
 
-func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
+func (e executor) ClaimListLeaseExpired(ctx context.Context, p *core.ClaimListLeaseExpiredParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, p.Now)
 }
 
@@ -258,7 +258,7 @@ func (e executor) claimRows(ctx context.Context, sql string, args ...any) ([]*Cl
 	return list(ctx, e.q, scanClaim, sql, args...)
 }
 
-func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
+func (e executor) ClaimArchiveExpired(ctx context.Context, p *core.ClaimArchiveExpiredParams) (int, error) {
 	tag, err := e.q.Exec(ctx, sqlClaimArchiveExpired, p.Limit, p.Now)
 	if err != nil {
 		return 0, translate(err)
@@ -266,12 +266,12 @@ func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveE
 	return int(tag.RowsAffected()), nil
 }
 
-func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
+func (e executor) TombstoneGetByKey(ctx context.Context, p *core.TombstoneGetByKeyParams) (*core.Tombstone, error) {
 	t, err := enginesql.ScanTombstone(e.q.QueryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash, p.Now), times{})
 	return t, translate(err)
 }
 
-func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
+func (e executor) TombstoneDeleteExpired(ctx context.Context, p *core.TombstoneDeleteExpiredParams) (int, error) {
 	tag, err := e.q.Exec(ctx, sqlTombstoneDeleteExpired, p.Limit, p.Now)
 	if err != nil {
 		return 0, translate(err)
@@ -279,12 +279,12 @@ func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneD
 	return int(tag.RowsAffected()), nil
 }
 
-func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
+func (e executor) AuditInsert(ctx context.Context, p *core.AuditInsertParams) error {
 	_, err := e.q.Exec(ctx, sqlAuditInsert, enginesql.AuditArgs(p, nullJSON)...)
 	return translate(err)
 }
 
-func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertParams) error {
+func (e executor) AuditInsertMany(ctx context.Context, rows []*core.AuditInsertParams) error {
 	if len(rows) == 1 {
 		return e.AuditInsert(ctx, rows[0])
 	}
@@ -294,7 +294,7 @@ func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertP
 
 // auditArrays are the parameters of rows as one array per column, in
 // enginesql.AuditArgs's order.
-func auditArrays(rows []*gate.AuditInsertParams) []any {
+func auditArrays(rows []*core.AuditInsertParams) []any {
 	var (
 		text    [10][]string // every column but the nullable and numeric ones
 		opIDs   = make([]*string, len(rows))
@@ -326,13 +326,13 @@ func auditArrays(rows []*gate.AuditInsertParams) []any {
 		text[6], text[7], text[8], docs[0], docs[1], ms, text[9], traceID}
 }
 
-func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertParams) ([]*Claim, error) {
+func (e executor) ClaimInsertMany(ctx context.Context, rows []*core.ClaimInsertParams) ([]*Claim, error) {
 	var (
 		text   [7][]string // operation id, tenant, tool, key, user, args, fingerprint
 		ttl    = make([]int32, len(rows))
 		retain = make([]int32, len(rows))
 		jobIDs = make([]int64, len(rows))
-		audits = make([]*gate.AuditInsertParams, 0, len(rows))
+		audits = make([]*core.AuditInsertParams, 0, len(rows))
 		intent = make([]string, len(rows))
 	)
 	for i, r := range rows {
@@ -357,7 +357,7 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertP
 	return enginesql.InOrder(rows, written), nil
 }
 
-func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
+func (e executor) AuditListByKey(ctx context.Context, p *core.AuditListByKeyParams) ([]*core.AuditEvent, error) {
 	return list(ctx, e.q, scanAuditEvent, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
 }
 
@@ -370,7 +370,7 @@ func (times) NullTime(dst **time.Time) any { return dst }
 
 func scanClaim(row enginesql.Row) (*Claim, error) { return enginesql.ScanClaim(row, times{}) }
 
-func scanAuditEvent(row enginesql.Row) (*gate.AuditEvent, error) {
+func scanAuditEvent(row enginesql.Row) (*core.AuditEvent, error) {
 	return enginesql.ScanAuditEvent(row, times{})
 }
 

@@ -9,10 +9,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Driver is the Postgres engine.Driver on a pool.
@@ -24,7 +24,7 @@ type Driver struct {
 
 var (
 	_ engine.Driver = (*Driver)(nil)
-	_ tool.Tx       = (*Tx)(nil)
+	_ gate.Tx       = (*Tx)(nil)
 )
 
 // Open opens a pool on cfg's DATABASE_URL (OpenPostgresConfig, at most
@@ -50,7 +50,7 @@ func NewDriver(pool *pgxpool.Pool, cfg *config.Config) *Driver {
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
 
 // Engine implements engine.Driver.
-func (d *Driver) Engine() string { return tool.Postgres }
+func (d *Driver) Engine() string { return gate.Postgres }
 
 // Store implements engine.Driver.
 func (d *Driver) Store() engine.Store { return d.store }

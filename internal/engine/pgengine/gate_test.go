@@ -10,8 +10,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/pgtest"
 )
@@ -29,13 +29,13 @@ func count(t *testing.T, db interface {
 // TestGateConformance runs the suite every gate.Store passes.
 func TestGateConformance(t *testing.T) {
 	t.Parallel()
-	gatetest.Exercise(t, func(t *testing.T) *gatetest.Bundle {
+	coretest.Exercise(t, func(t *testing.T) *coretest.Bundle {
 		_, pool := pgtest.NewDB(t)
 		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{}) // insert-only
 		require.NoError(t, err)
-		b := &gatetest.Bundle{
+		b := &coretest.Bundle{
 			Store:    pgengine.New(pool),
-			Enqueuer: gatetest.RiverEnqueuer[pgx.Tx]{Client: client},
+			Enqueuer: coretest.RiverEnqueuer[pgx.Tx]{Client: client},
 			Control:  &jobs.Control[pgx.Tx]{Client: client},
 			JobState: func(ctx context.Context, id int64) string {
 				var state string

@@ -28,11 +28,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Store is the Postgres engine on a pool: a gate.Store and every
@@ -44,8 +44,8 @@ type Store struct {
 
 var (
 	_ engine.Store     = (*Store)(nil)
-	_ gate.Savepointer = (*Tx)(nil)
-	_ gate.Pipeliner   = (*Tx)(nil)
+	_ core.Savepointer = (*Tx)(nil)
+	_ core.Pipeliner   = (*Tx)(nil)
 )
 
 // New returns a Store on pool. It panics if pool is nil.
@@ -60,7 +60,7 @@ func New(pool *pgxpool.Pool) *Store {
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Begin starts a READ COMMITTED transaction.
-func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
+func (s *Store) Begin(ctx context.Context) (core.Tx, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, translate(err)
@@ -70,7 +70,7 @@ func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
 
 // BeginRead starts a READ ONLY transaction (api.ReadBeginner): a write
 // through it fails with SQLSTATE 25006.
-func (s *Store) BeginRead(ctx context.Context) (gate.Tx, error) {
+func (s *Store) BeginRead(ctx context.Context) (core.Tx, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, translate(err)
@@ -78,7 +78,7 @@ func (s *Store) BeginRead(ctx context.Context) (gate.Tx, error) {
 	return &Tx{executor: executor{q: tx}, tx: tx}, nil
 }
 
-// Tx is a Postgres gate.Tx, and the tool.Tx effects see.
+// Tx is a Postgres gate.Tx, and the gate.Tx effects see.
 type Tx struct {
 	executor
 	tx pgx.Tx
@@ -113,7 +113,7 @@ func (t *Tx) exec(ctx context.Context, sql string) error {
 	return translate(err)
 }
 
-// Exec implements tool.Tx.
+// Exec implements gate.Tx.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	tag, err := t.tx.Exec(ctx, query, args...)
 	if err != nil {
@@ -122,21 +122,21 @@ func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error)
 	return tag.RowsAffected(), nil
 }
 
-// QueryRow implements tool.Tx.
-func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) tool.Row {
+// QueryRow implements gate.Tx.
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) gate.Row {
 	return toolRow{t.tx.QueryRow(ctx, query, args...)}
 }
 
-// Engine implements tool.Tx.
-func (t *Tx) Engine() string { return tool.Postgres }
+// Engine implements gate.Tx.
+func (t *Tx) Engine() string { return gate.Postgres }
 
-// toolRow is a tool.Row: no row is domain.ErrNotFound.
+// toolRow is a gate.Row: no row is domain.ErrNotFound.
 type toolRow struct{ row pgx.Row }
 
 func (r toolRow) Scan(dest ...any) error {
 	err := r.row.Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.ErrNotFound
+		return vocab.ErrNotFound
 	}
 	return err
 }

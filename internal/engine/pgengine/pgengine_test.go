@@ -8,11 +8,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/store/storetest"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 type testBundle struct {
@@ -53,5 +53,5 @@ func TestTokenUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	_, err = pgengine.New(pool).TokenGetByHash(ctx, tenancy.HashToken("idg_whatever"))
-	require.ErrorIs(t, err, domain.ErrUnavailable)
+	require.ErrorIs(t, err, vocab.ErrUnavailable)
 }

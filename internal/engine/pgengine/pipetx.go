@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The worker's group transactions (gate.WorkTx) send their BEGIN with the
@@ -22,11 +22,11 @@ import (
 // connection of the pool: River's JobCompleteTx and the effects run in it
 // as in any other.
 
-var _ gate.PipelineBeginner = (*Store)(nil)
+var _ core.PipelineBeginner = (*Store)(nil)
 
 // BeginLock implements gate.PipelineBeginner: BEGIN and the claim's lock
 // in one round trip.
-func (s *Store) BeginLock(ctx context.Context, lock *gate.ClaimLeaseParams) (gate.Tx, *Claim, error) {
+func (s *Store) BeginLock(ctx context.Context, lock *core.ClaimLeaseParams) (core.Tx, *Claim, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, translate(err)
@@ -42,12 +42,12 @@ func (s *Store) BeginLock(ctx context.Context, lock *gate.ClaimLeaseParams) (gat
 		locked, err = scanClaim(br.QueryRow())
 		err = translate(err)
 	}
-	if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, domain.ErrNotFound)) {
+	if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, vocab.ErrNotFound)) {
 		err = translate(cerr)
 	}
 	tx := &Tx{executor: executor{q: ptx}, tx: ptx}
 	switch {
-	case errors.Is(err, domain.ErrNotFound): // matched no row: read the claim to tell why
+	case errors.Is(err, vocab.ErrNotFound): // matched no row: read the claim to tell why
 		locked, err = enginesql.Leased(nil, err, tx.leaseRead(ctx, lock))
 		return tx, locked, err
 	case err != nil:
@@ -60,12 +60,12 @@ func (s *Store) BeginLock(ctx context.Context, lock *gate.ClaimLeaseParams) (gat
 // CommitWith implements gate.Pipeliner: the completion and COMMIT in one
 // round trip, on a transaction BeginLock began (else one after the
 // other).
-func (t *Tx) CommitWith(ctx context.Context, complete *gate.ClaimCompleteParams) (*Claim, error) {
+func (t *Tx) CommitWith(ctx context.Context, complete *core.ClaimCompleteParams) (*Claim, error) {
 	ptx, ok := t.tx.(*pipeTx)
 	if !ok {
 		done, err := t.ClaimComplete(ctx, complete)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", gate.ErrTxBroken, err)
+			return nil, fmt.Errorf("%w: %w", core.ErrTxBroken, err)
 		}
 		return done, t.Commit(ctx)
 	}
@@ -89,7 +89,7 @@ func (t *pipeTx) end() {
 	t.pc.Release()
 }
 
-func (t *pipeTx) commitWith(ctx context.Context, complete *gate.ClaimCompleteParams) (*Claim, error) {
+func (t *pipeTx) commitWith(ctx context.Context, complete *core.ClaimCompleteParams) (*Claim, error) {
 	if t.closed {
 		return nil, pgx.ErrTxClosed
 	}
@@ -101,12 +101,12 @@ func (t *pipeTx) commitWith(ctx context.Context, complete *gate.ClaimCompletePar
 	b.Queue(sqlCommit)
 	br := t.pc.SendBatch(ctx, b)
 	done, err := scanClaim(br.QueryRow())
-	if done, err = enginesql.Conditional(done, translate(err), domain.ErrLeaseLost); err == nil {
+	if done, err = enginesql.Conditional(done, translate(err), vocab.ErrLeaseLost); err == nil {
 		_, err = br.Exec()
 	}
 	if err != nil {
 		_ = br.Close()
-		return nil, fmt.Errorf("%w: %w", gate.ErrTxBroken, err)
+		return nil, fmt.Errorf("%w: %w", core.ErrTxBroken, err)
 	}
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {

@@ -7,10 +7,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/gate"
 	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // TestPipelinedTxIsATransaction: the transaction BeginLock begins (BEGIN
@@ -28,11 +28,11 @@ func TestPipelinedTxIsATransaction(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pipe_rows`).Scan(&n))
 		return n
 	}
-	lock := &gate.ClaimLeaseParams{TenantID: "acme", OperationID: uuid.NewString(), JobID: 1}
+	lock := &core.ClaimLeaseParams{TenantID: "acme", OperationID: uuid.NewString(), JobID: 1}
 
 	for _, commit := range []bool{true, false} {
 		tx, locked, err := s.BeginLock(ctx, lock)
-		require.ErrorIs(t, err, domain.ErrNotFound, "no claim: the lock tells why, in the open transaction")
+		require.ErrorIs(t, err, vocab.ErrNotFound, "no claim: the lock tells why, in the open transaction")
 		require.Nil(t, locked)
 		ptx := tx.(*pgengine.Tx).DriverTx()
 		var status string

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 )
 
 // All of the Postgres engine's SQL: the gate's statements (claims,
@@ -138,7 +138,7 @@ WITH old AS (
 ), logged AS (
 	INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, job_id, decision, reason,
 		args_hash, result)
-	SELECT o_tenant_id, '` + gate.WorkerUser + `', o_tool, o_key, o_operation_id, o_job_id, 'archived',
+	SELECT o_tenant_id, '` + core.WorkerUser + `', o_tool, o_key, o_operation_id, o_job_id, 'archived',
 		'taken over by operation ' || $2::text || '; the fingerprint stays in the key''s history until ' ||
 		` + fmt.Sprintf(historyUntil, "o_retain_until") + `,
 		o_args_hash, jsonb_strip_nulls(jsonb_build_object('status', o_status, 'error_code', o_error_code))
@@ -263,7 +263,7 @@ WITH doomed AS (
 )
 INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, job_id, decision, reason,
 	args_hash, result)
-SELECT tenant_id, '` + gate.WorkerUser + `', tool, idempotency_key, operation_id, job_id, 'archived',
+SELECT tenant_id, '` + core.WorkerUser + `', tool, idempotency_key, operation_id, job_id, 'archived',
 	'replay window ended; the fingerprint stays in the key''s history until ' || ` + fmt.Sprintf(historyUntil, "retain_until") + `,
 	args_hash, jsonb_strip_nulls(jsonb_build_object('status', status, 'error_code', error_code))
 FROM moved`
@@ -291,7 +291,7 @@ WITH gone AS (
 	RETURNING tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code
 )
 INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, decision, reason, args_hash, result)
-SELECT tenant_id, '` + gate.WorkerUser + `', tool, idempotency_key, operation_id, 'forgotten',
+SELECT tenant_id, '` + core.WorkerUser + `', tool, idempotency_key, operation_id, 'forgotten',
 	'retention ended; the fingerprint may run again under this key', args_hash,
 	jsonb_strip_nulls(jsonb_build_object('status', status, 'error_code', error_code))
 FROM gone`

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // TenantApprovalMailTo implements store.TenantSettings.
 func (s *Store) TenantApprovalMailTo(ctx context.Context, tenantID string) ([]string, error) {
 	var addrs []string
 	err := translate(s.pool.QueryRow(ctx, sqlTenantApprovalMailTo, tenantID).Scan(&addrs))
-	if errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, vocab.ErrNotFound) {
 		return nil, nil
 	}
 	return addrs, err

@@ -17,10 +17,10 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/tools"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // The built-in tools' tables moved from idemgate's core migrations (00001
@@ -77,7 +77,7 @@ func migrateSQLiteNow(ctx context.Context, t *testing.T, db *sql.DB) (core, buil
 	t.Helper()
 	res, err := sqliteengine.Migrate(ctx, db, nil)
 	require.NoError(t, err)
-	builtins, err = sqliteengine.MigrateLine(ctx, db, tools.Migrations(tool.SQLite), tools.VersionTable, nil)
+	builtins, err = sqliteengine.MigrateLine(ctx, db, tools.Migrations(gate.SQLite), tools.VersionTable, nil)
 	require.NoError(t, err)
 	return res.IdemgateApplied, builtins
 }

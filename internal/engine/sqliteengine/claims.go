@@ -7,15 +7,15 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // The gate's statements: executor implements gate.Executor.
 
 // Claim is an alias so that the queries read naturally.
-type Claim = gate.Claim
+type Claim = core.Claim
 
 // claimRow runs a statement that returns one claim.
 func (e executor) claimRow(ctx context.Context, query string, args ...any) (*Claim, error) {
@@ -33,7 +33,7 @@ func (e executor) claimWrite(ctx context.Context, failed error, query string, ar
 // audited runs write and then, when it wrote and audit is set, appends the
 // audit row (fill, when set, completes it from the written claim), both in
 // one transaction: the executor's, or one of its own on the pool.
-func (e executor) audited(ctx context.Context, audit *gate.AuditInsertParams, fill func(*gate.AuditInsertParams, *Claim),
+func (e executor) audited(ctx context.Context, audit *core.AuditInsertParams, fill func(*core.AuditInsertParams, *Claim),
 	write func(executor) (*Claim, error)) (*Claim, error) {
 	if audit == nil {
 		return write(e)
@@ -67,9 +67,9 @@ func (e executor) audited(ctx context.Context, audit *gate.AuditInsertParams, fi
 	return c, nil
 }
 
-func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*Claim, error) {
+func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*Claim, error) {
 	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
-		return e.claimWrite(ctx, domain.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
+		return e.claimWrite(ctx, vocab.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
 			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
 			approvalWindow(p.ApprovalWindow))
 	})
@@ -77,7 +77,7 @@ func (e executor) ClaimInsert(ctx context.Context, p *gate.ClaimInsertParams) (*
 
 // ClaimInsertMany inserts row by row: SQLite has one writer, and the
 // saving is the transaction's one commit, not the statements.
-func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertParams) ([]*Claim, error) {
+func (e executor) ClaimInsertMany(ctx context.Context, rows []*core.ClaimInsertParams) ([]*Claim, error) {
 	out := make([]*Claim, len(rows))
 	for i, r := range rows {
 		if r.Audit != nil {
@@ -88,7 +88,7 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertP
 		}
 		c, err := e.ClaimInsert(ctx, r)
 		switch {
-		case errors.Is(err, domain.ErrAlreadyExists):
+		case errors.Is(err, vocab.ErrAlreadyExists):
 		case err != nil:
 			return nil, err
 		default:
@@ -98,15 +98,15 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*gate.ClaimInsertP
 	return out, nil
 }
 
-func (e executor) ClaimGetByKey(ctx context.Context, p *gate.ClaimGetByKeyParams) (*Claim, error) {
+func (e executor) ClaimGetByKey(ctx context.Context, p *core.ClaimGetByKeyParams) (*Claim, error) {
 	return e.claimRow(ctx, sqlClaimGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, nullTime(p.Now))
 }
 
-func (e executor) ClaimGetByID(ctx context.Context, p *gate.ClaimGetByIDParams) (*Claim, error) {
+func (e executor) ClaimGetByID(ctx context.Context, p *core.ClaimGetByIDParams) (*Claim, error) {
 	return e.claimRow(ctx, sqlClaimGetByID, p.ID, nullTime(p.Now))
 }
 
-func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams) (*Claim, error) {
+func (e executor) ClaimTakeOver(ctx context.Context, p *core.ClaimTakeOverParams) (*Claim, error) {
 	var out *Claim
 	err := e.withTx(ctx, func(e executor) error {
 		// The old intent's fingerprint goes into the key's history under
@@ -114,12 +114,12 @@ func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams
 		// one write lock, so nothing changes the claim in between.
 		h, err := scanHistory(e.queryRow(ctx, sqlClaimTakeOverHistory, p.ID, nullTime(p.Now)))
 		if errors.Is(err, sql.ErrNoRows) {
-			return domain.ErrStateChanged
+			return vocab.ErrStateChanged
 		}
 		if err != nil {
 			return translate(err)
 		}
-		c, err := e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
+		c, err := e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
 			int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
 			approvalWindow(p.ApprovalWindow))
 		if err != nil {
@@ -131,65 +131,65 @@ func (e executor) ClaimTakeOver(ctx context.Context, p *gate.ClaimTakeOverParams
 	return out, err
 }
 
-func (e executor) ClaimLease(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+func (e executor) ClaimLease(ctx context.Context, p *core.ClaimLeaseParams) (*Claim, error) {
 	return e.audited(ctx, p.Audit, enginesql.FillLeaseAudit, func(e executor) (*Claim, error) {
 		c, err := e.claimRow(ctx, sqlClaimLease, p.OperationID, p.JobID, seconds(p.Lease), nullTime(p.Now))
 		return enginesql.Leased(c, err, e.leaseRead(ctx, p))
 	})
 }
 
-func (e executor) ClaimLock(ctx context.Context, p *gate.ClaimLeaseParams) (*Claim, error) {
+func (e executor) ClaimLock(ctx context.Context, p *core.ClaimLeaseParams) (*Claim, error) {
 	c, err := e.claimRow(ctx, sqlClaimLock, p.OperationID, p.JobID, nullTime(p.Now))
 	return enginesql.Leased(c, err, e.leaseRead(ctx, p))
 }
 
 // leaseRead reads the claim a lease or lock did not match, to tell why.
-func (e executor) leaseRead(ctx context.Context, p *gate.ClaimLeaseParams) func() (*Claim, error) {
+func (e executor) leaseRead(ctx context.Context, p *core.ClaimLeaseParams) func() (*Claim, error) {
 	return func() (*Claim, error) {
-		return e.ClaimGetByOperation(ctx, &gate.ClaimGetByOperationParams{TenantID: p.TenantID, OperationID: p.OperationID, Now: p.Now})
+		return e.ClaimGetByOperation(ctx, &core.ClaimGetByOperationParams{TenantID: p.TenantID, OperationID: p.OperationID, Now: p.Now})
 	}
 }
 
-func (e executor) ClaimComplete(ctx context.Context, p *gate.ClaimCompleteParams) (*Claim, error) {
+func (e executor) ClaimComplete(ctx context.Context, p *core.ClaimCompleteParams) (*Claim, error) {
 	query := sqlClaimComplete
 	if p.Locked {
 		query = sqlClaimCompleteLocked
 	}
 	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
-		return e.claimWrite(ctx, domain.ErrLeaseLost, query, p.ID, p.Epoch, nullJSON(p.Result), nullTime(p.Now))
+		return e.claimWrite(ctx, vocab.ErrLeaseLost, query, p.ID, p.Epoch, nullJSON(p.Result), nullTime(p.Now))
 	})
 }
 
-func (e executor) ClaimFail(ctx context.Context, p *gate.ClaimFailParams) (*Claim, error) {
+func (e executor) ClaimFail(ctx context.Context, p *core.ClaimFailParams) (*Claim, error) {
 	errJSON, err := json.Marshal(p.Error)
 	if err != nil {
 		return nil, err
 	}
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, string(errJSON), p.LeaseExpiredOnly, nullTime(p.Now))
+	return e.claimWrite(ctx, vocab.ErrLeaseLost, sqlClaimFail, p.ID, p.Epoch, string(errJSON), p.LeaseExpiredOnly, nullTime(p.Now))
 }
 
-func (e executor) ClaimRelease(ctx context.Context, p *gate.ClaimReleaseParams) (*Claim, error) {
+func (e executor) ClaimRelease(ctx context.Context, p *core.ClaimReleaseParams) (*Claim, error) {
 	errJSON, err := json.Marshal(p.LastError)
 	if err != nil {
 		return nil, err
 	}
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, string(errJSON))
+	return e.claimWrite(ctx, vocab.ErrLeaseLost, sqlClaimRelease, p.ID, p.Epoch, string(errJSON))
 }
 
-func (e executor) ClaimReclaim(ctx context.Context, p *gate.ClaimReclaimParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, nullTime(p.Now))
+func (e executor) ClaimReclaim(ctx context.Context, p *core.ClaimReclaimParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, nullTime(p.Now))
 }
 
-func (e executor) ClaimRedrive(ctx context.Context, p *gate.ClaimRedriveParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
+func (e executor) ClaimRedrive(ctx context.Context, p *core.ClaimRedriveParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
 }
 
-func (e executor) ClaimAbandon(ctx context.Context, p *gate.ClaimAbandonParams) (*Claim, error) {
+func (e executor) ClaimAbandon(ctx context.Context, p *core.ClaimAbandonParams) (*Claim, error) {
 	errJSON, err := json.Marshal(p.Error)
 	if err != nil {
 		return nil, err
 	}
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, string(errJSON), nullTime(p.Now))
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimAbandon, p.ID, p.Epoch, p.JobID, string(errJSON), nullTime(p.Now))
 }
 
 // approvalWindow is a claim's approval window as a strftime modifier, ""
@@ -201,35 +201,35 @@ func approvalWindow(d time.Duration) string {
 	return seconds(d)
 }
 
-func (e executor) ClaimApprove(ctx context.Context, p *gate.ClaimApproveParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimApprove, p.ID, p.ArgsHash, p.JobID, nullTime(p.Now))
+func (e executor) ClaimApprove(ctx context.Context, p *core.ClaimApproveParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimApprove, p.ID, p.ArgsHash, p.JobID, nullTime(p.Now))
 }
 
-func (e executor) ClaimDecline(ctx context.Context, p *gate.ClaimDeclineParams) (*Claim, error) {
+func (e executor) ClaimDecline(ctx context.Context, p *core.ClaimDeclineParams) (*Claim, error) {
 	errJSON, err := json.Marshal(p.Error)
 	if err != nil {
 		return nil, err
 	}
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimDecline, p.ID, string(errJSON), p.Expired, nullTime(p.Now))
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimDecline, p.ID, string(errJSON), p.Expired, nullTime(p.Now))
 }
 
-func (e executor) ClaimListApprovalExpired(ctx context.Context, p *gate.ClaimListApprovalExpiredParams) ([]*Claim, error) {
+func (e executor) ClaimListApprovalExpired(ctx context.Context, p *core.ClaimListApprovalExpiredParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListApprovalExpired, p.Limit, nullTime(p.Now))
 }
 
-func (e executor) ClaimListOrphaned(ctx context.Context, p *gate.ClaimListOrphanedParams) ([]*Claim, error) {
+func (e executor) ClaimListOrphaned(ctx context.Context, p *core.ClaimListOrphanedParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, nullTime(p.Now))
 }
 
-func (e executor) ClaimListStalled(ctx context.Context, p *gate.ClaimListStalledParams) ([]*Claim, error) {
+func (e executor) ClaimListStalled(ctx context.Context, p *core.ClaimListStalledParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListStalled, p.Limit, nullTime(p.Now), p.StaleAfter.Seconds())
 }
 
-func (e executor) ClaimRepoint(ctx context.Context, p *gate.ClaimRepointParams) (*Claim, error) {
-	return e.claimWrite(ctx, domain.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
+func (e executor) ClaimRepoint(ctx context.Context, p *core.ClaimRepointParams) (*Claim, error) {
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimRepoint, p.ID, p.Epoch, p.OldJobID, p.NewJobID)
 }
 
-func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Claim, error) {
+func (e executor) ClaimList(ctx context.Context, p *core.ClaimListParams) ([]*Claim, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -237,11 +237,11 @@ func (e executor) ClaimList(ctx context.Context, p *gate.ClaimListParams) ([]*Cl
 	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), nullTime(p.Since), limit)
 }
 
-func (e executor) ClaimGetByOperation(ctx context.Context, p *gate.ClaimGetByOperationParams) (*Claim, error) {
+func (e executor) ClaimGetByOperation(ctx context.Context, p *core.ClaimGetByOperationParams) (*Claim, error) {
 	return e.claimRow(ctx, sqlClaimGetByOperation, p.TenantID, p.OperationID, nullTime(p.Now))
 }
 
-func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestParams) ([]*Claim, error) {
+func (e executor) ClaimListNewest(ctx context.Context, p *core.ClaimListNewestParams) ([]*Claim, error) {
 	var (
 		after   any
 		afterID int64
@@ -255,15 +255,15 @@ func (e executor) ClaimListNewest(ctx context.Context, p *gate.ClaimListNewestPa
 // JobGet implements gate.Executor. Lock needs nothing more on SQLite: a
 // transaction begins IMMEDIATE, holding the database's one write lock, so
 // no worker fetches the job before it ends.
-func (e executor) JobGet(ctx context.Context, p *gate.JobGetParams) (*gate.Job, error) {
-	var j gate.Job
+func (e executor) JobGet(ctx context.Context, p *core.JobGetParams) (*core.Job, error) {
+	var j core.Job
 	if err := e.queryRow(ctx, sqlJobGet, p.ID).Scan(&j.ID, &j.State, times{}.NullTime(&j.NextRunAt)); err != nil {
 		return nil, translate(err)
 	}
 	return &j, nil
 }
 
-func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTerminalParams) ([]int64, error) {
+func (e executor) ClaimListTerminal(ctx context.Context, p *core.ClaimListTerminalParams) ([]int64, error) {
 	ids, err := json.Marshal(p.IDs)
 	if err != nil {
 		return nil, err
@@ -275,7 +275,7 @@ func (e executor) ClaimListTerminal(ctx context.Context, p *gate.ClaimListTermin
 	})
 }
 
-func (e executor) ClaimListLeaseExpired(ctx context.Context, p *gate.ClaimListLeaseExpiredParams) ([]*Claim, error) {
+func (e executor) ClaimListLeaseExpired(ctx context.Context, p *core.ClaimListLeaseExpiredParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListLeaseExpired, p.Limit, nullTime(p.Now))
 }
 
@@ -285,7 +285,7 @@ func (e executor) claimRows(ctx context.Context, query string, args ...any) ([]*
 	return list(rows, err, scanClaim)
 }
 
-func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveExpiredParams) (int, error) {
+func (e executor) ClaimArchiveExpired(ctx context.Context, p *core.ClaimArchiveExpiredParams) (int, error) {
 	n := 0
 	err := e.withTx(ctx, func(e executor) error {
 		// One statement deletes the batch under one clock reading and
@@ -306,19 +306,19 @@ func (e executor) ClaimArchiveExpired(ctx context.Context, p *gate.ClaimArchiveE
 	return n, err
 }
 
-func (e executor) TombstoneGetByKey(ctx context.Context, p *gate.TombstoneGetByKeyParams) (*gate.Tombstone, error) {
+func (e executor) TombstoneGetByKey(ctx context.Context, p *core.TombstoneGetByKeyParams) (*core.Tombstone, error) {
 	t, err := enginesql.ScanTombstone(e.queryRow(ctx, sqlTombstoneGetByKey, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash,
 		nullTime(p.Now)), times{})
 	return t, translate(err)
 }
 
-func (e executor) TombstoneDeleteExpired(ctx context.Context, p *gate.TombstoneDeleteExpiredParams) (int, error) {
+func (e executor) TombstoneDeleteExpired(ctx context.Context, p *core.TombstoneDeleteExpiredParams) (int, error) {
 	n := 0
 	err := e.withTx(ctx, func(e executor) error {
 		rows, err := e.query(ctx, sqlTombstoneDeleteExpired, p.Limit, nullTime(p.Now))
-		gone, err := list(rows, err, func(row enginesql.Row) (*gate.AuditInsertParams, error) {
+		gone, err := list(rows, err, func(row enginesql.Row) (*core.AuditInsertParams, error) {
 			var status, code string
-			ev := &gate.AuditInsertParams{UserID: gate.WorkerUser, Decision: domain.DecisionForgotten,
+			ev := &core.AuditInsertParams{UserID: core.WorkerUser, Decision: vocab.DecisionForgotten,
 				Reason: "retention ended; the fingerprint may run again under this key"}
 			if err := row.Scan(&ev.TenantID, &ev.Tool, &ev.IdempotencyKey, &ev.ArgsHash, &ev.OperationID, &status, &code); err != nil {
 				return nil, err
@@ -358,9 +358,9 @@ func (e executor) keep(ctx context.Context, h *historyRow, now *time.Time, reaso
 		h.expiredAt, h.retainUntil, nullTime(now)); err != nil {
 		return translate(err)
 	}
-	return e.AuditInsert(ctx, &gate.AuditInsertParams{
-		TenantID: h.tenantID, UserID: gate.WorkerUser, Tool: h.tool, IdempotencyKey: h.key, OperationID: h.operationID,
-		JobID: h.jobID, Decision: domain.DecisionArchived, Reason: reason + h.retainUntil, ArgsHash: h.argsHash,
+	return e.AuditInsert(ctx, &core.AuditInsertParams{
+		TenantID: h.tenantID, UserID: core.WorkerUser, Tool: h.tool, IdempotencyKey: h.key, OperationID: h.operationID,
+		JobID: h.jobID, Decision: vocab.DecisionArchived, Reason: reason + h.retainUntil, ArgsHash: h.argsHash,
 		Result: outcomeSummary(h.status, h.errorCode),
 	})
 }
@@ -393,12 +393,12 @@ func (e executor) withTx(ctx context.Context, fn func(e executor) error) error {
 	return tx.Commit(ctx)
 }
 
-func (e executor) AuditInsert(ctx context.Context, p *gate.AuditInsertParams) error {
+func (e executor) AuditInsert(ctx context.Context, p *core.AuditInsertParams) error {
 	_, err := e.exec(ctx, sqlAuditInsert, enginesql.AuditArgs(p, nullJSON)...)
 	return translate(err)
 }
 
-func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertParams) error {
+func (e executor) AuditInsertMany(ctx context.Context, rows []*core.AuditInsertParams) error {
 	if len(rows) == 1 || e.tx != nil {
 		for _, r := range rows {
 			if err := e.AuditInsert(ctx, r); err != nil {
@@ -418,14 +418,14 @@ func (e executor) AuditInsertMany(ctx context.Context, rows []*gate.AuditInsertP
 	return tx.Commit(ctx)
 }
 
-func (e executor) AuditListByKey(ctx context.Context, p *gate.AuditListByKeyParams) ([]*gate.AuditEvent, error) {
+func (e executor) AuditListByKey(ctx context.Context, p *core.AuditListByKeyParams) ([]*core.AuditEvent, error) {
 	rows, err := e.query(ctx, sqlAuditListByKey, p.TenantID, p.Tool, p.IdempotencyKey)
 	return list(rows, err, scanAuditEvent)
 }
 
 func scanClaim(row enginesql.Row) (*Claim, error) { return enginesql.ScanClaim(row, times{}) }
 
-func scanAuditEvent(row enginesql.Row) (*gate.AuditEvent, error) {
+func scanAuditEvent(row enginesql.Row) (*core.AuditEvent, error) {
 	return enginesql.ScanAuditEvent(row, times{})
 }
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/tool"
 )
 
 // Driver is the SQLite engine.Driver on a database from Open.
@@ -25,7 +25,7 @@ type Driver struct {
 
 var (
 	_ engine.Driver = (*Driver)(nil)
-	_ tool.Tx       = (*Tx)(nil)
+	_ gate.Tx       = (*Tx)(nil)
 )
 
 // ErrNoDatabase is OpenDriver's error, with existing set, for a file that
@@ -56,7 +56,7 @@ func NewDriver(db *sql.DB) *Driver { return &Driver{db: db, store: New(db)} }
 func (d *Driver) DB() *sql.DB { return d.db }
 
 // Engine implements engine.Driver.
-func (d *Driver) Engine() string { return tool.SQLite }
+func (d *Driver) Engine() string { return gate.SQLite }
 
 // Store implements engine.Driver.
 func (d *Driver) Store() engine.Store { return d.store }

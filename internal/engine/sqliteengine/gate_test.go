@@ -16,12 +16,12 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/core/coretest"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/internal/gate/gatetest"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 func count(t *testing.T, db *sql.DB, query string) func(context.Context) int {
@@ -32,13 +32,13 @@ func count(t *testing.T, db *sql.DB, query string) func(context.Context) int {
 	}
 }
 
-func newBundle(t *testing.T) *gatetest.Bundle {
+func newBundle(t *testing.T) *coretest.Bundle {
 	_, db := sqlitetest.NewDB(t)
 	client, err := river.NewClient(riversqlite.New(db), &river.Config{}) // insert-only
 	require.NoError(t, err)
-	return &gatetest.Bundle{
+	return &coretest.Bundle{
 		Store:    sqliteengine.New(db),
-		Enqueuer: gatetest.RiverEnqueuer[*sql.Tx]{Client: client},
+		Enqueuer: coretest.RiverEnqueuer[*sql.Tx]{Client: client},
 		Control:  &jobs.Control[*sql.Tx]{Client: client},
 		JobState: func(ctx context.Context, id int64) string {
 			var state string
@@ -63,7 +63,7 @@ func newBundle(t *testing.T) *gatetest.Bundle {
 // LISTEN, so the gate polls (Waiter nil).
 func TestGateConformance(t *testing.T) {
 	t.Parallel()
-	gatetest.Exercise(t, newBundle)
+	coretest.Exercise(t, newBundle)
 }
 
 func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
@@ -74,7 +74,7 @@ func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
 	tx, err := s.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	c, err := tx.ClaimInsert(ctx, &gate.ClaimInsertParams{
+	c, err := tx.ClaimInsert(ctx, &core.ClaimInsertParams{
 		OperationID: "0b4c3c1e-5f0a-4c43-9a38-3f3b6f0e8a11", TenantID: "acme", Tool: "refund_order",
 		IdempotencyKey: "times-key-1", Args: json.RawMessage(`{}`), ArgsHash: "h", TTL: time.Hour, JobID: 7,
 	})
@@ -83,7 +83,7 @@ func TestTimesAreStoredAsFixedWidthUTCText(t *testing.T) {
 	// millisecond, in the same shape as the database's own clock.
 	zone := time.FixedZone("UTC+5", 5*3600)
 	now := time.Date(2030, 1, 2, 8, 4, 5, 123456789, zone)
-	leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: 7, Lease: 90 * time.Second, Now: &now})
+	leased, err := tx.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: c.TenantID, OperationID: c.OperationID, JobID: 7, Lease: 90 * time.Second, Now: &now})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 
@@ -127,12 +127,12 @@ func TestAuditIsAppendOnly(t *testing.T) {
 	ctx := t.Context()
 	_, db := sqlitetest.NewDB(t)
 	s := sqliteengine.New(db)
-	require.NoError(t, s.AuditInsert(ctx, &gate.AuditInsertParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "k-append-1", Decision: domain.DecisionDenied}))
+	require.NoError(t, s.AuditInsert(ctx, &core.AuditInsertParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "k-append-1", Decision: vocab.DecisionDenied}))
 	_, err := db.ExecContext(ctx, "UPDATE audit_events SET reason = 'x'")
 	require.ErrorContains(t, err, "append-only")
 	_, err = db.ExecContext(ctx, "DELETE FROM audit_events")
 	require.ErrorContains(t, err, "append-only")
-	events, err := s.AuditListByKey(ctx, &gate.AuditListByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "k-append-1"})
+	events, err := s.AuditListByKey(ctx, &core.AuditListByKeyParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "k-append-1"})
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 }
@@ -164,15 +164,15 @@ func TestBusyFileIsUnavailable(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err = other.Begin(shortCtx)
-	require.ErrorIs(t, err, domain.ErrUnavailable)
+	require.ErrorIs(t, err, vocab.ErrUnavailable)
 	require.Less(t, time.Since(start), sqliteengine.BusyTimeout/2)
 
 	// SQLITE_BUSY itself, after the busy timeout (shortened on the other
 	// process's only connection).
 	_, err = other.DB().ExecContext(ctx, "PRAGMA busy_timeout = 100")
 	require.NoError(t, err)
-	err = other.AuditInsert(ctx, &gate.AuditInsertParams{TenantID: "acme", Tool: "t", Decision: domain.DecisionDenied})
-	require.ErrorIs(t, err, domain.ErrUnavailable)
+	err = other.AuditInsert(ctx, &core.AuditInsertParams{TenantID: "acme", Tool: "t", Decision: vocab.DecisionDenied})
+	require.ErrorIs(t, err, vocab.ErrUnavailable)
 	require.ErrorContains(t, err, "SQLITE_BUSY")
 }
 
@@ -196,11 +196,11 @@ func TestConcurrentWritersOnTwoConnectionsDoNotFail(t *testing.T) {
 			defer func() { _ = tx.Rollback(ctx) }()
 			// Read, then write: under a deferred BEGIN this upgrade could
 			// fail with SQLITE_BUSY_SNAPSHOT; BEGIN IMMEDIATE avoids it.
-			if _, err := tx.AuditListByKey(ctx, &gate.AuditListByKeyParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k"}); err != nil {
+			if _, err := tx.AuditListByKey(ctx, &core.AuditListByKeyParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k"}); err != nil {
 				errs <- err
 				return
 			}
-			if err := tx.AuditInsert(ctx, &gate.AuditInsertParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k", Decision: domain.DecisionDenied}); err != nil {
+			if err := tx.AuditInsert(ctx, &core.AuditInsertParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k", Decision: vocab.DecisionDenied}); err != nil {
 				errs <- err
 				return
 			}
@@ -212,7 +212,7 @@ func TestConcurrentWritersOnTwoConnectionsDoNotFail(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	events, err := stores[0].AuditListByKey(ctx, &gate.AuditListByKeyParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k"})
+	events, err := stores[0].AuditListByKey(ctx, &core.AuditListByKeyParams{TenantID: "acme", Tool: "t", IdempotencyKey: "k"})
 	require.NoError(t, err)
 	require.Len(t, events, 40)
 }
@@ -252,7 +252,7 @@ func TestOpen(t *testing.T) {
 	t.Run("MissingDirectoryIsUnavailable", func(t *testing.T) {
 		t.Parallel()
 		_, err := sqliteengine.Open(filepath.Join(t.TempDir(), "no", "such", "dir", "db.sqlite3"))
-		require.ErrorIs(t, err, domain.ErrUnavailable)
+		require.ErrorIs(t, err, vocab.ErrUnavailable)
 	})
 
 	t.Run("EmptyPath", func(t *testing.T) {
@@ -266,16 +266,16 @@ func TestOpen(t *testing.T) {
 // one transaction and completes the claim and the River job in another, as
 // package jobs does.
 type claimWorker struct {
-	river.WorkerDefaults[gatetest.JobArgs]
+	river.WorkerDefaults[coretest.JobArgs]
 	store *sqliteengine.Store
 }
 
-func (w *claimWorker) Work(ctx context.Context, job *river.Job[gatetest.JobArgs]) error {
+func (w *claimWorker) Work(ctx context.Context, job *river.Job[coretest.JobArgs]) error {
 	tx, err := w.store.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	leased, err := tx.ClaimLease(ctx, &gate.ClaimLeaseParams{TenantID: job.Args.TenantID, OperationID: job.Args.OperationID, JobID: job.ID, Lease: time.Minute})
+	leased, err := tx.ClaimLease(ctx, &core.ClaimLeaseParams{TenantID: job.Args.TenantID, OperationID: job.Args.OperationID, JobID: job.ID, Lease: time.Minute})
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return err
@@ -289,7 +289,7 @@ func (w *claimWorker) Work(ctx context.Context, job *river.Job[gatetest.JobArgs]
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.ClaimComplete(ctx, &gate.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"ok":true}`)}); err != nil {
+	if _, err := tx.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"ok":true}`)}); err != nil {
 		return err
 	}
 	if _, err := river.JobCompleteTx[*riversqlite.Driver](ctx, tx.(*sqliteengine.Tx).DriverTx(), job); err != nil {
@@ -326,7 +326,7 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 	// Everything queues for the one connection; under -race modernc's
 	// transpiled SQLite runs over ten times slower, so give each claim more
 	// than the default two seconds, as a busy SQLite deployment would.
-	g, err := gate.New(&gate.Config{Store: s, Enqueuer: gatetest.RiverEnqueuer[*sql.Tx]{Client: client}, Policies: gatetest.Policies(),
+	g, err := core.New(&core.Config{Store: s, Enqueuer: coretest.RiverEnqueuer[*sql.Tx]{Client: client}, Policies: coretest.Policies(),
 		DBTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	const n = 20
@@ -335,8 +335,8 @@ func TestRiverWorkersShareTheConnection(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res := gatetest.Claim(ctx, t, g, &gatetest.ClaimOpts{Key: fmt.Sprintf("shared-conn-%03d", i)})
-			require.Equal(t, domain.OutcomeAccepted, res.Outcome)
+			res := coretest.Claim(ctx, t, g, &coretest.ClaimOpts{Key: fmt.Sprintf("shared-conn-%03d", i)})
+			require.Equal(t, vocab.OutcomeAccepted, res.Outcome)
 		}()
 	}
 	wg.Wait()

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // TenantApprovalMailTo implements store.TenantSettings.
@@ -15,7 +15,7 @@ func (s *Store) TenantApprovalMailTo(ctx context.Context, tenantID string) ([]st
 	var stored sql.NullString
 	err := translate(s.db.QueryRowContext(ctx, sqlTenantApprovalMailTo, tenantID).Scan(&stored))
 	switch {
-	case errors.Is(err, domain.ErrNotFound), err == nil && !stored.Valid:
+	case errors.Is(err, vocab.ErrNotFound), err == nil && !stored.Valid:
 		return nil, nil
 	case err != nil:
 		return nil, err

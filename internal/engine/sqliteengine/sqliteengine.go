@@ -34,11 +34,11 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/idemgate/idemgate/internal/domain"
+	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
-	"github.com/idemgate/idemgate/internal/gate"
-	"github.com/idemgate/idemgate/tool"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // querier is what a pool and a transaction have in common.
@@ -59,7 +59,7 @@ type Store struct {
 
 var (
 	_ engine.Store     = (*Store)(nil)
-	_ gate.Savepointer = (*Tx)(nil)
+	_ core.Savepointer = (*Tx)(nil)
 )
 
 // New returns a Store on db, which should come from Open (or at least use
@@ -82,7 +82,7 @@ func (s *Store) Close() error { return s.stmts.close() }
 
 // Begin starts a transaction. SQLite's transactions are serializable; with
 // Open's DSN it begins IMMEDIATE, holding the write lock from the start.
-func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
+func (s *Store) Begin(ctx context.Context) (core.Tx, error) {
 	// Prepare what the transaction may run while the pool's connection is
 	// free: inside it, the transaction holds the only one.
 	s.stmts.prepareAll(ctx)
@@ -99,7 +99,7 @@ func (s *Store) Begin(ctx context.Context) (gate.Tx, error) {
 // back to the pool writable. The transaction is not bound to ctx (its
 // statements are): a cancelled request must not leave the connection
 // read-only by a rollback that skipped the reset.
-func (s *Store) BeginRead(ctx context.Context) (gate.Tx, error) {
+func (s *Store) BeginRead(ctx context.Context) (core.Tx, error) {
 	tx, err := s.db.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return nil, translate(err)
@@ -140,7 +140,7 @@ func (s *Store) begin(ctx context.Context) (*Tx, error) {
 	return &Tx{executor: executor{q: tx, tx: tx, stmts: s.stmts, store: s}, tx: tx}, nil
 }
 
-// Tx is a SQLite gate.Tx, and the tool.Tx effects see.
+// Tx is a SQLite gate.Tx, and the gate.Tx effects see.
 type Tx struct {
 	executor
 	tx *sql.Tx
@@ -175,7 +175,7 @@ func (t *Tx) exec(ctx context.Context, sql string) error {
 	return translate(err)
 }
 
-// Exec implements tool.Tx.
+// Exec implements gate.Tx.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	res, err := t.tx.ExecContext(ctx, query, args...)
 	if err != nil {
@@ -184,21 +184,21 @@ func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error)
 	return res.RowsAffected()
 }
 
-// QueryRow implements tool.Tx.
-func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) tool.Row {
+// QueryRow implements gate.Tx.
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) gate.Row {
 	return toolRow{t.tx.QueryRowContext(ctx, query, args...)}
 }
 
-// Engine implements tool.Tx.
-func (t *Tx) Engine() string { return tool.SQLite }
+// Engine implements gate.Tx.
+func (t *Tx) Engine() string { return gate.SQLite }
 
-// toolRow is a tool.Row: no row is domain.ErrNotFound.
+// toolRow is a gate.Row: no row is domain.ErrNotFound.
 type toolRow struct{ row *sql.Row }
 
 func (r toolRow) Scan(dest ...any) error {
 	err := r.row.Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return domain.ErrNotFound
+		return vocab.ErrNotFound
 	}
 	return err
 }

@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store/storetest"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 type testBundle struct {
@@ -57,5 +57,5 @@ func TestTokenUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	_, err = sqliteengine.New(db).TokenGetByHash(ctx, tenancy.HashToken("idg_whatever"))
-	require.ErrorIs(t, err, domain.ErrUnavailable)
+	require.ErrorIs(t, err, vocab.ErrUnavailable)
 }

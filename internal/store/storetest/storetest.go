@@ -18,11 +18,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Store is everything an engine's store implements.
@@ -38,7 +38,7 @@ type Bundle struct {
 	Store Store
 	// Begin begins a transaction of the engine's gate.Store, which Domain
 	// writes join.
-	Begin func(ctx context.Context) (gate.Tx, error)
+	Begin func(ctx context.Context) (core.Tx, error)
 	// Count returns how many rows table holds.
 	Count func(ctx context.Context, table string) int
 	// TimeResolution is what the engine keeps of a time: time.Microsecond
@@ -63,7 +63,7 @@ func OperationID(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%01
 
 // InTx runs fn in a transaction from b.Begin and commits it; fn's error
 // rolls it back and is returned.
-func InTx(ctx context.Context, t *testing.T, b *Bundle, fn func(tx gate.Tx) error) error {
+func InTx(ctx context.Context, t *testing.T, b *Bundle, fn func(tx core.Tx) error) error {
 	t.Helper()
 	tx, err := b.Begin(ctx)
 	require.NoError(t, err)
@@ -140,7 +140,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 
 	"TokenGetUnknown": func(ctx context.Context, t *testing.T, b *Bundle) {
 		_, err := b.Store.TokenGetByHash(ctx, tenancy.HashToken("idg_nobody_has_this"))
-		require.ErrorIs(t, err, domain.ErrNotFound)
+		require.ErrorIs(t, err, vocab.ErrNotFound)
 	},
 
 	"TokenInsertDuplicateHash": func(ctx context.Context, t *testing.T, b *Bundle) {
@@ -148,7 +148,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		_, err := b.Store.TokenInsert(ctx, &store.TokenInsertParams{
 			ID: "tok_other", TenantID: "beta", UserID: "u", Scopes: tok.Scopes, Hash: tenancy.HashToken(secret),
 		})
-		require.ErrorIs(t, err, domain.ErrAlreadyExists)
+		require.ErrorIs(t, err, vocab.ErrAlreadyExists)
 	},
 
 	"TokenInsertInvalid": func(ctx context.Context, t *testing.T, b *Bundle) {
@@ -178,7 +178,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		_, tok := insertToken(ctx, t, b.Store, &store.TokenInsertParams{TenantID: "acme"})
 
 		_, err := b.Store.TokenRevoke(ctx, &store.TokenRevokeParams{ID: tok.ID, TenantID: "beta"})
-		require.ErrorIs(t, err, domain.ErrNotFound)
+		require.ErrorIs(t, err, vocab.ErrNotFound)
 
 		revoked, err := b.Store.TokenRevoke(ctx, &store.TokenRevokeParams{ID: tok.ID, TenantID: "acme"})
 		require.NoError(t, err)
@@ -187,7 +187,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 
 	"TokenRevokeUnknown": func(ctx context.Context, t *testing.T, b *Bundle) {
 		_, err := b.Store.TokenRevoke(ctx, &store.TokenRevokeParams{ID: "tok_0000000000000000"})
-		require.ErrorIs(t, err, domain.ErrNotFound)
+		require.ErrorIs(t, err, vocab.ErrNotFound)
 	},
 
 	"TokenList": func(ctx context.Context, t *testing.T, b *Bundle) {
@@ -286,7 +286,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 
 		var amount int64
 		var email string
-		require.NoError(t, InTx(ctx, t, b, func(gtx gate.Tx) error {
+		require.NoError(t, InTx(ctx, t, b, func(gtx core.Tx) error {
 			tx, err := toolspec.WrapTx(gtx)
 			require.NoError(t, err)
 			require.NoError(t, tx.QueryRow(ctx, `SELECT amount_cents FROM orders WHERE tenant_id = 'acme' AND order_id = 'ord_9f2'`).Scan(&amount))
@@ -335,12 +335,12 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		base := func(tenant string) string {
 			t.Helper()
 			var got string
-			err := InTx(ctx, t, b, func(gtx gate.Tx) error {
+			err := InTx(ctx, t, b, func(gtx core.Tx) error {
 				tx, err := toolspec.WrapTx(gtx)
 				require.NoError(t, err)
 				return tx.QueryRow(ctx, `SELECT coalesce(reset_link_base, '') FROM tenant_settings WHERE tenant_id = $1`, tenant).Scan(&got)
 			})
-			if !errors.Is(err, domain.ErrNotFound) {
+			if !errors.Is(err, vocab.ErrNotFound) {
 				require.NoError(t, err)
 			}
 			return got

@@ -15,8 +15,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Row is one row to scan: pgx.Row, pgx.Rows, *sql.Row or *sql.Rows.
@@ -55,9 +55,9 @@ type Times interface {
 
 // ScanClaim scans a claim row: the columns every engine's claimColumns
 // select, in this order, then expired and lease_live.
-func ScanClaim(row Row, t Times) (*gate.Claim, error) {
+func ScanClaim(row Row, t Times) (*core.Claim, error) {
 	var (
-		c                              gate.Claim
+		c                              core.Claim
 		status                         string
 		ttlSeconds                     int64
 		args, result, errJSON, lastErr []byte
@@ -70,7 +70,7 @@ func ScanClaim(row Row, t Times) (*gate.Claim, error) {
 		return nil, err
 	}
 	c.Args = args
-	c.Status = domain.Status(status)
+	c.Status = vocab.Status(status)
 	c.TTL = time.Duration(ttlSeconds) * time.Second
 	if len(result) > 0 {
 		c.Result = result
@@ -85,11 +85,11 @@ func ScanClaim(row Row, t Times) (*gate.Claim, error) {
 	return &c, nil
 }
 
-func decodeErrorInfo(b []byte) (*domain.ErrorInfo, error) {
+func decodeErrorInfo(b []byte) (*vocab.ErrorInfo, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
-	var info domain.ErrorInfo
+	var info vocab.ErrorInfo
 	if err := json.Unmarshal(b, &info); err != nil {
 		return nil, fmt.Errorf("stored error: %w", err)
 	}
@@ -99,8 +99,8 @@ func decodeErrorInfo(b []byte) (*domain.ErrorInfo, error) {
 // ScanTombstone scans a tombstone row: tenant_id, tool, idempotency_key,
 // args_hash, operation_id, status, error_code (never NULL), expired_at,
 // retain_until.
-func ScanTombstone(row Row, t Times) (*gate.Tombstone, error) {
-	var ts gate.Tombstone
+func ScanTombstone(row Row, t Times) (*core.Tombstone, error) {
+	var ts core.Tombstone
 	if err := row.Scan(&ts.TenantID, &ts.Tool, &ts.IdempotencyKey, &ts.ArgsHash, &ts.OperationID, &ts.Status,
 		&ts.ErrorCode, t.Time(&ts.ExpiredAt), t.Time(&ts.RetainUntil)); err != nil {
 		return nil, err
@@ -112,9 +112,9 @@ func ScanTombstone(row Row, t Times) (*gate.Tombstone, error) {
 // token_id, request_id, client_request_id, tool, idempotency_key,
 // operation_id and job_id (never NULL), decision, reason, args_hash, args,
 // result, duration_ms and trace_id (never NULL).
-func ScanAuditEvent(row Row, t Times) (*gate.AuditEvent, error) {
+func ScanAuditEvent(row Row, t Times) (*core.AuditEvent, error) {
 	var (
-		ev         gate.AuditEvent
+		ev         core.AuditEvent
 		decision   string
 		args, res  []byte
 		durationMS float64
@@ -124,7 +124,7 @@ func ScanAuditEvent(row Row, t Times) (*gate.AuditEvent, error) {
 		&ev.ArgsHash, &args, &res, &durationMS, &ev.TraceID); err != nil {
 		return nil, err
 	}
-	ev.Decision = domain.Decision(decision)
+	ev.Decision = vocab.Decision(decision)
 	ev.Args, ev.Result = args, res
 	ev.Duration = time.Duration(durationMS * float64(time.Millisecond))
 	return &ev, nil
@@ -135,7 +135,7 @@ func ScanAuditEvent(row Row, t Times) (*gate.AuditEvent, error) {
 // key, operation id and job id (NULL when unset), decision, reason, args
 // hash, args and result (through jsonArg), duration in milliseconds,
 // client request id, trace id (NULL when unset).
-func AuditArgs(p *gate.AuditInsertParams, jsonArg func(json.RawMessage) any) []any {
+func AuditArgs(p *core.AuditInsertParams, jsonArg func(json.RawMessage) any) []any {
 	var opID, jobID, traceID any
 	if p.TraceID != "" {
 		traceID = p.TraceID
@@ -153,12 +153,12 @@ func AuditArgs(p *gate.AuditInsertParams, jsonArg func(json.RawMessage) any) []a
 
 // InOrder pairs the claims a ClaimInsertMany wrote with its rows, by
 // operation id: out[i] is rows[i]'s claim, nil where none was written.
-func InOrder(rows []*gate.ClaimInsertParams, written []*gate.Claim) []*gate.Claim {
-	byOperation := make(map[string]*gate.Claim, len(written))
+func InOrder(rows []*core.ClaimInsertParams, written []*core.Claim) []*core.Claim {
+	byOperation := make(map[string]*core.Claim, len(written))
 	for _, c := range written {
 		byOperation[c.OperationID] = c
 	}
-	out := make([]*gate.Claim, len(rows))
+	out := make([]*core.Claim, len(rows))
 	for i, r := range rows {
 		out[i] = byOperation[r.OperationID]
 	}

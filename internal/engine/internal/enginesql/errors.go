@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemgate/idemgate/internal/domain"
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 // Errors is how an engine tells its driver's errors apart, for Translate.
@@ -30,13 +30,13 @@ func (e *Errors) Translate(err error) error {
 		return nil
 	}
 	if errors.Is(err, e.NoRows) {
-		return domain.ErrNotFound
+		return vocab.ErrNotFound
 	}
 	if name, ok := e.Duplicate(err); ok {
-		return fmt.Errorf("%w: %s", domain.ErrAlreadyExists, name)
+		return fmt.Errorf("%w: %s", vocab.ErrAlreadyExists, name)
 	}
 	if e.Unavailable(err) {
-		return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", vocab.ErrUnavailable, err)
 	}
 	return err
 }
@@ -46,8 +46,8 @@ func (e *Errors) Translate(err error) error {
 // (domain.ErrNotFound) failed its condition, and returns failed instead,
 // the error gate.Executor names for the method (domain.ErrAlreadyExists,
 // domain.ErrLeaseLost or domain.ErrStateChanged).
-func Conditional(c *gate.Claim, err, failed error) (*gate.Claim, error) {
-	if errors.Is(err, domain.ErrNotFound) {
+func Conditional(c *core.Claim, err, failed error) (*core.Claim, error) {
+	if errors.Is(err, vocab.ErrNotFound) {
 		return nil, failed
 	}
 	return c, err
@@ -56,22 +56,22 @@ func Conditional(c *gate.Claim, err, failed error) (*gate.Claim, error) {
 // Leased is the outcome of ClaimLease's conditional write that returned
 // (c, err) after translation: when it matched no row, the claim as read
 // now, with domain.ErrLeaseUnavailable.
-func Leased(c *gate.Claim, err error, read func() (*gate.Claim, error)) (*gate.Claim, error) {
-	if !errors.Is(err, domain.ErrNotFound) {
+func Leased(c *core.Claim, err error, read func() (*core.Claim, error)) (*core.Claim, error) {
+	if !errors.Is(err, vocab.ErrNotFound) {
 		return c, err
 	}
 	c, err = read()
 	if err != nil {
 		return nil, err
 	}
-	return c, domain.ErrLeaseUnavailable
+	return c, vocab.ErrLeaseUnavailable
 }
 
 // FillLeaseAudit completes a lease's started audit row from the leased
 // claim: the reason names the attempt and the epoch, and the fingerprint
 // is the claim's (the job does not carry it). The Postgres engine writes
 // the same in SQL.
-func FillLeaseAudit(row *gate.AuditInsertParams, c *gate.Claim) {
+func FillLeaseAudit(row *core.AuditInsertParams, c *core.Claim) {
 	row.Reason = fmt.Sprintf("attempt %d, epoch %d", c.Attempts, c.Epoch)
 	row.ArgsHash = c.ArgsHash
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/idemgate/idemgate/internal/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
 )
@@ -15,7 +15,7 @@ import (
 // SeedTx is an engine's seeding transaction: a gate.Tx, which
 // store.SeedFile.LoadRows joins.
 type SeedTx interface {
-	gate.Tx
+	core.Tx
 	// Insert runs an insert that does nothing on conflict and reports
 	// whether it created the row. Its error is translated.
 	Insert(ctx context.Context, query string, args ...any) (created bool, err error)

@@ -1,0 +1,80 @@
+package gate
+
+import (
+	"fmt"
+
+	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
+	"github.com/idemgate/idemgate/internal/toolspec"
+)
+
+// ScopeOperationsRead is the scope that reads operations (get_operation,
+// list_operations, the REST status route); every deployment knows it
+// besides its tools' own scopes.
+const ScopeOperationsRead = tokenspec.ScopeOperationsRead
+
+// Registry is the set of tools one deployment serves. Build it once at
+// start with Add; it is read-only afterwards and safe for concurrent use.
+type Registry struct {
+	inner *toolspec.Registry
+}
+
+// NewRegistry returns an empty Registry.
+func NewRegistry() *Registry {
+	return &Registry{inner: toolspec.NewRegistry()}
+}
+
+// Add registers tools. It returns an error naming the first invalid
+// declaration or a duplicate name.
+func (r *Registry) Add(tools ...Tool) error {
+	for _, t := range tools {
+		spec, err := t.spec()
+		if err != nil {
+			return err
+		}
+		if err := r.inner.Add(spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MustAdd is Add that panics: for declarations fixed at compile time.
+func (r *Registry) MustAdd(tools ...Tool) *Registry {
+	if err := r.Add(tools...); err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// ToolScopes returns the scopes an agent's token needs to call every tool
+// of r: each tool's Scope, and ScopeOperationsRead, which list_operations
+// needs (get_operation also accepts the polled mutation's own scope).
+// Sorted, without repeats, and never an operator's scope such as
+// ops:admin, which re-drives and cancels any operation of the tenant.
+//
+// It is the natural argument to Service.CreateToken for an agent:
+//
+//	secret, err := svc.CreateToken(ctx, tenant, user, reg.ToolScopes()...)
+func (r *Registry) ToolScopes() []string {
+	return r.inner.ToolScopes()
+}
+
+// init hands the assembly (internal/toolspec.Of) the one thing it cannot
+// reach through the public API: the specs derived from declarations. It is the only
+// init in the module and sets nothing else.
+func init() {
+	toolspec.SetUnwrap(func(reg any) (*toolspec.Registry, bool) {
+		r, ok := reg.(*Registry)
+		if !ok || r == nil {
+			return nil, false
+		}
+		return r.inner, true
+	})
+	toolspec.SetDerive(func(decl any) (*toolspec.Spec, error) {
+		t, ok := decl.(Tool)
+		if !ok {
+			return nil, fmt.Errorf("tool: %T is not a Tool", decl)
+		}
+		return t.spec()
+	})
+}

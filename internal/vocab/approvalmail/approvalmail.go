@@ -1,0 +1,99 @@
+// Package approvalmail is the notice that tells a tenant's approvers of a
+// call waiting for their approval: one plain-text message to all of them,
+// sent with resetmail's Sender (its SMTP settings, timeouts and error
+// classes). Its Message-ID derives from the operation id, so a notice sent
+// again (a retried job) has the same one and receivers can fold the two.
+package approvalmail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/vocab/resetmail"
+)
+
+// Notice is what one notice says.
+type Notice struct {
+	// To are the approvers' addresses (tenant_settings.approval_mail_to).
+	To       []string
+	TenantID string
+	Tool     string
+	// OperationID names the waiting operation; the Message-ID derives
+	// from it (Key).
+	OperationID string
+	// Args are the arguments exactly as the gate fingerprinted them
+	// (the claim's canonical JSON).
+	Args json.RawMessage
+	// ArgsHash is their fingerprint, which an approval must name.
+	ArgsHash string
+	// RequesterID is the user who made the call.
+	RequesterID string
+	// RequestedAt is when the call was claimed.
+	RequestedAt time.Time
+	// ExpiresAt is the end of the approval window.
+	ExpiresAt time.Time
+	// Link is the page where an approver decides.
+	Link string
+}
+
+// Key is the Message-ID's left part of the notice of operationID.
+func Key(operationID string) string { return "idg_approval_" + operationID }
+
+// Subject is the notice's subject line.
+func Subject(n *Notice) string { return fmt.Sprintf("Approval needed: %s for %s", n.Tool, n.TenantID) }
+
+// Body is the notice's plain text.
+func Body(n *Notice) string {
+	lines := []string{
+		"Hello,",
+		"",
+		fmt.Sprintf("a call of %s for tenant %s waits for a person's approval.", n.Tool, n.TenantID),
+		"",
+		"Tool:          " + n.Tool,
+		"Requested by:  " + n.RequesterID,
+		"Requested at:  " + stamp(n.RequestedAt),
+		"Decide before: " + stamp(n.ExpiresAt) + " (then it expires and nothing is done)",
+		"Operation:     " + n.OperationID,
+		"",
+		"Arguments, exactly as fingerprinted:",
+		"",
+		string(n.Args),
+		"",
+		"Fingerprint:   " + n.ArgsHash,
+		"",
+		"To approve or deny it, open:",
+		"",
+		n.Link,
+		"",
+		"The page must show the same fingerprint. The requester cannot approve",
+		"their own call; nothing is done until someone else approves it.",
+		"",
+	}
+	return strings.Join(lines, "\r\n")
+}
+
+// stamp writes t in UTC, to the second.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// Mailer sends notices with a resetmail.Sender.
+type Mailer struct {
+	Sender *resetmail.Sender
+}
+
+// Send sends n once, as one message to all of n.To. Its errors are the
+// Sender's: resetmail.Permanent ones (a refused recipient, an invalid
+// address) fail the same way again; others may be retried, and a notice
+// sent again has the same Message-ID.
+func (m *Mailer) Send(ctx context.Context, n *Notice) (*resetmail.Sent, error) {
+	if n == nil || n.OperationID == "" || n.Link == "" {
+		return nil, fmt.Errorf("%w: approvalmail: a notice needs an operation and a link", resetmail.ErrInvalidMail)
+	}
+	if m.Sender == nil {
+		return nil, errors.New("approvalmail: Mailer.Sender is nil")
+	}
+	return m.Sender.SendMessage(ctx, &resetmail.Message{To: n.To, Subject: Subject(n), Body: Body(n), Key: Key(n.OperationID)})
+}
