@@ -25,7 +25,14 @@ type Package struct {
 	Names []string
 	// Leaks are exported names whose types name an internal package's type.
 	Leaks []string
+	// Fields are the Names that are exported struct fields: the budget on
+	// top-level names and methods leaves them out.
+	Fields []string
 }
+
+// Declared is the count of top-level names and exported methods: Names
+// without Fields.
+func (p Package) Declared() int { return len(p.Names) - len(p.Fields) }
 
 // PublicPackages lists the importable packages of the module in dir: not
 // under internal/, not a command, not a test-only package.
@@ -126,9 +133,12 @@ func measure(pkg *types.Package) Package {
 // its pointer; for an interface, its methods).
 func (p *Package) members(name string, t types.Type) {
 	seen := map[string]bool{}
-	add := func(member string, mt types.Type) {
+	add := func(member string, mt types.Type, field bool) {
 		if seen[member] {
 			return
+		}
+		if field {
+			p.Fields = append(p.Fields, name+"."+member)
 		}
 		seen[member] = true
 		p.Names = append(p.Names, name+"."+member)
@@ -139,7 +149,7 @@ func (p *Package) members(name string, t types.Type) {
 	if named, ok := types.Unalias(t).(*types.Named); ok {
 		for m := range named.Methods() {
 			if m.Exported() {
-				add(m.Name(), m.Type())
+				add(m.Name(), m.Type(), false)
 			}
 		}
 	}
@@ -147,13 +157,13 @@ func (p *Package) members(name string, t types.Type) {
 	case *types.Struct:
 		for f := range u.Fields() {
 			if f.Exported() {
-				add(f.Name(), f.Type())
+				add(f.Name(), f.Type(), true)
 			}
 		}
 	case *types.Interface:
 		for m := range u.Methods() {
 			if m.Exported() {
-				add(m.Name(), m.Type())
+				add(m.Name(), m.Type(), false)
 			}
 		}
 	}

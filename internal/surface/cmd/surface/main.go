@@ -26,9 +26,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "surface:", err)
 		os.Exit(1)
 	}
-	total := 0
+	total, declared := 0, 0
 	for _, p := range pkgs {
-		fmt.Printf("%-45s %4d exported names\n", p.Path, len(p.Names))
+		fmt.Printf("%-45s %4d exported names, %4d without fields\n", p.Path, len(p.Names), p.Declared())
+		declared += p.Declared()
 		total += len(p.Names)
 		if *verbose {
 			for _, n := range p.Names {
@@ -39,5 +40,5 @@ func main() {
 			fmt.Printf("    LEAK %s names an internal type\n", l)
 		}
 	}
-	fmt.Printf("%-45s %4d exported names\n", "total", total)
+	fmt.Printf("%-45s %4d exported names, %4d without fields\n", "total", total, declared)
 }
