@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"fmt"
 
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"github.com/idemgate/idemgate/internal/toolspec"
@@ -20,7 +19,9 @@ type Registry struct {
 
 // NewRegistry returns an empty Registry.
 func NewRegistry() *Registry {
-	return &Registry{inner: toolspec.NewRegistry()}
+	r := &Registry{inner: toolspec.NewRegistry()}
+	toolspec.Track(r, r.inner)
+	return r
 }
 
 // Add registers tools. It returns an error naming the first invalid
@@ -57,24 +58,4 @@ func (r *Registry) MustAdd(tools ...Tool) *Registry {
 //	secret, err := svc.CreateToken(ctx, tenant, user, reg.ToolScopes()...)
 func (r *Registry) ToolScopes() []string {
 	return r.inner.ToolScopes()
-}
-
-// init hands the assembly (internal/toolspec.Of) the one thing it cannot
-// reach through the public API: the specs derived from declarations. It is the only
-// init in the module and sets nothing else.
-func init() {
-	toolspec.SetUnwrap(func(reg any) (*toolspec.Registry, bool) {
-		r, ok := reg.(*Registry)
-		if !ok || r == nil {
-			return nil, false
-		}
-		return r.inner, true
-	})
-	toolspec.SetDerive(func(decl any) (*toolspec.Spec, error) {
-		t, ok := decl.(Tool)
-		if !ok {
-			return nil, fmt.Errorf("tool: %T is not a Tool", decl)
-		}
-		return t.spec()
-	})
 }

@@ -88,4 +88,10 @@ func annotations(spec *toolspec.Spec) *mcp.ToolAnnotations {
 func ptr[T any](v T) *T { return &v }
 
 // derive returns the spec of one of the api's own tools.
-func derive(t gate.Tool) (*toolspec.Spec, error) { return toolspec.Derive(t) }
+func derive(t gate.Tool) (*toolspec.Spec, error) {
+	reg := gate.NewRegistry()
+	if err := reg.Add(t); err != nil {
+		return nil, err
+	}
+	return toolspec.Of(reg).All()[0], nil
+}

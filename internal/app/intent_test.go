@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"encoding/json"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,7 +26,7 @@ func intentKey(t *testing.T, secret, tenant, tool string, args map[string]any, g
 		"reset_seat": tools.ResetSeat(&tools.Deps{}), "send_password_reset": tools.SendPasswordReset(&tools.Deps{}),
 	}
 	require.Contains(t, decls, tool)
-	spec, err := toolspec.Derive(decls[tool])
+	spec, err := tools.Spec(decls[tool])
 	require.NoError(t, err)
 	volatile := spec.Policy.VolatileFields
 	_, hash, err := core.Fingerprint(decoded, volatile)

@@ -89,7 +89,7 @@ func TestBuiltinSQL(t *testing.T) {
 // unknown order are refused and change nothing.
 func checkRefundRecord(t *testing.T, b *sqlBundle) {
 	ctx := context.Background()
-	spec, err := toolspec.Derive(tools.RefundOrder(b.deps))
+	spec, err := tools.Spec(tools.RefundOrder(b.deps))
 	require.NoError(t, err)
 	record := func(n int, order, refundID string, cents int64, fail bool) error {
 		c := claim("refund_order", n, `{"order_id":"`+order+`","amount_cents":1}`)
@@ -124,7 +124,7 @@ func checkRefundRecord(t *testing.T, b *sqlBundle) {
 // operation again is refused.
 func checkLedger(t *testing.T, b *sqlBundle) {
 	ctx := context.Background()
-	spec, err := toolspec.Derive(tools.ApplyCredit(b.deps))
+	spec, err := tools.Spec(tools.ApplyCredit(b.deps))
 	require.NoError(t, err)
 	apply := func(n int, customer string, cents int64) error {
 		c := claim("apply_credit", n, fmt.Sprintf(`{"customer_id":%q,"amount_cents":%d,"currency":"usd","memo":"goodwill"}`, customer, cents))
@@ -143,7 +143,7 @@ func checkLedger(t *testing.T, b *sqlBundle) {
 // an unknown seat fails definitively with nothing written.
 func checkSeatReset(t *testing.T, b *sqlBundle) {
 	ctx := context.Background()
-	spec, err := toolspec.Derive(tools.ResetSeat(b.deps))
+	spec, err := tools.Spec(tools.ResetSeat(b.deps))
 	require.NoError(t, err)
 	reset := func(n int, seat string) (*tools.Seat, error) {
 		var s tools.Seat
@@ -252,9 +252,9 @@ func checkApprovalThresholds(t *testing.T, b *sqlBundle) {
 		}))
 		return got
 	}
-	refund, err := toolspec.Derive(tools.RefundOrder(b.deps))
+	refund, err := tools.Spec(tools.RefundOrder(b.deps))
 	require.NoError(t, err)
-	credit, err := toolspec.Derive(tools.ApplyCredit(b.deps))
+	credit, err := tools.Spec(tools.ApplyCredit(b.deps))
 	require.NoError(t, err)
 	const big, small = `{"order_id":"ord_9f2","amount_cents":4000}`, `{"order_id":"ord_9f2","amount_cents":1000}`
 	require.False(t, needs(refund, "acme", big), "no threshold: no approval")

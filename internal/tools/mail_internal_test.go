@@ -49,7 +49,7 @@ func TestMailErrorFollowsThePolicy(t *testing.T) {
 	require.True(t, te.Definitive())
 
 	d := &Deps{MailFailUnknownOutcome: true}
-	spec, err := toolspec.Derive(SendPasswordReset(d))
+	spec, err := Spec(SendPasswordReset(d))
 	require.NoError(t, err)
 	require.True(t, spec.Policy.FailUnknownOutcome, "the reaper fails its expired leases at once too")
 }

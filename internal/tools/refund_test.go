@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/builtins"
-	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,7 +45,7 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 		Args:          json.RawMessage(`{"amount_cents":1500,"order_id":"ord_9f2"}`),
 	}
 	now := time.Now()
-	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client}, func() time.Time { return now }))
+	spec, err := tools.Spec(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client}, func() time.Time { return now }))
 	require.NoError(t, err)
 	effect := spec.Effect
 
@@ -116,7 +115,7 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	}
 	now := time.Now()
 	audit := &auditRows{}
-	spec, err := toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client, Audit: audit},
+	spec, err := tools.Spec(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client, Audit: audit},
 		func() time.Time { return now }))
 	require.NoError(t, err)
 
@@ -154,7 +153,7 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	// A refund of the same key made longer than the intent window before
 	// this generation's first call belongs to an earlier intent.
 	later := now.Add(tools.IntentWindow + 2*time.Hour)
-	spec, err = toolspec.Derive(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client, Audit: audit},
+	spec, err = tools.Spec(tools.RefundOrderAt(&tools.Deps{DB: builtins.StoreDB(data), Stripe: client, Audit: audit},
 		func() time.Time { return later.Add(tools.ReconcileAfter + time.Hour) }))
 	require.NoError(t, err)
 	c.FirstCalledAt = &later

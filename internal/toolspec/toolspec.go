@@ -10,9 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
@@ -226,36 +229,27 @@ func (r *Registry) Scopes() []string {
 	return out
 }
 
-// unwrap is package tool's way to reach a *toolspec.Registry's specs; tool
-// sets it when it is initialised (it cannot be imported from here).
-var unwrap func(any) (*Registry, bool)
+// registries maps each public *gate.Registry (weakly: a registry no longer
+// referenced is forgotten) to its specs. Package gate records each registry
+// it creates (Track); the assembly and the test kit look it up (Of). It is
+// the one link between the public declaration API and the internals, and
+// it needs no init.
+var registries sync.Map // weak.Pointer[T] → *Registry
 
-// SetUnwrap is called once, by package tool.
-func SetUnwrap(f func(any) (*Registry, bool)) { unwrap = f }
-
-// Of returns the specs of reg, a *toolspec.Registry. It panics on anything
-// else: a programmer's mistake.
-func Of(reg any) *Registry {
-	if unwrap != nil {
-		if r, ok := unwrap(reg); ok {
-			return r
-		}
-	}
-	panic(fmt.Sprintf("toolspec: %T is not a *toolspec.Registry", reg))
+// Track records inner as the specs of key, until key is collected.
+func Track[T any](key *T, inner *Registry) {
+	wp := weak.Make(key)
+	registries.Store(wp, inner)
+	runtime.AddCleanup(key, func(wp weak.Pointer[T]) { registries.Delete(wp) }, wp)
 }
 
-// derive is package tool's way to derive one declaration's spec; tool sets
-// it when it is initialised.
-var derive func(any) (*Spec, error)
-
-// SetDerive is called once, by package tool.
-func SetDerive(f func(any) (*Spec, error)) { derive = f }
-
-// Derive returns the spec of decl, a gate.Tool (a *gate.Mutation or a
-// *gate.Read), or the error naming its first invalid field.
-func Derive(decl any) (*Spec, error) {
-	if derive == nil {
-		return nil, fmt.Errorf("toolspec: package tool is not linked")
+// Of returns the specs Track recorded for key (a *gate.Registry). It panics
+// on a key it never recorded: a programmer's mistake.
+func Of[T any](key *T) *Registry {
+	if key != nil {
+		if r, ok := registries.Load(weak.Make(key)); ok {
+			return r.(*Registry)
+		}
 	}
-	return derive(decl)
+	panic(fmt.Sprintf("toolspec: %T is not a registry made by gate.NewRegistry", key))
 }
