@@ -51,6 +51,10 @@ type Options struct {
 	// Migrations returns the tools' own goose SQL migrations for an engine
 	// (gate.Postgres or gate.SQLite), applied after idemgate's; nil: none.
 	Migrations func(engine string) fs.FS
+	// DBPrefix starts the name of a Postgres harness's database, so that a
+	// team's test databases follow its own naming; default "idemgate_t_".
+	// The database is dropped when the test ends.
+	DBPrefix string
 }
 
 // Harness is an api and a worker running a registry's tools in process,
@@ -76,11 +80,16 @@ func kitOptions(opts *Options) *toolkit.Options {
 	if opts == nil {
 		return &toolkit.Options{}
 	}
-	return &toolkit.Options{Migrations: opts.Migrations}
+	return &toolkit.Options{Migrations: opts.Migrations, DBPrefix: opts.DBPrefix}
 }
 
 // Engine names the harness's database: gate.Postgres or gate.SQLite.
 func (h *Harness) Engine() string { return h.h.Engine }
+
+// DatabaseURL returns the harness's database, for a test's own reads and
+// writes: a postgres:// URL (with pool_max_conns, which pgxpool reads), or
+// "sqlite:" and the file's path.
+func (h *Harness) DatabaseURL() string { return h.h.DatabaseURL }
 
 // Answer is a mutation call's answer as a client sees it.
 type Answer struct {

@@ -125,6 +125,9 @@ type Options struct {
 	// queues); keep it small otherwise, since every package's tests run
 	// against the same server at once.
 	MaxConns int32
+	// NamePrefix starts the database's name instead of DBPrefix: a team's
+	// own rule for naming (and finding) its test databases.
+	NamePrefix string
 }
 
 // NewDB returns a fresh, fully migrated database for t (River's and
@@ -159,7 +162,7 @@ func NewDBWithOptions(t testing.TB, opts *Options) (dbURL string, pool *pgxpool.
 		t.Fatalf("pgtest: template database: %v", err)
 	}
 
-	name := newDBName(t)
+	name := newDBName(t, opts.NamePrefix)
 	dbURL = createDB(t, name, tpl)
 
 	cfg, err := pgxpool.ParseConfig(dbURL)
@@ -182,7 +185,7 @@ func NewDBWithOptions(t testing.TB, opts *Options) (dbURL string, pool *pgxpool.
 // (a copy of template0), dropped when t ends. Migration tests use it.
 func NewEmptyDB(t testing.TB) (dbURL string) {
 	t.Helper()
-	return createDB(t, newDBName(t), "template0")
+	return createDB(t, newDBName(t, ""), "template0")
 }
 
 // Admin returns a connection to the admin database named by URL, closed
@@ -460,12 +463,16 @@ func redact(raw string) string {
 	return u.Redacted()
 }
 
-// newDBName returns a fresh per-test database name (see DBPrefix).
-func newDBName(t testing.TB) string {
+// newDBName returns a fresh per-test database name, starting with prefix
+// (DBPrefix when empty).
+func newDBName(t testing.TB, prefix string) string {
 	t.Helper()
 	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatalf("pgtest: random name: %v", err)
 	}
-	return DBPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b)
+	if prefix == "" {
+		prefix = DBPrefix
+	}
+	return prefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b)
 }

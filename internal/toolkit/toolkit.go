@@ -62,6 +62,9 @@ type Options struct {
 	// Build, used when the registry passed is nil, builds the registry on
 	// the harness's database: for tools whose effects need a store.
 	Build func(data Data) *toolspec.Registry
+	// DBPrefix starts the name of the harness's Postgres database
+	// (default pgtest.DBPrefix).
+	DBPrefix string
 }
 
 // Data is the harness database's store, for Options.Build.
@@ -83,6 +86,9 @@ func build(t testing.TB, reg *toolspec.Registry, opts *Options, data Data) *tool
 type Harness struct {
 	// Engine is the database the harness runs on.
 	Engine string
+	// DatabaseURL is the harness's database: a postgres:// URL, or
+	// sqlite: and the file's path.
+	DatabaseURL string
 	url    string
 	token  string
 	count  func(ctx context.Context, query string, args ...any) (int, error)
@@ -112,7 +118,7 @@ func Postgres(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 		opts = &Options{}
 	}
 	ctx := context.Background()
-	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 40})
+	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 40, NamePrefix: opts.DBPrefix})
 	if fsys := ownMigrations(opts, gate.Postgres); fsys != nil {
 		_, err := pgengine.MigrateApp(ctx, pool, fsys, nil)
 		require.NoError(t, err)
@@ -120,7 +126,7 @@ func Postgres(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	data := pgengine.New(pool)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
-	h := &Harness{Engine: gate.Postgres, faults: &faults{}, tokens: data}
+	h := &Harness{Engine: gate.Postgres, DatabaseURL: dbURL, faults: &faults{}, tokens: data}
 	h.count = func(ctx context.Context, q string, args ...any) (n int, err error) {
 		err = pool.QueryRow(ctx, q, args...).Scan(&n)
 		return n, err
@@ -181,7 +187,7 @@ func SQLite(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	data := sqliteengine.New(db)
 	seed(t, data, opts.Seed)
 	reg = build(t, reg, opts, data)
-	h := &Harness{Engine: gate.SQLite, faults: &faults{}, tokens: data}
+	h := &Harness{Engine: gate.SQLite, DatabaseURL: "sqlite:" + path, faults: &faults{}, tokens: data}
 	h.count = func(ctx context.Context, q string, args ...any) (n int, err error) {
 		err = db.QueryRowContext(ctx, q, args...).Scan(&n)
 		return n, err
