@@ -223,7 +223,7 @@ func jsonName(f reflect.StructField) string {
 //
 // The options, and the argument types they apply to:
 //
-//	id         string   an id: pattern domain.IDPattern (`idem:"id"`)
+//	id         string   an id: pattern vocab.IDPattern (`idem:"id"`)
 //	currency   string   a lowercase ISO 4217 code: pattern ^[a-z]{3}$
 //	text       string   free text: at most 500 characters
 //	cents      integer  an amount in minor units: 1 to 1_000_000_000
@@ -452,7 +452,7 @@ func patternHint(pattern string) string {
 }
 
 // validate checks decoded arguments (strings, json.Number, bools, maps,
-// slices from gate.DecodeArgs).
+// slices from core.DecodeArgs).
 func (o *objectSchema) validate(args map[string]any) error {
 	unknown := []string{}
 	for name := range args {

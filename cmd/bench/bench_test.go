@@ -72,7 +72,7 @@ func BenchmarkNewIntent(b *testing.B) {
 	}
 }
 
-// nilStore satisfies gate.Store for NewIntent, which never touches it.
+// nilStore satisfies core.Store for NewIntent, which never touches it.
 type nilStore struct{ core.Store }
 
 func TestPercentile(t *testing.T) {

@@ -97,7 +97,7 @@ const (
 // lone measures, per configuration, n calls made one at a time: idemgate
 // over MCP (IDEMGATE_WAIT at its default: the call answers with the
 // outcome) and bare River (InsertTx, then the job row polled every
-// gate.DefaultPollInterval as the gate's waiter polls its claims; River's
+// core.DefaultPollInterval as the gate's waiter polls its claims; River's
 // own completion event is recorded beside it).
 func (r *runner) lone(ctx context.Context, n int) error {
 	for _, lc := range r.loneConfigs() {

@@ -7,7 +7,7 @@
 //     check, the ledger row with the balance) and completes the job with
 //     JobCompleteTx in the same transaction;
 //  3. idemgate: the same operations as apply_credit through the gate, in
-//     process (gate.Claim, the real jobs.Runner workers) and over MCP (the
+//     process (core.Claim, the real jobs.Runner workers) and over MCP (the
 //     real api handler, the official go-sdk client, Streamable HTTP);
 //     beside it a plain go-sdk MCP server whose tool inserts bare River's
 //     job with InsertTx (no idempotency), driven by the same client code;

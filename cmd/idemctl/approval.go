@@ -139,7 +139,7 @@ func decideHelp(what string) string {
 		"but a denied audit row; an unknown operation exits 1."
 }
 
-// approvalApproveCmd is `idemctl approval approve`: gate.Gate.Approve.
+// approvalApproveCmd is `idemctl approval approve`: core.Gate.Approve.
 type approvalApproveCmd struct{ decideFlags }
 
 func (*approvalApproveCmd) Help() string {
@@ -151,7 +151,7 @@ func (c *approvalApproveCmd) Run(ctx context.Context, a *app) error {
 	return c.decide(ctx, a, core.EventApprove)
 }
 
-// approvalDenyCmd is `idemctl approval deny`: gate.Gate.Deny.
+// approvalDenyCmd is `idemctl approval deny`: core.Gate.Deny.
 type approvalDenyCmd struct{ decideFlags }
 
 func (*approvalDenyCmd) Help() string {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// defaultPruneBatches bounds one prune run, gate.PruneBatch claims each.
+// defaultPruneBatches bounds one prune run, core.PruneBatch claims each.
 const defaultPruneBatches = 100
 
 // pruneCmd is `idemctl prune`: delete expired terminal claims now, as the

@@ -47,7 +47,7 @@ import (
 //     of a method and a result or error (-32600).
 //
 // The tool's arguments (params.arguments of tools/call) are left to the
-// tool's own strict decoder (gate.DecodeArgs), which every path runs and
+// tool's own strict decoder (core.DecodeArgs), which every path runs and
 // which refuses a member twice at any depth, unknown members and inexact
 // numbers with our code, the field and a denied audit row.
 

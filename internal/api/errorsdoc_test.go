@@ -116,7 +116,7 @@ var codeSources = []string{"../tools/...", "../vocab/...", "../jobs", "../core",
 
 // sourceCodes returns the code literals the code base stores or answers:
 // the first argument of gate.NothingHappened, Happened, Transient, the
-// tools' errInfo and domain.Errorf, a Code member of a composite literal,
+// tools' errInfo and vocab.Errorf, a Code member of a composite literal,
 // and domain.Code(...) conversions, each a string literal or a string
 // constant of its package.
 func sourceCodes(t *testing.T) map[vocab.Code]bool {

@@ -151,7 +151,7 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 // approvalWindow is how long c's call waits for a person's approval, or 0
 // when its tool asks none for these arguments (gate.Mutation.Approval, run
 // on a read-only transaction with the caller). The gate asks it only for a
-// call that writes a new intent (gate.ClaimParams.Approval).
+// call that writes a new intent (core.ClaimParams.Approval).
 func (s *Server) approvalWindow(ctx context.Context, c *call, canonical json.RawMessage) (time.Duration, error) {
 	// The canonical arguments, as the claim stores them and the effect
 	// will see them (1e3 is 1000).

@@ -43,7 +43,7 @@ const (
 )
 
 // Authenticator turns a bearer token into an actor. It returns an error
-// wrapping domain.ErrUnavailable when it cannot tell, and any other error
+// wrapping vocab.ErrUnavailable when it cannot tell, and any other error
 // for a token it refuses.
 type Authenticator interface {
 	Authenticate(ctx context.Context, bearer string) (vocab.Actor, error)
@@ -68,7 +68,7 @@ type Config struct {
 	// awaiting approval links to PublicURL/approvals/{id}. Empty links to
 	// the path alone.
 	PublicURL string
-	// DBTimeout bounds reads and audit writes. Default gate.DefaultDBTimeout.
+	// DBTimeout bounds reads and audit writes. Default core.DefaultDBTimeout.
 	DBTimeout time.Duration
 	// MaxBodyBytes bounds request bodies. Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -375,7 +375,7 @@ func RequestIDFromContext(ctx context.Context) string {
 
 // requestID mints the request's id (our log lines, audit rows and the
 // X-Request-Id answer name it) and keeps the caller's own X-Request-Id
-// apart, when it is shaped like an id (domain.ValidID): a caller must
+// apart, when it is shaped like an id (vocab.ValidID): a caller must
 // not choose the id that names our records.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -500,7 +500,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 // headers, a session cookie, a signed request) rather than a bearer token.
 // Its error is a 401 (a *domain.Error with code unauthenticated is shown as
 // it is; any other is logged, not shown) or, wrapping
-// domain.ErrUnavailable, a 503.
+// vocab.ErrUnavailable, a 503.
 type RequestAuthenticator interface {
 	Authenticator
 	AuthenticateRequest(r *http.Request) (vocab.Actor, error)

@@ -122,7 +122,7 @@ func (s *Server) awaitingMessage(op *vocab.Operation) string {
 // every answer that shows it (CreateTaskResult, tasks/get, tasks/list, on
 // both revisions): the time to its next attempt (200 ms to 1 min) while it
 // waits for a retry scheduled ahead; the in-flight retry advice
-// (gate.DefaultRetryAfter) while it runs or waits for a worker; 0 (none)
+// (core.DefaultRetryAfter) while it runs or waits for a worker; 0 (none)
 // once it is terminal.
 func pollInterval(op *vocab.Operation, now time.Time) time.Duration {
 	switch {

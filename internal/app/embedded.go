@@ -20,7 +20,7 @@ import (
 
 // EmbeddedDBTimeout bounds the gate's statements in the embedded
 // deployment, where callers queue for SQLite's one connection: longer than
-// gate.DefaultDBTimeout.
+// core.DefaultDBTimeout.
 const EmbeddedDBTimeout = 5 * time.Second
 
 // Embedded is the single-process deployment of an engine whose worker runs

@@ -26,7 +26,7 @@ type Ops struct {
 
 // opsLockMargin is how much longer than the driver's LockWait an
 // operator's transaction may take: a command waits for the write lock a
-// running api holds, and fails with domain.ErrUnavailable when the lock
+// running api holds, and fails with vocab.ErrUnavailable when the lock
 // stays busy past LockWait.
 const opsLockMargin = 5 * time.Second
 

@@ -37,7 +37,7 @@ import (
 type toolData = core.Store
 
 // StoreDB is the built-in tools' tools.DB on a gate store: each call a
-// transaction of the store's (gate.Store.Begin), committed when fn
+// transaction of the store's (core.Store.Begin), committed when fn
 // succeeds. Whatever the engine, the tools see a gate.Tx.
 func StoreDB(st core.Store) tools.DB {
 	return func(ctx context.Context, fn func(tx gate.Tx) error) error {

@@ -170,7 +170,7 @@ type BuiltinSettings struct {
 	MailFrom string `name:"mail-from" env:"MAIL_FROM" default:"idemgate <no-reply@localhost>" placeholder:"ADDRESS" help:"From address of outgoing mail"`
 
 	// ResetLinkBase is the page password-reset mails link to, as
-	// ResetLinkBase?token=… (domain.CheckLinkBase); a tenant's own base
+	// ResetLinkBase?token=… (vocab.CheckLinkBase); a tenant's own base
 	// (tenant_settings.reset_link_base) wins over it. Empty means
 	// ResetLinkBaseOrDefault's.
 	ResetLinkBase string `name:"reset-link-base" env:"IDEMGATE_RESET_LINK_BASE" placeholder:"URL" help:"absolute http(s) URL of the page password-reset mails link to (URL?token=…); empty: http://<api addr>/reset-password, 127.0.0.1 standing in for an all-interfaces address"`

@@ -341,7 +341,7 @@ func describeToken(tok json.Token) string {
 // volatile members have the same hash. args is expected to come from
 // DecodeArgs, which refuses the numbers (beyond 2^53) that would lose
 // precision in canonical form. An error is a *domain.Error with Code
-// domain.CodeInternal: args holds something JSON cannot encode.
+// vocab.CodeInternal: args holds something JSON cannot encode.
 func Fingerprint(args map[string]any, exclude []string) (canonical []byte, hash string, err error) {
 	canonical, err = canonicalMembers(args, exclude)
 	if err != nil {

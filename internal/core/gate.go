@@ -103,7 +103,7 @@ type Config struct {
 	// wait. Default DefaultPollInterval.
 	PollInterval time.Duration
 	// DBTimeout bounds each claiming transaction and audit write, so that a
-	// call against an unreachable database fails with domain.ErrUnavailable
+	// call against an unreachable database fails with vocab.ErrUnavailable
 	// instead of hanging. Default DefaultDBTimeout.
 	DBTimeout time.Duration
 	// MaxClaimBatch is the most new claims of concurrent calls committed

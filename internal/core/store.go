@@ -166,19 +166,19 @@ var ErrTxBroken = errors.New("gate: the group's transaction failed before the ne
 
 // Executor runs the gate's statements, on a pool or inside a transaction.
 // Every method translates engine errors at the boundary: missing rows are
-// domain.ErrNotFound, failed conditions are domain.ErrAlreadyExists,
-// domain.ErrStateChanged, domain.ErrLeaseLost or domain.ErrLeaseUnavailable,
-// and an unreachable database is domain.ErrUnavailable.
+// vocab.ErrNotFound, failed conditions are vocab.ErrAlreadyExists,
+// vocab.ErrStateChanged, vocab.ErrLeaseLost or vocab.ErrLeaseUnavailable,
+// and an unreachable database is vocab.ErrUnavailable.
 type Executor interface {
 	// ClaimInsert inserts a queued claim pointing at JobID, with Audit (when
 	// set) in the same statement, unless a claim exists for its identity,
 	// or a live tombstone of the same identity and ArgsHash does (the intent
 	// ran before and its replay window ended): then it returns
-	// domain.ErrAlreadyExists and writes nothing.
+	// vocab.ErrAlreadyExists and writes nothing.
 	ClaimInsert(ctx context.Context, params *ClaimInsertParams) (*Claim, error)
 	// ClaimInsertMany is ClaimInsert for many rows in one statement where
 	// the engine can: claims[i] is the claim written for rows[i], nil where
-	// ClaimInsert would have returned domain.ErrAlreadyExists (also when an
+	// ClaimInsert would have returned vocab.ErrAlreadyExists (also when an
 	// earlier row of the same call took the key). Each row's Audit is
 	// written only with its claim, naming the row's operation and job. Call it in a transaction; rows are
 	// inserted in the order given.
@@ -195,7 +195,7 @@ type Executor interface {
 	// statements in the caller's transaction): new operation id,
 	// generation 0, queued, JobID; the old intent's fingerprint goes into
 	// the key's history with an archived audit row. It returns
-	// domain.ErrStateChanged if the claim is not terminal and expired (any
+	// vocab.ErrStateChanged if the claim is not terminal and expired (any
 	// more).
 	ClaimTakeOver(ctx context.Context, params *ClaimTakeOverParams) (*Claim, error)
 	// ClaimLease takes the in-flight lease for the claim's job: queued, or
@@ -203,7 +203,7 @@ type Executor interface {
 	// attempts+1, and Audit (when set) is written with it, atomically: in
 	// one statement, or in a transaction of its own when called outside
 	// one. Otherwise it returns the claim as it is together with
-	// domain.ErrLeaseUnavailable (domain.ErrNotFound: there is none).
+	// vocab.ErrLeaseUnavailable (vocab.ErrNotFound: there is none).
 	ClaimLease(ctx context.Context, params *ClaimLeaseParams) (*Claim, error)
 	// ClaimLock is ClaimLease without the write, for a transaction that
 	// runs the effect and completes in it: it locks the claim until the
@@ -212,29 +212,29 @@ type Executor interface {
 	// answers like ClaimLease otherwise. Complete it with Locked set.
 	ClaimLock(ctx context.Context, params *ClaimLeaseParams) (*Claim, error)
 	// ClaimComplete stores the result of a running claim held at Epoch and
-	// makes it succeeded, or returns domain.ErrLeaseLost. With Locked, the
+	// makes it succeeded, or returns vocab.ErrLeaseLost. With Locked, the
 	// claim is one ClaimLock locked in this transaction: queued, or running
 	// with an expired lease, still at Epoch, it succeeds taking epoch+1 and
 	// attempts+1 as a lease would. Audit, when set, is written with it.
 	ClaimComplete(ctx context.Context, params *ClaimCompleteParams) (*Claim, error)
 	// ClaimFail stores the error of a running claim held at Epoch and makes
-	// it failed, or returns domain.ErrLeaseLost.
+	// it failed, or returns vocab.ErrLeaseLost.
 	ClaimFail(ctx context.Context, params *ClaimFailParams) (*Claim, error)
 	// ClaimRelease sets a running claim held at Epoch back to queued after a
 	// transient error, clearing the lease and keeping the epoch, or returns
-	// domain.ErrLeaseLost.
+	// vocab.ErrLeaseLost.
 	ClaimRelease(ctx context.Context, params *ClaimReleaseParams) (*Claim, error)
 	// ClaimReclaim sets a running claim whose lease expired (still at Epoch)
 	// back to queued and points it at a fresh job, or returns
-	// domain.ErrLeaseLost.
+	// vocab.ErrLeaseLost.
 	ClaimReclaim(ctx context.Context, params *ClaimReclaimParams) (*Claim, error)
 	// ClaimRedrive sets a failed claim back to queued for an operator, or
-	// returns domain.ErrStateChanged when it is not failed.
+	// returns vocab.ErrStateChanged when it is not failed.
 	ClaimRedrive(ctx context.Context, params *ClaimRedriveParams) (*Claim, error)
 	// ClaimAbandon fails a claim that is not terminal and holds no live lease
 	// (queued, or running with an expired lease), still at Epoch and JobID:
 	// the reaper's verdict on a claim whose job ended without it. Returns
-	// domain.ErrStateChanged otherwise.
+	// vocab.ErrStateChanged otherwise.
 	ClaimAbandon(ctx context.Context, params *ClaimAbandonParams) (*Claim, error)
 	// ClaimListOrphaned lists claims that are not terminal, hold no live
 	// lease, and whose job has ended (completed, cancelled, discarded) or no
@@ -245,7 +245,7 @@ type Executor interface {
 	// it took the lease (a live worker takes it within milliseconds).
 	ClaimListStalled(ctx context.Context, params *ClaimListStalledParams) ([]*Claim, error)
 	// ClaimRepoint points a queued claim, still at Epoch and OldJobID, at a
-	// fresh job, or returns domain.ErrStateChanged.
+	// fresh job, or returns vocab.ErrStateChanged.
 	ClaimRepoint(ctx context.Context, params *ClaimRepointParams) (*Claim, error)
 	// ClaimList lists a tenant's claims, newest first, for operators.
 	ClaimList(ctx context.Context, params *ClaimListParams) ([]*Claim, error)
@@ -256,7 +256,7 @@ type Executor interface {
 	// JobGet returns what the gate reads of a River job: its state and
 	// when it runs next. Lock also locks the row until the transaction
 	// ends (on engines with row locks), so that no worker fetches the job
-	// meanwhile. A job River no longer has is domain.ErrNotFound.
+	// meanwhile. A job River no longer has is vocab.ErrNotFound.
 	JobGet(ctx context.Context, params *JobGetParams) (*Job, error)
 	// ClaimListTerminal returns which of the claims IDs are terminal.
 	ClaimListTerminal(ctx context.Context, params *ClaimListTerminalParams) ([]int64, error)
@@ -270,7 +270,7 @@ type Executor interface {
 	// statements on some engines: call it in a transaction.
 	ClaimArchiveExpired(ctx context.Context, params *ClaimArchiveExpiredParams) (int, error)
 	// TombstoneGetByKey returns the live history row of one fingerprint
-	// (ArgsHash) under (tenant, tool, key), or domain.ErrNotFound. A key's
+	// (ArgsHash) under (tenant, tool, key), or vocab.ErrNotFound. A key's
 	// history holds one row per fingerprint that ran under it within its
 	// retention.
 	TombstoneGetByKey(ctx context.Context, params *TombstoneGetByKeyParams) (*Tombstone, error)
@@ -280,11 +280,11 @@ type Executor interface {
 	TombstoneDeleteExpired(ctx context.Context, params *TombstoneDeleteExpiredParams) (int, error)
 	// ClaimApprove sets a claim awaiting approval, of fingerprint ArgsHash
 	// and within its approval window, to queued pointing at JobID (the job
-	// inserted in the same transaction), or returns domain.ErrStateChanged.
+	// inserted in the same transaction), or returns vocab.ErrStateChanged.
 	ClaimApprove(ctx context.Context, params *ClaimApproveParams) (*Claim, error)
 	// ClaimDecline fails a claim awaiting approval with Error: a denial
 	// within its approval window, or (Expired) its expiry once the window
-	// ended. Otherwise it returns domain.ErrStateChanged.
+	// ended. Otherwise it returns vocab.ErrStateChanged.
 	ClaimDecline(ctx context.Context, params *ClaimDeclineParams) (*Claim, error)
 	// ClaimListApprovalExpired lists claims awaiting approval whose window
 	// ended, oldest deadline first.

@@ -56,7 +56,7 @@ func (p *LeaseParams) store(audit *AuditInsertParams) *ClaimLeaseParams {
 // in-transaction effect and completes with CompleteParams.Locked, which
 // takes the lease and the result in one write (EventApply). When the
 // lease is not to be had it rolls back and answers ErrNoRun or
-// ErrLeaseHeld, with the claim as read (domain.ErrNotFound: there is
+// ErrLeaseHeld, with the claim as read (vocab.ErrNotFound: there is
 // none). A failed claim whose very job an operator retried (River UI) is
 // re-driven first (EventRedrive, by "riverui").
 func (g *Gate) LockTx(ctx context.Context, p *LeaseParams) (Tx, *Claim, error) {
@@ -164,7 +164,7 @@ type CompleteParams struct {
 
 // Complete stores the result (EventComplete, or EventApply when Locked) in
 // one transaction: the fenced claim update with its audit row first (lease
-// lost: roll back, write nothing, and answer domain.ErrLeaseLost), then
+// lost: roll back, write nothing, and answer vocab.ErrLeaseLost), then
 // the domain rows and the job's completion. A worker whose epoch still holds commits even if River
 // moved the job row meanwhile.
 func (g *Gate) Complete(ctx context.Context, p *CompleteParams) (*Claim, error) {
@@ -224,7 +224,7 @@ func (g *Gate) completeJob(ctx context.Context, tx Tx, c *Claim, job JobHooks) {
 }
 
 // Fail stores a definitive failure (EventFail) and cancels the job in one
-// transaction, or answers domain.ErrLeaseLost having written nothing.
+// transaction, or answers vocab.ErrLeaseLost having written nothing.
 func (g *Gate) Fail(ctx context.Context, c *Claim, info vocab.ErrorInfo, job JobHooks) (*Claim, error) {
 	var failed *Claim
 	err := WithTx(ctx, g.store, 0, func(ctx context.Context, tx Tx) error {
@@ -250,7 +250,7 @@ func (g *Gate) Fail(ctx context.Context, c *Claim, info vocab.ErrorInfo, job Job
 
 // Release hands a transient failure back to River (EventRelease): the
 // claim goes back to queued with the same epoch, its lease cleared and
-// last_error kept; or domain.ErrLeaseLost.
+// last_error kept; or vocab.ErrLeaseLost.
 func (g *Gate) Release(ctx context.Context, c *Claim, info vocab.ErrorInfo) (*Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()

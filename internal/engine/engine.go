@@ -73,7 +73,7 @@ type Store interface {
 }
 
 // River is a River client on a driver's database, with the gate's job
-// operations (gate.BatchEnqueuer, gate.JobControl) in the driver's
+// operations (core.BatchEnqueuer, core.JobControl) in the driver's
 // transactions. jobs.River implements it for any River driver.
 type River interface {
 	core.BatchEnqueuer

@@ -29,7 +29,7 @@ type ApprovalNoticeArgs struct {
 // Kind implements river.JobArgs.
 func (ApprovalNoticeArgs) Kind() string { return ApprovalNoticeKind }
 
-// ApprovalNoticeInsert implements gate.ApprovalNoticer: with notices on
+// ApprovalNoticeInsert implements core.ApprovalNoticer: with notices on
 // (SetApprovalNotices) it inserts c's ApprovalNoticeArgs job in tx, with a
 // claim job's attempts and queue; otherwise it inserts nothing.
 func (e *Enqueuer[TTx]) ApprovalNoticeInsert(ctx context.Context, tx core.Tx, c *core.Claim) error {

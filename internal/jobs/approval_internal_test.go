@@ -18,7 +18,7 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// noticeStore is a gate.Store that only reads one claim, and the tenant's
+// noticeStore is a core.Store that only reads one claim, and the tenant's
 // settings.
 type noticeStore struct {
 	core.Store

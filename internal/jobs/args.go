@@ -74,14 +74,14 @@ type Enqueuer[TTx any] struct {
 	Client *river.Client[TTx]
 	// Unavailable, when set, tells a database outage from other insert
 	// errors (each engine driver's Unavailable): those are wrapped
-	// in domain.ErrUnavailable so that callers answer "unavailable, retry"
+	// in vocab.ErrUnavailable so that callers answer "unavailable, retry"
 	// rather than "internal".
 	Unavailable func(error) bool
 	// notices is whether ApprovalNoticeInsert inserts (SetApprovalNotices).
 	notices atomic.Bool
 }
 
-// JobInsert implements gate.Enqueuer.
+// JobInsert implements core.Enqueuer.
 func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx core.Tx, c *core.Claim) (int64, error) {
 	rawTx, err := e.tx(tx)
 	if err != nil {
@@ -98,7 +98,7 @@ func (e *Enqueuer[TTx]) JobInsert(ctx context.Context, tx core.Tx, c *core.Claim
 	return res.Job.ID, nil
 }
 
-// JobInsertMany implements gate.BatchEnqueuer: one statement for all the
+// JobInsertMany implements core.BatchEnqueuer: one statement for all the
 // claims' jobs.
 func (e *Enqueuer[TTx]) JobInsertMany(ctx context.Context, tx core.Tx, claims []*core.Claim) ([]int64, error) {
 	rawTx, err := e.tx(tx)
@@ -127,7 +127,7 @@ func (e *Enqueuer[TTx]) JobInsertMany(ctx context.Context, tx core.Tx, claims []
 	return ids, nil
 }
 
-// JobDeleteMany implements gate.BatchEnqueuer.
+// JobDeleteMany implements core.BatchEnqueuer.
 func (e *Enqueuer[TTx]) JobDeleteMany(ctx context.Context, tx core.Tx, ids []int64) error {
 	rawTx, err := e.tx(tx)
 	if err != nil {
@@ -152,7 +152,7 @@ const maxDeleteMany = 10_000
 // tx is the River driver's transaction of a store transaction.
 func (e *Enqueuer[TTx]) tx(tx core.Tx) (TTx, error) { return driverTx[TTx](tx) }
 
-// wrap marks a database outage as domain.ErrUnavailable.
+// wrap marks a database outage as vocab.ErrUnavailable.
 func (e *Enqueuer[TTx]) wrap(err error) error {
 	if e.Unavailable != nil && e.Unavailable(err) {
 		return fmt.Errorf("%w: %w", vocab.ErrUnavailable, err)

@@ -12,7 +12,7 @@ import (
 )
 
 // Group commit of in-transaction operations: the in-transaction jobs of
-// one worker process that run at once share transactions (gate.WorkTx).
+// one worker process that run at once share transactions (core.WorkTx).
 // Jobs queue; up to RunnerConfig.Groups groups run at once, and a runner
 // free takes its share of what queued, at most RunnerConfig.MaxGroup jobs.
 // Nobody waits for a group to fill: a lone job is a group of one, with the

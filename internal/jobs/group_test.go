@@ -171,7 +171,7 @@ func (tx *commitFailsTx) Commit(ctx context.Context) error {
 }
 
 // commitFailsPipelined is commitFails on a store that pipelines a worker
-// group's statements (gate.PipelineBeginner, gate.Pipeliner): the
+// group's statements (core.PipelineBeginner, core.Pipeliner): the
 // group's last commit, sent with its last completion, fails as Commit
 // does.
 type commitFailsPipelined struct{ *commitFails }

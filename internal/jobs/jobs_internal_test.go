@@ -196,7 +196,7 @@ func TestMetricsCountEveryTransitionFromZero(t *testing.T) {
 	require.NotContains(t, events, string(core.EventExpire), "expiry writes nothing; archive counts it")
 }
 
-// nopStore and nopEnqueuer satisfy gate.Config for tests that never touch
+// nopStore and nopEnqueuer satisfy core.Config for tests that never touch
 // the database.
 type nopStore struct{ core.Store }
 

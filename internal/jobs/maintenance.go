@@ -20,17 +20,17 @@ const MaintenanceQueue = "maintenance"
 // DefaultPruneInterval is how often the pruner runs.
 const DefaultPruneInterval = time.Minute
 
-// pruneMaxBatches bounds one pruner run (gate.PruneBatch rows each).
+// pruneMaxBatches bounds one pruner run (core.PruneBatch rows each).
 const pruneMaxBatches = 100
 
-// Control is gate.JobControl on a River client whose transactions are TTx.
+// Control is core.JobControl on a River client whose transactions are TTx.
 type Control[TTx any] struct {
 	Client *river.Client[TTx]
 }
 
 func (c *Control[TTx]) rawTx(tx core.Tx) (TTx, error) { return driverTx[TTx](tx) }
 
-// JobCancelTx implements gate.JobControl. A job River no longer has is
+// JobCancelTx implements core.JobControl. A job River no longer has is
 // fine: there is nothing to cancel.
 func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx core.Tx, jobID int64) error {
 	raw, err := c.rawTx(tx)
@@ -44,7 +44,7 @@ func (c *Control[TTx]) JobCancelTx(ctx context.Context, tx core.Tx, jobID int64)
 	return err
 }
 
-// JobMarkCancelledTx implements gate.JobControl with River's JobUpdateTx:
+// JobMarkCancelledTx implements core.JobControl with River's JobUpdateTx:
 // the mark becomes the job's output, which River UI shows.
 func (c *Control[TTx]) JobMarkCancelledTx(ctx context.Context, tx core.Tx, jobID int64, mark *core.CancelMark) error {
 	raw, err := c.rawTx(tx)
@@ -58,7 +58,7 @@ func (c *Control[TTx]) JobMarkCancelledTx(ctx context.Context, tx core.Tx, jobID
 	return err
 }
 
-// JobRetryTx implements gate.JobControl. It reports false, and leaves the
+// JobRetryTx implements core.JobControl. It reports false, and leaves the
 // job alone, when River no longer has the job, will not run it again (still
 // running), or was asked to cancel it: the worker that failed the claim
 // cancelled its own job with JobCancelTx, and River's producer may deliver

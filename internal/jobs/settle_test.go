@@ -25,7 +25,7 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// cancelOnCommit is a gate.Store whose transactions cancel the running
+// cancelOnCommit is a core.Store whose transactions cancel the running
 // job's context as their commit starts: the moment River's cancel
 // notification, sent by that very commit (JobCancelTx), can reach the
 // worker at the latest. It injects the race; it does not replace the store.

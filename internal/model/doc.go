@@ -10,7 +10,7 @@
 // sets (each with its own amount, so an effect names its fingerprint; the
 // last two are above the tenants' approval threshold, so that a new intent
 // of them waits for a person's approval, as the built-ins' Approval asks
-// it through gate.ClaimParams.Approval):
+// it through core.ClaimParams.Approval):
 //
 //   - call: one to three concurrent identical calls (sometimes with another
 //     volatile memo/reason, which is the same fingerprint; one in five
@@ -23,7 +23,7 @@
 //   - expire: the claim's TTL ends (its expires_at is moved into the past);
 //   - prune: the pruner moves expired claims into the key's history;
 //   - expire_while_pruning: finished claims' TTLs end 1 to 30 ms from now
-//     by the database's clock while the pruner (gate.Gate.Prune) runs back
+//     by the database's clock while the pruner (core.Gate.Prune) runs back
 //     to back until that clock has passed them and one more run came after;
 //     each claim is then archived and a call checks that its fingerprint
 //     stays refused (issue 25's bug 2, an archive whose history insert and
@@ -32,7 +32,7 @@
 //   - pause/resume: the claim queue is paused (River's QueuePause, waited
 //     for by its queue_paused event, so that no worker fetches afterwards:
 //     calls made while paused are queued and unfetched, deterministically);
-//   - cancel: the agent's cancel (gate.Gate.Cancel, as tasks/cancel does);
+//   - cancel: the agent's cancel (core.Gate.Cancel, as tasks/cancel does);
 //   - fail/fix: the key's downstream fails definitively (the test Stripe
 //     declines the key's charge; the ledger's effect is told to refuse) until
 //     fixed;
@@ -42,7 +42,7 @@
 //     RedriveSet);
 //   - riverui_retry: River UI's Retry of the claim's job (River's JobRetry),
 //     which the worker then sees;
-//   - approve, deny: a person's decision (gate.Gate.Approve and Deny) on an
+//   - approve, deny: a person's decision (core.Gate.Approve and Deny) on an
 //     operation awaiting approval: by another user of the tenant with the
 //     operation's fingerprint (approve queues it with its one job, in the
 //     deciding transaction; deny fails it approval_denied), sometimes
@@ -52,7 +52,7 @@
 //     arguments, or on an operation that awaits no decision (any more);
 //   - expire_approval: nobody decides in time: the operation's approval
 //     window is moved into the past by the database's clock (a late
-//     decision is then refused) and gate.Gate.ExpireApprovals runs, or it
+//     decision is then refused) and core.Gate.ExpireApprovals runs, or it
 //     runs as of a time past every window (ExpireApprovalsParams.Now); the
 //     operations fail approval_expired.
 //

@@ -401,7 +401,7 @@ func (h *harness) intent(toolName, key string, args map[string]any) (*core.Inten
 
 // call is one mutation call through the gate, as the api makes it: the
 // tool's Approval (the built-ins': above the tenant's threshold) is asked
-// through gate.ClaimParams.Approval, on a read-only transaction.
+// through core.ClaimParams.Approval, on a read-only transaction.
 func (h *harness) call(tenant, toolName, key string, args map[string]any) (*core.ClaimResult, error) {
 	in, err := h.intent(toolName, key, args)
 	if err != nil {

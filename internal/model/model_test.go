@@ -1243,7 +1243,7 @@ func otherTenant(tenant string) string {
 // late approval or denial is refused: the window has ended, or the
 // reaper's pass in the background has expired it already), or the expiry
 // runs as of a time past every window (ExpireApprovalsParams.Now), which
-// ends every waiting operation. gate.Gate.ExpireApprovals (the reaper's
+// ends every waiting operation. core.Gate.ExpireApprovals (the reaper's
 // pass) then fails them approval_expired: final, nothing happened, no job.
 func (m *machine) expireApproval(t *rapid.T) {
 	ctx := context.Background()

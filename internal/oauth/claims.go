@@ -165,7 +165,7 @@ type claimNames struct {
 }
 
 // actorFromClaims reads the actor from verified claims: tenant and user must
-// be strings that pass domain.ValidID; the scopes claim is optional.
+// be strings that pass vocab.ValidID; the scopes claim is optional.
 func actorFromClaims(payload []byte, names claimNames) (vocab.Actor, *TokenError) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &m); err != nil {
@@ -189,7 +189,7 @@ func actorFromClaims(payload []byte, names claimNames) (vocab.Actor, *TokenError
 }
 
 // idClaim returns raw as a string if it is a JSON string that passes
-// domain.ValidID.
+// vocab.ValidID.
 func idClaim(raw json.RawMessage) (string, bool) {
 	var s string
 	if raw == nil || json.Unmarshal(raw, &s) != nil || !vocab.ValidID(s) {

@@ -58,6 +58,6 @@ func (e *unavailableError) Error() string {
 	return "oauth: authorization server unavailable: " + e.what + ": " + e.err.Error()
 }
 
-// Unwrap returns domain.ErrUnavailable and the cause (a network error, a
+// Unwrap returns vocab.ErrUnavailable and the cause (a network error, a
 // context error, a bad status).
 func (e *unavailableError) Unwrap() []error { return []error{vocab.ErrUnavailable, e.err} }

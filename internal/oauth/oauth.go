@@ -1,6 +1,6 @@
 // Package oauth makes idemgate an OAuth 2.1 resource server: it accepts JWT
 // access tokens (RFC 9068) signed by one authorization server, turns their
-// claims into a domain.Actor, and publishes the protected resource metadata
+// claims into a vocab.Actor, and publishes the protected resource metadata
 // (RFC 9728) that MCP clients use to find that server.
 //
 // Tokens are verified with github.com/coreos/go-oidc/v3: it is small, widely
@@ -202,7 +202,7 @@ func New(ctx context.Context, cfg *Config) (*Verifier, error) {
 // Discover fetches the issuer's metadata if no call has yet. It is optional
 // (Authenticate discovers on demand); use it to warm up or to report at
 // start whether the authorization server is reachable. Its error wraps
-// domain.ErrUnavailable.
+// vocab.ErrUnavailable.
 func (v *Verifier) Discover(ctx context.Context) error {
 	_, err := v.idTokenVerifier(ctx)
 	return err
@@ -211,7 +211,7 @@ func (v *Verifier) Discover(ctx context.Context) error {
 // Authenticate returns the actor a JWT access token acts for. A refused
 // token is a *TokenError (wrapping ErrInvalidToken) that says why; an
 // authorization server whose metadata or keys cannot be fetched gives an
-// error wrapping domain.ErrUnavailable.
+// error wrapping vocab.ErrUnavailable.
 func (v *Verifier) Authenticate(ctx context.Context, bearer string) (vocab.Actor, error) {
 	_, payload, terr := split(bearer)
 	if terr != nil {

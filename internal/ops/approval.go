@@ -52,7 +52,7 @@ const awaitingReason = "awaiting approval for up to "
 
 // ApprovalTrailOf returns the approval trail of c from events (its key's
 // audit rows, oldest first), or nil when c never awaited approval. It
-// reads the rows as gate.Gate writes them: the request is c's accepted row
+// reads the rows as core.Gate writes them: the request is c's accepted row
 // "awaiting approval for up to …"; a decision is "approve by U of
 // fingerprint H[: note]" (accepted) or "deny by …" (failed); an expiry is
 // "approval_expired: …" and a cancellation "cancel: …" (failed); refusals

@@ -93,7 +93,7 @@ type OperationDetail struct {
 }
 
 // GetOperation returns the operation of (tenant, tool, key) with its audit
-// trail and approval summary, or domain.ErrNotFound.
+// trail and approval summary, or vocab.ErrNotFound.
 func GetOperation(ctx context.Context, s core.Executor, tenantID, tool, key string) (*OperationDetail, error) {
 	c, err := s.ClaimGetByKey(ctx, &core.ClaimGetByKeyParams{TenantID: tenantID, Tool: tool, IdempotencyKey: key})
 	if err != nil {
@@ -145,7 +145,7 @@ type RedriveLine struct {
 	Reason string `json:"reason"`
 }
 
-// Jobs is what a re-drive needs of River: gate.JobControl in the gate's
+// Jobs is what a re-drive needs of River: core.JobControl in the gate's
 // transactions, and whether the re-drive would retry a job itself (for a dry
 // run's fresh_job). jobs.Control implements it.
 type Jobs interface {
@@ -153,7 +153,7 @@ type Jobs interface {
 	JobRetryable(ctx context.Context, jobID int64) (bool, error)
 }
 
-// Redriver re-drives failed operations through gate.Gate.Redrive. idemctl
+// Redriver re-drives failed operations through core.Gate.Redrive. idemctl
 // and POST /ops/redrive both use it.
 type Redriver struct {
 	Gate *core.Gate
@@ -182,7 +182,7 @@ func Refused(err error) bool {
 
 // Redrive re-drives one failed operation. A refused re-drive returns its
 // line (action refused) together with an error for which Refused is true;
-// an unknown operation returns domain.ErrNotFound.
+// an unknown operation returns vocab.ErrNotFound.
 func (r *Redriver) Redrive(ctx context.Context, p *RedriveParams) (*RedriveLine, error) {
 	if err := ValidateOperator(p.Operator); err != nil {
 		return nil, err

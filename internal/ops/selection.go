@@ -107,7 +107,7 @@ type RedriveSelectionResult struct {
 //
 // One operation that is refused (succeeded, queued, running or cancelled)
 // is emitted, and its error, for which Refused is true, names it with its
-// status; an unknown one returns domain.ErrNotFound and emits nothing. In a
+// status; an unknown one returns vocab.ErrNotFound and emits nothing. In a
 // set, refused operations are emitted and counted, and the set goes on. The
 // result is returned with any error once re-driving began (a set's counts
 // so far).

@@ -103,7 +103,7 @@ type SeedToken struct {
 type SeedTenant struct {
 	Tenant string `json:"tenant"`
 	// ResetLinkBase is optional: the page the tenant's password-reset mails
-	// link to (domain.CheckLinkBase); empty leaves the deployment's
+	// link to (vocab.CheckLinkBase); empty leaves the deployment's
 	// IDEMGATE_RESET_LINK_BASE.
 	ResetLinkBase string `json:"reset_link_base,omitempty"`
 	// ApprovalThresholds are optional: per tool (refund_order,

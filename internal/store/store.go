@@ -4,8 +4,8 @@
 // engine/pgengine for Postgres and engine/sqliteengine for SQLite.
 //
 // Stores translate their engine's errors at the boundary: a missing row is
-// domain.ErrNotFound, a duplicate is domain.ErrAlreadyExists, and a database
-// that cannot be reached wraps domain.ErrUnavailable. Callers use errors.Is.
+// vocab.ErrNotFound, a duplicate is vocab.ErrAlreadyExists, and a database
+// that cannot be reached wraps vocab.ErrUnavailable. Callers use errors.Is.
 package store
 
 import (
@@ -48,7 +48,7 @@ type TokenInsertParams struct {
 type TokenRevokeParams struct {
 	ID string
 	// TenantID is optional: when set, only a token of this tenant is
-	// revoked, and another tenant's token is domain.ErrNotFound.
+	// revoked, and another tenant's token is vocab.ErrNotFound.
 	TenantID string
 }
 
@@ -61,15 +61,15 @@ type TokenListParams struct {
 // Tokens stores bearer tokens.
 type Tokens interface {
 	// TokenInsert inserts a token. A token with the same hash (or id) is
-	// domain.ErrAlreadyExists.
+	// vocab.ErrAlreadyExists.
 	TokenInsert(ctx context.Context, p *TokenInsertParams) (*Token, error)
 	// TokenGetByHash returns the token whose hash is hash, revoked and
-	// expired ones included (the caller decides), or domain.ErrNotFound.
+	// expired ones included (the caller decides), or vocab.ErrNotFound.
 	TokenGetByHash(ctx context.Context, hash []byte) (*Token, error)
 	// TokenRevoke sets RevokedAt and returns the token. Revoking a revoked
 	// token changes nothing and returns it with its first RevokedAt. An
 	// unknown id (or one of another tenant than p.TenantID) is
-	// domain.ErrNotFound.
+	// vocab.ErrNotFound.
 	TokenRevoke(ctx context.Context, p *TokenRevokeParams) (*Token, error)
 	// TokenList returns a tenant's tokens, revoked and expired ones
 	// included, oldest first.
@@ -90,8 +90,8 @@ type ResetTokenRedemption struct {
 type ResetTokens interface {
 	// ResetTokenRedeem consumes the token whose hash is tokenHash, at most
 	// once: one conditional update sets used_at if it is unset and the
-	// token unexpired. Otherwise the error is domain.ErrAlreadyUsed (used
-	// before, expired or not), domain.ErrExpired, or domain.ErrNotFound
+	// token unexpired. Otherwise the error is vocab.ErrAlreadyUsed (used
+	// before, expired or not), vocab.ErrExpired, or vocab.ErrNotFound
 	// (no such token).
 	ResetTokenRedeem(ctx context.Context, tokenHash []byte) (*ResetTokenRedemption, error)
 }

@@ -79,7 +79,7 @@ func NewAuthenticator(tokens store.Tokens, cacheTTL time.Duration, clock func() 
 // Authenticate returns the actor that bearer (the token alone, as
 // BearerFromHeader returns it) acts for. A missing, malformed, unknown,
 // revoked or expired token is ErrUnauthenticated. A store that cannot be
-// reached gives an error wrapping domain.ErrUnavailable; failures are never
+// reached gives an error wrapping vocab.ErrUnavailable; failures are never
 // cached, so the next call asks the store again.
 func (a *Authenticator) Authenticate(ctx context.Context, bearer string) (vocab.Actor, error) {
 	if !tokenspec.WellFormed(bearer) {

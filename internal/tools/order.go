@@ -57,7 +57,7 @@ type order struct {
 	CreatedAt time.Time
 }
 
-// orderGet reads a tenant's order, or domain.ErrNotFound (also for another
+// orderGet reads a tenant's order, or vocab.ErrNotFound (also for another
 // tenant's order).
 func orderGet(ctx context.Context, db DB, tenantID, orderID string) (o *order, err error) {
 	err = db(ctx, func(tx gate.Tx) error {

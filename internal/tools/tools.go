@@ -62,7 +62,7 @@ type Deps struct {
 	// Secret derives password-reset tokens (IDEMGATE_SECRET).
 	Secret []byte
 	// Audit, optional, writes the audit row of a refund adopted from an
-	// operation a lost commit forgot (the deployment's gate.Store).
+	// operation a lost commit forgot (the deployment's core.Store).
 	Audit Auditor
 	// MailFailUnknownOutcome hands a password-reset mail whose outcome is
 	// unknown (the server may have taken it; SMTP cannot deduplicate) to
@@ -72,7 +72,7 @@ type Deps struct {
 	MailFailUnknownOutcome bool
 }
 
-// Auditor appends audit rows (gate.Executor's AuditInsert).
+// Auditor appends audit rows (core.Executor's AuditInsert).
 type Auditor interface {
 	AuditInsert(ctx context.Context, params *core.AuditInsertParams) error
 }

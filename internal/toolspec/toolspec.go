@@ -74,7 +74,7 @@ type Spec struct {
 	ApprovalWindow time.Duration
 }
 
-// Validate checks decoded arguments (gate.DecodeArgs) against the tool's
+// Validate checks decoded arguments (core.DecodeArgs) against the tool's
 // schema and its Check: unknown, missing, mistyped and out-of-range
 // arguments are *domain.Error with code invalid_argument and the field.
 // The idempotency key is left to the gate, which has its own codes.

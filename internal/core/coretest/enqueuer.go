@@ -19,13 +19,13 @@ type JobArgs struct {
 func (JobArgs) Kind() string { return "gatetest_claim" }
 
 // RiverEnqueuer inserts real River jobs in the gate's transaction, one at a
-// time or many at once: a gate.BatchEnqueuer. TTx is the River driver's
+// time or many at once: a core.BatchEnqueuer. TTx is the River driver's
 // transaction type.
 type RiverEnqueuer[TTx any] struct {
 	Client *river.Client[TTx]
 }
 
-// JobInsert implements gate.Enqueuer.
+// JobInsert implements core.Enqueuer.
 func (e RiverEnqueuer[TTx]) JobInsert(ctx context.Context, tx core.Tx, c *core.Claim) (int64, error) {
 	res, err := e.Client.InsertTx(ctx, tx.(interface{ DriverTx() TTx }).DriverTx(), JobArgs{TenantID: c.TenantID, OperationID: c.OperationID}, nil)
 	if err != nil {
@@ -34,7 +34,7 @@ func (e RiverEnqueuer[TTx]) JobInsert(ctx context.Context, tx core.Tx, c *core.C
 	return res.Job.ID, nil
 }
 
-// JobInsertMany implements gate.BatchEnqueuer.
+// JobInsertMany implements core.BatchEnqueuer.
 func (e RiverEnqueuer[TTx]) JobInsertMany(ctx context.Context, tx core.Tx, claims []*core.Claim) ([]int64, error) {
 	params := make([]river.InsertManyParams, len(claims))
 	for i, c := range claims {
@@ -51,7 +51,7 @@ func (e RiverEnqueuer[TTx]) JobInsertMany(ctx context.Context, tx core.Tx, claim
 	return ids, nil
 }
 
-// JobDeleteMany implements gate.BatchEnqueuer.
+// JobDeleteMany implements core.BatchEnqueuer.
 func (e RiverEnqueuer[TTx]) JobDeleteMany(ctx context.Context, tx core.Tx, ids []int64) error {
 	res, err := e.Client.JobDeleteManyTx(ctx, tx.(interface{ DriverTx() TTx }).DriverTx(), river.NewJobDeleteManyParams().IDs(ids...).First(len(ids)))
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package gatetest is the conformance suite that every gate.Store must pass.
+// Package gatetest is the conformance suite that every core.Store must pass.
 // engine/pgengine and engine/sqliteengine call Exercise from their tests.
 package coretest
 

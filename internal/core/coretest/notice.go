@@ -14,7 +14,7 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// noticer is the suite's enqueuer that is also a gate.ApprovalNoticer: for
+// noticer is the suite's enqueuer that is also a core.ApprovalNoticer: for
 // a claim awaiting approval it inserts one more job in the gate's
 // transaction (visible in JobCount only if that commits) and records the
 // claim. It keeps the suite's group commit (a BatchEnqueuer).
@@ -25,7 +25,7 @@ type noticer struct {
 	fail error
 }
 
-// ApprovalNoticeInsert implements gate.ApprovalNoticer.
+// ApprovalNoticeInsert implements core.ApprovalNoticer.
 func (n *noticer) ApprovalNoticeInsert(ctx context.Context, tx core.Tx, c *core.Claim) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -14,7 +14,7 @@ import (
 )
 
 // stateTests check the store against the gate's state machine
-// (gate.Transitions): every event, driven through the gate as production
+// (core.Transitions): every event, driven through the gate as production
 // drives it, moves a claim from a status its row allows to the row's
 // status, with the row's audit decision (or none).
 var stateTests = map[string]func(t *testing.T, s *suite){

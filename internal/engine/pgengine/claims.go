@@ -14,7 +14,7 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// The gate's statements: executor implements gate.Executor.
+// The gate's statements: executor implements core.Executor.
 
 // claimRow runs a statement that returns one claim.
 func (e executor) claimRow(ctx context.Context, sql string, args ...any) (*Claim, error) {
@@ -93,7 +93,7 @@ func claimCompleteSQL(p *core.ClaimCompleteParams) (string, []any) {
 	return audited(p.Audit, plain, withAudit, p.ID, p.Epoch, nullJSON(p.Result), p.Now)
 }
 
-// PipelineLock implements gate.Pipeliner: the completion, the savepoint
+// PipelineLock implements core.Pipeliner: the completion, the savepoint
 // and the lock in one batch, which pgx sends in one round trip.
 func (t *Tx) PipelineLock(ctx context.Context, complete *core.ClaimCompleteParams, savepoint bool, lock *core.ClaimLeaseParams) (completed, locked *Claim, err error) {
 	if complete == nil && !savepoint {

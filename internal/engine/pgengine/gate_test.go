@@ -26,7 +26,7 @@ func count(t *testing.T, db interface {
 	}
 }
 
-// TestGateConformance runs the suite every gate.Store passes.
+// TestGateConformance runs the suite every core.Store passes.
 func TestGateConformance(t *testing.T) {
 	t.Parallel()
 	coretest.Exercise(t, func(t *testing.T) *coretest.Bundle {

@@ -1,14 +1,14 @@
 // Package pgengine is idemgate's Postgres driver, on pgx: its Store
-// implements both gate.Store (claims, tombstones, audit, River job reads)
+// implements both core.Store (claims, tombstones, audit, River job reads)
 // and package store's interfaces (tokens, orders, seeding, domain rows) on
 // one pool, and domain writes join the gate transaction (Tx) they are
 // given. It also owns the pool's configuration (pool.go), the migrations
 // (migrations/ and migrate.go, under an advisory lock) and River's
 // riverpgxv5 driver.
 //
-// Errors are translated at the boundary: no rows is domain.ErrNotFound, a
-// unique violation domain.ErrAlreadyExists, an unreachable database
-// domain.ErrUnavailable (see Unavailable).
+// Errors are translated at the boundary: no rows is vocab.ErrNotFound, a
+// unique violation vocab.ErrAlreadyExists, an unreachable database
+// vocab.ErrUnavailable (see Unavailable).
 //
 // queries.go holds all the SQL, in Go, rather than sqlc output: the
 // claim statements share one column list and a clock-override expression
@@ -35,7 +35,7 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// Store is the Postgres engine on a pool: a gate.Store and every
+// Store is the Postgres engine on a pool: a core.Store and every
 // interface of package store.
 type Store struct {
 	executor
@@ -100,10 +100,10 @@ func (t *Tx) Rollback(ctx context.Context) error {
 // (jobs.DriverTx).
 func (t *Tx) DriverTx() pgx.Tx { return t.tx }
 
-// Savepoint implements gate.Savepointer.
+// Savepoint implements core.Savepointer.
 func (t *Tx) Savepoint(ctx context.Context) error { return t.exec(ctx, sqlSavepoint) }
 
-// RollbackToSavepoint implements gate.Savepointer.
+// RollbackToSavepoint implements core.Savepointer.
 func (t *Tx) RollbackToSavepoint(ctx context.Context) error {
 	return t.exec(ctx, sqlRollbackToSavepoint)
 }
@@ -130,7 +130,7 @@ func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) gate.Row {
 // Engine implements gate.Tx.
 func (t *Tx) Engine() string { return gate.Postgres }
 
-// toolRow is a gate.Row: no row is domain.ErrNotFound.
+// toolRow is a gate.Row: no row is vocab.ErrNotFound.
 type toolRow struct{ row pgx.Row }
 
 func (r toolRow) Scan(dest ...any) error {

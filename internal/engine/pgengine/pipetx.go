@@ -15,7 +15,7 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// The worker's group transactions (gate.WorkTx) send their BEGIN with the
+// The worker's group transactions (core.WorkTx) send their BEGIN with the
 // first claim lock and their COMMIT with the last completion, each in one
 // batch. pgx begins a pgx.Tx with a round trip of its own and ends it with
 // another, so these transactions are a pgx.Tx of their own (pipeTx) on a
@@ -24,7 +24,7 @@ import (
 
 var _ core.PipelineBeginner = (*Store)(nil)
 
-// BeginLock implements gate.PipelineBeginner: BEGIN and the claim's lock
+// BeginLock implements core.PipelineBeginner: BEGIN and the claim's lock
 // in one round trip.
 func (s *Store) BeginLock(ctx context.Context, lock *core.ClaimLeaseParams) (core.Tx, *Claim, error) {
 	pc, err := s.pool.Acquire(ctx)
@@ -57,7 +57,7 @@ func (s *Store) BeginLock(ctx context.Context, lock *core.ClaimLeaseParams) (cor
 	return tx, locked, nil
 }
 
-// CommitWith implements gate.Pipeliner: the completion and COMMIT in one
+// CommitWith implements core.Pipeliner: the completion and COMMIT in one
 // round trip, on a transaction BeginLock began (else one after the
 // other).
 func (t *Tx) CommitWith(ctx context.Context, complete *core.ClaimCompleteParams) (*Claim, error) {

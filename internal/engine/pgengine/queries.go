@@ -216,8 +216,8 @@ WHERE id = $1 AND status = 'running' AND epoch = $2 AND lease_expires_at <= coal
 RETURNING ` + claimColumns + computed("$4")
 
 // sqlClaimRedrive re-drives a failed claim; one its owner cancelled is
-// final (gate.ErrRedriveCancelled), as is one denied or expired awaiting
-// approval (gate.ErrRedriveApproval).
+// final (core.ErrRedriveCancelled), as is one denied or expired awaiting
+// approval (core.ErrRedriveApproval).
 const sqlClaimRedrive = `
 UPDATE idempotency_claims SET
 	status = 'queued',
@@ -510,7 +510,7 @@ ON CONFLICT (token_hash) DO NOTHING`
 // sqlClaimCounts counts the claims by status (Driver.ClaimCounts).
 const sqlClaimCounts = `SELECT status, count(*) FROM idempotency_claims GROUP BY status`
 
-// The savepoint of gate.Savepointer: one name, so that a rollback goes to
+// The savepoint of core.Savepointer: one name, so that a rollback goes to
 // the latest mark.
 const (
 	sqlSavepoint           = `SAVEPOINT idemgate_op`

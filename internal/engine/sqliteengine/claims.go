@@ -12,7 +12,7 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// The gate's statements: executor implements gate.Executor.
+// The gate's statements: executor implements core.Executor.
 
 // Claim is an alias so that the queries read naturally.
 type Claim = core.Claim
@@ -252,7 +252,7 @@ func (e executor) ClaimListNewest(ctx context.Context, p *core.ClaimListNewestPa
 	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
 }
 
-// JobGet implements gate.Executor. Lock needs nothing more on SQLite: a
+// JobGet implements core.Executor. Lock needs nothing more on SQLite: a
 // transaction begins IMMEDIATE, holding the database's one write lock, so
 // no worker fetches the job before it ends.
 func (e executor) JobGet(ctx context.Context, p *core.JobGetParams) (*core.Job, error) {

@@ -59,7 +59,7 @@ func newBundle(t *testing.T) *coretest.Bundle {
 	}
 }
 
-// TestGateConformance runs the suite every gate.Store passes. SQLite has no
+// TestGateConformance runs the suite every core.Store passes. SQLite has no
 // LISTEN, so the gate polls (Waiter nil).
 func TestGateConformance(t *testing.T) {
 	t.Parallel()
@@ -148,7 +148,7 @@ func TestRollbackAfterCommitIsNoop(t *testing.T) {
 }
 
 // Two processes on one file: a writer holding the write lock past the
-// busy timeout makes the other's write fail with domain.ErrUnavailable, and
+// busy timeout makes the other's write fail with vocab.ErrUnavailable, and
 // the wait ends early when the caller's deadline does.
 func TestBusyFileIsUnavailable(t *testing.T) {
 	t.Parallel()

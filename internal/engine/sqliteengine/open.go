@@ -15,7 +15,7 @@ const DriverName = "sqlite"
 
 // BusyTimeout is how long a statement waits for another connection or
 // process holding the write lock before it fails with SQLITE_BUSY, which
-// the store reports as domain.ErrUnavailable.
+// the store reports as vocab.ErrUnavailable.
 const BusyTimeout = 10 * time.Second
 
 // TimeFormat is how every timestamp is stored: RFC 3339 in UTC with exactly

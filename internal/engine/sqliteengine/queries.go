@@ -399,7 +399,7 @@ ON CONFLICT (token_hash) DO NOTHING`
 // sqlClaimCounts counts the claims by status (Driver.ClaimCounts).
 const sqlClaimCounts = `SELECT status, count(*) FROM idempotency_claims GROUP BY status`
 
-// The savepoint of gate.Savepointer: one name, so that a rollback goes to
+// The savepoint of core.Savepointer: one name, so that a rollback goes to
 // the latest mark.
 const (
 	sqlSavepoint           = `SAVEPOINT idemgate_op`

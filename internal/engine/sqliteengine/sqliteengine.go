@@ -1,6 +1,6 @@
 // Package sqliteengine is idemgate's SQLite driver, on database/sql with
 // the pure-Go modernc.org/sqlite driver, sharing its *sql.DB with River's
-// riversqlite driver. Its Store implements both gate.Store (claims,
+// riversqlite driver. Its Store implements both core.Store (claims,
 // tombstones, audit, River job reads) and package store's interfaces
 // (tokens, orders, seeding, domain rows); domain writes join the gate
 // transaction (Tx) they are given. It also owns the migrations
@@ -15,9 +15,9 @@
 // strftime's 'now', the database's clock, unless a test passes Now. A
 // token's ExpiresAt comes back truncated to the millisecond.
 //
-// Errors are translated at the boundary: no rows is domain.ErrNotFound, a
-// unique or primary key violation domain.ErrAlreadyExists, a database that
-// cannot be used domain.ErrUnavailable (see Unavailable).
+// Errors are translated at the boundary: no rows is vocab.ErrNotFound, a
+// unique or primary key violation vocab.ErrAlreadyExists, a database that
+// cannot be used vocab.ErrUnavailable (see Unavailable).
 //
 // queries.go holds all the SQL, in Go, rather than sqlc output: the
 // statements are assembled from shared pieces (the claim column list and
@@ -48,7 +48,7 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Store is the SQLite engine on a database: a gate.Store and every
+// Store is the SQLite engine on a database: a core.Store and every
 // interface of package store. It keeps the gate's statements prepared: with
 // one connection, every statement runs in series, and compiling one costs
 // more than running it. Use one Store per database.
@@ -162,10 +162,10 @@ func (t *Tx) Rollback(context.Context) error {
 // (jobs.DriverTx).
 func (t *Tx) DriverTx() *sql.Tx { return t.tx }
 
-// Savepoint implements gate.Savepointer.
+// Savepoint implements core.Savepointer.
 func (t *Tx) Savepoint(ctx context.Context) error { return t.exec(ctx, sqlSavepoint) }
 
-// RollbackToSavepoint implements gate.Savepointer.
+// RollbackToSavepoint implements core.Savepointer.
 func (t *Tx) RollbackToSavepoint(ctx context.Context) error {
 	return t.exec(ctx, sqlRollbackToSavepoint)
 }
@@ -192,7 +192,7 @@ func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) gate.Row {
 // Engine implements gate.Tx.
 func (t *Tx) Engine() string { return gate.SQLite }
 
-// toolRow is a gate.Row: no row is domain.ErrNotFound.
+// toolRow is a gate.Row: no row is vocab.ErrNotFound.
 type toolRow struct{ row *sql.Row }
 
 func (r toolRow) Scan(dest ...any) error {

@@ -36,7 +36,7 @@ type Store interface {
 // of its own and the little the interfaces cannot do.
 type Bundle struct {
 	Store Store
-	// Begin begins a transaction of the engine's gate.Store, which Domain
+	// Begin begins a transaction of the engine's core.Store, which Domain
 	// writes join.
 	Begin func(ctx context.Context) (core.Tx, error)
 	// Count returns how many rows table holds.

@@ -184,7 +184,7 @@ func (c *Client) Create(ctx context.Context, r *Request) (*Refund, error) {
 }
 
 // FindByOperation lists the charge's refunds and returns the one whose
-// metadata names operationID, or domain.ErrNotFound. Stripe cannot search
+// metadata names operationID, or vocab.ErrNotFound. Stripe cannot search
 // refunds by metadata, so this pages through the charge's refunds.
 func (c *Client) FindByOperation(ctx context.Context, chargeID, operationID string) (*Refund, error) {
 	return c.Find(ctx, &FindParams{ChargeID: chargeID, OperationID: operationID})
@@ -205,7 +205,7 @@ type FindParams struct {
 
 // Find lists the charge's refunds and returns the one whose metadata names
 // p.OperationID, else one of the same downstream key (see FindParams), or
-// domain.ErrNotFound. Stripe cannot search refunds by metadata, so this
+// vocab.ErrNotFound. Stripe cannot search refunds by metadata, so this
 // pages through the charge's refunds.
 func (c *Client) Find(ctx context.Context, p *FindParams) (*Refund, error) {
 	params := &stripe.RefundListParams{Charge: stripe.String(p.ChargeID)}

@@ -40,7 +40,7 @@ type SenderConfig struct {
 	// From's address.
 	Domain string
 	// LinkBase is the absolute http(s) URL of the reset page, such as
-	// "http://127.0.0.1:8080/reset-password" (domain.CheckLinkBase); the
+	// "http://127.0.0.1:8080/reset-password" (vocab.CheckLinkBase); the
 	// mail links to LinkBase?token=… unless the Mail has a base of its own.
 	LinkBase string
 	// Timeout bounds one Send, connecting included, and each SMTP command
@@ -165,7 +165,7 @@ type Mail struct {
 	// Token is Token(secret, DownstreamKey), the token the link carries.
 	Token string
 	// LinkBase, when set, replaces SenderConfig.LinkBase for this mail (a
-	// tenant's own reset page); it must pass domain.CheckLinkBase.
+	// tenant's own reset page); it must pass vocab.CheckLinkBase.
 	LinkBase string
 }
 

@@ -21,10 +21,10 @@ type Errors struct {
 }
 
 // Translate maps a driver error to domain's sentinels at the engine's
-// boundary: no rows is domain.ErrNotFound, a duplicate wraps
-// domain.ErrAlreadyExists (with the name of what was violated, not the
+// boundary: no rows is vocab.ErrNotFound, a duplicate wraps
+// vocab.ErrAlreadyExists (with the name of what was violated, not the
 // driver's error), a database that cannot be used wraps
-// domain.ErrUnavailable and err, and any other error is err.
+// vocab.ErrUnavailable and err, and any other error is err.
 func (e *Errors) Translate(err error) error {
 	if err == nil {
 		return nil
@@ -43,9 +43,9 @@ func (e *Errors) Translate(err error) error {
 
 // Conditional is the outcome of a conditional claim write that returned
 // (c, err) after translation: a write that matched no row
-// (domain.ErrNotFound) failed its condition, and returns failed instead,
-// the error gate.Executor names for the method (domain.ErrAlreadyExists,
-// domain.ErrLeaseLost or domain.ErrStateChanged).
+// (vocab.ErrNotFound) failed its condition, and returns failed instead,
+// the error core.Executor names for the method (vocab.ErrAlreadyExists,
+// vocab.ErrLeaseLost or vocab.ErrStateChanged).
 func Conditional(c *core.Claim, err, failed error) (*core.Claim, error) {
 	if errors.Is(err, vocab.ErrNotFound) {
 		return nil, failed
@@ -55,7 +55,7 @@ func Conditional(c *core.Claim, err, failed error) (*core.Claim, error) {
 
 // Leased is the outcome of ClaimLease's conditional write that returned
 // (c, err) after translation: when it matched no row, the claim as read
-// now, with domain.ErrLeaseUnavailable.
+// now, with vocab.ErrLeaseUnavailable.
 func Leased(c *core.Claim, err error, read func() (*core.Claim, error)) (*core.Claim, error) {
 	if !errors.Is(err, vocab.ErrNotFound) {
 		return c, err
