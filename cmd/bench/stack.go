@@ -290,7 +290,7 @@ type bareRefundArgs struct {
 func (bareRefundArgs) Kind() string { return "bench_bare_refund" }
 
 // newStripeRefunds is a stripe-go refund client with the settings
-// idemgate's refunds client uses (domain/refunds): a plain http.Client with
+// idemgate's refunds client uses (internal/vocab/refunds): a plain http.Client with
 // a 30s timeout, stripe-go's network retries, logging and telemetry off.
 func newStripeRefunds(base string) *refund.Client {
 	bc := &stripe.BackendConfig{
