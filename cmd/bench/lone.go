@@ -37,8 +37,8 @@ type loneConfig struct {
 // quickstart's (the app's worker settings with its default MaxWorkers,
 // the inserting client's NOTIFY limiter at the app's 10 ms, as the api's
 // is), the bench's tuning, and two experiments: bare River's inserting
-// client at River's default FetchCooldown (100 ms, the api's until
-// 2026-12-05), and calls spaced wider than that.
+// client at River's default FetchCooldown (100 ms), and calls spaced
+// wider than that.
 func (r *runner) loneConfigs() []loneConfig {
 	quick := riverSettings{FetchCooldown: app.DefaultFetchCooldown, FetchPollInterval: app.DefaultFetchPollInterval, MaxWorkers: app.DefaultMaxWorkers,
 		InsertFetchCooldown: app.DefaultFetchCooldown}
