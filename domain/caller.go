@@ -45,12 +45,12 @@ func CallerFromContext(ctx context.Context) (Caller, bool) {
 	return c, ok
 }
 
-// MaxIDLen is the longest tenant or user id, in bytes.
-const MaxIDLen = 255
+// maxIDLen is the longest tenant or user id, in bytes.
+const maxIDLen = 255
 
 // CheckID checks a tenant or user id as identity providers issue them
-// ("auth0|64f1c2", "ann@example.com", a UUID, a name in any script): 1 to
-// MaxIDLen bytes of valid UTF-8, every character printable (letters,
+// ("auth0|64f1c2", "ann@example.com", a UUID, a name in any script): 1 to 255
+// bytes of valid UTF-8, every character printable (letters,
 // marks, numbers, punctuation, symbols and the ASCII space; no control,
 // format or separator characters other than that space), and no space at
 // either end. The error says which rule s breaks, without quoting it.
@@ -58,8 +58,8 @@ func CheckID(s string) error {
 	switch {
 	case s == "":
 		return errors.New("is empty")
-	case len(s) > MaxIDLen:
-		return fmt.Errorf("is %d bytes long; at most %d are allowed", len(s), MaxIDLen)
+	case len(s) > maxIDLen:
+		return fmt.Errorf("is %d bytes long; at most %d are allowed", len(s), maxIDLen)
 	case !utf8.ValidString(s):
 		return errors.New("is not valid UTF-8")
 	}
