@@ -112,7 +112,7 @@ func knownCodes(t *testing.T) map[vocab.Code]bool {
 
 // codeSources are the directories whose non-test Go files may make codes;
 // the ones ending in /... are walked.
-var codeSources = []string{"../tools/...", "../domain/...", "../jobs", "../gate", "../../tool", "../ops", "."}
+var codeSources = []string{"../tools/...", "../vocab/...", "../../domain", "../jobs", "../core", "../../gate", "../ops", "."}
 
 // sourceCodes returns the code literals the code base stores or answers:
 // the first argument of gate.NothingHappened, Happened, Transient, the
@@ -203,9 +203,9 @@ func makesCode(fun ast.Expr) bool {
 		pkg, _ := f.X.(*ast.Ident)
 		switch {
 		case pkg == nil:
-		case pkg.Name == "domain":
+		case pkg.Name == "domain" || pkg.Name == "vocab":
 			return f.Sel.Name == "Errorf" || f.Sel.Name == "Code"
-		case pkg.Name == "tool":
+		case pkg.Name == "gate":
 			return slices.Contains([]string{"NothingHappened", "Happened", "Transient"}, f.Sel.Name)
 		}
 	}
