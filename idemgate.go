@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/toolspec"
 	"io/fs"
@@ -102,7 +103,7 @@ type Options struct {
 	// bearer tokens: it returns the caller (tenant, user, scopes) or an
 	// error, answered 401. An *domain.Error with CodeUnauthenticated is
 	// shown to the client as it is; any other error is logged, not shown.
-	// Tenant and user ids must match domain's id pattern. Nil: the
+	// Tenant and user ids must pass domain.CheckID. Nil: the
 	// configuration's (OAuth's resource server when IDEMGATE_OAUTH_ISSUER
 	// is set, else tokens from CreateToken).
 	Authenticate func(r *http.Request) (gate.Caller, error)
@@ -218,10 +219,16 @@ func (s *Service) ownMigrations(engine string) fs.FS {
 // CreateToken mints a bearer token for tenant and user with scopes (each
 // one of the registry's tools' scopes, operations:read or ops:admin),
 // stores its hash and returns the secret, which is shown this once. An
-// agent's token takes the registry's gate.Registry.ToolScopes.
+// agent's token takes the registry's gate.Registry.ToolScopes. Tenant and
+// user ids must pass domain.CheckID.
 func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes ...string) (string, error) {
 	if err := tenancy.ValidateScopes(scopes, s.reg.Scopes()); err != nil {
 		return "", fmt.Errorf("scopes: %w", err)
+	}
+	for _, id := range [][2]string{{"tenant", tenant}, {"user", user}} {
+		if err := domain.CheckID(id[1]); err != nil {
+			return "", fmt.Errorf("%s: %q %w", id[0], id[1], err)
+		}
 	}
 	secret, id, err := tenancy.NewToken()
 	if err != nil {
@@ -522,8 +529,10 @@ func (a callerAuth) AuthenticateRequest(r *http.Request) (vocab.Actor, error) {
 	if err != nil {
 		return vocab.Actor{}, err
 	}
-	if !vocab.ValidID(c.TenantID) || !vocab.ValidID(c.UserID) {
-		return vocab.Actor{}, fmt.Errorf("idemgate: Options.Authenticate returned tenant %q and user %q; each must match %s", c.TenantID, c.UserID, vocab.IDPattern)
+	for _, id := range [][2]string{{"tenant_id", c.TenantID}, {"user_id", c.UserID}} {
+		if err := vocab.CheckIdentity(id[0], id[1]); err != nil {
+			return vocab.Actor{}, fmt.Errorf("idemgate: Options.Authenticate returned a caller whose %w", err)
+		}
 	}
 	return vocab.Actor{TenantID: c.TenantID, UserID: c.UserID, Scopes: c.Scopes}, nil
 }

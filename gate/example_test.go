@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -97,4 +99,44 @@ func ExampleRegistry_ToolScopes() {
 	)
 	fmt.Println(reg.ToolScopes())
 	// Output: [coupons:issue coupons:revoke operations:read]
+}
+
+// An in-transaction effect in the team's own pgx code: EngineTx gives the
+// pgx.Tx the effect runs in (a *sql.Tx on SQLite), so sqlc's generated
+// queries (queries.New(ptx), whose DBTX is Exec, Query and QueryRow) write
+// in the claim's transaction and commit or roll back with it. Query reads
+// many rows through the Tx itself, on either engine.
+func ExampleEngineTx() {
+	type Args struct {
+		CustomerID string `json:"customer_id" idem:"id"`
+	}
+	type Result struct {
+		Coupons int `json:"coupons"`
+	}
+	issue := &gate.Mutation[Args, Result]{
+		Name: "issue_coupon", Title: "Issue a coupon", Description: "Once per key.", Scope: "coupons:issue",
+		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[Args]) (*Result, error) {
+			ptx, ok := gate.EngineTx[pgx.Tx](tx)
+			if !ok {
+				return nil, errors.New("this tool runs on Postgres")
+			}
+			// With sqlc: q := queries.New(ptx); q.InsertCoupon(ctx, …)
+			if _, err := ptx.Exec(ctx, `INSERT INTO coupons (tenant_id, operation_id, customer_id) VALUES ($1, $2, $3)`,
+				op.TenantID, op.OperationID, op.Args.CustomerID); err != nil {
+				return nil, err
+			}
+			rows, err := tx.Query(ctx, `SELECT operation_id FROM coupons WHERE tenant_id = $1 AND customer_id = $2`,
+				op.TenantID, op.Args.CustomerID)
+			if err != nil {
+				return nil, err
+			}
+			res := &Result{}
+			for rows.Next() {
+				res.Coupons++
+			}
+			return res, rows.Close()
+		},
+	}
+	fmt.Println(gate.NewRegistry().Add(issue))
+	// Output: <nil>
 }

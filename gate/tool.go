@@ -35,6 +35,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/toolspec"
 	"github.com/idemgate/idemgate/internal/vocab"
@@ -110,14 +111,9 @@ type Op[A any] struct {
 	FirstCalledAt *time.Time
 }
 
-// Caller is who calls: the tenant and user a request authenticated as,
-// and the scopes it holds. A read tool's Handle gets it; an authenticator
-// (the root package's Options.Authenticate) returns it.
-type Caller struct {
-	TenantID string
-	UserID   string
-	Scopes   []string
-}
+// Caller is who calls: domain.Caller. A read tool's Handle gets it; an
+// authenticator (the root package's Options.Authenticate) returns it.
+type Caller = domain.Caller
 
 // Mutation declares a mutating tool with arguments A and result R. Set
 // exactly one of InTx and Call.
@@ -246,7 +242,7 @@ func (m *Mutation[A, R]) spec() (*toolspec.Spec, error) {
 			if err := json.Unmarshal(raw, &a); err != nil {
 				return false, vocab.Errorf(vocab.CodeInvalidArgument, "arguments", "%v", err)
 			}
-			return m.Approval(ctx, tx, Caller(caller), &a)
+			return m.Approval(ctx, tx, caller, &a)
 		}
 	}
 	spec.Check = func(args map[string]any) error {
@@ -292,7 +288,7 @@ func (r *Read[A, R]) spec() (*toolspec.Spec, error) {
 			if err := json.Unmarshal(raw, &a); err != nil {
 				return nil, vocab.Errorf(vocab.CodeInvalidArgument, "arguments", "%v", err)
 			}
-			res, err := r.Handle(ctx, tx, Caller(caller), &a)
+			res, err := r.Handle(ctx, tx, caller, &a)
 			if err != nil {
 				return nil, err
 			}

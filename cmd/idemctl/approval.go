@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/store"
@@ -175,8 +176,8 @@ func (f *decideFlags) check() error {
 	if _, err := uuid.Parse(f.ID); err != nil || len(f.ID) != 36 {
 		return &usageError{fmt.Errorf("--id: %q is not an operation id (a UUID, as approval list prints it)", f.ID)}
 	}
-	if !vocab.ValidID(f.As) {
-		return &usageError{fmt.Errorf("--as: %q must be %s", f.As, vocab.IDRule)}
+	if err := domain.CheckID(f.As); err != nil {
+		return &usageError{fmt.Errorf("--as: %q %v (must be %s)", f.As, err, vocab.IdentityRule)}
 	}
 	if f.Reason != "" {
 		if err := ops.ValidateReason(f.Reason); err != nil {

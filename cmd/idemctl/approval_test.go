@@ -266,8 +266,8 @@ func TestApprovalUsage(t *testing.T) {
 		{"NoAs", []string{"approval", "deny", "--tenant", "acme", "--id", id, "--args-hash", "h"}, "--as is required"},
 		{"NoArgsHash", []string{"approval", "approve", "--tenant", "acme", "--id", id, "--as", "u"}, "--args-hash is required"},
 		{"BadID", []string{"approval", "approve", "--tenant", "acme", "--id", "op-1", "--as", "u", "--args-hash", "h"}, `--id: "op-1" is not an operation id`},
-		{"BadAs", []string{"approval", "approve", "--tenant", "acme", "--id", id, "--as", "a b", "--args-hash", "h"}, "--as:"},
-		{"BadTenant", []string{"approval", "deny", "--tenant", "a b", "--id", id, "--as", "u", "--args-hash", "h"}, "--tenant:"},
+		{"BadAs", []string{"approval", "approve", "--tenant", "acme", "--id", id, "--as", " a", "--args-hash", "h"}, "--as:"},
+		{"BadTenant", []string{"approval", "deny", "--tenant", " a", "--id", id, "--as", "u", "--args-hash", "h"}, "--tenant:"},
 		{"MultilineReason", []string{"approval", "deny", "--tenant", "acme", "--id", id, "--as", "u", "--args-hash", "h", "--reason", "a\nb"}, "--reason:"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

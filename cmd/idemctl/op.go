@@ -11,6 +11,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/idemgate/idemgate/domain"
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/ops"
@@ -335,8 +336,8 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 
 // validTenant checks a tenant id like the seed file and tokens do.
 func validTenant(t string) error {
-	if !vocab.ValidID(t) {
-		return &usageError{fmt.Errorf("--tenant: %q must be %s", t, vocab.IDRule)}
+	if err := domain.CheckID(t); err != nil {
+		return &usageError{fmt.Errorf("--tenant: %q %v (must be %s)", t, err, vocab.IdentityRule)}
 	}
 	return nil
 }

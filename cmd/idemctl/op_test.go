@@ -362,7 +362,7 @@ func TestOpUsage(t *testing.T) {
 		}{
 			{"GetNoTenant", []string{"op", "get", "--tool", "refund_order", "--key", "k"}, "--tenant is required"},
 			{"GetNoKey", []string{"op", "get", "--tenant", "acme", "--tool", "refund_order"}, "--key is required"},
-			{"GetBadTenant", []string{"op", "get", "--tenant", "a b", "--tool", "refund_order", "--key", "k"}, "--tenant:"},
+			{"GetBadTenant", []string{"op", "get", "--tenant", " a", "--tool", "refund_order", "--key", "k"}, "--tenant:"},
 			{"ListNoTenant", []string{"op", "list"}, "--tenant is required"},
 			{"ListBadStatus", []string{"op", "list", "--tenant", "acme", "--status", "done"}, `--status: "done" is not`},
 			{"ListBadSince", []string{"op", "list", "--tenant", "acme", "--since", "yesterday"}, "--since:"},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
@@ -90,12 +91,12 @@ func validateTokenFlags(tenant, user string, scopes []string, expiresIn time.Dur
 	switch {
 	case tenant == "":
 		return &usageError{errors.New("--tenant is required")}
-	case !vocab.ValidID(tenant):
-		return &usageError{fmt.Errorf("--tenant: %q must be %s", tenant, vocab.IDRule)}
+	case domain.CheckID(tenant) != nil:
+		return &usageError{fmt.Errorf("--tenant: %q %v (must be %s)", tenant, domain.CheckID(tenant), vocab.IdentityRule)}
 	case user == "":
 		return &usageError{errors.New("--user is required")}
-	case !vocab.ValidID(user):
-		return &usageError{fmt.Errorf("--user: %q must be %s", user, vocab.IDRule)}
+	case domain.CheckID(user) != nil:
+		return &usageError{fmt.Errorf("--user: %q %v (must be %s)", user, domain.CheckID(user), vocab.IdentityRule)}
 	case expiresIn < 0:
 		return &usageError{fmt.Errorf("--expires-in: must be positive, got %s", expiresIn)}
 	}

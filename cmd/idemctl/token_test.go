@@ -161,7 +161,7 @@ func TestTokenCommandsUsage(t *testing.T) {
 		{"NoScopes", []string{"token", "create", "--tenant", "acme", "--user", "u"}, "--scopes: must list at least one scope"},
 		{"RepeatedScope", []string{"token", "create", "--tenant", "acme", "--user", "u", "--scopes", "ops:admin,ops:admin"}, "--scopes: scope \"ops:admin\" is listed twice"},
 		{"NoTenant", []string{"token", "create", "--user", "u", "--scopes", "ops:admin"}, "--tenant is required"},
-		{"BadTenant", []string{"token", "create", "--tenant", "a b", "--user", "u", "--scopes", "ops:admin"}, "--tenant:"},
+		{"BadTenant", []string{"token", "create", "--tenant", " a", "--user", "u", "--scopes", "ops:admin"}, "--tenant:"},
 		{"NoUser", []string{"token", "create", "--tenant", "acme", "--scopes", "ops:admin"}, "--user is required"},
 		{"NegativeExpiry", []string{"token", "create", "--tenant", "acme", "--user", "u", "--scopes", "ops:admin", "--expires-in", "-1h"}, "--expires-in: must be positive"},
 		{"BadExpiry", []string{"token", "create", "--tenant", "acme", "--user", "u", "--scopes", "ops:admin", "--expires-in", "a month"}, "expires-in"},

@@ -20,6 +20,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -181,7 +182,7 @@ func (f *fastPath) serve(w http.ResponseWriter, r *http.Request, env *envelope) 
 
 	req := &mcp.CallToolRequest{
 		Params: &mcp.CallToolParamsRaw{Name: msg.name, Arguments: json.RawMessage(msg.args)},
-		Extra:  &mcp.RequestExtra{Header: r.Header},
+		Extra:  &mcp.RequestExtra{Header: r.Header, TokenInfo: auth.TokenInfoFromContext(r.Context())},
 	}
 	res, err := h(r.Context(), "tools/call", req)
 	out := make([]byte, 0, 1024)

@@ -73,6 +73,28 @@ func (r *readTx) QueryRow(ctx context.Context, query string, args ...any) toolsp
 	return tx.QueryRow(ctx, query, args...)
 }
 
+// Query implements toolspec.Tx.
+func (r *readTx) Query(ctx context.Context, query string, args ...any) (toolspec.Rows, error) {
+	tx, err := r.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Query(ctx, query, args...)
+}
+
+// EngineTx is gate.EngineTx's way in: the engine's transaction, begun now;
+// nil when it cannot begin (EngineTx then reports false).
+func (r *readTx) EngineTx() any {
+	tx, err := r.begin(context.Background())
+	if err != nil {
+		return nil
+	}
+	if e, ok := tx.(interface{ EngineTx() any }); ok {
+		return e.EngineTx()
+	}
+	return nil
+}
+
 // Engine implements toolspec.Tx.
 func (r *readTx) Engine() string {
 	tx, err := r.begin(context.Background())

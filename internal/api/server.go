@@ -451,7 +451,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if info, ok := r.Context().Value(requestLogKey).(*requestLog); ok {
 			info.tenant, info.user = actor.TenantID, actor.UserID
 		}
-		next.ServeHTTP(w, r.WithContext(tenancy.WithActor(r.Context(), actor)))
+		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), actor)))
 	})
 }
 
@@ -470,6 +470,10 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		s.logger.WarnContext(r.Context(), "credentials could not be checked", "request_id", RequestIDFromContext(r.Context()), "error", err)
 		writeProblem(w, r, http.StatusServiceUnavailable, cerr)
 		return
+	}
+	if ie := (*vocab.IdentityError)(nil); errors.As(err, &ie) {
+		s.logger.WarnContext(r.Context(), "identity refused", "request_id", RequestIDFromContext(r.Context()),
+			"field", ie.Field, "reason", ie.Reason)
 	}
 	challenge := `Bearer realm="idemgate"`
 	if err != errNoCredentials {

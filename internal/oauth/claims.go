@@ -165,19 +165,19 @@ type claimNames struct {
 }
 
 // actorFromClaims reads the actor from verified claims: tenant and user must
-// be strings that pass vocab.ValidID; the scopes claim is optional.
+// be strings that pass domain.CheckID; the scopes claim is optional.
 func actorFromClaims(payload []byte, names claimNames) (vocab.Actor, *TokenError) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &m); err != nil {
 		return vocab.Actor{}, refuse(ReasonMalformed, "the access token's claims are not a JSON object")
 	}
-	tenant, ok := idClaim(m[names.tenant])
-	if !ok {
-		return vocab.Actor{}, refuse(ReasonTenant, fmt.Sprintf("the access token's %s claim is missing or not an id (%s)", names.tenant, vocab.IDRule))
+	tenant, terr := identityClaim(m, names.tenant, ReasonTenant)
+	if terr != nil {
+		return vocab.Actor{}, terr
 	}
-	user, ok := idClaim(m[names.user])
-	if !ok {
-		return vocab.Actor{}, refuse(ReasonUser, fmt.Sprintf("the access token's %s claim is missing or not an id (%s)", names.user, vocab.IDRule))
+	user, terr := identityClaim(m, names.user, ReasonUser)
+	if terr != nil {
+		return vocab.Actor{}, terr
 	}
 	scopes, err := parseScopes(m[names.scopes])
 	if err != nil {
@@ -186,6 +186,22 @@ func actorFromClaims(payload []byte, names claimNames) (vocab.Actor, *TokenError
 	// jti names the token in audit rows when it looks like an id.
 	tokenID, _ := idClaim(m["jti"])
 	return vocab.Actor{TenantID: tenant, UserID: user, TokenID: tokenID, Scopes: scopes}, nil
+}
+
+// identityClaim returns the claim called name as a tenant or user id: a
+// JSON string that passes domain.CheckID. A refusal says why, and one
+// that CheckID made carries its *vocab.IdentityError (for the log).
+func identityClaim(m map[string]json.RawMessage, name string, reason Reason) (string, *TokenError) {
+	var s string
+	if raw := m[name]; raw == nil || json.Unmarshal(raw, &s) != nil {
+		return "", refuse(reason, fmt.Sprintf("the access token's %s claim is missing or not a string", name))
+	}
+	if err := vocab.CheckIdentity(name, s); err != nil {
+		te := refuse(reason, fmt.Sprintf("the access token's %s claim is not an id (%s): it %s", name, vocab.IdentityRule, err.(*vocab.IdentityError).Reason))
+		te.Identity = err.(*vocab.IdentityError)
+		return "", te
+	}
+	return s, nil
 }
 
 // idClaim returns raw as a string if it is a JSON string that passes

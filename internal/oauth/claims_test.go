@@ -71,6 +71,13 @@ func TestActorFromClaims(t *testing.T) {
 		{"EmptyTenant", `{"tenant":"","sub":"u1"}`, vocab.Actor{}, ReasonTenant},
 		{"TenantNull", `{"tenant":null,"sub":"u1"}`, vocab.Actor{}, ReasonTenant},
 		{"TenantArray", `{"tenant":["acme"],"sub":"u1"}`, vocab.Actor{}, ReasonTenant},
+		{"IdentityProviderIDs", `{"tenant":"org_2b9f@example.com","sub":"auth0|64f1c2","scope":"a"}`,
+			vocab.Actor{TenantID: "org_2b9f@example.com", UserID: "auth0|64f1c2", Scopes: []string{"a"}}, ""},
+		{"LongUnicodeIDs", `{"tenant":"` + strings.Repeat("t", 74) + `","sub":"Zoë Åström"}`,
+			vocab.Actor{TenantID: strings.Repeat("t", 74), UserID: "Zoë Åström"}, ""},
+		{"TenantControl", `{"tenant":"acme\u0007","sub":"u1"}`, vocab.Actor{}, ReasonTenant},
+		{"UserLineSeparator", `{"tenant":"acme","sub":"u\u2028"}`, vocab.Actor{}, ReasonUser},
+		{"UserTooLong", `{"tenant":"acme","sub":"` + strings.Repeat("u", 256) + `"}`, vocab.Actor{}, ReasonUser},
 		{"BadScopes", `{"tenant":"acme","sub":"u1","scope":{}}`, vocab.Actor{}, ReasonScope},
 		{"NotAnObject", `[]`, vocab.Actor{}, ReasonMalformed},
 	}
@@ -81,6 +88,12 @@ func TestActorFromClaims(t *testing.T) {
 			if tt.reason != "" {
 				require.NotNil(t, terr)
 				require.Equal(t, tt.reason, terr.Reason)
+				switch tt.name {
+				case "TenantControl", "UserLineSeparator", "UserTooLong", "EmptyTenant", "EmptySubject":
+					var ie *vocab.IdentityError
+					require.ErrorAs(t, terr, &ie, "the refusal carries the id rule's reason")
+					require.NotContains(t, terr.Detail, "acme\a")
+				}
 				return
 			}
 			require.Nil(t, terr)

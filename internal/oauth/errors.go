@@ -38,12 +38,19 @@ const (
 type TokenError struct {
 	Reason Reason
 	Detail string
+	// Identity is set when a tenant or user claim failed domain.CheckID.
+	Identity *vocab.IdentityError
 }
 
 func (e *TokenError) Error() string { return "oauth: invalid access token: " + e.Detail }
 
-// Unwrap returns ErrInvalidToken.
-func (e *TokenError) Unwrap() error { return ErrInvalidToken }
+// Unwrap returns ErrInvalidToken, and Identity when set.
+func (e *TokenError) Unwrap() []error {
+	if e.Identity != nil {
+		return []error{ErrInvalidToken, e.Identity}
+	}
+	return []error{ErrInvalidToken}
+}
 
 func refuse(r Reason, detail string) *TokenError { return &TokenError{Reason: r, Detail: detail} }
 

@@ -216,7 +216,7 @@ func TestAuthenticateRefused(t *testing.T) {
 			return b.op.Token(t, &oauthtest.TokenParams{Scopes: []string{"a"}})
 		}},
 		{name: "TenantNotAnID", reason: oauth.ReasonTenant, token: func(t *testing.T) string {
-			return b.op.Token(t, &oauthtest.TokenParams{Tenant: "acme corp"})
+			return b.op.Token(t, &oauthtest.TokenParams{Tenant: "acme\ncorp"})
 		}},
 		{name: "TenantNotAString", reason: oauth.ReasonTenant, token: func(t *testing.T) string {
 			return b.op.Token(t, &oauthtest.TokenParams{Claims: map[string]any{"tenant": 42}})
@@ -227,7 +227,7 @@ func TestAuthenticateRefused(t *testing.T) {
 				return b.op.Token(t, &oauthtest.TokenParams{Tenant: "acme"})
 			}},
 		{name: "UserNotAnID", reason: oauth.ReasonUser, token: func(t *testing.T) string {
-			return b.op.Token(t, &oauthtest.TokenParams{Tenant: "acme", Subject: strings.Repeat("u", 65)})
+			return b.op.Token(t, &oauthtest.TokenParams{Tenant: "acme", Subject: strings.Repeat("u", 256)})
 		}},
 		{name: "ScopesNotStrings", reason: oauth.ReasonScope, token: func(t *testing.T) string {
 			return b.op.Token(t, &oauthtest.TokenParams{Tenant: "acme", Claims: map[string]any{"scope": []int{1}}})

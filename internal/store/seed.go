@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"github.com/idemgate/idemgate/internal/vocab"
@@ -169,7 +170,7 @@ func (f *SeedFile) validateOrders(dup dupFunc) error {
 	for i, o := range f.Orders {
 		name := fmt.Sprintf("orders[%d]", i)
 		if err := firstErr(
-			checkID(name, "tenant", o.Tenant),
+			checkIdentity(name, "tenant", o.Tenant),
 			checkID(name, "order_id", o.OrderID),
 			checkID(name, "charge_id", o.ChargeID),
 			checkAmount(name, "amount_cents", o.AmountCents),
@@ -182,7 +183,7 @@ func (f *SeedFile) validateOrders(dup dupFunc) error {
 	for i, c := range f.Customers {
 		name := fmt.Sprintf("customers[%d]", i)
 		if err := firstErr(
-			checkID(name, "tenant", c.Tenant),
+			checkIdentity(name, "tenant", c.Tenant),
 			checkID(name, "customer_id", c.CustomerID),
 			checkCurrency(name, "currency", c.Currency),
 			dup(name, seedKey{"customers", c.Tenant, c.CustomerID}),
@@ -202,7 +203,7 @@ func (f *SeedFile) validateSeatsAndUsers(dup dupFunc) error {
 			userErr = checkID(name, "user_id", s.UserID)
 		}
 		if err := firstErr(
-			checkID(name, "tenant", s.Tenant),
+			checkIdentity(name, "tenant", s.Tenant),
 			checkID(name, "seat_id", s.SeatID),
 			userErr,
 			dup(name, seedKey{"seats", s.Tenant, s.SeatID}),
@@ -213,7 +214,7 @@ func (f *SeedFile) validateSeatsAndUsers(dup dupFunc) error {
 	for i, u := range f.Users {
 		name := fmt.Sprintf("users[%d]", i)
 		if err := firstErr(
-			checkID(name, "tenant", u.Tenant),
+			checkIdentity(name, "tenant", u.Tenant),
 			checkID(name, "user_id", u.UserID),
 			checkEmail(name, "email", u.Email),
 			dup(name, seedKey{"users", u.Tenant, u.UserID}),
@@ -241,8 +242,8 @@ func (f *SeedFile) validateTokens(dup dupFunc) error {
 			}
 		}
 		if err := firstErr(
-			checkID(name, "tenant", t.Tenant),
-			checkID(name, "user", t.User),
+			checkIdentity(name, "tenant", t.Tenant),
+			checkIdentity(name, "user", t.User),
 			scopesErr,
 			tokenErr,
 		); err != nil {
@@ -274,7 +275,7 @@ func (f *SeedFile) validateTenants(dup dupFunc) error {
 			}
 		}
 		if err := firstErr(
-			checkID(name, "tenant", tn.Tenant),
+			checkIdentity(name, "tenant", tn.Tenant),
 			baseErr,
 			checkMailTo(name, tn.ApprovalMailTo),
 			dup(name, seedKey{"tenants", tn.Tenant}),
@@ -308,6 +309,17 @@ func firstErr(errs ...error) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkIdentity checks a tenant or user id (domain.CheckID).
+func checkIdentity(entry, field, v string) error {
+	if v == "" {
+		return fmt.Errorf("%s.%s: required", entry, field)
+	}
+	if err := domain.CheckID(v); err != nil {
+		return fmt.Errorf("%s.%s: %q %v (must be %s)", entry, field, v, err, vocab.IdentityRule)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -359,5 +360,30 @@ func TestAuthenticatorComparesInConstantTime(t *testing.T) {
 	require.Positive(t, calls["subtle.ConstantTimeCompare"])
 	for _, short := range []string{"bytes.Equal", "bytes.Compare", "slices.Equal", "reflect.DeepEqual", "hex.EncodeToString"} {
 		require.Zero(t, calls[short], "authenticator.go must not compare hashes with %s", short)
+	}
+}
+
+// TestAuthenticateIdentityIDs: API keys of tenants and users as identity
+// providers name them authenticate; a row whose id breaks domain.CheckID
+// (written around CreateToken's check) is refused, saying which id.
+func TestAuthenticateIdentityIDs(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	for i, ids := range [][2]string{{"acme", "auth0|64f1c2"}, {"ann@example.com", "Zoë"}, {strings.Repeat("t", 74), "u"}, {"acme", "bad\nuser"}} {
+		secret, id, err := tenancy.NewToken()
+		require.NoError(t, err)
+		_, err = b.store.TokenInsert(ctx, &store.TokenInsertParams{ID: id, TenantID: ids[0], UserID: ids[1], Scopes: []string{"operations:read"}, Hash: tenancy.HashToken(secret)})
+		require.NoError(t, err)
+		actor, err := b.auth.Authenticate(ctx, secret)
+		if i == 3 {
+			require.ErrorIs(t, err, tenancy.ErrUnauthenticated)
+			var ie *vocab.IdentityError
+			require.ErrorAs(t, err, &ie)
+			require.Equal(t, "user_id", ie.Field)
+			require.NotContains(t, err.Error(), "bad\nuser")
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, ids, [2]string{actor.TenantID, actor.UserID})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"github.com/idemgate/idemgate/internal/vocab"
@@ -27,21 +28,25 @@ type Row = interface {
 	Scan(dest ...any) error
 }
 
+// Rows are the rows of Tx.Query. It is the same type as gate.Rows.
+type Rows = interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
 // Tx is the completing transaction as an effect sees it; its method set is
 // gate.Tx's, so that a value of either is the other.
 type Tx interface {
 	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
 	QueryRow(ctx context.Context, query string, args ...any) Row
 	Engine() string
 }
 
-// Caller is who calls; its fields are gate.Caller's, so that a value of
-// either converts to the other.
-type Caller struct {
-	TenantID string
-	UserID   string
-	Scopes   []string
-}
+// Caller is who calls: domain.Caller.
+type Caller = domain.Caller
 
 // Spec is what the assembly derives from a declaration.
 type Spec struct {

@@ -127,8 +127,39 @@ func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) gate.Row {
 	return toolRow{t.tx.QueryRow(ctx, query, args...)}
 }
 
+// Query implements gate.Tx.
+func (t *Tx) Query(ctx context.Context, query string, args ...any) (gate.Rows, error) {
+	rows, err := t.tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return toolRows{rows}, nil
+}
+
 // Engine implements gate.Tx.
 func (t *Tx) Engine() string { return gate.Postgres }
+
+// EngineTx is gate.EngineTx's way in: the pgx.Tx effects run in, whose
+// Commit and Rollback are refused (the gate ends the transaction).
+func (t *Tx) EngineTx() any { return effectTx{t.tx} }
+
+// effectTx is the pgx.Tx an effect gets: the transaction's statements and
+// nested transactions (savepoints), but not its end.
+type effectTx struct{ pgx.Tx }
+
+// errEffectEnd is effectTx's Commit and Rollback.
+var errEffectEnd = errors.New("pgengine: an effect's transaction is committed or rolled back by the gate, not by the effect")
+
+func (effectTx) Commit(context.Context) error   { return errEffectEnd }
+func (effectTx) Rollback(context.Context) error { return errEffectEnd }
+
+// toolRows are a gate.Rows: pgx's rows, whose Close reports their error.
+type toolRows struct{ pgx.Rows }
+
+func (r toolRows) Close() error {
+	r.Rows.Close()
+	return r.Rows.Err()
+}
 
 // toolRow is a gate.Row: no row is vocab.ErrNotFound.
 type toolRow struct{ row pgx.Row }

@@ -189,8 +189,20 @@ func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) gate.Row {
 	return toolRow{t.tx.QueryRowContext(ctx, query, args...)}
 }
 
+// Query implements gate.Tx.
+func (t *Tx) Query(ctx context.Context, query string, args ...any) (gate.Rows, error) {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
 // Engine implements gate.Tx.
 func (t *Tx) Engine() string { return gate.SQLite }
+
+// EngineTx is gate.EngineTx's way in: the *sql.Tx effects run in.
+func (t *Tx) EngineTx() any { return t.tx }
 
 // toolRow is a gate.Row: no row is vocab.ErrNotFound.
 type toolRow struct{ row *sql.Row }

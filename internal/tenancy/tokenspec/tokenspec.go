@@ -5,7 +5,7 @@
 // It exists to break an import cycle: tenancy authenticates against
 // store.Tokens (so it imports store), while store validates seed files,
 // which grant scopes and may fix token values. Both import this leaf, which
-// imports only the standard library; tool re-exports its scope names for
+// imports only the standard library and domain; tool re-exports its scope names for
 // tool authors. Other code should use the re-exports in package tenancy or
 // package tool.
 package tokenspec
@@ -15,16 +15,16 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/idemgate/idemgate/domain"
 )
 
 // The scopes every deployment knows; each tool declares its own (package
 // tool's Registry.Scopes lists them all).
 const (
-	ScopeOperationsRead = "operations:read"
-	ScopeOpsAdmin       = "ops:admin"
-	// ScopeApprovalsDecide lets a person approve or deny the calls of
-	// their tenant that wait for approval (never their own).
-	ScopeApprovalsDecide = "approvals:decide"
+	ScopeOperationsRead  = domain.ScopeOperationsRead
+	ScopeOpsAdmin        = domain.ScopeOpsAdmin
+	ScopeApprovalsDecide = domain.ScopeApprovalsDecide
 )
 
 // scopePattern is a scope's shape: resource:action.
