@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -47,7 +48,7 @@ func TestAddToKeepsTasksEnvelopeScopesAndAudit(t *testing.T) {
 	ctx := t.Context()
 	writer, err := svc.CreateToken(ctx, "acme", "bot", "notes:write")
 	require.NoError(t, err)
-	reader, err := svc.CreateToken(ctx, "acme", "viewer", gate.ScopeOperationsRead)
+	reader, err := svc.CreateToken(ctx, "acme", "viewer", domain.ScopeOperationsRead)
 	require.NoError(t, err)
 
 	server := mcp.NewServer(&mcp.Implementation{Name: "team", Version: "1"}, nil)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -27,7 +28,7 @@ type payResult struct {
 // pay asks for approval above 1000 cents.
 var pay = &gate.Mutation[payArgs, payResult]{
 	Name: "pay", Title: "Pay", Description: "Pays once per key.", Scope: "payments:create",
-	Approval: func(_ context.Context, _ gate.Tx, _ gate.Caller, a *payArgs) (bool, error) {
+	Approval: func(_ context.Context, _ gate.Tx, _ domain.Caller, a *payArgs) (bool, error) {
 		return a.AmountCents > 1000, nil
 	},
 	InTx: func(_ context.Context, _ gate.Tx, op *gate.Op[payArgs]) (*payResult, error) {

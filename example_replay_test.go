@@ -59,7 +59,7 @@ func Example_retryReplayedAndConflict() {
 	if err := svc.Migrate(ctx); err != nil {
 		panic(err)
 	}
-	token, err := svc.CreateToken(ctx, "acme", "agent-1", "credits:grant", gate.ScopeOperationsRead)
+	token, err := svc.CreateToken(ctx, "acme", "agent-1", "credits:grant", domain.ScopeOperationsRead)
 	if err != nil {
 		panic(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemgate/idemgate"
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -43,7 +44,7 @@ func Example() {
 	if err := svc.Migrate(ctx); err != nil {
 		panic(err)
 	}
-	token, err := svc.CreateToken(ctx, "acme", "agent-1", "credits:grant", gate.ScopeOperationsRead)
+	token, err := svc.CreateToken(ctx, "acme", "agent-1", "credits:grant", domain.ScopeOperationsRead)
 	fmt.Println(len(token) > 20, err)
 	_, err = svc.CreateToken(ctx, "acme", "agent-1", "billing:refund")
 	fmt.Println(err != nil)

@@ -106,7 +106,7 @@ type Options struct {
 	// Tenant and user ids must pass domain.CheckID. Nil: the
 	// configuration's (OAuth's resource server when IDEMGATE_OAUTH_ISSUER
 	// is set, else tokens from CreateToken).
-	Authenticate func(r *http.Request) (gate.Caller, error)
+	Authenticate func(r *http.Request) (domain.Caller, error)
 }
 
 // Service is one deployment's database and tools, from which the api and
@@ -514,7 +514,7 @@ func (s *Service) serve(ctx context.Context, handler http.Handler, background fu
 }
 
 // callerAuth is Options.Authenticate as the api's authenticator.
-type callerAuth func(r *http.Request) (gate.Caller, error)
+type callerAuth func(r *http.Request) (domain.Caller, error)
 
 // Authenticate implements api.Authenticator; the api calls
 // AuthenticateRequest instead.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -25,7 +26,7 @@ type probeResult struct {
 // probeDB reads through its transaction, then tries to write through it.
 var probeDB = &gate.Read[probeArgs, probeResult]{
 	Name: "probe_db", Title: "Probe the database", Description: "Reads, then tries a write.", Scope: "notes:write",
-	Handle: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *probeArgs) (*probeResult, error) {
+	Handle: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *probeArgs) (*probeResult, error) {
 		r := &probeResult{Engine: tx.Engine()}
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM idempotency_claims WHERE tenant_id = $1`, caller.TenantID).Scan(&r.Read); err != nil {
 			return nil, err

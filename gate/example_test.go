@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -56,7 +57,7 @@ func ExampleRead() {
 		Title:       "Get a coupon",
 		Description: "A coupon of the caller's tenant.",
 		Scope:       "coupons:read",
-		Handle: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *GetArgs) (*Coupon, error) {
+		Handle: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *GetArgs) (*Coupon, error) {
 			c := &Coupon{CouponID: a.CouponID}
 			err := tx.QueryRow(ctx, `SELECT code FROM coupons WHERE tenant_id = $1 AND coupon_id = $2`,
 				caller.TenantID, a.CouponID).Scan(&c.Code)

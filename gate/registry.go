@@ -1,15 +1,8 @@
 package gate
 
 import (
-
-	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"github.com/idemgate/idemgate/internal/toolspec"
 )
-
-// ScopeOperationsRead is the scope that reads operations (get_operation,
-// list_operations, the REST status route); every deployment knows it
-// besides its tools' own scopes.
-const ScopeOperationsRead = tokenspec.ScopeOperationsRead
 
 // Registry is the set of tools one deployment serves. Build it once at
 // start with Add; it is read-only afterwards and safe for concurrent use.
@@ -48,7 +41,7 @@ func (r *Registry) MustAdd(tools ...Tool) *Registry {
 }
 
 // ToolScopes returns the scopes an agent's token needs to call every tool
-// of r: each tool's Scope, and ScopeOperationsRead, which list_operations
+// of r: each tool's Scope, and domain.ScopeOperationsRead, which list_operations
 // needs (get_operation also accepts the polled mutation's own scope).
 // Sorted, without repeats, and never an operator's scope such as
 // ops:admin, which re-drives and cancels any operation of the tenant.

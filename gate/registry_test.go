@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -31,5 +32,5 @@ func TestToolScopes(t *testing.T) {
 	require.NotContains(t, reg.ToolScopes(), "ops:admin")
 	require.Contains(t, gate.ScopesOf(reg), "ops:admin", "a scope a token may hold, but not one an agent needs")
 
-	require.Equal(t, []string{gate.ScopeOperationsRead}, gate.NewRegistry().ToolScopes(), "no tools: only polling")
+	require.Equal(t, []string{domain.ScopeOperationsRead}, gate.NewRegistry().ToolScopes(), "no tools: only polling")
 }

@@ -111,10 +111,6 @@ type Op[A any] struct {
 	FirstCalledAt *time.Time
 }
 
-// Caller is who calls: domain.Caller. A read tool's Handle gets it; an
-// authenticator (the root package's Options.Authenticate) returns it.
-type Caller = domain.Caller
-
 // Mutation declares a mutating tool with arguments A and result R. Set
 // exactly one of InTx and Call.
 type Mutation[A, R any] struct {
@@ -151,7 +147,7 @@ type Mutation[A, R any] struct {
 	// waits, with no job, until an approver of the tenant who is not the
 	// caller approves its exact arguments (or denies it, or
 	// Policy.ApprovalWindow passes).
-	Approval func(ctx context.Context, tx Tx, caller Caller, args *A) (bool, error)
+	Approval func(ctx context.Context, tx Tx, caller domain.Caller, args *A) (bool, error)
 }
 
 // Read declares a read tool: a scope, arguments A, a result R, no key.
@@ -166,7 +162,7 @@ type Read[A, R any] struct {
 	// through it fails. Filter by caller.TenantID. Return ErrNotFound (or
 	// an error from NotFound) when the thing asked for does not exist for
 	// the caller.
-	Handle func(ctx context.Context, tx Tx, caller Caller, args *A) (*R, error)
+	Handle func(ctx context.Context, tx Tx, caller domain.Caller, args *A) (*R, error)
 }
 
 // Tool is a declaration: a *Mutation or a *Read. Add it to a Registry.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/toolspec"
@@ -38,7 +39,7 @@ func issueCoupon() *gate.Mutation[couponArgs, coupon] {
 }
 
 func toolspecCaller(tenant string) toolspec.Caller {
-	return gate.ToolspecCaller(gate.Caller{TenantID: tenant, UserID: "u1"})
+	return gate.ToolspecCaller(domain.Caller{TenantID: tenant, UserID: "u1"})
 }
 
 func decoded(t *testing.T, raw string) map[string]any {
@@ -194,7 +195,7 @@ func Example() {
 func TestApprovalDeclaration(t *testing.T) {
 	t.Parallel()
 	m := issueCoupon()
-	m.Approval = func(_ context.Context, _ gate.Tx, caller gate.Caller, a *couponArgs) (bool, error) {
+	m.Approval = func(_ context.Context, _ gate.Tx, caller domain.Caller, a *couponArgs) (bool, error) {
 		return a.PercentOff > 50 && caller.TenantID == "acme", nil
 	}
 	spec, err := gate.SpecOf(m)

@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/idemgate/idemgate"
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
 
@@ -51,7 +52,7 @@ func run() error {
 	if err := svc.Migrate(ctx); err != nil {
 		return err
 	}
-	token, err := svc.CreateToken(ctx, "demo", "demo-agent", IssueCoupon.Scope, gate.ScopeOperationsRead)
+	token, err := svc.CreateToken(ctx, "demo", "demo-agent", IssueCoupon.Scope, domain.ScopeOperationsRead)
 	if err != nil {
 		return err
 	}

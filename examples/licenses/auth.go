@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
 )
 
 // Keys are the team's own API keys: "lic_" + a base64url JSON payload
@@ -52,24 +51,24 @@ func (k *Keys) sign(body string) string {
 
 // Authenticate is the service's idemgate.Options.Authenticate: the caller
 // a valid key names, or an unauthenticated error saying what is wrong.
-func (k *Keys) Authenticate(r *http.Request) (gate.Caller, error) {
+func (k *Keys) Authenticate(r *http.Request) (domain.Caller, error) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return gate.Caller{}, refused("an Authorization: Bearer lic_… key is required")
+		return domain.Caller{}, refused("an Authorization: Bearer lic_… key is required")
 	}
 	body, sig, ok := strings.Cut(strings.TrimPrefix(token, "lic_"), ".")
 	if !ok || !strings.HasPrefix(token, "lic_") || !hmac.Equal([]byte(sig), []byte(k.sign(body))) {
-		return gate.Caller{}, refused("the key is not one of ours")
+		return domain.Caller{}, refused("the key is not one of ours")
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(body)
 	var p keyPayload
 	if err != nil || json.Unmarshal(raw, &p) != nil {
-		return gate.Caller{}, refused("the key is not one of ours")
+		return domain.Caller{}, refused("the key is not one of ours")
 	}
 	if k.now().Unix() >= p.Expires {
-		return gate.Caller{}, refused("the key expired")
+		return domain.Caller{}, refused("the key expired")
 	}
-	return gate.Caller{TenantID: p.Tenant, UserID: p.User, Scopes: p.Scopes}, nil
+	return domain.Caller{TenantID: p.Tenant, UserID: p.User, Scopes: p.Scopes}, nil
 }
 
 func refused(msg string) error {

@@ -58,7 +58,7 @@ var GetLicense = &gate.Read[GetLicenseArgs, License]{
 	Title:       "Get a license",
 	Description: "A license of the caller's tenant.",
 	Scope:       "licenses:read",
-	Handle: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *GetLicenseArgs) (*License, error) {
+	Handle: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *GetLicenseArgs) (*License, error) {
 		l := &License{LicenseID: a.LicenseID}
 		err := tx.QueryRow(ctx, `SELECT customer_id, plan, seats FROM licenses WHERE tenant_id = $1 AND license_id = $2`,
 			caller.TenantID, a.LicenseID).Scan(&l.CustomerID, &l.Plan, &l.Seats)

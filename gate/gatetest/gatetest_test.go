@@ -187,6 +187,6 @@ func TestMCPAndRead(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	require.Equal(t, http.StatusOK, status(b.h.Token(t, gate.ScopeOperationsRead)))
+	require.Equal(t, http.StatusOK, status(b.h.Token(t, domain.ScopeOperationsRead)))
 	require.Equal(t, http.StatusForbidden, status(b.h.Token(t)))
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/core"
@@ -54,7 +56,7 @@ func (s *Server) listOperationsSpec() (*toolspec.Spec, error) {
 		Title:       "List operations",
 		Description: "The caller's operations, newest first, optionally of one tool or status; pass next_cursor as cursor for the next page.",
 		Scope:       ScopeOperationsRead,
-		Handle: func(ctx context.Context, _ gate.Tx, caller gate.Caller, a *listOperationsArgs) (*OperationPage, error) {
+		Handle: func(ctx context.Context, _ gate.Tx, caller domain.Caller, a *listOperationsArgs) (*OperationPage, error) {
 			return s.listOperations(ctx, caller.TenantID, a.Tool, vocab.Status(a.Status), int(a.Limit), a.Cursor)
 		},
 	})

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"github.com/idemgate/idemgate/internal/toolspec"
 
@@ -13,7 +15,7 @@ import (
 
 // Scopes of the api's own routes.
 const (
-	ScopeOperationsRead = gate.ScopeOperationsRead
+	ScopeOperationsRead = domain.ScopeOperationsRead
 	ScopeOpsAdmin       = tokenspec.ScopeOpsAdmin
 )
 
@@ -36,7 +38,7 @@ func (s *Server) getOperationSpec() (*toolspec.Spec, error) {
 		Description: "The status and outcome of a mutation, by its tool and idempotency_key. " +
 			"Needs the scope operations:read or the mutation's own.",
 		Scope: ScopeOperationsRead,
-		Handle: func(ctx context.Context, _ gate.Tx, caller gate.Caller, a *getOperationArgs) (*vocab.Operation, error) {
+		Handle: func(ctx context.Context, _ gate.Tx, caller domain.Caller, a *getOperationArgs) (*vocab.Operation, error) {
 			return s.operation(ctx, vocab.Actor{TenantID: caller.TenantID, UserID: caller.UserID}, a.Tool, a.IdempotencyKey)
 		},
 	})

@@ -89,12 +89,12 @@ type Harness struct {
 	// DatabaseURL is the harness's database: a postgres:// URL, or
 	// sqlite: and the file's path.
 	DatabaseURL string
-	url    string
-	token  string
-	count  func(ctx context.Context, query string, args ...any) (int, error)
-	faults *faults
-	redrv  *ops.Redriver
-	gate   *core.Gate
+	url         string
+	token       string
+	count       func(ctx context.Context, query string, args ...any) (int, error)
+	faults      *faults
+	redrv       *ops.Redriver
+	gate        *core.Gate
 	// expire ends a claim's replay window now.
 	expire func(ctx context.Context, tenant, toolName, key string) error
 	// specs are the tools the harness runs (their effects wrapped).

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/toolkit"
 	"github.com/idemgate/idemgate/internal/toolspec"
@@ -353,7 +354,7 @@ func TestClients(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	require.Equal(t, http.StatusOK, read(h.Token(t, gate.ScopeOperationsRead)))
+	require.Equal(t, http.StatusOK, read(h.Token(t, domain.ScopeOperationsRead)))
 	require.Equal(t, http.StatusForbidden, read(h.Token(t)), "a token without the scope")
 	require.Equal(t, http.StatusOK, read(h.Token(t, "credits:grant")), "the polled mutation's own scope reads it")
 	require.Equal(t, http.StatusForbidden, read(h.Token(t, "charges:create")), "a token with another tool's scope")

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/vocab"
@@ -40,7 +41,7 @@ func ApplyCredit(*Deps) *gate.Mutation[CreditArgs, Credit] {
 		},
 		// Above the tenant's threshold (tenants[].approval_thresholds), a
 		// person approves first.
-		Approval: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *CreditArgs) (bool, error) {
+		Approval: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *CreditArgs) (bool, error) {
 			return overThreshold(ctx, tx, caller.TenantID, "apply_credit", a.AmountCents)
 		},
 		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[CreditArgs]) (*Credit, error) {

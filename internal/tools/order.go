@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
@@ -33,8 +34,8 @@ func GetOrder(d *Deps) *gate.Read[OrderArgs, Order] {
 		Name:        "get_order",
 		Title:       "Get an order",
 		Description: "An order with its charged and refunded amounts.",
-		Scope:       gate.ScopeOperationsRead,
-		Handle: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *OrderArgs) (*Order, error) {
+		Scope:       domain.ScopeOperationsRead,
+		Handle: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *OrderArgs) (*Order, error) {
 			o, err := orderRead(ctx, tx, caller.TenantID, a.OrderID)
 			if errors.Is(err, vocab.ErrNotFound) {
 				return nil, gate.NotFound("order_id", "no order %q", a.OrderID)

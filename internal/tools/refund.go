@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"time"
+
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/core"
@@ -67,7 +69,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *gate.Mutation[RefundArgs, Ref
 		},
 		// Above the tenant's threshold (tenants[].approval_thresholds), a
 		// person approves first.
-		Approval: func(ctx context.Context, tx gate.Tx, caller gate.Caller, a *RefundArgs) (bool, error) {
+		Approval: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *RefundArgs) (bool, error) {
 			return overThreshold(ctx, tx, caller.TenantID, "refund_order", a.AmountCents)
 		},
 		Call: func(ctx context.Context, op *gate.Op[RefundArgs]) (*Refund, error) {
