@@ -203,9 +203,8 @@ func Open(ctx context.Context, cfg *Config, reg *gate.Registry, opts *Options) (
 	return s, nil
 }
 
-// Close closes the database, unless it is Options.Pool or Options.DB (and
-// flushes the api's traces).
-// A second Close does nothing.
+// Close closes the database, unless it is Options.Pool or Options.DB, and
+// flushes the api's traces. A second Close does nothing.
 func (s *Service) Close() {
 	s.closeOnce.Do(func() {
 		if s.front != nil && s.front.stopTraces != nil {
@@ -262,8 +261,9 @@ func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes .
 }
 
 // ServeAPI serves MCP at /mcp, the REST twin at /v1, the operator routes
-// at /ops and /healthz, /readyz, /metrics on IDEMGATE_API_ADDR until ctx
-// ends. On SQLite the worker runs in this process too.
+// at /ops and /healthz, /readyz, /metrics (unless Options.HealthApart) on
+// IDEMGATE_API_ADDR until ctx ends. On SQLite the worker runs in this
+// process too.
 func (s *Service) ServeAPI(ctx context.Context) error {
 	f, err := s.assemble()
 	if err != nil {
@@ -275,7 +275,8 @@ func (s *Service) ServeAPI(ctx context.Context) error {
 // ServeHTTP serves every api route at its own path, for a Service mounted
 // in a router of one's own (chi: r.Mount("/", svc)): /mcp, /v1/tools/…,
 // /v1/operations…, /ops/… (River UI, re-drive), /healthz, /readyz,
-// /metrics and, in OAuth mode, /.well-known/oauth-protected-resource.
+// /metrics (unless Options.HealthApart: HealthHandler) and, in OAuth mode,
+// /.well-known/oauth-protected-resource.
 // Under a prefix (r.Mount("/idem", svc), http.StripPrefix) every route but
 // River UI works; River UI's links need the root. Run the background work
 // (Run) beside it. A Service that cannot be assembled answers 500 and logs
@@ -312,12 +313,11 @@ func mounted(r *http.Request) *http.Request {
 // HealthHandler serves /healthz (alive), /readyz (the database answers
 // and is migrated: 200, else 503) and /metrics (Prometheus) alone,
 // unauthenticated, at those paths under wherever it is mounted
-// (r.Mount("/internal", svc.HealthHandler()) serves /internal/healthz;
-// under http.StripPrefix likewise):
-// for a listener or router of the program's own, beside ServeHTTP or
-// MCPHandler. With Options.HealthApart they are served only here. Other
-// paths answer 404. On Postgres, /metrics is the api's; RunWorker serves
-// the worker's.
+// (r.Mount("/internal", svc.HealthHandler()) serves /internal/healthz, as
+// does http.StripPrefix): for a listener or router of the program's own,
+// beside ServeHTTP or MCPHandler. With Options.HealthApart they are served
+// only here. Other paths answer 404. On Postgres, /metrics is the api's;
+// RunWorker serves the worker's.
 func (s *Service) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f, err := s.assemble()
