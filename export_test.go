@@ -2,5 +2,5 @@ package idemgate
 
 import "github.com/idemgate/idemgate/internal/config"
 
-// ConfigFrom wraps settings built in a test.
-func ConfigFrom(c *config.Config) *Config { return &Config{c: c} }
+// ConfigFrom is settings built in a test as a Config.
+func ConfigFrom(c *config.Config) *Config { return fromInternal(c, nil) }

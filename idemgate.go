@@ -3,12 +3,13 @@
 // and a REST twin, with durable River jobs, a reaper for killed workers,
 // operator re-drive and River UI.
 //
-// Declare tools with package tool, add them to a gate.Registry, and build
+// Declare tools with package gate, add them to a gate.Registry, and build
 // a Service from a Config:
 //
 //	reg := gate.NewRegistry()
 //	reg.MustAdd(IssueCoupon)
 //	cfg, err := idemgate.LoadConfig(os.Args[1:]) // ErrHelp after -h
+//	// or in code: cfg := idemgate.DefaultConfig(); cfg.DatabaseURL = …
 //	svc, err := idemgate.Open(ctx, cfg, reg, nil)
 //	defer svc.Close()
 //	err = svc.Migrate(ctx)
@@ -21,23 +22,28 @@ package idemgate
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/domain"
-	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemgate/idemgate/domain"
+	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
@@ -46,36 +52,9 @@ import (
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/telemetry"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
-
-// Config is every process's configuration: DATABASE_URL, IDEMGATE_API_ADDR
-// and the rest, read by LoadConfig (docs/configuration.md lists each
-// setting and its default; -h prints them).
-type Config struct {
-	c    *config.Config
-	args []string
-}
-
-// Args are the positional arguments LoadConfig left: a subcommand of the
-// program's own and its arguments, in order.
-func (c *Config) Args() []string { return c.args }
-
-// ErrHelp is LoadConfig's error for -h or --help, after it printed every
-// setting to standard output: exit 0 on it.
-var ErrHelp = config.ErrHelp
-
-// LoadConfig reads the configuration from args (flags) and the environment.
-// Invalid settings are an error that names the setting; -h or --help prints
-// the settings and returns ErrHelp. Positional arguments, before or after
-// the flags (in one run), are left to the program (Config.Args).
-func LoadConfig(args []string) (*Config, error) {
-	c, rest, err := config.LoadArgs(args, os.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	return &Config{c: c, args: rest}, nil
-}
 
 // stopTimeout is how long running jobs may finish when a worker stops.
 const stopTimeout = 30 * time.Second
@@ -107,6 +86,29 @@ type Options struct {
 	// configuration's (OAuth's resource server when IDEMGATE_OAUTH_ISSUER
 	// is set, else tokens from CreateToken).
 	Authenticate func(r *http.Request) (domain.Caller, error)
+	// Pool is a Postgres pool of the program's own for idemgate to use
+	// instead of opening one on Config.DatabaseURL (which may then be
+	// empty): the gate, River's clients, reads and migrations all run on
+	// it, and Close leaves it open. Its MaxConns bounds idemgate's
+	// connections, plus the one a worker's River client takes out of it to
+	// LISTEN, and Migrate's lock connection opened from its configuration.
+	// With Config.DBPooler "transaction" its DefaultQueryExecMode must not
+	// prepare named statements (pgx.QueryExecModeCacheDescribe); Open
+	// refuses it otherwise.
+	Pool *pgxpool.Pool
+	// DB is a SQLite handle of the program's own for idemgate to use
+	// instead of opening Config.DatabaseURL's file (which must then be
+	// empty or sqlite:); Close leaves it open. Open refuses a handle that
+	// may open more than one connection (db.SetMaxOpenConns(1)), has no
+	// busy_timeout, or on a file does not begin its transactions with
+	// BEGIN IMMEDIATE (modernc.org/sqlite's _txlock=immediate). While a
+	// goroutine holds a transaction on it, that goroutine must not use
+	// the handle otherwise: the one connection is the transaction's.
+	DB *sql.DB
+	// HealthApart leaves /healthz, /readyz and /metrics to HealthHandler:
+	// ServeHTTP, ServeAPI and RunAll then answer them 404, for a program
+	// that serves them on a listener of its own.
+	HealthApart bool
 }
 
 // Service is one deployment's database and tools, from which the api and
@@ -126,13 +128,17 @@ type Service struct {
 	frontOnce sync.Once
 	front     *front
 	frontErr  error
+	closeOnce sync.Once
 }
 
 // front is the assembled api of a Service.
 type front struct {
-	// handler serves every route; server is the api behind it.
+	// handler serves every route (without /healthz, /readyz and /metrics
+	// with Options.HealthApart); server is the api behind it; health
+	// serves those three alone.
 	handler http.Handler
 	server  *api.Server
+	health  http.Handler
 	// run runs the api's background work, and on SQLite the worker.
 	run func(ctx context.Context) error
 	// tp receives the spans; stopTraces flushes the traces the OTEL_*
@@ -141,24 +147,42 @@ type front struct {
 	stopTraces func()
 }
 
-// Open opens cfg's database and prepares reg's tools. It connects to
-// nothing else. Close the Service when done. On Postgres the process opens
-// at most DATABASE_URL's pool_max_conns connections in all, River's LISTEN
-// and the migration lock included, or 10 without it.
+// Open opens cfg's database (or takes Options.Pool or Options.DB) and
+// prepares reg's tools. It connects to nothing else. Invalid settings are
+// an error naming each field. Close the Service when done. On Postgres
+// without Options.Pool the process opens at most DATABASE_URL's
+// pool_max_conns connections in all, River's LISTEN and the migration lock
+// included, or 10 without it.
 func Open(ctx context.Context, cfg *Config, reg *gate.Registry, opts *Options) (*Service, error) {
 	if cfg == nil || reg == nil {
 		return nil, errors.New("idemgate: Open needs a Config and a Registry")
 	}
-	s := &Service{cfg: cfg.c, reg: toolspec.Of(reg)}
+	s := &Service{reg: toolspec.Of(reg)}
 	if opts != nil {
 		s.opts = *opts
 	}
+	given := *cfg
+	if s.opts.Pool != nil && given.DatabaseURL == "" {
+		given.DatabaseURL = poolURL(s.opts.Pool)
+	}
+	c, err := given.checked()
+	if err != nil {
+		return nil, err
+	}
+	s.cfg = c
 	s.logger = s.opts.Logger
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.cfg.LogLevel}))
 	}
-	drv, err := drivers.Open(ctx, s.cfg, &drivers.Options{MaxConns: config.DefaultPoolMaxConns, Logger: s.logger})
+	drv, err := drivers.Open(ctx, s.cfg, &drivers.Options{MaxConns: config.DefaultPoolMaxConns, Logger: s.logger,
+		Pool: s.opts.Pool, DB: s.opts.DB})
 	if err != nil {
+		switch {
+		case s.opts.Pool != nil:
+			err = fmt.Errorf("Options.Pool: %w", err)
+		case s.opts.DB != nil:
+			err = fmt.Errorf("Options.DB: %w", err)
+		}
 		return nil, err
 	}
 	s.drv = drv
@@ -180,12 +204,15 @@ func Open(ctx context.Context, cfg *Config, reg *gate.Registry, opts *Options) (
 	return s, nil
 }
 
-// Close closes the database (and flushes the api's traces).
+// Close closes the database, unless it is Options.Pool or Options.DB, and
+// flushes the api's traces. A second Close does nothing.
 func (s *Service) Close() {
-	if s.front != nil && s.front.stopTraces != nil {
-		s.front.stopTraces()
-	}
-	s.drv.Close()
+	s.closeOnce.Do(func() {
+		if s.front != nil && s.front.stopTraces != nil {
+			s.front.stopTraces()
+		}
+		s.drv.Close()
+	})
 }
 
 // Migrate applies River's and idemgate's migrations, then the built-in
@@ -241,8 +268,9 @@ func (s *Service) CreateToken(ctx context.Context, tenant, user string, scopes .
 }
 
 // ServeAPI serves MCP at /mcp, the REST twin at /v1, the operator routes
-// at /ops and /healthz, /readyz, /metrics on IDEMGATE_API_ADDR until ctx
-// ends. On SQLite the worker runs in this process too.
+// at /ops and /healthz, /readyz, /metrics (unless Options.HealthApart) on
+// IDEMGATE_API_ADDR until ctx ends. On SQLite the worker runs in this
+// process too.
 func (s *Service) ServeAPI(ctx context.Context) error {
 	f, err := s.assemble()
 	if err != nil {
@@ -254,7 +282,8 @@ func (s *Service) ServeAPI(ctx context.Context) error {
 // ServeHTTP serves every api route at its own path, for a Service mounted
 // in a router of one's own (chi: r.Mount("/", svc)): /mcp, /v1/tools/…,
 // /v1/operations…, /ops/… (River UI, re-drive), /healthz, /readyz,
-// /metrics and, in OAuth mode, /.well-known/oauth-protected-resource.
+// /metrics (unless Options.HealthApart: HealthHandler) and, in OAuth mode,
+// /.well-known/oauth-protected-resource.
 // Under a prefix (r.Mount("/idem", svc), http.StripPrefix) every route but
 // River UI works; River UI's links need the root. Run the background work
 // (Run) beside it. A Service that cannot be assembled answers 500 and logs
@@ -286,6 +315,68 @@ func mounted(r *http.Request) *http.Request {
 	u.Path, u.RawPath = path, ""
 	r2.URL = &u
 	return r2
+}
+
+// HealthHandler serves /healthz (alive), /readyz (the database answers
+// and is migrated: 200, else 503) and /metrics (Prometheus) alone,
+// unauthenticated, at those paths under wherever it is mounted
+// (r.Mount("/internal", svc.HealthHandler()) serves /internal/healthz, as
+// does http.StripPrefix): for a listener or router of the program's own,
+// beside ServeHTTP or MCPHandler. With Options.HealthApart they are served
+// only here. Other paths answer 404. On Postgres, /metrics is the api's;
+// RunWorker serves the worker's.
+func (s *Service) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := s.assemble()
+		if err != nil {
+			s.ServeHTTP(w, r)
+			return
+		}
+		r = mounted(r)
+		if !slices.Contains(healthPaths, r.URL.Path) {
+			http.NotFound(w, r)
+			return
+		}
+		f.health.ServeHTTP(w, r)
+	})
+}
+
+// healthPaths are the routes of HealthHandler.
+var healthPaths = []string{"/healthz", "/readyz", "/metrics"}
+
+// mainHandler is the api's handler h, without the health routes with
+// Options.HealthApart.
+func (s *Service) mainHandler(h http.Handler) http.Handler {
+	if !s.opts.HealthApart {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slices.Contains(healthPaths, r.URL.Path) {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// poolURL is a postgres:// URL naming pool's database, for the settings
+// that need one (Config.DatabaseURL left empty with Options.Pool); nothing
+// connects to it.
+func poolURL(pool *pgxpool.Pool) string {
+	cc := pool.Config().ConnConfig
+	if cs := pool.Config().ConnString(); strings.HasPrefix(cs, "postgres://") || strings.HasPrefix(cs, "postgresql://") {
+		return cs
+	}
+	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort("localhost", strconv.Itoa(int(cc.Port))), Path: "/" + cc.Database}
+	if cc.User != "" {
+		u.User = url.User(cc.User)
+	}
+	if strings.HasPrefix(cc.Host, "/") {
+		u.RawQuery = url.Values{"host": {cc.Host}}.Encode()
+	} else if cc.Host != "" {
+		u.Host = net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+	}
+	return u.String()
 }
 
 // MCPHandler serves MCP alone (Streamable HTTP, stateless, with tasks),
@@ -368,7 +459,7 @@ func (s *Service) newFront() (*front, error) {
 			stop()
 			return nil, err
 		}
-		f.handler, f.server = e.Handler, e.Server
+		f.handler, f.server, f.health = s.mainHandler(e.Handler), e.Server, e.Health
 		f.run = func(ctx context.Context) error {
 			s.logger.Info("embedded mode: the worker in this process", "engine", s.drv.Engine())
 			return e.Run(ctx, stopTimeout)
@@ -380,7 +471,7 @@ func (s *Service) newFront() (*front, error) {
 		stop()
 		return nil, err
 	}
-	f.handler, f.server = a.Handler, a.Server
+	f.handler, f.server, f.health = s.mainHandler(a.Handler), a.Server, a.Health
 	f.run = func(ctx context.Context) error { a.Run(ctx); return nil }
 	return f, nil
 }

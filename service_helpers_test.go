@@ -35,6 +35,12 @@ func runService(t *testing.T, dbURL string, reg *gate.Registry, opts *idemgate.O
 	t.Helper()
 	cfg, err := idemgate.LoadConfig(append([]string{"--database-url=" + dbURL, "--log-level=warn", "--wait=10s"}, args...))
 	require.NoError(t, err)
+	return runConfig(t, cfg, reg, opts)
+}
+
+// runConfig is runService with a Config of the test's own.
+func runConfig(t *testing.T, cfg *idemgate.Config, reg *gate.Registry, opts *idemgate.Options) *idemgate.Service {
+	t.Helper()
 	svc, err := idemgate.Open(t.Context(), cfg, reg, opts)
 	require.NoError(t, err)
 	require.NoError(t, svc.Migrate(t.Context()))

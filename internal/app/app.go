@@ -41,6 +41,9 @@ type API struct {
 	Jobs    engine.River
 	Server  *api.Server
 	Handler http.Handler
+	// Health serves /healthz, /readyz and /metrics alone, unauthenticated,
+	// as Handler serves them too.
+	Health http.Handler
 	// Ops is the operator routes under /ops (River UI, re-drive).
 	Ops    *ops.Server
 	logger *slog.Logger
@@ -128,7 +131,7 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	srv, err := newAPIServer(cfg, g, riverClient, data, tools, drv.Migrated, opts, promReg, logger)
+	srv, health, err := newAPIServer(cfg, g, riverClient, data, tools, drv.Migrated, opts, promReg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +145,7 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 		return nil, err
 	}
 	opsServer.Mount(srv.Router())
-	return &API{Driver: drv, Gate: g, Tools: tools, Jobs: riverClient, Server: srv, Handler: srv, Ops: opsServer, logger: logger}, nil
+	return &API{Driver: drv, Gate: g, Tools: tools, Jobs: riverClient, Server: srv, Handler: srv, Health: health, Ops: opsServer, logger: logger}, nil
 }
 
 // warnNoSecret says, at the start of a process that claims, that without
@@ -176,20 +179,20 @@ type apiData interface {
 }
 
 // newAPIServer builds the api's handler on a gate, with /metrics serving
-// reg (to which it adds the Go and process collectors).
+// reg (to which it adds the Go and process collectors), and health, the
+// handler of /healthz, /readyz and /metrics alone.
 func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, data apiData, tools *toolspec.Registry, migrated func(context.Context) (bool, error),
 	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
-) (*api.Server, error) {
+) (srv *api.Server, health http.Handler, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rateLimit, rateBurst := apiRateLimit(cfg, opts)
 	auth := opts.Auth
 	if auth == nil {
-		var err error
 		if auth, err = configuredAuth(cfg, data); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	srv, err := api.New(&api.Config{
+	srv, err = api.New(&api.Config{
 		Gate:       g,
 		Auth:       auth,
 		Tools:      tools,
@@ -216,10 +219,22 @@ func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, 
 		},
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	srv.Router().Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return srv, nil
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	srv.Router().Handle("/metrics", metrics)
+	return srv, healthHandler(srv, metrics), nil
+}
+
+// healthHandler serves /healthz and /readyz as the api's router does
+// (srv, with its middleware) and /metrics, and answers 404 to any other
+// path.
+func healthHandler(srv http.Handler, metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", srv)
+	mux.Handle("GET /readyz", srv)
+	mux.Handle("GET /metrics", metrics)
+	return mux
 }
 
 // apiRateLimit is the limit for api.Config: the options' when set, else

@@ -31,6 +31,9 @@ type Embedded struct {
 	Gate    *core.Gate
 	Server  *api.Server
 	Handler http.Handler
+	// Health serves /healthz, /readyz and /metrics alone, unauthenticated,
+	// as Handler serves them too.
+	Health http.Handler
 	// Client is the process's one River client: it inserts, works,
 	// cancels and retries the jobs and serves River UI.
 	Client engine.River
@@ -132,7 +135,7 @@ func embeddedOptions(apiOpts *APIOptions, workerOpts *WorkerOptions) (*APIOption
 func (e *Embedded) buildAPI(cfg *config.Config, data apiData, tools *toolspec.Registry,
 	apiOpts *APIOptions, reg *prometheus.Registry,
 ) error {
-	srv, err := newAPIServer(cfg, e.Gate, e.Client, data, tools, e.Driver.Migrated, apiOpts, reg, e.logger)
+	srv, health, err := newAPIServer(cfg, e.Gate, e.Client, data, tools, e.Driver.Migrated, apiOpts, reg, e.logger)
 	if err != nil {
 		return err
 	}
@@ -141,7 +144,7 @@ func (e *Embedded) buildAPI(cfg *config.Config, data apiData, tools *toolspec.Re
 		return err
 	}
 	opsServer.Mount(srv.Router())
-	e.Server, e.Handler, e.Ops = srv, srv, opsServer
+	e.Server, e.Handler, e.Health, e.Ops = srv, srv, health, opsServer
 	return nil
 }
 

@@ -5,8 +5,12 @@ package drivers
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine"
@@ -26,6 +30,14 @@ type Options struct {
 	// Logger says when Postgres refuses connections for too many clients.
 	// Nil: nothing is said.
 	Logger *slog.Logger
+	// Pool, when set, is a Postgres pool of the caller's to use instead of
+	// opening one on DATABASE_URL (which must then be empty or a
+	// postgres:// URL); the driver leaves it open when closed.
+	Pool *pgxpool.Pool
+	// DB, when set, is a SQLite handle of the caller's to use instead of
+	// opening DATABASE_URL's file (which must then be empty or sqlite:);
+	// the driver leaves it open when closed.
+	DB *sql.DB
 }
 
 // Open opens cfg's database with its engine's driver: Postgres for a
@@ -34,6 +46,9 @@ type Options struct {
 func Open(ctx context.Context, cfg *config.Config, opts *Options) (engine.Driver, error) {
 	if opts == nil {
 		opts = &Options{}
+	}
+	if opts.Pool != nil || opts.DB != nil {
+		return borrow(ctx, cfg, opts)
 	}
 	if cfg.Driver() == config.DriverPostgres {
 		d, err := pgengine.Open(ctx, cfg, opts.MaxConns, opts.Logger)
@@ -57,4 +72,21 @@ func EmbeddedWorker(cfg *config.Config) bool {
 		return pgengine.EmbeddedWorker
 	}
 	return sqliteengine.EmbeddedWorker
+}
+
+// borrow returns the driver on the caller's pool or handle.
+func borrow(ctx context.Context, cfg *config.Config, opts *Options) (engine.Driver, error) {
+	switch {
+	case opts.Pool != nil && opts.DB != nil:
+		return nil, errors.New("a Postgres pool and a SQLite handle are both given: give one")
+	case opts.Pool != nil:
+		if cfg.DatabaseURL != "" && cfg.Driver() != config.DriverPostgres {
+			return nil, fmt.Errorf("%s names SQLite while a Postgres pool is given: leave it empty", config.EnvDatabaseURL)
+		}
+		return pgengine.BorrowDriver(opts.Pool, cfg)
+	}
+	if cfg.Driver() != config.DriverSQLite {
+		return nil, fmt.Errorf("%s names Postgres while a SQLite handle is given: leave it empty", config.EnvDatabaseURL)
+	}
+	return sqliteengine.BorrowDriver(ctx, opts.DB)
 }

@@ -20,6 +20,8 @@ type Driver struct {
 	pool   *pgxpool.Pool
 	store  *Store
 	pooled bool
+	// borrowed: the pool is the caller's (BorrowDriver), left open.
+	borrowed bool
 }
 
 var (
@@ -125,5 +127,10 @@ func (d *Driver) ClaimCounts(ctx context.Context) (map[string]int64, error) {
 // setting that bounds the connections (ExplainConnError).
 func (d *Driver) Ping(ctx context.Context) error { return ExplainConnError(d.pool.Ping(ctx)) }
 
-// Close implements engine.Driver: it closes the pool.
-func (d *Driver) Close() { d.pool.Close() }
+// Close implements engine.Driver: it closes the pool, unless the pool is
+// the caller's (BorrowDriver).
+func (d *Driver) Close() {
+	if !d.borrowed {
+		d.pool.Close()
+	}
+}

@@ -21,6 +21,8 @@ import (
 type Driver struct {
 	db    *sql.DB
 	store *Store
+	// borrowed: the handle is the caller's (BorrowDriver), left open.
+	borrowed bool
 }
 
 var (
@@ -120,8 +122,10 @@ func (d *Driver) ClaimCounts(ctx context.Context) (map[string]int64, error) {
 func (d *Driver) Ping(ctx context.Context) error { return translate(d.db.PingContext(ctx)) }
 
 // Close implements engine.Driver: it closes the store's statements and
-// the database.
+// the database, unless the database is the caller's (BorrowDriver).
 func (d *Driver) Close() {
 	_ = d.store.Close()
-	_ = d.db.Close()
+	if !d.borrowed {
+		_ = d.db.Close()
+	}
 }
