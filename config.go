@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
 )
 
@@ -115,15 +116,35 @@ type Config struct {
 	args []string
 }
 
-// DefaultConfig returns every setting's default, as LoadConfig gives it
-// without flags and environment (the built-in tools' settings included,
-// whether or not package builtins is linked). It reads no environment.
-func DefaultConfig() *Config {
-	c := config.Defaults()
-	if c.StripeAPIBase == "" && c.SMTPAddr == "" && c.MailFrom == "" {
-		c.StripeAPIBase, c.SMTPAddr, c.MailFrom = config.DefaultStripeAPIBase, config.DefaultSMTPAddr, config.DefaultMailFrom
+// Builtins are tools that come with settings, clients and migrations of
+// their own, linked into a program by calling their package:
+// builtins.Tools() returns idemgate's. Link is idemgate's own: Open refuses
+// a value that is not idemgate's built-ins.
+type Builtins interface {
+	// Link hands the tools to the assembly and returns its parts of them.
+	Link() any
+}
+
+// linkBuiltins links b and returns an error when it is not idemgate's.
+func linkBuiltins(b Builtins) error {
+	if b == nil {
+		return nil
 	}
-	return fromInternal(c, nil)
+	if _, ok := b.Link().(*app.Builtins); !ok {
+		return fmt.Errorf("idemgate: %T is not idemgate's built-in tools (builtins.Tools())", b)
+	}
+	return nil
+}
+
+// DefaultConfig returns every setting's default, as LoadConfig gives it
+// without flags and environment (the built-in tools' settings included).
+// It reads no environment. Pass builtins.Tools() when the program serves
+// them, as to LoadConfig.
+func DefaultConfig(b ...Builtins) *Config {
+	for _, bt := range b {
+		_ = linkBuiltins(bt)
+	}
+	return fromInternal(config.Defaults(), nil)
 }
 
 // Args are the positional arguments LoadConfig left: a subcommand of the
@@ -146,8 +167,15 @@ var ErrHelp = errors.New("idemgate: help requested")
 // LoadConfig reads the configuration from args (flags) and the environment.
 // Invalid settings are an error that names the setting; -h or --help prints
 // the settings and returns ErrHelp. Positional arguments, before or after
-// the flags (in one run), are left to the program (Config.Args).
-func LoadConfig(args []string) (*Config, error) {
+// the flags (in one run), are left to the program (Config.Args). Pass
+// builtins.Tools() when the program serves the built-in tools: their
+// settings (Stripe, SMTP) are then read and checked too.
+func LoadConfig(args []string, b ...Builtins) (*Config, error) {
+	for _, bt := range b {
+		if err := linkBuiltins(bt); err != nil {
+			return nil, err
+		}
+	}
 	c, rest, err := config.LoadArgs(args, os.Getenv)
 	if errors.Is(err, config.ErrHelp) {
 		return nil, ErrHelp

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate"
+	"github.com/idemgate/idemgate/builtins"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/config"
 )
@@ -54,7 +55,7 @@ func TestHandWrittenConfigNeedsNoEnvironment(t *testing.T) {
 	require.Equal(t, config.DefaultMailFrom, def.MailFrom)
 	require.Equal(t, config.DefaultWait, def.Wait)
 
-	svc := runConfig(t, handConfig(t), gate.NewRegistry().MustAdd(addNote), &idemgate.Options{Builtins: true})
+	svc := runConfig(t, handConfig(t), gate.NewRegistry().MustAdd(addNote), &idemgate.Options{Builtins: builtins.Tools()})
 	srv := httptest.NewServer(svc.HealthHandler())
 	t.Cleanup(srv.Close)
 	body, status := get(t, srv.URL+"/readyz")

@@ -64,9 +64,10 @@ type Options struct {
 	// Logger defaults to JSON on stderr at the configured level.
 	Logger *slog.Logger
 	// Builtins adds idemgate's built-in tools (refund_order, apply_credit,
-	// reset_seat, send_password_reset, get_order) to the registry. The
-	// program must link them: import _ "github.com/idemgate/idemgate/builtins".
-	Builtins bool
+	// reset_seat, send_password_reset, get_order) to the registry:
+	// builtins.Tools(). Nil: none, and the program links neither them nor
+	// their Stripe and SMTP clients.
+	Builtins Builtins
 	// Migrations returns the service's own goose SQL migrations for an
 	// engine (gate.Postgres or gate.SQLite), for its own tables; Migrate
 	// applies them after idemgate's, with their own version table
@@ -161,6 +162,9 @@ func Open(ctx context.Context, cfg *Config, reg *gate.Registry, opts *Options) (
 	if opts != nil {
 		s.opts = *opts
 	}
+	if err := linkBuiltins(s.opts.Builtins); err != nil {
+		return nil, fmt.Errorf("Options.Builtins: %w", err)
+	}
 	given := *cfg
 	if s.opts.Pool != nil && given.DatabaseURL == "" {
 		given.DatabaseURL = poolURL(s.opts.Pool)
@@ -188,7 +192,7 @@ func Open(ctx context.Context, cfg *Config, reg *gate.Registry, opts *Options) (
 	s.drv = drv
 	data := drv.Store()
 	s.tokens = data
-	if s.opts.Builtins {
+	if s.opts.Builtins != nil {
 		builtins, err := app.BuiltinDeclarations(s.cfg, data)
 		if err != nil {
 			s.Close()
@@ -222,7 +226,7 @@ func (s *Service) Migrate(ctx context.Context) error {
 	if _, err := s.drv.Migrate(ctx, s.logger); err != nil {
 		return err
 	}
-	if s.opts.Builtins {
+	if s.opts.Builtins != nil {
 		if _, err := app.MigrateBuiltins(ctx, s.drv, s.logger); err != nil {
 			return err
 		}
@@ -560,7 +564,7 @@ func metricsServer(h http.Handler) *http.Server {
 
 // checkWorker refuses to work the built-in tools without their settings.
 func (s *Service) checkWorker() error {
-	if s.opts.Builtins {
+	if s.opts.Builtins != nil {
 		return app.CheckBuiltinWorker(s.cfg)
 	}
 	return nil

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate"
-	_ "github.com/idemgate/idemgate/builtins"
+	"github.com/idemgate/idemgate/builtins"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
@@ -56,7 +56,7 @@ func TestAPIHoldsAtMostPoolMaxConns(t *testing.T) {
 	cfg.APIAddr = addr
 	cfg.Wait = 200 * time.Millisecond // waiting calls poll their claims too
 	cfg.RateLimit = 0
-	svc, err := idemgate.Open(ctx, idemgate.ConfigFrom(cfg), gate.NewRegistry(), &idemgate.Options{Builtins: true, Logger: slog.New(slog.DiscardHandler)})
+	svc, err := idemgate.Open(ctx, idemgate.ConfigFrom(cfg), gate.NewRegistry(), &idemgate.Options{Builtins: builtins.Tools(), Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(svc.Close)
 	runCtx, stop := context.WithCancel(ctx)

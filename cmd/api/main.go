@@ -16,7 +16,7 @@ import (
 	"syscall"
 
 	"github.com/idemgate/idemgate"
-	_ "github.com/idemgate/idemgate/builtins" // the built-in tools (Options.Builtins)
+	"github.com/idemgate/idemgate/builtins"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
@@ -30,7 +30,7 @@ func main() {
 }
 
 func run() error {
-	cfg, err := idemgate.LoadConfig(os.Args[1:])
+	cfg, err := idemgate.LoadConfig(os.Args[1:], builtins.Tools())
 	if errors.Is(err, idemgate.ErrHelp) {
 		return nil
 	}
@@ -44,7 +44,7 @@ func run() error {
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: settings.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	svc, err := idemgate.Open(ctx, cfg, gate.NewRegistry(), &idemgate.Options{Builtins: true, Logger: logger})
+	svc, err := idemgate.Open(ctx, cfg, gate.NewRegistry(), &idemgate.Options{Builtins: builtins.Tools(), Logger: logger})
 	if err != nil {
 		return err
 	}

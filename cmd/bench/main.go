@@ -47,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/builtins"
 	"github.com/idemgate/idemgate/internal/procstat"
 )
 
@@ -194,6 +195,7 @@ func firstNonEmpty(vs ...string) string {
 }
 
 func run() error {
+	builtins.Link() // the built-in tools the scenarios run
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

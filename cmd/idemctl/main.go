@@ -25,8 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	_ "github.com/idemgate/idemgate/builtins" // the built-in tools: migrate and seed them
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/builtins"
 	"github.com/idemgate/idemgate/internal/config"
 
 	"github.com/alecthomas/kong"
@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runIO is run reading standard input from stdin.
 func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	builtins.Link() // the built-in tools: their settings, migrations and seeds
 	err := execute(ctx, args, stdin, stdout, stderr)
 	if err == nil {
 		return exitOK

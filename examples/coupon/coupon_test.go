@@ -40,15 +40,20 @@ func TestIssueCouponOnSQLite(t *testing.T) {
 	gatetest.Check(t, h, couponCase())
 }
 
-// This program does not import package builtins, so asking for them is a
-// clear error rather than a silent empty set.
-func TestBuiltinsNeedTheImport(t *testing.T) {
+// This program does not link the built-in tools: a Builtins value that is
+// not idemgate's is a clear error rather than a silent empty set, and
+// their settings are not read (a Stripe flag is unknown here).
+func TestBuiltinsNeedTheirPackage(t *testing.T) {
 	t.Parallel()
 	cfg, err := idemgate.LoadConfig([]string{"--database-url=sqlite:" + filepath.Join(t.TempDir(), "x.db")})
 	require.NoError(t, err)
-	_, err = idemgate.Open(t.Context(), cfg, gate.NewRegistry(), &idemgate.Options{Builtins: true})
-	require.ErrorContains(t, err, `import _ "github.com/idemgate/idemgate/builtins"`)
-	// Nor are their settings read: a Stripe flag is unknown here.
+	_, err = idemgate.Open(t.Context(), cfg, gate.NewRegistry(), &idemgate.Options{Builtins: notBuiltins{}})
+	require.ErrorContains(t, err, "is not idemgate's built-in tools (builtins.Tools())")
 	_, err = idemgate.LoadConfig([]string{"--stripe-api-key=sk_test_1"})
 	require.ErrorContains(t, err, "stripe-api-key")
 }
+
+// notBuiltins is a Builtins of the program's own.
+type notBuiltins struct{}
+
+func (notBuiltins) Link() any { return nil }

@@ -1,8 +1,8 @@
 // Package builtins assembles idemgate's built-in tools (refund_order,
 // apply_credit, reset_seat, send_password_reset, get_order) on a
 // deployment's store, with their Stripe and SMTP clients and their
-// migrations, and hands them to the assembly (app.SetBuiltins) when it is
-// linked: the public package github.com/idemgate/idemgate/builtins imports
+// migrations, and hands them to the assembly (app.SetBuiltins) when Link
+// is called: the public package github.com/idemgate/idemgate/builtins calls
 // it, so that a service without the built-ins links neither stripe-go nor
 // the mailer.
 package builtins
@@ -11,11 +11,15 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/toolspec"
+
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/app"
@@ -30,7 +34,6 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab/approvalmail"
 	"github.com/idemgate/idemgate/internal/vocab/refunds"
 	"github.com/idemgate/idemgate/internal/vocab/resetmail"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // toolData is the store the built-in tools run their reads on (StoreDB).
@@ -175,17 +178,32 @@ func MigrateSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (int, e
 	return sqliteengine.MigrateLine(ctx, db, tools.Migrations(gate.SQLite), tools.VersionTable, logger)
 }
 
-// init hands the assembly the built-ins: linking this package is what
-// makes Options.Builtins (and the api's default tools) available.
-func init() {
-	config.EnableBuiltinSettings()
-	app.SetBuiltins(&app.Builtins{
-		Declarations: Declarations,
-		Tools:        traced,
-		CheckWorker:  CheckWorker,
-		Migrate:      Migrate,
-		ResetTokens:  ResetTokens,
+// linkOnce hands the assembly the built-ins once.
+var linkOnce sync.Once
 
-		ApprovalMailer: ApprovalMailer,
+// Link hands the assembly the built-ins and makes the configuration read
+// their settings. A program (or a test) that serves them calls it before
+// it loads its configuration; calling it again does nothing.
+func Link() {
+	linkOnce.Do(func() {
+		config.EnableBuiltinSettings()
+		app.SetBuiltins(parts)
 	})
+}
+
+// Linked returns the assembly's parts of the built-ins, linking them.
+func Linked() *app.Builtins {
+	Link()
+	return parts
+}
+
+// parts are the built-ins' parts the assembly uses.
+var parts = &app.Builtins{
+	Declarations: Declarations,
+	Tools:        traced,
+	CheckWorker:  CheckWorker,
+	Migrate:      Migrate,
+	ResetTokens:  ResetTokens,
+
+	ApprovalMailer: ApprovalMailer,
 }

@@ -300,6 +300,11 @@ func Defaults() *Config {
 	if err != nil {
 		panic("config: the default tags do not parse: " + err.Error())
 	}
+	// The built-in tools' defaults too, whether or not Load reads their
+	// settings: a configuration written in code may serve them.
+	if c.StripeAPIBase == "" && c.SMTPAddr == "" && c.MailFrom == "" {
+		c.StripeAPIBase, c.SMTPAddr, c.MailFrom = DefaultStripeAPIBase, DefaultSMTPAddr, DefaultMailFrom
+	}
 	return c
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	idemgateapp "github.com/idemgate/idemgate/internal/app"
-	_ "github.com/idemgate/idemgate/internal/builtins" // NewOps defaults to the built-in tools
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/core/coretest"
