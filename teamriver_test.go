@@ -176,17 +176,25 @@ func runTeamRiver(t *testing.T, inside bool) {
 	notRegistered := func() int {
 		return count(`SELECT count(*) FROM river_job j WHERE EXISTS (SELECT 1 FROM unnest(j.errors) e WHERE e->>'error' LIKE '%not registered%')`)
 	}
+	// River marks a worked job completed a moment after its worker returns.
+	teamCompleted := func() int {
+		return count(`SELECT count(*) FROM river_job WHERE kind = 'team_ping' AND queue = 'default' AND state = 'completed'`)
+	}
+	refundsCompleted := func() int {
+		return count(`SELECT count(*) FROM river_job WHERE queue = 'idemgate' AND kind = 'idemgate.refund_order' AND state = 'completed'`)
+	}
 	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) && (succeeded() < refundCalls || pinged.Load() < teamJobs || (inside && ticked.Load() < 1) || notRegistered() > 0) {
+	for time.Now().Before(deadline) && (succeeded() < refundCalls || teamCompleted() < teamJobs || refundsCompleted() < refundCalls ||
+		(inside && ticked.Load() < 1) || notRegistered() > 0) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("refunds succeeded %d/%d, team jobs done %d/%d, team ticks %d, jobs with a \"not registered\" error %d, Stripe refunds %d",
-		succeeded(), refundCalls, pinged.Load(), teamJobs, ticked.Load(), notRegistered(), len(stripeSrv.RefundsByMetadata(refunds.MetadataOperationID)))
+	t.Logf("refunds succeeded %d/%d, team jobs done %d/%d (completed %d), team ticks %d, jobs with a \"not registered\" error %d, Stripe refunds %d",
+		succeeded(), refundCalls, pinged.Load(), teamJobs, teamCompleted(), ticked.Load(), notRegistered(), len(stripeSrv.RefundsByMetadata(refunds.MetadataOperationID)))
 
 	require.Zero(t, notRegistered(), "jobs whose kind the client that fetched them did not know")
 	require.Equal(t, refundCalls, succeeded(), "refunds succeeded")
 	require.EqualValues(t, teamJobs, pinged.Load(), "team jobs worked")
-	require.Equal(t, teamJobs, count(`SELECT count(*) FROM river_job WHERE kind = 'team_ping' AND queue = 'default' AND state = 'completed'`))
+	require.Equal(t, teamJobs, teamCompleted(), "team jobs completed")
 	byOp := stripeSrv.RefundsByMetadata(refunds.MetadataOperationID)
 	require.Len(t, byOp, refundCalls, "one refund at Stripe per operation")
 	for op, n := range byOp {
@@ -194,7 +202,7 @@ func runTeamRiver(t *testing.T, inside bool) {
 	}
 	require.Zero(t, count(`SELECT count(*) FROM river_job WHERE queue = 'default' AND kind LIKE 'idemgate%'`), "idemgate jobs on the team's queue")
 	require.Zero(t, count(`SELECT count(*) FROM river_job WHERE queue LIKE 'idemgate%' AND kind NOT LIKE 'idemgate.%'`), "team jobs on idemgate's queues")
-	require.Equal(t, refundCalls, count(`SELECT count(*) FROM river_job WHERE queue = 'idemgate' AND kind = 'idemgate.refund_order' AND state = 'completed'`))
+	require.Equal(t, refundCalls, refundsCompleted(), "refund jobs completed on idemgate's queue")
 	if inside {
 		require.Positive(t, ticked.Load(), "the team's periodic job ran")
 		require.Positive(t, count(`SELECT count(*) FROM river_job WHERE kind = 'idemgate.reaper' AND queue = 'idemgate_maintenance'`),
