@@ -583,7 +583,7 @@ func (r *runner) e2eLevel(ctx context.Context, spec e2eSpec, c int) error {
 // them.
 const sqlWriteFingerprint = `
 SELECT (SELECT md5(string_agg(ctid::text || xmin::text, ',' ORDER BY id)) FROM idempotency_claims)
-	|| '/' || (SELECT md5(coalesce(string_agg(ctid::text || xmin::text, ',' ORDER BY id), '')) FROM river_job WHERE kind = 'apply_credit')
+	|| '/' || (SELECT md5(coalesce(string_agg(ctid::text || xmin::text, ',' ORDER BY id), '')) FROM river_job WHERE kind = 'idemgate.apply_credit')
 	|| '/' || (SELECT count(*) FROM ledger_entries)::text`
 
 // replay prepares terminal claims, then retries them with their own

@@ -142,8 +142,8 @@ func TestApprovalAnswers(t *testing.T) {
 	// Nothing ran: no claim job for any waiting operation, and one notice
 	// to the approvers for each of the seven, however often retried.
 	var jobs, notices int
-	require.NoError(t, p.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE kind <> 'idemgate_approval_notice'),
-		count(*) FILTER (WHERE kind = 'idemgate_approval_notice') FROM river_job`).Scan(&jobs, &notices))
+	require.NoError(t, p.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE kind <> 'idemgate.approval_notice'),
+		count(*) FILTER (WHERE kind = 'idemgate.approval_notice') FROM river_job`).Scan(&jobs, &notices))
 	require.Zero(t, jobs)
 	require.Equal(t, 7, notices)
 }

@@ -47,7 +47,7 @@ func findRefundTrace(spans []sdktrace.ReadOnlySpan, key string) *refundTrace {
 			rt.request = sp
 		case "river.insert_many":
 			rt.insert = sp
-		case "river.work/refund_order":
+		case "river.work/idemgate.refund_order":
 			rt.work = sp
 		case "stripe POST /v1/refunds":
 			rt.stripe = sp

@@ -76,6 +76,40 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if opts == nil {
 		opts = &WorkerOptions{}
 	}
+	p, err := newWorkerParts(cfg, drv, logger, opts)
+	if err != nil {
+		return nil, err
+	}
+	workers := river.NewWorkers()
+	if err := p.addWorkers(workers); err != nil {
+		return nil, err
+	}
+	if err := p.client.Open(riverConfig(cfg, workers, opts, p.logger)); err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return &Worker{Client: p.client, Gate: p.gate, Runner: p.runner, Handler: mux,
+		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, p.gate, p.client, p.logger).Reap, logger: p.logger}, nil
+}
+
+// workerParts are what a worker's River client works with: the gate on
+// the driver's store with the client as its enqueuer, the claim jobs'
+// runner, the approval notices' worker (nil without the built-ins'
+// mailer), and the metrics' registry. The client is not open yet.
+type workerParts struct {
+	cfg     *config.Config
+	client  engine.River
+	gate    *core.Gate
+	runner  *jobs.Runner
+	notices *jobs.ApprovalNoticeWorker
+	reg     *prometheus.Registry
+	logger  *slog.Logger
+}
+
+// newWorkerParts assembles a worker's parts on drv with opts (not nil).
+func newWorkerParts(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts *WorkerOptions) (*workerParts, error) {
 	logger = tracedLogger(logger, opts.TracerProvider)
 	data := drv.Store()
 	reg := prometheus.NewRegistry()
@@ -102,29 +136,42 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if err != nil {
 		return nil, err
 	}
-	workers, runner, err := newWorkers(cfg, g, tools, client, notices, metrics, logger, opts, 0)
+	runner, err := newRunner(cfg, g, tools, metrics, logger, opts, 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := client.Open(riverConfig(cfg, workers, opts, logger)); err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	return &Worker{Client: client, Gate: g, Runner: runner, Handler: mux,
-		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, g, client, logger).Reap, logger: logger}, nil
+	return &workerParts{cfg: cfg, client: client, gate: g, runner: runner, notices: notices, reg: reg, logger: logger}, nil
+}
+
+// addWorkers registers the parts' workers in workers (addWorkers).
+func (p *workerParts) addWorkers(workers *river.Workers) error {
+	return addWorkers(workers, p.cfg, p.gate, p.client, p.runner, p.notices, p.logger)
 }
 
 // newWorkers builds the claim jobs' runner over the registry's mutations
-// (with opts' group size and a test's fault, nil in production, and
-// groupsAtOnce, 0 for jobs.DefaultGroups), and River's workers for them
-// (on client's River driver), for the reaper and pruner, and for approval
-// notices when notices is set; client inserts notices exactly then.
+// (newRunner) and River's workers for them, the reaper, the pruner and
+// the approval notices when notices is set (addWorkers).
 func newWorkers(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, client engine.River,
 	notices *jobs.ApprovalNoticeWorker, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions, groupsAtOnce int,
 ) (*river.Workers, *jobs.Runner, error) {
-	runner, err := jobs.NewRunner(&jobs.RunnerConfig{
+	runner, err := newRunner(cfg, g, reg, metrics, logger, opts, groupsAtOnce)
+	if err != nil {
+		return nil, nil, err
+	}
+	workers := river.NewWorkers()
+	if err := addWorkers(workers, cfg, g, client, runner, notices, logger); err != nil {
+		return nil, nil, err
+	}
+	return workers, runner, nil
+}
+
+// newRunner builds the claim jobs' runner over the registry's mutations,
+// with opts' group size and a test's fault (nil in production), and
+// groupsAtOnce (0 for jobs.DefaultGroups).
+func newRunner(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, metrics *jobs.Metrics, logger *slog.Logger,
+	opts *WorkerOptions, groupsAtOnce int,
+) (*jobs.Runner, error) {
+	return jobs.NewRunner(&jobs.RunnerConfig{
 		Gate:            g,
 		Tools:           reg,
 		InflightTimeout: cfg.InflightTimeout,
@@ -134,22 +181,31 @@ func newWorkers(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, client
 		Groups:          groupsAtOnce,
 		Fault:           opts.Fault,
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	workers := river.NewWorkers()
+}
+
+// addWorkers registers in workers River's workers of runner's claim jobs
+// (on client's River driver), of the reaper and the pruner, and of the
+// approval notices when notices is set; client inserts notices exactly
+// then. A kind workers already has is an error.
+func addWorkers(workers *river.Workers, cfg *config.Config, g *core.Gate, client engine.River, runner *jobs.Runner,
+	notices *jobs.ApprovalNoticeWorker, logger *slog.Logger,
+) error {
 	if err := client.AddWorkers(workers, runner); err != nil {
-		return nil, nil, err
+		return err
 	}
-	river.AddWorker(workers, newReaper(cfg, g, client, logger))
-	river.AddWorker(workers, &jobs.PrunerWorker{Gate: g, Logger: logger})
+	if err := river.AddWorkerSafely(workers, newReaper(cfg, g, client, logger)); err != nil {
+		return err
+	}
+	if err := river.AddWorkerSafely(workers, &jobs.PrunerWorker{Gate: g, Logger: logger}); err != nil {
+		return err
+	}
 	if notices != nil {
 		if err := river.AddWorkerSafely(workers, notices); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	client.SetApprovalNotices(notices != nil)
-	return workers, runner, nil
+	return nil
 }
 
 // newReaper is the reaper of g's claims: River's reaper job's worker, and
@@ -170,8 +226,9 @@ func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tools
 	return builtinTools(cfg, data, opts.TracerProvider)
 }
 
-// riverConfig is the River configuration of a working client: the claim
-// queue and the maintenance queue, the periodic
+// riverConfig is the River configuration of a working client: idemgate's
+// claim queue and maintenance queue only (never River's default, which a
+// team's own client may work), the periodic
 // reaper and pruner, a job timeout below the lease, River's rescuer as a
 // backstop after the reaper, and a fetch cooldown far below River's 100ms
 // default (which caps a queue at MaxWorkers x 10 jobs per second).
@@ -187,7 +244,7 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 	return &river.Config{
 		Queues:            queues,
 		Workers:           workers,
-		PeriodicJobs:      jobs.PeriodicJobs(cfg.ReaperInterval, jobs.DefaultPruneInterval),
+		PeriodicJobs:      PeriodicJobs(cfg),
 		FetchCooldown:     DefaultFetchCooldown,
 		FetchPollInterval: DefaultFetchPollInterval,
 		// A transaction pooler loses a LISTEN with its transaction: River
@@ -201,6 +258,11 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 		Logger:               logger,
 		Middleware:           telemetry.RiverMiddleware(opts.TracerProvider),
 	}
+}
+
+// PeriodicJobs are the reaper's and the pruner's periodic jobs.
+func PeriodicJobs(cfg *config.Config) []*river.PeriodicJob {
+	return jobs.PeriodicJobs(cfg.ReaperInterval, jobs.DefaultPruneInterval)
 }
 
 // Run starts the worker and blocks until ctx ends, then stops fetching and

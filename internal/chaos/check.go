@@ -166,7 +166,7 @@ func Check(ctx context.Context, src Sources, info *RunInfo, results []*Result) (
 		return nil, err
 	}
 	pendingJobs, err := perOp(`SELECT state::text, count(*) FROM river_job
-		WHERE kind IN ('refund_order', 'apply_credit', 'reset_seat', 'send_password_reset')
+		WHERE kind IN ('idemgate.refund_order', 'idemgate.apply_credit', 'idemgate.reset_seat', 'idemgate.send_password_reset')
 		  AND state NOT IN ('completed', 'cancelled', 'discarded') GROUP BY 1`)
 	if err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ func Check(ctx context.Context, src Sources, info *RunInfo, results []*Result) (
 	var reaperGapSecs float64
 	if err := conn.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM max(gap)), 0)::float8 FROM (
 		SELECT attempted_at - lag(attempted_at) OVER (ORDER BY attempted_at) AS gap
-		FROM river_job WHERE kind = 'idemgate_reaper' AND attempted_at IS NOT NULL) g`).Scan(&reaperGapSecs); err != nil {
+		FROM river_job WHERE kind = 'idemgate.reaper' AND attempted_at IS NOT NULL) g`).Scan(&reaperGapSecs); err != nil {
 		return nil, err
 	}
 	reaperGap := time.Duration(reaperGapSecs * float64(time.Second))

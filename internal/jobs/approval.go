@@ -12,11 +12,12 @@ import (
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/vocab"
+	pubjobs "github.com/idemgate/idemgate/jobs"
 )
 
 // ApprovalNoticeKind is the kind of the job that mails a tenant's
 // approvers of a claim awaiting approval.
-const ApprovalNoticeKind = "idemgate_approval_notice"
+const ApprovalNoticeKind = pubjobs.KindPrefix + "approval_notice"
 
 // ApprovalNoticeArgs is the job that mails a tenant's approvers of a claim
 // awaiting approval, inserted in the claim's own transaction

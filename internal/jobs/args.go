@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/vocab"
+	pubjobs "github.com/idemgate/idemgate/jobs"
 )
 
 // MaxAttempts caps River's attempts for a claim's job. With River's default
@@ -21,8 +22,13 @@ import (
 // 24-hour idempotency-key window.
 const MaxAttempts = 10
 
-// Queue is the queue claim jobs go to.
-const Queue = river.QueueDefault
+// Queue is the queue claim jobs and approval notices go to: idemgate's
+// own, never River's default, which a team's client may work.
+const Queue = pubjobs.Queue
+
+// Kind is the River kind of one of idemgate's jobs (a tool's name, or
+// reaper, pruner, approval_notice): idemgate's prefix and the name.
+func Kind(name string) string { return pubjobs.Kind(name) }
 
 // ClaimRef is what every claim job carries: enough to find the claim (by
 // tenant and operation) and to read in River UI whose job it is. The
@@ -37,9 +43,10 @@ type ClaimRef struct {
 	IdempotencyKey string `json:"idempotency_key"`
 }
 
-// ClaimArgs is the job of a claim. Its kind is the tool's name, so River
-// UI shows refund_order jobs as such; one worker per mutating tool is
-// registered with river.AddWorkerArgs.
+// ClaimArgs is the job of a claim. Its kind is the tool's name after
+// idemgate's prefix (Kind), so River UI shows idemgate.refund_order jobs
+// as such; one worker per mutating tool is registered with
+// river.AddWorkerArgs.
 type ClaimArgs struct {
 	ClaimRef
 	kind string
@@ -51,7 +58,7 @@ func (a ClaimArgs) Kind() string {
 	if a.kind != "" {
 		return a.kind
 	}
-	return a.Tool
+	return Kind(a.Tool)
 }
 
 // ArgsFor returns the job arguments for claim.
@@ -60,7 +67,7 @@ func ArgsFor(c *core.Claim) (river.JobArgs, error) {
 		return nil, fmt.Errorf("jobs: claim %d has no tool", c.ID)
 	}
 	ref := ClaimRef{ClaimID: c.ID, OperationID: c.OperationID, TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey}
-	return ClaimArgs{ClaimRef: ref, kind: c.Tool}, nil
+	return ClaimArgs{ClaimRef: ref, kind: Kind(c.Tool)}, nil
 }
 
 // InsertOpts are the options every claim job is inserted with.

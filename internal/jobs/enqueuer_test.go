@@ -43,7 +43,7 @@ func TestEnqueuerInsertsAndDeletesManyInTheGatesTransaction(t *testing.T) {
 	require.Len(t, ids, n)
 	var kind, opID string
 	require.NoError(t, tx.(*pgengine.Tx).DriverTx().QueryRow(ctx, `SELECT kind, args->>'operation_id' FROM river_job WHERE id = $1`, ids[7]).Scan(&kind, &opID))
-	require.Equal(t, "refund_order", kind)
+	require.Equal(t, "idemgate.refund_order", kind)
 	require.Equal(t, claims[7].OperationID, opID, "ids come back in the claims' order")
 	require.NoError(t, enq.JobDeleteMany(ctx, tx, ids[1:]))
 	require.NoError(t, tx.Commit(ctx))

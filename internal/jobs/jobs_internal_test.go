@@ -144,10 +144,13 @@ func TestClaimArgs(t *testing.T) {
 	c := &core.Claim{ID: 7, OperationID: "op", TenantID: "acme", Tool: "refund_order", IdempotencyKey: "key-0001"}
 	args, err := ArgsFor(c)
 	require.NoError(t, err)
-	require.Equal(t, "refund_order", args.Kind(), "the job kind is the tool's name")
+	require.Equal(t, "idemgate.refund_order", args.Kind(), "the job kind is the tool's name after idemgate's prefix")
 	require.Equal(t, ClaimRef{ClaimID: 7, OperationID: "op", TenantID: "acme", Tool: "refund_order", IdempotencyKey: "key-0001"}, args.(ClaimArgs).ClaimRef)
 	// Decoded by River for work, the args carry no kind: the tool names it.
-	require.Equal(t, "apply_credit", ClaimArgs{ClaimRef: ClaimRef{Tool: "apply_credit"}}.Kind())
+	require.Equal(t, "idemgate.apply_credit", ClaimArgs{ClaimRef: ClaimRef{Tool: "apply_credit"}}.Kind())
+	require.Equal(t, "idemgate", InsertOpts().Queue, "idemgate's own queue, never River's default")
+	require.Equal(t, "idemgate.reaper", ReaperArgs{}.Kind())
+	require.Equal(t, "idemgate_maintenance", ReaperArgs{}.InsertOpts().Queue)
 	_, err = ArgsFor(&core.Claim{ID: 8})
 	require.ErrorContains(t, err, "has no tool")
 	opts := InsertOpts()

@@ -11,11 +11,12 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/idemgate/idemgate/internal/core"
+	pubjobs "github.com/idemgate/idemgate/jobs"
 )
 
 // MaintenanceQueue is the queue of the reaper's and the pruner's jobs, apart
 // from the claim jobs so that a backlog of claims never delays the reaper.
-const MaintenanceQueue = "maintenance"
+const MaintenanceQueue = pubjobs.MaintenanceQueue
 
 // DefaultPruneInterval is how often the pruner runs.
 const DefaultPruneInterval = time.Minute
@@ -119,7 +120,7 @@ func retryable(job *rivertype.JobRow) bool {
 type ReaperArgs struct{}
 
 // Kind implements river.JobArgs.
-func (ReaperArgs) Kind() string { return "idemgate_reaper" }
+func (ReaperArgs) Kind() string { return Kind("reaper") }
 
 // InsertOpts keeps one reaper job at a time.
 func (ReaperArgs) InsertOpts() river.InsertOpts {
@@ -133,7 +134,7 @@ func (ReaperArgs) InsertOpts() river.InsertOpts {
 type PrunerArgs struct{}
 
 // Kind implements river.JobArgs.
-func (PrunerArgs) Kind() string { return "idemgate_pruner" }
+func (PrunerArgs) Kind() string { return Kind("pruner") }
 
 // InsertOpts keeps one pruner job at a time.
 func (PrunerArgs) InsertOpts() river.InsertOpts { return ReaperArgs{}.InsertOpts() }

@@ -467,10 +467,10 @@ func (w *Worker[TDriver, TTx]) Work(ctx context.Context, job *river.Job[ClaimArg
 }
 
 // AddWorkers registers a River worker for every mutating tool of the
-// runner's registry, under the tool's name as the job kind.
+// runner's registry, under the tool's kind (Kind of its name).
 func AddWorkers[TDriver riverdriver.Driver[TTx], TTx any](workers *river.Workers, r *Runner) error {
 	for _, spec := range r.tools.Mutations() {
-		if err := addWorker(workers, spec.Name, &Worker[TDriver, TTx]{runner: r}); err != nil {
+		if err := addWorker(workers, Kind(spec.Name), &Worker[TDriver, TTx]{runner: r}); err != nil {
 			return err
 		}
 	}

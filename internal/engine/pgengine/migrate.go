@@ -90,6 +90,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (_ *e
 		return nil, fmt.Errorf("pgengine: migrations: idemgate up: %w", err)
 	}
 	res.IdemgateApplied = len(gooseRes)
+	if _, _, err := MoveLegacyJobs(ctx, pool, logger); err != nil {
+		return nil, err
+	}
 
 	logger.InfoContext(ctx, "migrations applied",
 		slog.Int("river_applied", res.RiverApplied),

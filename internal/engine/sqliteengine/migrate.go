@@ -110,6 +110,9 @@ func Migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) (*engine.Resu
 	if err != nil {
 		return nil, err
 	}
+	if _, _, err := MoveLegacyJobs(ctx, db, logger); err != nil {
+		return nil, err
+	}
 
 	logger.InfoContext(ctx, "migrations applied",
 		slog.Int("river_applied", res.RiverApplied),

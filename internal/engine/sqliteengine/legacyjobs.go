@@ -1,0 +1,62 @@
+package sqliteengine
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+
+	"github.com/idemgate/idemgate/internal/jobs"
+)
+
+// sqlMoveLegacyJobs moves the unfinished claim jobs and approval notices
+// of earlier releases from River's default queue to idemgate's queue and
+// kinds. A claim job is told from a team's job on the same queue by its
+// claim: same tenant, tool (its bare kind), key and operation. River's
+// SQLite driver stores args as JSONB, which json_extract reads.
+const sqlMoveLegacyJobs = `
+UPDATE river_job
+SET queue = ?1,
+	kind = CASE WHEN kind = ?4 THEN ?5 ELSE ?2 || kind END
+WHERE queue = ?3
+	AND state IN ('available', 'scheduled', 'retryable', 'pending')
+	AND (kind = ?4 OR EXISTS (
+		SELECT 1 FROM idempotency_claims c
+		WHERE c.tenant_id = json_extract(river_job.args, '$.tenant_id') AND c.tool = river_job.kind
+			AND c.idempotency_key = json_extract(river_job.args, '$.idempotency_key')
+			AND c.operation_id = json_extract(river_job.args, '$.operation_id')))`
+
+// sqlDeleteLegacyMaintenance drops the unfinished reaper and pruner jobs
+// of earlier releases: periodic, they carry nothing, and the worker
+// inserts its own on start.
+const sqlDeleteLegacyMaintenance = `
+DELETE FROM river_job
+WHERE queue = ?1 AND kind IN (?2, ?3)
+	AND state IN ('available', 'scheduled', 'retryable', 'pending')`
+
+// MoveLegacyJobs moves the unfinished jobs of earlier releases to
+// idemgate's queues and kinds (jobs.Legacy*), and reports how many it
+// moved and dropped. Migrate runs it after the migrations; it is
+// idempotent.
+func MoveLegacyJobs(ctx context.Context, db *sql.DB, logger *slog.Logger) (moved, dropped int64, err error) {
+	res, err := db.ExecContext(ctx, sqlMoveLegacyJobs, jobs.Queue, jobs.Kind(""), jobs.LegacyQueue,
+		jobs.LegacyApprovalNoticeKind, jobs.ApprovalNoticeKind)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqliteengine: migrations: moving earlier releases' jobs: %w", err)
+	}
+	if moved, err = res.RowsAffected(); err != nil {
+		return 0, 0, err
+	}
+	res, err = db.ExecContext(ctx, sqlDeleteLegacyMaintenance, jobs.LegacyMaintenanceQueue, jobs.LegacyReaperKind, jobs.LegacyPrunerKind)
+	if err != nil {
+		return moved, 0, fmt.Errorf("sqliteengine: migrations: dropping earlier releases' maintenance jobs: %w", err)
+	}
+	if dropped, err = res.RowsAffected(); err != nil {
+		return moved, 0, err
+	}
+	if moved+dropped > 0 && logger != nil {
+		logger.InfoContext(ctx, "earlier releases' jobs moved to idemgate's queues",
+			slog.String("queue", jobs.Queue), slog.Int64("moved", moved), slog.Int64("dropped", dropped))
+	}
+	return moved, dropped, nil
+}

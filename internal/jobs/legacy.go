@@ -1,0 +1,16 @@
+package jobs
+
+import "github.com/riverqueue/river"
+
+// The queues and kinds of idemgate's jobs in databases written by earlier
+// releases: claim jobs and approval notices on River's default queue, a
+// claim job's kind its tool's bare name; the reaper and the pruner on a
+// queue named maintenance. Each engine's Migrate moves the unfinished
+// ones to Queue and Kind (the engines' moveLegacyJobs).
+const (
+	LegacyQueue              = river.QueueDefault
+	LegacyMaintenanceQueue   = "maintenance"
+	LegacyApprovalNoticeKind = "idemgate_approval_notice"
+	LegacyReaperKind         = "idemgate_reaper"
+	LegacyPrunerKind         = "idemgate_pruner"
+)
