@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate"
-	_ "github.com/idemgate/idemgate/builtins"
+	"github.com/idemgate/idemgate/builtins"
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
@@ -103,7 +103,7 @@ func runTeamRiver(t *testing.T, inside bool) {
 	cfg.StripeAPIBase = stripeHTTP.URL
 	cfg.Secret = strings.Repeat("t", 32)
 	logger := slog.New(slog.DiscardHandler)
-	svc, err := idemgate.Open(ctx, idemgate.ConfigFrom(cfg), gate.NewRegistry(), &idemgate.Options{Builtins: true, Logger: logger})
+	svc, err := idemgate.Open(ctx, idemgate.ConfigFrom(cfg), gate.NewRegistry(), &idemgate.Options{Builtins: builtins.Tools(), Logger: logger})
 	require.NoError(t, err)
 	require.NoError(t, svc.Migrate(ctx))
 	srv := httptest.NewServer(svc)
