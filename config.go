@@ -59,6 +59,11 @@ type Config struct {
 	// 1h and at most InflightTimeout. Default 30s.
 	// ($IDEMGATE_REAPER_INTERVAL)
 	ReaperInterval time.Duration
+	// River is "own" (the database's River is idemgate's alone) or
+	// "shared" (a team's River client works it too: idemgate's worker
+	// never leads, and its reaper and pruner run in every worker process).
+	// Default "own". ($IDEMGATE_RIVER)
+	River string
 	// Wait is how long a mutation call waits for its outcome before
 	// answering with a handle; 0 answers at once. Default 2s.
 	// ($IDEMGATE_WAIT)

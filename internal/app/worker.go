@@ -42,7 +42,10 @@ type Worker struct {
 
 	reaperInterval time.Duration
 	reap           func(context.Context) error
-	logger         *slog.Logger
+	// prune is the pruner's pass when IDEMGATE_RIVER is shared: the worker
+	// never leads, so it runs it itself every jobs.DefaultPruneInterval.
+	prune  func(context.Context) error
+	logger *slog.Logger
 }
 
 // WorkerOptions are what tests may change; nil fields take defaults.
@@ -90,8 +93,13 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	return &Worker{Client: p.client, Gate: p.gate, Runner: p.runner, Handler: mux,
-		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, p.gate, p.client, p.logger).Reap, logger: p.logger}, nil
+	w := &Worker{Client: p.client, Gate: p.gate, Runner: p.runner, Handler: mux,
+		reaperInterval: cfg.ReaperInterval, reap: newReaper(cfg, p.gate, p.client, p.logger).Reap, logger: p.logger}
+	if cfg.River == config.RiverShared {
+		pruner := &jobs.PrunerWorker{Gate: p.gate, Logger: p.logger}
+		w.prune = func(ctx context.Context) error { return pruner.Work(ctx, nil) }
+	}
+	return w, nil
 }
 
 // workerParts are what a worker's River client works with: the gate on
@@ -241,12 +249,23 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 		jobs.Queue:            {MaxWorkers: maxWorkers},
 		jobs.MaintenanceQueue: {MaxWorkers: 2},
 	}
+	// A database whose River a team's client works too: idemgate's worker
+	// never leads, so that the team's leader enqueues the team's periodic
+	// jobs and rescues the team's stuck jobs (a leader discards stuck jobs
+	// of kinds it does not know); the reaper and the pruner then run in
+	// every worker process (Worker.Run), not as periodic jobs.
+	shared := cfg.River == config.RiverShared
+	var periodic []*river.PeriodicJob
+	if !shared {
+		periodic = PeriodicJobs(cfg)
+	}
 	return &river.Config{
-		Queues:            queues,
-		Workers:           workers,
-		PeriodicJobs:      PeriodicJobs(cfg),
-		FetchCooldown:     DefaultFetchCooldown,
-		FetchPollInterval: DefaultFetchPollInterval,
+		Queues:                 queues,
+		Workers:                workers,
+		PeriodicJobs:           periodic,
+		LeaderElectionDisabled: shared,
+		FetchCooldown:          DefaultFetchCooldown,
+		FetchPollInterval:      DefaultFetchPollInterval,
 		// A transaction pooler loses a LISTEN with its transaction: River
 		// then polls for jobs every FetchPollInterval and elects its leader
 		// by polling too.
@@ -271,6 +290,9 @@ func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
 	reapCtx, stopReaping := context.WithCancel(ctx)
 	defer stopReaping()
 	go jobs.KeepReaping(reapCtx, w.reap, w.reaperInterval, w.logger)
+	if w.prune != nil {
+		go jobs.KeepReaping(reapCtx, w.prune, jobs.DefaultPruneInterval, w.logger)
+	}
 	return runRiver(ctx, w.Client, stopTimeout)
 }
 

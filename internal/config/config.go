@@ -71,6 +71,14 @@ type Config struct {
 	// InflightTimeout.
 	ReaperInterval time.Duration `name:"reaper-interval" env:"IDEMGATE_REAPER_INTERVAL" default:"30s" placeholder:"DURATION" help:"how often the reaper reclaims expired leases, 100ms to 1h and at most the in-flight timeout"`
 
+	// River is whose the database's River tables are: "own" (only
+	// idemgate's clients) or "shared" (a team's River client works the same
+	// database: idemgate's worker then never leads, so that the team's
+	// leader enqueues the team's periodic jobs and rescues the team's stuck
+	// jobs; idemgate's reaper and pruner run in every worker process
+	// instead of as periodic jobs).
+	River string `name:"river" env:"IDEMGATE_RIVER" default:"own" placeholder:"own|shared" help:"own: the database's River is idemgate's alone; shared: a team's River client works it too, and idemgate's worker never leads (the team's leader runs periodic jobs and rescues)"`
+
 	// Wait is how long a mutation call waits for a terminal outcome before
 	// answering with a handle; 0 answers at once.
 	Wait time.Duration `name:"wait" env:"IDEMGATE_WAIT" default:"2s" placeholder:"DURATION" help:"how long a mutation call waits for its outcome before answering with a handle; 0 answers at once"`
@@ -186,6 +194,14 @@ func EnableBuiltinSettings() { builtinSettings.Store(true) }
 // BuiltinSettingsEnabled reports whether Load reads BuiltinSettings.
 func BuiltinSettingsEnabled() bool { return builtinSettings.Load() }
 
+// The values of River.
+const (
+	// RiverOwn: the database's River is idemgate's alone.
+	RiverOwn = "own"
+	// RiverShared: a team's River client works the same database.
+	RiverShared = "shared"
+)
+
 // Environment variables of the settings that other packages and the
 // checks name. Every setting's variable is its field's env tag.
 const (
@@ -201,6 +217,7 @@ const (
 	EnvResetLinkBase   = "IDEMGATE_RESET_LINK_BASE"
 	EnvInflightTimeout = "IDEMGATE_INFLIGHT_TIMEOUT"
 	EnvReaperInterval  = "IDEMGATE_REAPER_INTERVAL"
+	EnvRiver           = "IDEMGATE_RIVER"
 	EnvWait            = "IDEMGATE_WAIT"
 	EnvSecret          = "IDEMGATE_SECRET"
 	EnvLogLevel        = "IDEMGATE_LOG_LEVEL"
@@ -221,6 +238,7 @@ const (
 	DefaultMailFrom        = "idemgate <no-reply@localhost>"
 	DefaultInflightTimeout = 2 * time.Minute
 	DefaultReaperInterval  = 30 * time.Second
+	DefaultRiver           = RiverOwn
 	DefaultWait            = 2 * time.Second
 	DefaultOperatorTenant  = "ops"
 	DefaultWorkerAddr      = "127.0.0.1:9091"

@@ -42,6 +42,7 @@ func TestLoadDefaults(t *testing.T) {
 		BuiltinSettings: BuiltinSettings{StripeAPIKey: "", StripeAPIBase: "https://api.stripe.com", SMTPAddr: "127.0.0.1:1025", MailFrom: "idemgate <no-reply@localhost>"},
 		InflightTimeout: 2 * time.Minute,
 		ReaperInterval:  30 * time.Second,
+		River:           "own",
 		Wait:            2 * time.Second,
 		Secret:          "",
 		WorkerAddr:      "127.0.0.1:9091",
@@ -70,6 +71,7 @@ func TestDefaultConstants(t *testing.T) {
 		InflightTimeout: DefaultInflightTimeout,
 		BuiltinSettings: BuiltinSettings{StripeAPIBase: DefaultStripeAPIBase, SMTPAddr: DefaultSMTPAddr, MailFrom: DefaultMailFrom},
 		ReaperInterval:  DefaultReaperInterval,
+		River:           DefaultRiver,
 		Wait:            DefaultWait,
 		WorkerAddr:      DefaultWorkerAddr,
 		OperatorTenant:  DefaultOperatorTenant,
@@ -119,6 +121,7 @@ var precedenceTests = []struct {
 				BuiltinSettings: BuiltinSettings{StripeAPIKey: "sk_test_env", StripeAPIBase: "http://stripe-mock:12111", SMTPAddr: "mailpit:1025", MailFrom: "ops@example.com", ResetLinkBase: "https://app.example.com/reset"},
 				InflightTimeout: 5 * time.Minute,
 				ReaperInterval:  10 * time.Second,
+				River:           "own",
 				Wait:            0,
 				Secret:          testSecret,
 				WorkerAddr:      "0.0.0.0:9191",
@@ -162,6 +165,7 @@ var precedenceTests = []struct {
 				BuiltinSettings: BuiltinSettings{StripeAPIKey: "sk_test_flag", StripeAPIBase: "https://stripe.internal", SMTPAddr: "smtp.example.com:25", MailFrom: "Ops <ops@example.org>", ResetLinkBase: "http://reset.internal:8080/r?lang=en"},
 				InflightTimeout: time.Hour,
 				ReaperInterval:  time.Minute,
+				River:           "own",
 				Wait:            250 * time.Millisecond,
 				Secret:          testSecret,
 				WorkerAddr:      "127.0.0.1:0",
@@ -353,6 +357,8 @@ var loadErrorTests = []struct {
 	{"InflightTimeoutNegative", nil, map[string]string{EnvInflightTimeout: "-1m"}, EnvInflightTimeout, []string{"-1m"}},
 	{"ReaperIntervalUnparseable", nil, map[string]string{EnvReaperInterval: "30"}, EnvReaperInterval, []string{`"30" is not a duration`, "examples"}},
 	{"ReaperIntervalTooShort", nil, map[string]string{EnvReaperInterval: "99ms"}, EnvReaperInterval, []string{"100ms to 1h"}},
+	{"RiverSharedOnSQLite", nil, map[string]string{"IDEMGATE_RIVER": "shared"}, "IDEMGATE_RIVER", []string{"postgres://"}},
+	{"RiverUnknown", nil, map[string]string{"IDEMGATE_RIVER": "team"}, "IDEMGATE_RIVER", []string{`"team"`, "own", "shared"}},
 	{"ReaperIntervalTooLong", []string{"--reaper-interval", "61m"}, map[string]string{EnvInflightTimeout: "2h"}, EnvReaperInterval, []string{"--reaper-interval", "1h1m"}},
 	{"ReaperIntervalZero", nil, map[string]string{EnvReaperInterval: "0"}, EnvReaperInterval, nil},
 	{"ReaperIntervalOverInflight", nil, map[string]string{EnvInflightTimeout: "10s", EnvReaperInterval: "11s"}, EnvReaperInterval, []string{"11s", EnvInflightTimeout, "lease plus one reaper interval"}},
@@ -591,7 +597,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 27)
+	require.Len(t, all, 28)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)

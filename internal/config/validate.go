@@ -77,6 +77,11 @@ func (c *Config) Validate() error {
 		add(validateSecret(c.Secret))
 	}
 	add(validatePooler(c))
+	if c.River != RiverOwn && c.River != RiverShared {
+		add(settingErr(EnvRiver, "%q is not whose River the database's is (want %s or %s)", c.River, RiverOwn, RiverShared))
+	} else if c.River == RiverShared && c.Driver() != DriverPostgres {
+		add(settingErr(EnvRiver, "%s needs a postgres:// %s (the embedded SQLite file's River is idemgate's alone)", RiverShared, EnvDatabaseURL))
+	}
 	if c.OAuthIssuer != "" && c.OAuthAudience == "" {
 		add(settingErr(EnvOAuthAudience, "is required with %s (the aud access tokens must carry, usually this api's MCP URL)", EnvOAuthIssuer))
 	}
