@@ -21,7 +21,7 @@ func TestPublicSurface(t *testing.T) {
 	paths, err := surface.PublicPackages(".")
 	require.NoError(t, err)
 	// builtins exports nothing: importing it links the built-in tools.
-	require.Equal(t, []string{module, module + "/builtins", module + "/domain", module + "/tool", module + "/gate/gatetest"}, paths,
+	require.Equal(t, []string{module, module + "/builtins", module + "/domain", module + "/gate", module + "/gate/gatetest", module + "/migrations"}, paths,
 		"the public packages changed: decide, then update this list")
 	pkgs, err := surface.Measure(".", paths)
 	require.NoError(t, err)
@@ -35,8 +35,9 @@ func TestPublicSurface(t *testing.T) {
 	// 150 when the surface was cut (from 754); 170 since a Service mounts
 	// in a team's own router and go-sdk server with its own auth, and the
 	// test kit kills workers mid-effect and speaks MCP; 175 since an
-	// operation awaiting approval says where and by whom it is decided.
-	require.LessOrEqual(t, total, 175, "the public surface grew past its budget")
+	// operation awaiting approval says where and by whom it is decided; 180
+	// since the SQL migrations are public (migrations: 8 names).
+	require.LessOrEqual(t, total, 180, "the public surface grew past its budget")
 }
 
 // TestImportLayers refuses an import from a lower layer to a higher one
