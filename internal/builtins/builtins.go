@@ -21,6 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
@@ -34,6 +36,7 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab/approvalmail"
 	"github.com/idemgate/idemgate/internal/vocab/refunds"
 	"github.com/idemgate/idemgate/internal/vocab/resetmail"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 // toolData is the store the built-in tools run their reads on (StoreDB).
@@ -161,21 +164,21 @@ func ResetTokens(st core.Store) store.ResetTokens {
 }
 
 // Migrate applies the built-in tools' migrations for drv's engine
-// (tools.Migrations) after idemgate's, in their own version table
-// (tools.VersionTable), and reports how many it applied.
+// (migrations.Builtins) after idemgate's, in their own version table
+// (migrations.BuiltinsTable), and reports how many it applied.
 func Migrate(ctx context.Context, drv engine.Driver, logger *slog.Logger) (int, error) {
-	return drv.MigrateLine(ctx, tools.Migrations(drv.Engine()), tools.VersionTable, logger)
+	return drv.MigrateLine(ctx, migrations.Builtins(migrations.Engine(drv.Engine())), migrations.BuiltinsTable, logger)
 }
 
 // MigratePostgres is Migrate on a Postgres pool, for
 // those that hold a pool rather than a driver (tests, the bench).
 func MigratePostgres(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int, error) {
-	return pgengine.MigrateLine(ctx, pool, tools.Migrations(gate.Postgres), tools.VersionTable, logger)
+	return pgengine.MigrateLine(ctx, pool, migrations.Builtins(migrations.Postgres), migrations.BuiltinsTable, logger)
 }
 
 // MigrateSQLite is MigratePostgres on SQLite.
 func MigrateSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (int, error) {
-	return sqliteengine.MigrateLine(ctx, db, tools.Migrations(gate.SQLite), tools.VersionTable, logger)
+	return sqliteengine.MigrateLine(ctx, db, migrations.Builtins(migrations.SQLite), migrations.BuiltinsTable, logger)
 }
 
 // linkOnce hands the assembly the built-ins once.

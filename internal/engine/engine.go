@@ -103,8 +103,9 @@ type River interface {
 	UI() uiendpoints.Bundle
 }
 
-// AppTable is the version table of a team's own migrations, apart from
-// idemgate's (goose_db_version) so that the two lines never collide.
+// AppTable is the version table of a team's own migrations run through
+// Options.Migrations, apart from idemgate's (migrations.Table) so that the
+// two lines never collide.
 const AppTable = "app_goose_db_version"
 
 // Result reports what one Migrate call applied.

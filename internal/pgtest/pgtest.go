@@ -37,9 +37,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 const (
@@ -358,7 +357,7 @@ func migrateURL(ctx context.Context, dbURL string) error {
 	if _, err = pgengine.Migrate(ctx, pool, nil); err != nil {
 		return err
 	}
-	_, err = pgengine.MigrateLine(ctx, pool, tools.Migrations(gate.Postgres), tools.VersionTable, nil)
+	_, err = pgengine.MigrateLine(ctx, pool, migrations.Builtins(migrations.Postgres), migrations.BuiltinsTable, nil)
 	return err
 }
 
@@ -371,10 +370,13 @@ func migrateURL(ctx context.Context, dbURL string) error {
 // does not reuses the old. Template names use its first 12 hex digits.
 func Fingerprint() (string, error) {
 	h := sha256.New()
+	// The version tables too: the same files recorded elsewhere are
+	// another template.
+	fmt.Fprintf(h, "tables %s %s\n", migrations.Table, migrations.BuiltinsTable)
 	for _, line := range []struct {
 		prefix string
 		fsys   fs.FS
-	}{{"idemgate", pgengine.MigrationsFS()}, {"builtins", tools.Migrations(gate.Postgres)}} {
+	}{{"idemgate", migrations.Core(migrations.Postgres)}, {"builtins", migrations.Builtins(migrations.Postgres)}} {
 		prefix, fsys := line.prefix, line.fsys
 		err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 func TestNewDB(t *testing.T) {
@@ -25,7 +26,7 @@ func TestNewDB(t *testing.T) {
 		ctx := t.Context()
 		_, pool := pgtest.NewDB(t)
 
-		for _, table := range []string{"idempotency_claims", "audit_events", "river_job", "river_migration", "goose_db_version"} {
+		for _, table := range []string{"idempotency_claims", "audit_events", "river_job", "river_migration", migrations.Table} {
 			require.True(t, tableExists(ctx, t, pool, table), "table %s", table)
 		}
 		ok, err := pgengine.Status(ctx, pool)
@@ -155,7 +156,7 @@ func TestNewEmptyDB(t *testing.T) {
 	ok, err := pgengine.Status(ctx, pool)
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.False(t, tableExists(ctx, t, pool, "goose_db_version"), "PostgresStatus must not write")
+	require.False(t, tableExists(ctx, t, pool, migrations.Table), "PostgresStatus must not write")
 }
 
 func TestTemplate(t *testing.T) {

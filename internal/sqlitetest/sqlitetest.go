@@ -29,9 +29,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
-	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 // FileName is the name of the database file in each test's directory.
@@ -135,7 +134,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := sqliteengine.Migrate(ctx, db, nil); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
-	if _, err := sqliteengine.MigrateLine(ctx, db, tools.Migrations(gate.SQLite), tools.VersionTable, nil); err != nil {
+	if _, err := sqliteengine.MigrateLine(ctx, db, migrations.Builtins(migrations.SQLite), migrations.BuiltinsTable, nil); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
 	tmp := filepath.Join(scratch, "template.sqlite3")
@@ -174,10 +173,13 @@ func copyFile(src, dst string) (retErr error) {
 // migration. Template names use its first 12 hex digits.
 func Fingerprint() (string, error) {
 	h := sha256.New()
+	// The version tables too: the same files recorded elsewhere are
+	// another template.
+	fmt.Fprintf(h, "tables %s %s\n", migrations.Table, migrations.BuiltinsTable)
 	for _, line := range []struct {
 		prefix string
 		fsys   fs.FS
-	}{{"idemgate", sqliteengine.MigrationsFS()}, {"builtins", tools.Migrations(gate.SQLite)}} {
+	}{{"idemgate", migrations.Core(migrations.SQLite)}, {"builtins", migrations.Builtins(migrations.SQLite)}} {
 		prefix, fsys := line.prefix, line.fsys
 		err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {

@@ -14,7 +14,7 @@ import (
 // "/" covers a folder and everything under it; the longest match wins.
 var Layers = [][]string{
 	// Leaves: import nothing of ours.
-	{"domain", "jobs", "internal/telemetry", "internal/tenancy/tokenspec", "internal/surface/", "internal/procstat", "internal/logtest", "internal/groups"},
+	{"domain", "jobs", "migrations", "internal/telemetry", "internal/tenancy/tokenspec", "internal/surface/", "internal/procstat", "internal/logtest", "internal/groups"},
 	// The shared internal types.
 	{"internal/vocab"},
 	// The gate, configuration and the domain's clients.

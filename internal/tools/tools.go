@@ -3,17 +3,15 @@
 // reset_seat (seats), send_password_reset (SMTP) and get_order. Each file
 // holds its tool's SQL, run through gate.Tx as a team's own tool runs its
 // own; their tables are created by the built-ins' own migrations
-// (migrations/, Migrations), recorded in VersionTable. Register adds them to
-// a registry; it is their only registration line.
+// (migrations.Builtins, recorded in migrations.BuiltinsTable). Register adds
+// them to a registry; it is their only registration line.
 package tools
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
 	"github.com/idemgate/idemgate/internal/toolspec"
-	"io/fs"
 	"time"
 
 	"github.com/idemgate/idemgate/gate"
@@ -31,25 +29,6 @@ import (
 // provides it over the gate's store (internal/builtins.StoreDB), so the tools need no
 // engine of their own.
 type DB func(ctx context.Context, fn func(tx gate.Tx) error) error
-
-// VersionTable is the goose version table of the built-in tools'
-// migrations, apart from idemgate's (goose_db_version) and a team's own
-// (app_goose_db_version).
-const VersionTable = "builtin_goose_db_version"
-
-//go:embed migrations
-var migrationFiles embed.FS
-
-// Migrations returns the built-in tools' goose migrations for one engine:
-// their tables, created IF NOT EXISTS because databases migrated before
-// these migrations existed got them from idemgate's core migrations.
-func Migrations(engine string) fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations/"+engine)
-	if err != nil {
-		panic(err) // the directories are embedded
-	}
-	return sub
-}
 
 // Deps are what the built-in tools' effects use.
 type Deps struct {

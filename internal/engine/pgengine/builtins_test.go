@@ -16,15 +16,15 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 // The built-in tools' tables moved from idemgate's core migrations (00001
 // and 00002 created them until version 12) to the built-ins' own line
-// (tools.Migrations, tools.VersionTable), which creates them IF NOT EXISTS.
+// (migrations.Builtins, migrations.BuiltinsTable), which creates them IF
+// NOT EXISTS.
 // testdata/v12 holds the two core files as they were; the other core files
 // did not change.
 
@@ -51,7 +51,7 @@ func v12FS(t *testing.T, current fs.FS) fs.FS {
 }
 
 // pgSchema describes every table, column, constraint, index and trigger of
-// the public schema but goose's version tables, one sorted line each.
+// the public schema but the version tables, one sorted line each.
 func pgSchema(ctx context.Context, t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()
 	var out []string
@@ -68,7 +68,7 @@ func pgSchema(ctx context.Context, t *testing.T, pool *pgxpool.Pool) []string {
 		for rows.Next() {
 			var line string
 			require.NoError(t, rows.Scan(&line))
-			if !strings.Contains(line, "goose_db_version") {
+			if !strings.Contains(line, "_db_version") {
 				out = append(out, line)
 			}
 		}
@@ -83,7 +83,7 @@ func migratePostgresNow(ctx context.Context, t *testing.T, pool *pgxpool.Pool) (
 	t.Helper()
 	res, err := pgengine.Migrate(ctx, pool, nil)
 	require.NoError(t, err)
-	builtins, err = pgengine.MigrateLine(ctx, pool, tools.Migrations(gate.Postgres), tools.VersionTable, nil)
+	builtins, err = pgengine.MigrateLine(ctx, pool, migrations.Builtins(migrations.Postgres), migrations.BuiltinsTable, nil)
 	require.NoError(t, err)
 	return res.IdemgateApplied, builtins
 }
@@ -94,7 +94,7 @@ func migratePostgresV12(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	require.NoError(t, err)
 	_, err = river.Migrate(ctx, rivermigrate.DirectionUp, nil)
 	require.NoError(t, err)
-	_, err = pgengine.MigrateLine(ctx, pool, v12FS(t, pgengine.MigrationsFS()), goose.DefaultTablename, nil)
+	_, err = pgengine.MigrateLine(ctx, pool, v12FS(t, migrations.Core(migrations.Postgres)), goose.DefaultTablename, nil)
 	require.NoError(t, err)
 }
 

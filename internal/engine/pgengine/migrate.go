@@ -3,10 +3,8 @@ package pgengine
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"time"
 
@@ -15,16 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
-)
 
-// embedded holds the Postgres migration files: goose-format SQL for
-// idemgate's own tables. River's schema is never copied here: rivermigrate
-// applies it, from the River version in go.mod, always before ours.
-//
-//go:embed migrations/*.sql
-var embedded embed.FS
+	"github.com/idemgate/idemgate/migrations"
+)
 
 // MigrateLockKey is the pg_advisory_lock key Migrate holds while it
 // migrates, so that replicas starting at once apply migrations one at a time.
@@ -32,20 +26,12 @@ var embedded embed.FS
 // concurrently.
 const MigrateLockKey int64 = 0x1de3_6a7e_0000_0001
 
-// MigrationsFS returns the Postgres migration files (the contents of migrations/),
-// for tools that need to inspect them, such as the test template fingerprint.
-func MigrationsFS() fs.FS {
-	sub, err := fs.Sub(embedded, "migrations")
-	if err != nil {
-		// fs.Sub only fails on an invalid path; "migrations" is a constant.
-		panic(err)
-	}
-	return sub
-}
-
 // Migrate applies River's pending migrations and then idemgate's
-// pending migrations to the database behind pool, and reports how many of each
-// it applied. It is safe to call repeatedly (a second call applies nothing)
+// pending core migrations (migrations.Core, recorded in migrations.Table) to
+// the database behind pool, and reports how many of each it applied. A
+// database whose core versions an earlier release recorded in goose's
+// default table has them copied to migrations.Table first
+// (engine.AdoptLegacyVersions). It is safe to call repeatedly (a second call applies nothing)
 // and from several processes at once: callers serialize on the session
 // advisory lock MigrateLockKey.
 //
@@ -81,6 +67,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (_ *e
 
 	db := stdlib.OpenDBFromPool(pool) // closing db leaves the pool open
 	defer db.Close()
+	if err := adoptPostgres(ctx, db, logger); err != nil {
+		return nil, err
+	}
 	provider, err := newPostgresProvider(db, logger)
 	if err != nil {
 		return nil, err
@@ -132,8 +121,8 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (ok bool, err error) {
 	// goose's HasPending creates its version table when missing; look first
 	// so that a readiness probe never writes.
 	var versionTable *string
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", goose.DefaultTablename).Scan(&versionTable); err != nil {
-		return false, fmt.Errorf("pgengine: migrations: look up %s: %w", goose.DefaultTablename, err)
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", migrations.Table).Scan(&versionTable); err != nil {
+		return false, fmt.Errorf("pgengine: migrations: look up %s: %w", migrations.Table, err)
 	}
 	if versionTable == nil {
 		return false, nil
@@ -152,10 +141,16 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (ok bool, err error) {
 	return !pending, nil
 }
 
-// newPostgresProvider returns a goose provider over our embedded Postgres
-// files. goose's own locker stays off: Migrate holds MigrateLockKey.
+// newPostgresProvider returns a goose provider over idemgate's core
+// Postgres migrations, recorded in migrations.Table. goose's own locker
+// stays off: Migrate holds MigrateLockKey.
 func newPostgresProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, MigrationsFS(),
+	store, err := coreStore()
+	if err != nil {
+		return nil, err
+	}
+	provider, err := goose.NewProvider("", db, migrations.Core(migrations.Postgres),
+		goose.WithStore(store),
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithSlog(logger),
 	)
@@ -163,6 +158,48 @@ func newPostgresProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, erro
 		return nil, fmt.Errorf("pgengine: migrations: goose provider: %w", err)
 	}
 	return provider, nil
+}
+
+func coreStore() (database.Store, error) {
+	store, err := database.NewStore(database.DialectPostgres, migrations.Table)
+	if err != nil {
+		return nil, fmt.Errorf("pgengine: migrations: goose store: %w", err)
+	}
+	return store, nil
+}
+
+// adoptPostgres runs engine.AdoptLegacyVersions in a transaction of its
+// own; Migrate's advisory lock keeps concurrent migrators out.
+func adoptPostgres(ctx context.Context, db *sql.DB, logger *slog.Logger) (retErr error) {
+	store, err := coreStore()
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("pgengine: migrations: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			retErr = errors.Join(retErr, tx.Rollback())
+		}
+	}()
+	n, err := engine.AdoptLegacyVersions(ctx, tx, store, func(ctx context.Context, tx *sql.Tx, table string) (bool, error) {
+		var ok bool
+		err := tx.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok)
+		return ok, err
+	})
+	if err != nil {
+		return fmt.Errorf("pgengine: migrations: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("pgengine: migrations: adopt versions: %w", err)
+	}
+	if n > 0 {
+		logger.InfoContext(ctx, "migrations: idemgate's versions copied from goose's default table",
+			slog.String("from", goose.DefaultTablename), slog.String("to", migrations.Table), slog.Int("rows", n))
+	}
+	return nil
 }
 
 // lockPostgres takes MigrateLockKey on a connection of its own and returns

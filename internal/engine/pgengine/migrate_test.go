@@ -14,6 +14,7 @@ import (
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 // ourTables are the tables 00001_init.sql creates (the built-in tools'
@@ -162,7 +163,7 @@ func TestPostgresStatus(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		_, pool := pgtest.NewDB(t)
-		_, err := pool.Exec(ctx, "DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)")
+		_, err := pool.Exec(ctx, "DELETE FROM "+migrations.Table+" WHERE version_id = (SELECT max(version_id) FROM "+migrations.Table+")")
 		require.NoError(t, err)
 
 		ok, err := pgengine.Status(ctx, pool)
@@ -192,7 +193,7 @@ func requireSchemaComplete(ctx context.Context, t *testing.T, pool *pgxpool.Pool
 	}
 
 	var gooseVersions int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM goose_db_version WHERE version_id > 0").Scan(&gooseVersions))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+migrations.Table+" WHERE version_id > 0").Scan(&gooseVersions))
 	require.Equal(t, ourMigrationCount(t), gooseVersions, "each of our migrations recorded once")
 
 	var riverVersions int
@@ -206,7 +207,7 @@ func requireSchemaComplete(ctx context.Context, t *testing.T, pool *pgxpool.Pool
 
 func ourMigrationCount(t *testing.T) int {
 	t.Helper()
-	files, err := fs.Glob(pgengine.MigrationsFS(), "*.sql")
+	files, err := fs.Glob(migrations.Core(migrations.Postgres), "*.sql")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	return len(files)

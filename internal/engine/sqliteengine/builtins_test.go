@@ -17,15 +17,15 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
-	"github.com/idemgate/idemgate/internal/tools"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 // The built-in tools' tables moved from idemgate's core migrations (00001
 // and 00002 created them until version 12) to the built-ins' own line
-// (tools.Migrations, tools.VersionTable), which creates them IF NOT EXISTS.
+// (migrations.Builtins, migrations.BuiltinsTable), which creates them IF
+// NOT EXISTS.
 // testdata/v12 holds the two core files as they were; the other core files
 // did not change.
 
@@ -53,12 +53,12 @@ func v12FS(t *testing.T, current fs.FS) fs.FS {
 
 var sqliteSpace = regexp.MustCompile(`\s+`)
 
-// sqliteSchema describes every object of the database but goose's version
+// sqliteSchema describes every object of the database but the version
 // tables, with CREATE … IF NOT EXISTS read as CREATE … and runs of white
 // space as one, one sorted line each.
 func sqliteSchema(ctx context.Context, t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.QueryContext(ctx, `SELECT type, name, coalesce(sql, '') FROM sqlite_master WHERE name NOT LIKE '%goose_db_version%'`)
+	rows, err := db.QueryContext(ctx, `SELECT type, name, coalesce(sql, '') FROM sqlite_master WHERE name NOT LIKE '%db_version'`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
@@ -77,7 +77,7 @@ func migrateSQLiteNow(ctx context.Context, t *testing.T, db *sql.DB) (core, buil
 	t.Helper()
 	res, err := sqliteengine.Migrate(ctx, db, nil)
 	require.NoError(t, err)
-	builtins, err = sqliteengine.MigrateLine(ctx, db, tools.Migrations(gate.SQLite), tools.VersionTable, nil)
+	builtins, err = sqliteengine.MigrateLine(ctx, db, migrations.Builtins(migrations.SQLite), migrations.BuiltinsTable, nil)
 	require.NoError(t, err)
 	return res.IdemgateApplied, builtins
 }
@@ -88,7 +88,7 @@ func migrateSQLiteV12(ctx context.Context, t *testing.T, db *sql.DB) {
 	require.NoError(t, err)
 	_, err = river.Migrate(ctx, rivermigrate.DirectionUp, nil)
 	require.NoError(t, err)
-	_, err = sqliteengine.MigrateLine(ctx, db, v12FS(t, sqliteengine.MigrationsFS()), goose.DefaultTablename, nil)
+	_, err = sqliteengine.MigrateLine(ctx, db, v12FS(t, migrations.Core(migrations.SQLite)), goose.DefaultTablename, nil)
 	require.NoError(t, err)
 }
 

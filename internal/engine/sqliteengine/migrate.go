@@ -3,7 +3,6 @@ package sqliteengine
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,12 +14,9 @@ import (
 	"github.com/pressly/goose/v3/database"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
-)
 
-// embeddedSQLite holds the SQLite migration files.
-//
-//go:embed migrations/*.sql
-var embeddedSQLite embed.FS
+	"github.com/idemgate/idemgate/migrations"
+)
 
 // MigrateAttempts bounds how many times in a row Migrate tries
 // to apply one version when a concurrent migrator of the same file applied
@@ -31,20 +27,12 @@ const MigrateAttempts = 5
 // of failed attempts so far.
 const sqliteRetryBackoff = 50 * time.Millisecond
 
-// MigrationsFS returns the SQLite migration files (the contents of migrations/), for
-// tools that need to inspect them, such as the test template fingerprint.
-func MigrationsFS() fs.FS {
-	sub, err := fs.Sub(embeddedSQLite, "migrations")
-	if err != nil {
-		// fs.Sub only fails on an invalid path; "migrations" is a constant.
-		panic(err)
-	}
-	return sub
-}
-
 // Migrate applies River's pending SQLite migrations and then
-// idemgate's pending SQLite migrations to db, and reports how many of each
-// it applied. It is safe to call repeatedly (a second call applies nothing)
+// idemgate's pending core SQLite migrations (migrations.Core, recorded in
+// migrations.Table) to db, and reports how many of each it applied. A
+// database whose core versions an earlier release recorded in goose's
+// default table has them copied to migrations.Table first
+// (engine.AdoptLegacyVersions), in one transaction. It is safe to call repeatedly (a second call applies nothing)
 // and from several processes at once.
 //
 // SQLite has no advisory lock to serialize migrators on. Instead,
@@ -95,6 +83,9 @@ func Migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) (*engine.Resu
 		return len(r.Versions) > 0, nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := adoptSQLite(ctx, db, logger); err != nil {
 		return nil, err
 	}
 	res.IdemgateApplied, err = stepSQLite(ctx, logger, "idemgate", func() (bool, error) {
@@ -187,8 +178,8 @@ func Status(ctx context.Context, db *sql.DB) (ok bool, err error) {
 	// so that a readiness probe never writes.
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-		goose.DefaultTablename).Scan(&n); err != nil {
-		return false, fmt.Errorf("sqliteengine: migrations: look up %s: %w", goose.DefaultTablename, err)
+		migrations.Table).Scan(&n); err != nil {
+		return false, fmt.Errorf("sqliteengine: migrations: look up %s: %w", migrations.Table, err)
 	}
 	if n == 0 {
 		return false, nil
@@ -205,10 +196,45 @@ func Status(ctx context.Context, db *sql.DB) (ok bool, err error) {
 	return !pending, nil
 }
 
-// newSQLiteProvider returns a goose provider over our embedded SQLite files,
-// on sqliteVersionStore.
+// newSQLiteProvider returns a goose provider over idemgate's core SQLite
+// migrations, recorded in migrations.Table through sqliteVersionStore.
 func newSQLiteProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
-	return newSQLiteProviderFS(db, MigrationsFS(), goose.DefaultTablename, logger)
+	return newSQLiteProviderFS(db, migrations.Core(migrations.SQLite), migrations.Table, logger)
+}
+
+// adoptSQLite runs engine.AdoptLegacyVersions in a transaction of its own,
+// which begins IMMEDIATE (Open's DSN): concurrent migrators queue for the
+// write lock, and those after the first find migrations.Table there.
+func adoptSQLite(ctx context.Context, db *sql.DB, logger *slog.Logger) (retErr error) {
+	store, err := database.NewStore(database.DialectSQLite3, migrations.Table)
+	if err != nil {
+		return fmt.Errorf("sqliteengine: migrations: goose store: %w", err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqliteengine: migrations: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			retErr = errors.Join(retErr, tx.Rollback())
+		}
+	}()
+	n, err := engine.AdoptLegacyVersions(ctx, tx, store, func(ctx context.Context, tx *sql.Tx, table string) (bool, error) {
+		var n int
+		err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", table).Scan(&n)
+		return n > 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("sqliteengine: migrations: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqliteengine: migrations: adopt versions: %w", err)
+	}
+	if n > 0 {
+		logger.InfoContext(ctx, "migrations: idemgate's versions copied from goose's default table",
+			slog.String("from", goose.DefaultTablename), slog.String("to", migrations.Table), slog.Int("rows", n))
+	}
+	return nil
 }
 
 func newSQLiteProviderFS(db *sql.DB, fsys fs.FS, table string, logger *slog.Logger) (*goose.Provider, error) {

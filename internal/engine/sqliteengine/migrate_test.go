@@ -17,6 +17,7 @@ import (
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
+	"github.com/idemgate/idemgate/migrations"
 )
 
 func TestMigrateSQLite(t *testing.T) {
@@ -75,7 +76,7 @@ func TestMigrateSQLite(t *testing.T) {
 		}
 		// Where the versions land: one row per version in goose's table
 		// (a version applied twice has two), one per River version.
-		rows, err := db.QueryContext(ctx, "SELECT version_id, count(*) FROM "+goose.DefaultTablename+
+		rows, err := db.QueryContext(ctx, "SELECT version_id, count(*) FROM "+migrations.Table+
 			" WHERE version_id > 0 GROUP BY version_id HAVING count(*) > 1")
 		require.NoError(t, err)
 		var twice []string
@@ -98,7 +99,7 @@ func TestMigrateSQLite(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		_, db := sqlitetest.NewDB(t)
-		provider, err := goose.NewProvider(goose.DialectSQLite3, db, sqliteengine.MigrationsFS(), goose.WithDisableGlobalRegistry(true))
+		provider, err := goose.NewProvider(goose.DialectSQLite3, db, migrations.Core(migrations.SQLite), goose.WithTableName(migrations.Table), goose.WithDisableGlobalRegistry(true))
 		require.NoError(t, err)
 		_, err = provider.DownTo(ctx, 0)
 		require.NoError(t, err)
@@ -174,7 +175,7 @@ func TestSQLiteStatus(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		_, db := sqlitetest.NewDB(t)
-		_, err := db.ExecContext(ctx, "DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)")
+		_, err := db.ExecContext(ctx, "DELETE FROM "+migrations.Table+" WHERE version_id = (SELECT max(version_id) FROM "+migrations.Table+")")
 		require.NoError(t, err)
 
 		ok, err := sqliteengine.Status(ctx, db)
@@ -202,7 +203,7 @@ func requireSQLiteSchemaComplete(ctx context.Context, t *testing.T, db *sql.DB) 
 	}
 
 	var gooseVersions int
-	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM goose_db_version WHERE version_id > 0").Scan(&gooseVersions))
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+migrations.Table+" WHERE version_id > 0").Scan(&gooseVersions))
 	require.Equal(t, sqliteMigrationCount(t), gooseVersions, "each of our migrations recorded once")
 
 	var riverVersions int
@@ -223,7 +224,7 @@ func sqliteTableExists(ctx context.Context, t *testing.T, db *sql.DB, table stri
 
 func sqliteMigrationCount(t *testing.T) int {
 	t.Helper()
-	files, err := fs.Glob(sqliteengine.MigrationsFS(), "*.sql")
+	files, err := fs.Glob(migrations.Core(migrations.SQLite), "*.sql")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	return len(files)
