@@ -21,8 +21,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/config"
