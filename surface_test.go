@@ -50,20 +50,26 @@ func TestImportLayers(t *testing.T) {
 }
 
 // TestImportLayersRefuseABackEdge shows the check failing: the real graph
-// with one import added from the core to the public gate API, and one from
-// a leaf to the gate.
+// with imports added from the core to the public gate API, from a leaf to
+// the core, and from the engine drivers to the process configuration, the
+// worker and the public API.
 func TestImportLayersRefuseABackEdge(t *testing.T) {
 	t.Parallel()
 	g, err := surface.Imports(".", module)
 	require.NoError(t, err)
 	g["internal/core"] = append(g["internal/core"], "gate")
 	g["internal/telemetry"] = append(g["internal/telemetry"], "internal/core")
+	g["internal/engine/pgengine"] = append(g["internal/engine/pgengine"], "internal/config", "gate")
+	g["internal/engine/sqliteengine"] = append(g["internal/engine/sqliteengine"], "internal/jobs")
 	g["internal/newpkg"] = nil
 	problems := surface.CheckLayers(g)
-	require.Len(t, problems, 3, "%v", problems)
-	require.Contains(t, problems[0], "internal/core (layer 2) imports gate (layer 5)")
-	require.Contains(t, problems[1], "internal/newpkg: in no layer")
-	require.Contains(t, problems[2], "internal/telemetry (layer 0) imports internal/core (layer 2)")
+	require.Len(t, problems, 6, "%v", problems)
+	require.Contains(t, problems[0], "internal/core (layer 2) imports gate (layer 8)")
+	require.Contains(t, problems[1], "internal/engine/pgengine (layer 5) imports gate (layer 8)")
+	require.Contains(t, problems[2], "internal/engine/pgengine (layer 5) imports internal/config (layer 6)")
+	require.Contains(t, problems[3], "internal/engine/sqliteengine (layer 5) imports internal/jobs (layer 9)")
+	require.Contains(t, problems[4], "internal/newpkg: in no layer")
+	require.Contains(t, problems[5], "internal/telemetry (layer 0) imports internal/core (layer 2)")
 }
 
 // TestBuiltinsLinkedOnlyByImport: a service without the built-ins (the

@@ -98,7 +98,7 @@ func startIdem(ctx context.Context, db *benchDB, tn tuning, logger *slog.Logger,
 	// The per-tenant rate limit (50 calls/s, burst 200, by default) is off:
 	// one tenant drives all the load here, and the limiter would be measured
 	// instead of the gate.
-	s.api, err = app.NewAPIWithOptions(cfg, pgengine.NewDriver(s.apiPool, cfg), logger, &app.APIOptions{
+	s.api, err = app.NewAPIWithOptions(cfg, pgengine.NewDriver(s.apiPool, cfg.Pooled()), logger, &app.APIOptions{
 		RateLimit: -1,
 	})
 	if err != nil {
@@ -144,7 +144,7 @@ func newIdemWorker(ctx context.Context, db *benchDB, tn tuning, logger *slog.Log
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers, MaxGroup: tn.MaxGroup})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), logger, &app.WorkerOptions{MaxWorkers: tn.MaxWorkers, MaxGroup: tn.MaxGroup})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -40,7 +40,7 @@ func setupOp(t *testing.T, engine string) *opBundle {
 	var o *idemgateapp.Ops
 	var err error
 	if d.Pool != nil {
-		o, err = idemgateapp.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
+		o, err = idemgateapp.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil)
 	} else {
 		o, err = idemgateapp.NewOps(cfg, sqliteengine.NewDriver(d.SQL), nil)
 	}

@@ -74,7 +74,7 @@ func fuzzSetup(tb testing.TB) *fuzzBundle {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), slog.New(slog.DiscardHandler), &app.APIOptions{RateLimit: -1})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), slog.New(slog.DiscardHandler), &app.APIOptions{RateLimit: -1})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func mcpPairSetup(tb testing.TB) *mcpPair {
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
 	discard := slog.New(slog.DiscardHandler)
-	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), discard, &app.APIOptions{RateLimit: -1})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), discard, &app.APIOptions{RateLimit: -1})
 	require.NoError(tb, err)
 	p := &mcpPair{store: a.Gate.Store(), pool: pool, metrics: prometheus.NewRegistry()}
 	for _, sdkOnly := range []bool{false, true} {

@@ -73,7 +73,7 @@ func setup(t *testing.T, viaProxy func(dbURL string) string) *testBundle {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg), nil)
+	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil)
 	require.NoError(t, err)
 	return &testBundle{url: serveAPI(ctx, t, a), pool: seedPool, api: a}
 }

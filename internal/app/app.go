@@ -10,10 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/engine/drivers"
+	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -38,7 +41,7 @@ type API struct {
 	Gate   *core.Gate
 	Tools  *toolspec.Registry
 	// Jobs cancels and retries River jobs in the gate's transactions.
-	Jobs    engine.River
+	Jobs    jobs.Client
 	Server  *api.Server
 	Handler http.Handler
 	// Health serves /healthz, /readyz and /metrics alone, unauthenticated,
@@ -96,7 +99,7 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 	// leaves a call inserted within 100 ms of the last notified one to the
 	// workers' poll (DefaultFetchPollInterval); the workers' 10 ms bounds
 	// the notifications at 100 a second per api process.
-	riverClient := drv.NewRiver()
+	riverClient := drivers.NewRiver(drv)
 	if err := riverClient.Open(&river.Config{Logger: logger, FetchCooldown: DefaultFetchCooldown,
 		Middleware: telemetry.RiverMiddleware(opts.TracerProvider)}); err != nil {
 		return nil, err
@@ -136,7 +139,7 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 		return nil, err
 	}
 	// River UI gets an insert-only client of its own on the api's pool.
-	uiClient := drv.NewRiver()
+	uiClient := drivers.NewRiver(drv)
 	if err := uiClient.Open(&river.Config{Logger: logger}); err != nil {
 		return nil, fmt.Errorf("River UI: %w", err)
 	}

@@ -94,11 +94,11 @@ func setupNotices(t *testing.T, engineName string) *noticeBundle {
 		_, err := pgengine.New(pool).Seed(ctx, seed)
 		require.NoError(t, err)
 		cfg.DatabaseURL = dbURL
-		a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), nil, nil)
+		a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil, nil)
 		require.NoError(t, err)
 		run(func() error { a.Run(runCtx); return nil })
 		b.url = startHTTP(t, a)
-		w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 4})
+		w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil, &app.WorkerOptions{MaxWorkers: 4})
 		require.NoError(t, err)
 		run(func() error { return w.Run(runCtx, 10*time.Second) })
 		workerSrv := httptest.NewServer(w.Handler)

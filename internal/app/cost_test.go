@@ -199,7 +199,7 @@ func TestCostPerCall(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), nil, &app.APIOptions{RateLimit: -1})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil, &app.APIOptions{RateLimit: -1})
 	require.NoError(t, err)
 	url := serveAPI(ctx, t, a)
 
@@ -240,7 +240,7 @@ func TestCostPerCall(t *testing.T) {
 	// work runs a worker process until want claims have succeeded.
 	work := func(maxWorkers, want int) {
 		t.Helper()
-		w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), nil, &app.WorkerOptions{MaxWorkers: maxWorkers})
+		w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil, &app.WorkerOptions{MaxWorkers: maxWorkers})
 		require.NoError(t, err)
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)

@@ -57,13 +57,13 @@ func setupEdges(t *testing.T, engine string) *edgeStack {
 	var handler http.Handler
 	var startWorker func()
 	if d.Pool != nil {
-		a, err := app.NewAPI(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
+		a, err := app.NewAPI(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil)
 		require.NoError(t, err)
 		running++
 		go func() { a.Run(ctx); done <- nil }()
 		handler = a.Handler
 		startWorker = func() {
-			w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 4})
+			w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil, &app.WorkerOptions{MaxWorkers: 4})
 			require.NoError(t, err)
 			running++
 			go func() { done <- w.Run(ctx, 10*time.Second) }()

@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/toolspec"
@@ -36,7 +37,7 @@ type Embedded struct {
 	Health http.Handler
 	// Client is the process's one River client: it inserts, works,
 	// cancels and retries the jobs and serves River UI.
-	Client engine.River
+	Client jobs.Client
 	// Ops is the operator routes under /ops (River UI, re-drive).
 	Ops *ops.Server
 
@@ -73,7 +74,7 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
-	client := drv.NewRiver()
+	client := drivers.NewRiver(drv)
 	warnNoSecret(cfg, logger)
 	g, err := core.New(&core.Config{
 		OnTransition: onTransition,

@@ -70,7 +70,7 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 	// The api in process; the only worker is the victim, so it is also
 	// River's leader: its successor cannot be elected before River's
 	// leadership TTL, and must reap anyway (jobs.KeepReaping).
-	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg), nil)
+	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil)
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	go a.Run(runCtx)

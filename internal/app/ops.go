@@ -11,6 +11,8 @@ import (
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
+	"github.com/idemgate/idemgate/internal/engine/drivers"
+	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/ops"
 )
 
@@ -33,7 +35,7 @@ const opsLockMargin = 5 * time.Second
 // NewOps assembles the operators' parts on drv, whose database a running
 // api may share. The driver is the caller's.
 func NewOps(cfg *config.Config, drv engine.Driver, logger *slog.Logger) (*Ops, error) {
-	client := drv.NewRiver()
+	client := drivers.NewRiver(drv)
 	if err := client.Open(&river.Config{Logger: logger}); err != nil {
 		return nil, err
 	}
@@ -65,7 +67,7 @@ func NewOps(cfg *config.Config, drv engine.Driver, logger *slog.Logger) (*Ops, e
 // bearer authentication (scope ops:admin) or the Basic credentials of
 // IDEMGATE_OPS_USER and IDEMGATE_OPS_PASSWORD (cfg.OpsUser,
 // cfg.OpsPassword).
-func newOpsServer(cfg *config.Config, g *core.Gate, uiClient engine.River, control ops.Jobs,
+func newOpsServer(cfg *config.Config, g *core.Gate, uiClient jobs.Client, control ops.Jobs,
 	srv *api.Server, reg prometheus.Registerer, logger *slog.Logger,
 ) (*ops.Server, error) {
 	basic, err := ops.BasicIfSet(cfg.OpsUser, cfg.OpsPassword)

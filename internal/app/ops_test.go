@@ -67,7 +67,7 @@ func newOps(t *testing.T, d *enginetest.DB) *app.Ops {
 	var o *app.Ops
 	var err error
 	if d.Pool != nil {
-		o, err = app.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
+		o, err = app.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil)
 	} else {
 		o, err = app.NewOps(cfg, sqliteengine.NewDriver(sqlitetest.Open(t, d.Path)), nil)
 	}
@@ -128,7 +128,7 @@ func setupOpsAPI(t *testing.T, engine string, env map[string]string) *opsBundle 
 func serveOpsAPI(t *testing.T, cfg *config.Config, d *enginetest.DB, logger *slog.Logger) (string, *core.Gate) {
 	t.Helper()
 	if d.Pool != nil {
-		a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(d.Pool, cfg), logger, nil)
+		a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), logger, nil)
 		require.NoError(t, err)
 		return serveAPI(context.Background(), t, a), a.Gate
 	}
@@ -177,9 +177,9 @@ func runAPIAndWorker(t *testing.T, cfg *config.Config, d *enginetest.DB) string 
 	done := make(chan error, 2)
 	var handler http.Handler
 	if d.Pool != nil {
-		a, err := app.NewAPI(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
+		a, err := app.NewAPI(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil)
 		require.NoError(t, err)
-		w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 10})
+		w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil, &app.WorkerOptions{MaxWorkers: 10})
 		require.NoError(t, err)
 		go func() { a.Run(ctx); done <- nil }()
 		go func() { done <- w.Run(ctx, 10*time.Second) }()
@@ -515,7 +515,7 @@ func TestOpsBasicCredentialsMisconfigured(t *testing.T) {
 				cfg := opsConfig(d, tt.env)
 				var err error
 				if d.Pool != nil {
-					_, err = app.NewAPIWithOptions(cfg, pgengine.NewDriver(d.Pool, cfg), nil, nil)
+					_, err = app.NewAPIWithOptions(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil, nil)
 				} else {
 					_, err = app.NewEmbedded(cfg, sqliteengine.NewDriver(d.SQL), nil, nil, nil)
 				}

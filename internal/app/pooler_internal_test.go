@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 )
 
@@ -44,7 +45,7 @@ func TestTransactionPooler(t *testing.T) {
 			require.Equal(t, tt.pollOnly, rc.PollOnly)
 
 			// The pool connects lazily: nothing listens on port 1.
-			pool, err := pgengine.OpenPostgresConfig(context.Background(), cfg, 2, nil)
+			pool, err := pgengine.OpenPostgresConfig(context.Background(), drivers.PostgresSettings(cfg, 2), nil)
 			require.NoError(t, err)
 			defer pool.Close()
 			require.Equal(t, tt.mode, pool.Config().ConnConfig.DefaultQueryExecMode)

@@ -29,7 +29,7 @@ func setupRateEnv(t *testing.T, env map[string]string) *testBundle {
 	env[config.EnvWait] = "0"
 	cfg, err := config.Load(nil, func(k string) string { return env[k] })
 	require.NoError(t, err)
-	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), nil, nil)
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil, nil)
 	require.NoError(t, err)
 	return &testBundle{url: serveAPI(ctx, t, a), pool: pool, api: a}
 }

@@ -44,7 +44,7 @@ func TestStuckReaperJobDoesNotStopReaping(t *testing.T) {
 		var insertReaper func() int64
 		var run func(ctx context.Context) error
 		if d.Pool != nil {
-			w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg), nil, &app.WorkerOptions{MaxWorkers: 2})
+			w, err := app.NewWorker(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil, &app.WorkerOptions{MaxWorkers: 2})
 			require.NoError(t, err)
 			g = w.Gate
 			insertReaper = func() int64 {

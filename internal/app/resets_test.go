@@ -3,11 +3,12 @@ package app_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/stretchr/testify/require"
 

@@ -87,7 +87,7 @@ func setupWith(t *testing.T, opts *app.APIOptions, logger *slog.Logger) *testBun
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
-	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), logger, opts)
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), logger, opts)
 	require.NoError(t, err)
 	return &testBundle{url: serveAPI(ctx, t, a), pool: pool, api: a}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/engine/drivers"
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -34,7 +36,7 @@ const (
 type Worker struct {
 	// Client is the worker's River client; it also cancels and retries
 	// jobs in the gate's transactions.
-	Client engine.River
+	Client jobs.Client
 	Gate   *core.Gate
 	Runner *jobs.Runner
 	// Handler serves /metrics and /healthz (IDEMGATE_WORKER_ADDR).
@@ -108,7 +110,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 // mailer), and the metrics' registry. The client is not open yet.
 type workerParts struct {
 	cfg     *config.Config
-	client  engine.River
+	client  jobs.Client
 	gate    *core.Gate
 	runner  *jobs.Runner
 	notices *jobs.ApprovalNoticeWorker
@@ -134,7 +136,7 @@ func newWorkerParts(cfg *config.Config, drv engine.Driver, logger *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	client := drv.NewRiver()
+	client := drivers.NewRiver(drv)
 	g, err := core.New(&core.Config{Store: data, Enqueuer: client, Policies: tools.Policies(), OnTransition: onTransition, Logger: logger,
 		Secret: []byte(cfg.Secret), TracerProvider: opts.TracerProvider})
 	if err != nil {
@@ -159,7 +161,7 @@ func (p *workerParts) addWorkers(workers *river.Workers) error {
 // newWorkers builds the claim jobs' runner over the registry's mutations
 // (newRunner) and River's workers for them, the reaper, the pruner and
 // the approval notices when notices is set (addWorkers).
-func newWorkers(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, client engine.River,
+func newWorkers(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, client jobs.Client,
 	notices *jobs.ApprovalNoticeWorker, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions, groupsAtOnce int,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := newRunner(cfg, g, reg, metrics, logger, opts, groupsAtOnce)
@@ -195,7 +197,7 @@ func newRunner(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, metrics
 // (on client's River driver), of the reaper and the pruner, and of the
 // approval notices when notices is set; client inserts notices exactly
 // then. A kind workers already has is an error.
-func addWorkers(workers *river.Workers, cfg *config.Config, g *core.Gate, client engine.River, runner *jobs.Runner,
+func addWorkers(workers *river.Workers, cfg *config.Config, g *core.Gate, client jobs.Client, runner *jobs.Runner,
 	notices *jobs.ApprovalNoticeWorker, logger *slog.Logger,
 ) error {
 	if err := client.AddWorkers(workers, runner); err != nil {
@@ -299,7 +301,7 @@ func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
 // runRiver starts a River client and blocks until ctx ends, then stops it
 // softly: no new fetches, running jobs finish within stopTimeout, and only
 // then are they cancelled.
-func runRiver(ctx context.Context, client engine.River, stopTimeout time.Duration) error {
+func runRiver(ctx context.Context, client jobs.Client, stopTimeout time.Duration) error {
 	// River's own context is not ctx: cancelling it would stop River hard.
 	riverCtx, cancelRiver := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRiver()

@@ -80,7 +80,7 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 	cfg.Secret = strings.Repeat("s", 32)
 	cfg.InflightTimeout = 10 * time.Second
 
-	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg), logger, &app.APIOptions{TracerProvider: tp})
+	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), logger, &app.APIOptions{TracerProvider: tp})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	listenDone := make(chan struct{})
@@ -88,7 +88,7 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 	srv := httptest.NewServer(a.Handler)
 	cfg.ResetLinkBase = srv.URL + api.ResetPagePath // the mails link to this api's page
 
-	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), logger, &app.WorkerOptions{MaxWorkers: 10, TracerProvider: tp})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), logger, &app.WorkerOptions{MaxWorkers: 10, TracerProvider: tp})
 	require.NoError(t, err)
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- w.Run(runCtx, 10*time.Second) }()

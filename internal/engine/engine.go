@@ -13,12 +13,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
-	"riverqueue.com/riverui/uiendpoints"
-
 	"github.com/idemgate/idemgate/internal/core"
-	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
 )
 
@@ -45,8 +40,6 @@ type Driver interface {
 	// Migrated reports whether every River and idemgate migration this
 	// binary knows is applied. It only reads.
 	Migrated(ctx context.Context) (bool, error)
-	// NewRiver returns a River client on the database, not yet open.
-	NewRiver() River
 	// EmbeddedWorker reports whether the worker runs inside the api
 	// process, with the api's one River client (SQLite: one writer per
 	// file), rather than in worker processes of its own.
@@ -70,37 +63,6 @@ type Store interface {
 	store.Tokens
 	store.Seeder
 	store.TenantSettings
-}
-
-// River is a River client on a driver's database, with the gate's job
-// operations (core.BatchEnqueuer, core.JobControl) in the driver's
-// transactions. jobs.River implements it for any River driver.
-type River interface {
-	core.BatchEnqueuer
-	core.JobControl
-	// ApprovalNoticeInsert inserts the job that mails a claim's approvers,
-	// once SetApprovalNotices turned it on; before, it inserts nothing.
-	core.ApprovalNoticer
-	// SetApprovalNotices turns ApprovalNoticeInsert on or off: on only
-	// where the deployment's workers work the notices.
-	SetApprovalNotices(on bool)
-	// JobRetryable reports whether JobRetryTx would retry the job itself;
-	// false means a fresh job would replace it.
-	JobRetryable(ctx context.Context, jobID int64) (bool, error)
-	// AddWorkers registers a worker for every mutating tool of runner's
-	// registry, on this engine's River driver.
-	AddWorkers(workers *river.Workers, runner *jobs.Runner) error
-	// Open creates the client with cfg: call it once, after AddWorkers
-	// and before the methods below or the job operations.
-	Open(cfg *river.Config) error
-	// Insert inserts a job outside any transaction.
-	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
-	// Start starts the client's queues, workers and maintenance.
-	Start(ctx context.Context) error
-	// Stop stops fetching and waits for running jobs until ctx ends.
-	Stop(ctx context.Context) error
-	// UI is River UI's endpoints on the client.
-	UI() uiendpoints.Bundle
 }
 
 // AppTable is the version table of a team's own migrations run through

@@ -3,12 +3,13 @@ package jobs
 import (
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"

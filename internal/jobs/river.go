@@ -9,8 +9,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui/uiendpoints"
 
-	"github.com/idemgate/idemgate/internal/core"
 	riverui "riverqueue.com/riverui"
+
+	"github.com/idemgate/idemgate/internal/core"
 )
 
 // DriverTx is a gate transaction that River's driver, whose transactions
@@ -32,7 +33,7 @@ func driverTx[TTx any](tx core.Tx) (TTx, error) {
 
 // River is one River client on River driver TDriver with the gate's job
 // operations in the engine's transactions (an Enqueuer and a Control): an
-// engine.River. The engine drivers build theirs with NewRiver.
+// jobs.Client. The engine drivers build theirs with NewRiver.
 type River[TDriver riverdriver.Driver[TTx], TTx any] struct {
 	Enqueuer[TTx]
 	Control[TTx]

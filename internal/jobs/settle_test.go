@@ -3,10 +3,11 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"

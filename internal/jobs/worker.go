@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"

@@ -189,7 +189,7 @@ func newPostgres(t *testing.T) *harness {
 	f := &faults{}
 	reg := registry(t, tools.Deps{DB: builtins.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
 	cfg := newConfig(dbURL, stripeHTTP.URL)
-	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg), quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
+	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
 	h := &harness{engine: "postgres", gate: w.Gate, store: w.Gate.Store(), data: data, tools: reg, client: w.Client.(interface{ Client() *river.Client[pgx.Tx] }).Client(), control: w.Client,
 		redriver: &ops.Redriver{Gate: w.Gate, Jobs: w.Client}, stripe: stripeSrv, faults: f}

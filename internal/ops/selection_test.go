@@ -35,7 +35,7 @@ func setupSelection(t *testing.T, engine string) *selectionBundle {
 	var o *idemgateapp.Ops
 	var err error
 	if d.Pool != nil {
-		o, err = idemgateapp.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg), nil)
+		o, err = idemgateapp.NewOps(cfg, pgengine.NewDriver(d.Pool, cfg.Pooled()), nil)
 	} else {
 		o, err = idemgateapp.NewOps(cfg, sqliteengine.NewDriver(d.SQL), nil)
 	}

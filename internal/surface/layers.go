@@ -17,20 +17,29 @@ var Layers = [][]string{
 	{"domain", "jobs", "migrations", "internal/telemetry", "internal/tenancy/tokenspec", "internal/surface/", "internal/procstat", "internal/logtest", "internal/groups"},
 	// The shared internal types.
 	{"internal/vocab"},
-	// The gate, configuration and the domain's clients.
-	{"internal/core", "internal/config", "internal/vocab/refunds", "internal/vocab/resetmail", "internal/vocab/resettoken", "internal/vocab/approvalmail", "internal/oauth"},
+	// The gate's core (its store contract included) and the domain's clients.
+	{"internal/core", "internal/vocab/refunds", "internal/vocab/resetmail", "internal/vocab/resettoken", "internal/vocab/approvalmail", "internal/oauth"},
 	// What the engines store besides the gate.
 	{"internal/store/", "internal/tenancy"},
+	// The driver contract (engine.Driver, engine.Store) and what the
+	// drivers share.
+	{"internal/engine", "internal/engine/internal/"},
+	// The engine drivers, as River's riverpgxv5 and riversqlite: on the
+	// contract and the leaves only, below the process configuration, the
+	// public API and the worker. Their transaction is a gate.Tx by its
+	// method set, not by an import.
+	{"internal/engine/pgengine", "internal/engine/sqliteengine"},
+	// The process configuration.
+	{"internal/config"},
 	// What the assembly reads of a declaration.
 	{"internal/toolspec"},
 	// The public gate API (declaring tools).
 	{"gate"},
 	// The product's parts, built on the tool API.
 	{"internal/tools/", "internal/jobs", "internal/ops", "internal/api"},
-	// The engine drivers (their migrations included): each driver's
-	// transaction is the gate.Tx effects see and its River client a
-	// jobs.River, so they sit above tool and jobs and below the assembly.
-	{"internal/engine/"},
+	// The glue that opens a driver from the configuration and a River
+	// client on it.
+	{"internal/engine/drivers"},
 	// The assembly.
 	{"internal/app"},
 	// The public root.

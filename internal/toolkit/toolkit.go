@@ -138,7 +138,7 @@ func Postgres(t testing.TB, reg *toolspec.Registry, opts *Options) *Harness {
 	h.dbTime = func(t time.Time) any { return t }
 	cfg := newConfig(dbURL, opts)
 	wreg := h.faults.wrap(t, reg)
-	drv := pgengine.NewDriver(pool, cfg)
+	drv := pgengine.NewDriver(pool, cfg.Pooled())
 	a, err := app.NewAPIWithOptions(cfg, drv, nil, &app.APIOptions{Tools: wreg, RateLimit: -1})
 	require.NoError(t, err)
 	w, err := app.NewWorker(cfg, drv, nil, &app.WorkerOptions{Tools: wreg, MaxWorkers: 10, Fault: h.fault})

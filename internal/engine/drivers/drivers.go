@@ -11,11 +11,14 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
+	"github.com/idemgate/idemgate/internal/jobs"
 )
 
 // Options are Open's optional settings. The zero value is valid.
@@ -51,7 +54,7 @@ func Open(ctx context.Context, cfg *config.Config, opts *Options) (engine.Driver
 		return borrow(ctx, cfg, opts)
 	}
 	if cfg.Driver() == config.DriverPostgres {
-		d, err := pgengine.Open(ctx, cfg, opts.MaxConns, opts.Logger)
+		d, err := pgengine.Open(ctx, PostgresSettings(cfg, opts.MaxConns), opts.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -83,10 +86,32 @@ func borrow(ctx context.Context, cfg *config.Config, opts *Options) (engine.Driv
 		if cfg.DatabaseURL != "" && cfg.Driver() != config.DriverPostgres {
 			return nil, fmt.Errorf("%s names SQLite while a Postgres pool is given: leave it empty", config.EnvDatabaseURL)
 		}
-		return pgengine.BorrowDriver(opts.Pool, cfg)
+		return pgengine.BorrowDriver(opts.Pool, cfg.Pooled())
 	}
 	if cfg.Driver() != config.DriverSQLite {
 		return nil, fmt.Errorf("%s names Postgres while a SQLite handle is given: leave it empty", config.EnvDatabaseURL)
 	}
 	return sqliteengine.BorrowDriver(ctx, opts.DB)
+}
+
+// NewRiver returns a new River client on drv's database (not open yet):
+// riverpgxv5 on a Postgres driver's pool, riversqlite on a SQLite driver's
+// handle. The drivers know nothing of River's workers; this glue does.
+func NewRiver(drv engine.Driver) jobs.Client {
+	switch d := drv.(type) {
+	case *pgengine.Driver:
+		return jobs.NewRiver[*riverpgxv5.Driver](riverpgxv5.New(d.Pool()), pgengine.Unavailable)
+	case *sqliteengine.Driver:
+		return jobs.NewRiver[*riversqlite.Driver](riversqlite.New(d.DB()), sqliteengine.Unavailable)
+	}
+	panic(fmt.Sprintf("drivers: %T is not an engine driver", drv))
+}
+
+// PostgresSettings are what the Postgres driver reads of cfg, for a process
+// that may hold total connections to Postgres in all (0: the default).
+func PostgresSettings(cfg *config.Config, total int32) pgengine.Settings {
+	if total <= 0 {
+		total = config.DefaultPoolMaxConns
+	}
+	return pgengine.Settings{URL: cfg.DatabaseURL, Pooled: cfg.Pooled(), ExecMode: cfg.PostgresExecMode(), MaxConns: cfg.PoolMaxConns(total)}
 }

@@ -7,12 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
-	"github.com/idemgate/idemgate/internal/jobs"
 )
 
 // Driver is the Postgres engine.Driver on a pool.
@@ -26,33 +23,30 @@ type Driver struct {
 
 var (
 	_ engine.Driver = (*Driver)(nil)
-	_ gate.Tx       = (*Tx)(nil)
 )
 
-// Open opens a pool on cfg's DATABASE_URL (OpenPostgresConfig, at most
-// maxConns connections in all unless the URL says otherwise) and returns
-// the Driver on it, which owns the pool.
-func Open(ctx context.Context, cfg *config.Config, maxConns int32, logger *slog.Logger) (*Driver, error) {
-	pool, err := OpenPostgresConfig(ctx, cfg, maxConns, logger)
+// Open opens a pool with the process's settings (OpenPostgresConfig) and
+// returns the Driver on it, which owns the pool.
+func Open(ctx context.Context, s Settings, logger *slog.Logger) (*Driver, error) {
+	pool, err := OpenPostgresConfig(ctx, s, logger)
 	if err != nil {
 		return nil, err
 	}
-	return NewDriver(pool, cfg), nil
+	return NewDriver(pool, s.Pooled), nil
 }
 
-// NewDriver returns the Driver on pool; Close closes the pool. cfg says
-// whether the pool goes through a transaction pooler (cfg.Pooled), through
-// which Migrate refuses to run; nil means it does not. It panics if pool
-// is nil.
-func NewDriver(pool *pgxpool.Pool, cfg *config.Config) *Driver {
-	return &Driver{pool: pool, store: New(pool), pooled: cfg != nil && cfg.Pooled()}
+// NewDriver returns the Driver on pool; Close closes the pool. pooled says
+// whether the pool goes through a transaction pooler, through which
+// Migrate refuses to run. It panics if pool is nil.
+func NewDriver(pool *pgxpool.Pool, pooled bool) *Driver {
+	return &Driver{pool: pool, store: New(pool), pooled: pooled}
 }
 
 // Pool returns the driver's pool.
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
 
 // Engine implements engine.Driver.
-func (d *Driver) Engine() string { return gate.Postgres }
+func (d *Driver) Engine() string { return core.Postgres }
 
 // Store implements engine.Driver.
 func (d *Driver) Store() engine.Store { return d.store }
@@ -84,11 +78,6 @@ func (d *Driver) MigrateLine(ctx context.Context, fsys fs.FS, table string, logg
 
 // Migrated implements engine.Driver with Status.
 func (d *Driver) Migrated(ctx context.Context) (bool, error) { return Status(ctx, d.pool) }
-
-// NewRiver implements engine.Driver on River's riverpgxv5 driver.
-func (d *Driver) NewRiver() engine.River {
-	return jobs.NewRiver[*riverpgxv5.Driver](riverpgxv5.New(d.pool), Unavailable)
-}
 
 // EmbeddedWorker implements engine.Driver: on Postgres the api and any
 // number of workers are processes of their own.

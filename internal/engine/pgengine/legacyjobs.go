@@ -7,7 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
+	"github.com/idemgate/idemgate/jobs"
 )
 
 // sqlMoveLegacyJobs moves the unfinished claim jobs and approval notices
@@ -39,13 +40,13 @@ WHERE queue = $1 AND kind IN ($2, $3)
 // moved and dropped. Migrate runs it after the migrations; it is
 // idempotent.
 func MoveLegacyJobs(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (moved, dropped int64, err error) {
-	tag, err := pool.Exec(ctx, sqlMoveLegacyJobs, jobs.Queue, jobs.Kind(""), jobs.LegacyQueue,
-		jobs.LegacyApprovalNoticeKind, jobs.ApprovalNoticeKind)
+	tag, err := pool.Exec(ctx, sqlMoveLegacyJobs, jobs.Queue, jobs.Kind(""), enginesql.LegacyQueue,
+		enginesql.LegacyApprovalNoticeKind, jobs.Kind("approval_notice"))
 	if err != nil {
 		return 0, 0, fmt.Errorf("pgengine: migrations: moving earlier releases' jobs: %w", err)
 	}
 	moved = tag.RowsAffected()
-	tag, err = pool.Exec(ctx, sqlDeleteLegacyMaintenance, jobs.LegacyMaintenanceQueue, jobs.LegacyReaperKind, jobs.LegacyPrunerKind)
+	tag, err = pool.Exec(ctx, sqlDeleteLegacyMaintenance, enginesql.LegacyMaintenanceQueue, enginesql.LegacyReaperKind, enginesql.LegacyPrunerKind)
 	if err != nil {
 		return moved, 0, fmt.Errorf("pgengine: migrations: dropping earlier releases' maintenance jobs: %w", err)
 	}

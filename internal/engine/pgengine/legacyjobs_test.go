@@ -8,8 +8,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/pgtest"
 )
 
@@ -54,12 +54,12 @@ func TestMigrateMovesLegacyJobsPostgres(t *testing.T) {
 	finished := insert(claim(op1, "key-1"), nil)
 	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, finished)
 	require.NoError(t, err)
-	notice := insert(legacyArgs{kind: jobs.LegacyApprovalNoticeKind, TenantID: "acme", OperationID: op1}, nil)
+	notice := insert(legacyArgs{kind: enginesql.LegacyApprovalNoticeKind, TenantID: "acme", OperationID: op1}, nil)
 	// A team's jobs: its own kind, and a tool's name with no claim of it.
 	team := insert(legacyArgs{kind: "team_ping"}, nil)
 	teamTool := insert(legacyArgs{kind: "refund_order", TenantID: "acme", OperationID: "33333333-3333-4333-8333-333333333333",
 		Tool: "refund_order", IdempotencyKey: "key-1"}, nil)
-	reaper := insert(legacyArgs{kind: jobs.LegacyReaperKind}, &river.InsertOpts{Queue: jobs.LegacyMaintenanceQueue})
+	reaper := insert(legacyArgs{kind: enginesql.LegacyReaperKind}, &river.InsertOpts{Queue: enginesql.LegacyMaintenanceQueue})
 
 	_, err = pgengine.Migrate(ctx, pool, nil)
 	require.NoError(t, err)

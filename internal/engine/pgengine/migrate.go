@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -16,6 +15,8 @@ import (
 	"github.com/pressly/goose/v3/database"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/idemgate/idemgate/internal/engine"
 
 	"github.com/idemgate/idemgate/migrations"
 )

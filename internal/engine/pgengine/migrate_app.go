@@ -8,11 +8,12 @@ import (
 	"io/fs"
 	"log/slog"
 
-	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
+
+	"github.com/idemgate/idemgate/internal/engine"
 )
 
 // MigrateApp applies a team's own goose SQL migrations (fsys, files

@@ -28,7 +28,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
@@ -123,12 +122,12 @@ func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error)
 }
 
 // QueryRow implements gate.Tx.
-func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) gate.Row {
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) core.Row {
 	return toolRow{t.tx.QueryRow(ctx, query, args...)}
 }
 
 // Query implements gate.Tx.
-func (t *Tx) Query(ctx context.Context, query string, args ...any) (gate.Rows, error) {
+func (t *Tx) Query(ctx context.Context, query string, args ...any) (core.Rows, error) {
 	rows, err := t.tx.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -137,7 +136,7 @@ func (t *Tx) Query(ctx context.Context, query string, args ...any) (gate.Rows, e
 }
 
 // Engine implements gate.Tx.
-func (t *Tx) Engine() string { return gate.Postgres }
+func (t *Tx) Engine() string { return core.Postgres }
 
 // EngineTx is gate.EngineTx's way in: the pgx.Tx effects run in, whose
 // Commit and Rollback are refused (the gate ends the transaction).

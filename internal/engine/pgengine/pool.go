@@ -13,8 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemgate/idemgate/internal/config"
 )
 
 // TooManyClients reports whether err is Postgres refusing a connection
@@ -27,8 +25,8 @@ func TooManyClients(err error) bool {
 // TooManyClientsHint is what to do when Postgres refuses connections for too
 // many clients: it names the setting that bounds a process's connections.
 const TooManyClientsHint = "Postgres refuses connections: too many clients (SQLSTATE 53300, its max_connections " +
-	"is reached by all its clients together); lower pool_max_conns in " + config.EnvDatabaseURL +
-	" of this or the other processes, put a pooler in front (" + config.EnvDBPooler + "), or raise max_connections on the server"
+	"is reached by all its clients together); lower pool_max_conns in " + envDatabaseURL +
+	" of this or the other processes, put a pooler in front (" + envDBPooler + "), or raise max_connections on the server"
 
 // ExplainConnError wraps err with TooManyClientsHint when Postgres refused
 // the connection for too many clients, and returns err as it is otherwise.
@@ -77,7 +75,7 @@ func (t *refusedTracer) TraceConnectEnd(ctx context.Context, data pgx.TraceConne
 		return
 	}
 	t.logger.ErrorContext(ctx, TooManyClientsHint,
-		"pool_max_conns", t.total, "setting", config.EnvDatabaseURL+" pool_max_conns", "error", data.Err)
+		"pool_max_conns", t.total, "setting", envDatabaseURL+" pool_max_conns", "error", data.Err)
 }
 
 // OpenPostgres opens a pool on url with timeouts that make an unreachable
@@ -86,16 +84,14 @@ func (t *refusedTracer) TraceConnectEnd(ctx context.Context, data pgx.TraceConne
 // pool_max_conns when it has one: the URL always wins. logger (nil: none)
 // says so when Postgres refuses connections for too many clients.
 func OpenPostgres(ctx context.Context, dbURL string, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
-	cfg := config.Defaults()
-	cfg.DatabaseURL = dbURL
-	return OpenPostgresConfig(ctx, cfg, maxConns, logger)
+	return OpenPostgresConfig(ctx, Settings{URL: dbURL, MaxConns: maxConns}, logger)
 }
 
-// OpenPostgresConfig is OpenPostgres on cfg's DATABASE_URL, in the query
-// execution mode cfg.PostgresExecMode gives (under a transaction pooler,
-// one without named prepared statements).
-func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
-	pc, err := PoolConfig(cfg, maxConns, logger)
+// OpenPostgresConfig is OpenPostgres with the process's settings, in the
+// query execution mode s.ExecMode names (under a transaction pooler, one
+// without named prepared statements).
+func OpenPostgresConfig(ctx context.Context, s Settings, logger *slog.Logger) (*pgxpool.Pool, error) {
+	pc, err := PoolConfig(s, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +99,7 @@ func OpenPostgresConfig(ctx context.Context, cfg *config.Config, maxConns int32,
 }
 
 // ExecMode returns pgx's query execution mode named as in a URL's
-// default_query_exec_mode (config.Config.PostgresExecMode).
+// default_query_exec_mode (Settings.ExecMode).
 func ExecMode(name string) (pgx.QueryExecMode, error) {
 	switch name {
 	case "cache_statement":
@@ -117,40 +113,42 @@ func ExecMode(name string) (pgx.QueryExecMode, error) {
 	case "simple_protocol":
 		return pgx.QueryExecModeSimpleProtocol, nil
 	}
-	return 0, fmt.Errorf("%s: unknown default_query_exec_mode %q", config.EnvDatabaseURL, name)
+	return 0, fmt.Errorf("%s: unknown default_query_exec_mode %q", envDatabaseURL, name)
 }
 
 // ErrMigrateThroughPooler refuses migrations through a transaction pooler:
 // they hold a session-level advisory lock (pgengine.MigrateLockKey),
 // which such a pooler may leave on a server connection for good.
-var ErrMigrateThroughPooler = errors.New(config.EnvDBPooler + "=transaction: migrations hold a session-level advisory lock, " +
-	"which a transaction pooler cannot keep; run them with " + config.EnvDatabaseURL + " pointing at Postgres itself and " +
-	config.EnvDBPooler + " unset")
+var ErrMigrateThroughPooler = errors.New(envDBPooler + "=transaction: migrations hold a session-level advisory lock, " +
+	"which a transaction pooler cannot keep; run them with " + envDatabaseURL + " pointing at Postgres itself and " +
+	envDBPooler + " unset")
 
-// PoolConfig is the pool configuration of cfg's DATABASE_URL for a process
-// that may hold total connections to Postgres in all: cfg.PoolMaxConns
-// (the URL's pool_max_conns, else total, else
-// config.DefaultPoolMaxConns). Unless the URL goes through a transaction
+// PoolConfig is the pool configuration of s.URL for a process that may
+// hold total connections to Postgres in all: the URL's pool_max_conns, else
+// s.MaxConns, else DefaultMaxConns. Unless the URL goes through a transaction
 // pooler, the pool itself holds one fewer: a worker's River client takes
 // one connection out of its pool for good to LISTEN (pgx's Hijack, after
 // which the pool may open another), and migrations hold their advisory
 // lock on a connection of their own. The URL's connect_timeout and
 // pool_health_check_period win over this package's 2s and 5s.
-func PoolConfig(cfg *config.Config, total int32, logger *slog.Logger) (*pgxpool.Config, error) {
+func PoolConfig(s Settings, logger *slog.Logger) (*pgxpool.Config, error) {
+	total := s.MaxConns
 	if total <= 0 {
-		total = config.DefaultPoolMaxConns
+		total = DefaultMaxConns
 	}
-	total = cfg.PoolMaxConns(total)
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pc, err := pgxpool.ParseConfig(s.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", config.EnvDatabaseURL, err)
+		return nil, fmt.Errorf("%s: %w", envDatabaseURL, err)
 	}
-	if mode := cfg.PostgresExecMode(); mode != "" {
+	params := urlParams(s.URL)
+	if params.Has("pool_max_conns") {
+		total = pc.MaxConns
+	}
+	if mode := s.ExecMode; mode != "" {
 		if pc.ConnConfig.DefaultQueryExecMode, err = ExecMode(mode); err != nil {
 			return nil, err
 		}
 	}
-	params := urlParams(cfg.DatabaseURL)
 	if !params.Has("connect_timeout") {
 		pc.ConnConfig.ConnectTimeout = 2 * time.Second
 	}
@@ -158,7 +156,7 @@ func PoolConfig(cfg *config.Config, total int32, logger *slog.Logger) (*pgxpool.
 		pc.HealthCheckPeriod = 5 * time.Second
 	}
 	pc.MaxConns = total
-	if !cfg.Pooled() && total > 1 {
+	if !s.Pooled && total > 1 {
 		pc.MaxConns = total - 1
 	}
 	if pc.MinConns > pc.MaxConns {

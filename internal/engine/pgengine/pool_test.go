@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/config"
+	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 )
 
@@ -50,7 +51,7 @@ func TestPoolConfigHonoursPoolMaxConns(t *testing.T) {
 				cfg.DBPooler = tt.pooler
 			}
 			require.NoError(t, cfg.Validate())
-			pc, err := pgengine.PoolConfig(cfg, tt.def, nil)
+			pc, err := pgengine.PoolConfig(drivers.PostgresSettings(cfg, tt.def), nil)
 			require.NoError(t, err)
 			require.Equal(t, tt.wantPool, pc.MaxConns)
 			require.Equal(t, tt.timeout, pc.ConnConfig.ConnectTimeout)

@@ -10,11 +10,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/riverqueue/river/riverdriver/riversqlite"
-
-	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
-	"github.com/idemgate/idemgate/internal/jobs"
 )
 
 // Driver is the SQLite engine.Driver on a database from Open.
@@ -27,7 +24,6 @@ type Driver struct {
 
 var (
 	_ engine.Driver = (*Driver)(nil)
-	_ gate.Tx       = (*Tx)(nil)
 )
 
 // ErrNoDatabase is OpenDriver's error, with existing set, for a file that
@@ -58,7 +54,7 @@ func NewDriver(db *sql.DB) *Driver { return &Driver{db: db, store: New(db)} }
 func (d *Driver) DB() *sql.DB { return d.db }
 
 // Engine implements engine.Driver.
-func (d *Driver) Engine() string { return gate.SQLite }
+func (d *Driver) Engine() string { return core.SQLite }
 
 // Store implements engine.Driver.
 func (d *Driver) Store() engine.Store { return d.store }
@@ -80,11 +76,6 @@ func (d *Driver) MigrateLine(ctx context.Context, fsys fs.FS, table string, logg
 
 // Migrated implements engine.Driver with Status.
 func (d *Driver) Migrated(ctx context.Context) (bool, error) { return Status(ctx, d.db) }
-
-// NewRiver implements engine.Driver on River's riversqlite driver.
-func (d *Driver) NewRiver() engine.River {
-	return jobs.NewRiver[*riversqlite.Driver](riversqlite.New(d.db), Unavailable)
-}
 
 // EmbeddedWorker implements engine.Driver: one writer per file, so the
 // worker runs inside the api process on its one River client.

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/idemgate/idemgate/internal/jobs"
+	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
+	"github.com/idemgate/idemgate/jobs"
 )
 
 // sqlMoveLegacyJobs moves the unfinished claim jobs and approval notices
@@ -39,15 +40,15 @@ WHERE queue = ?1 AND kind IN (?2, ?3)
 // moved and dropped. Migrate runs it after the migrations; it is
 // idempotent.
 func MoveLegacyJobs(ctx context.Context, db *sql.DB, logger *slog.Logger) (moved, dropped int64, err error) {
-	res, err := db.ExecContext(ctx, sqlMoveLegacyJobs, jobs.Queue, jobs.Kind(""), jobs.LegacyQueue,
-		jobs.LegacyApprovalNoticeKind, jobs.ApprovalNoticeKind)
+	res, err := db.ExecContext(ctx, sqlMoveLegacyJobs, jobs.Queue, jobs.Kind(""), enginesql.LegacyQueue,
+		enginesql.LegacyApprovalNoticeKind, jobs.Kind("approval_notice"))
 	if err != nil {
 		return 0, 0, fmt.Errorf("sqliteengine: migrations: moving earlier releases' jobs: %w", err)
 	}
 	if moved, err = res.RowsAffected(); err != nil {
 		return 0, 0, err
 	}
-	res, err = db.ExecContext(ctx, sqlDeleteLegacyMaintenance, jobs.LegacyMaintenanceQueue, jobs.LegacyReaperKind, jobs.LegacyPrunerKind)
+	res, err = db.ExecContext(ctx, sqlDeleteLegacyMaintenance, enginesql.LegacyMaintenanceQueue, enginesql.LegacyReaperKind, enginesql.LegacyPrunerKind)
 	if err != nil {
 		return moved, 0, fmt.Errorf("sqliteengine: migrations: dropping earlier releases' maintenance jobs: %w", err)
 	}

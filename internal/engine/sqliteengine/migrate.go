@@ -9,11 +9,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/idemgate/idemgate/internal/engine"
 
 	"github.com/idemgate/idemgate/migrations"
 )

@@ -34,7 +34,6 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/internal/enginesql"
@@ -185,12 +184,12 @@ func (t *Tx) Exec(ctx context.Context, query string, args ...any) (int64, error)
 }
 
 // QueryRow implements gate.Tx.
-func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) gate.Row {
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) core.Row {
 	return toolRow{t.tx.QueryRowContext(ctx, query, args...)}
 }
 
 // Query implements gate.Tx.
-func (t *Tx) Query(ctx context.Context, query string, args ...any) (gate.Rows, error) {
+func (t *Tx) Query(ctx context.Context, query string, args ...any) (core.Rows, error) {
 	rows, err := t.tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -199,7 +198,7 @@ func (t *Tx) Query(ctx context.Context, query string, args ...any) (gate.Rows, e
 }
 
 // Engine implements gate.Tx.
-func (t *Tx) Engine() string { return gate.SQLite }
+func (t *Tx) Engine() string { return core.SQLite }
 
 // EngineTx is gate.EngineTx's way in: the *sql.Tx effects run in.
 func (t *Tx) EngineTx() any { return t.tx }
