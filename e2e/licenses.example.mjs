@@ -3,8 +3,9 @@
 // by the official MCP TypeScript SDK over its own listener.
 //
 // Run by scripts/example.sh, which starts the example on a fresh database
-// and sets LICENSES_URL (its base URL), LICENSES_KEY (a key of tenant acme
-// with every scope) and LICENSES_KEY_READONLY (licenses:read only).
+// and sets LICENSES_URL (its base URL), LICENSES_KEY (a key of tenant acme,
+// user e2e-agent, with every scope) and LICENSES_KEY_READONLY (licenses:read
+// only).
 
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -39,7 +40,9 @@ test('one server: the team tool beside the gated ones', async () => {
     const grant = tools.find((t) => t.name === 'grant_license');
     assert.ok(grant.inputSchema.required.includes('idempotency_key'));
     const plans = await client.callTool({ name: 'list_plans', arguments: {} });
-    assert.deepEqual(plans.structuredContent, { plans: ['team', 'enterprise'] });
+    // The team's own tool reads the caller idemgate authenticated.
+    assert.equal(plans.isError, undefined, JSON.stringify(plans.content));
+    assert.deepEqual(plans.structuredContent, { plans: ['team', 'enterprise'], tenant: 'acme', user: 'e2e-agent' });
   } finally {
     await client.close();
   }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io/fs"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
 )
@@ -28,7 +30,9 @@ type License struct {
 
 // GrantLicense grants one license per intent, in the transaction that
 // completes the operation: a retry, a duplicate job or a killed worker can
-// never grant a second.
+// never grant a second. On Postgres the team's sqlc-shaped queries run on
+// the engine's own transaction (gate.EngineTx[pgx.Tx]); on SQLite the same
+// statement runs through gate.Tx's Exec, on the same transaction.
 var GrantLicense = &gate.Mutation[GrantLicenseArgs, License]{
 	Name:        "grant_license",
 	Title:       "Grant a license",
@@ -37,8 +41,15 @@ var GrantLicense = &gate.Mutation[GrantLicenseArgs, License]{
 	Policy:      gate.Policy{AuditFields: []string{"customer_id", "plan", "seats"}},
 	InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[GrantLicenseArgs]) (*License, error) {
 		l := &License{LicenseID: "lic_" + op.OperationID, CustomerID: op.Args.CustomerID, Plan: op.Args.Plan, Seats: op.Args.Seats}
-		_, err := tx.Exec(ctx, `INSERT INTO licenses (license_id, tenant_id, operation_id, customer_id, plan, seats)
-			VALUES ($1, $2, $3, $4, $5, $6)`, l.LicenseID, op.TenantID, op.OperationID, l.CustomerID, l.Plan, l.Seats)
+		p := InsertLicenseParams{LicenseID: l.LicenseID, TenantID: op.TenantID, OperationID: op.OperationID,
+			CustomerID: l.CustomerID, Plan: l.Plan, Seats: int32(l.Seats)} // at most 10000
+		var err error
+		if ptx, ok := gate.EngineTx[pgx.Tx](tx); ok {
+			// Never Commit or Rollback ptx: the gate ends it.
+			err = New(ptx).InsertLicense(ctx, p)
+		} else {
+			_, err = tx.Exec(ctx, insertLicense, p.LicenseID, p.TenantID, p.OperationID, p.CustomerID, p.Plan, p.Seats)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -117,7 +128,10 @@ func ProvisionWorkspace(api *WorkspaceClient) *gate.Mutation[ProvisionWorkspaceA
 //go:embed migrations
 var migrationFiles embed.FS
 
-// Migrations returns the service's own migrations for one engine.
+// Migrations returns the team's own goose migrations for one engine
+// (gate.Postgres or gate.SQLite). Stack.Migrate applies them with the
+// team's goose, in goose's default version table; the tests hand them to
+// gatetest (Options.Migrations), which applies them on its own databases.
 func Migrations(engine string) fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migrations/"+engine)
 	if err != nil {
