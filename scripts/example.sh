@@ -4,7 +4,7 @@
 # twice (one coupon, the second answer replayed), the same key with another
 # percent_off (a conflict naming percent_off), get_operation by key
 # (succeeded). Then build examples/licenses (idemgate inside a team's own
-# router and go-sdk server, with the team's keys) and drive it on both
+# router, go-sdk server, keys, pool, River client and migrations) and drive it on both
 # engines with the official MCP TypeScript SDK (e2e/licenses.example.mjs).
 # scripts/test.sh runs it; TEST_DATABASE_URL names the server.
 #
