@@ -105,7 +105,7 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
         );
         assert.equal(status, 401);
         assert.ok(statuses.length > 0 && statuses.every((s) => s === 401), `River UI answered ${statuses}`);
-        assert.equal(await page.getByRole('link', { name: 'refund_order' }).count(), 0);
+        assert.equal(await page.getByRole('link', { name: 'idemgate.refund_order' }).count(), 0);
       } finally {
         await context.close();
       }
@@ -124,10 +124,10 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
 
         // The cancelled refund_order job of this operation.
         const row = page.getByRole('listitem').filter({ hasText: key });
-        const link = row.getByRole('link', { name: 'refund_order', exact: true });
+        const link = row.getByRole('link', { name: 'idemgate.refund_order', exact: true });
         await link.waitFor();
         await link.click();
-        await page.getByRole('heading', { level: 1, name: 'refund_order' }).waitFor();
+        await page.getByRole('heading', { level: 1, name: 'idemgate.refund_order' }).waitFor();
         await page.getByRole('definition').filter({ hasText: /^Cancelled$/ }).waitFor();
 
         // The charge is fixed; Retry.
@@ -229,7 +229,7 @@ async function rpc(method, params) {
 const opsBasic = `Basic ${Buffer.from(`${opsUser}:${opsPassword}`).toString('base64')}`;
 
 async function queue(action) {
-  const res = await fetch(`${riverUI}/api/queues/default/${action}`, { method: 'PUT', headers: { authorization: opsBasic } });
+  const res = await fetch(`${riverUI}/api/queues/idemgate/${action}`, { method: 'PUT', headers: { authorization: opsBasic } });
   assert.ok(res.ok, `queue ${action} answered ${res.status}`);
   await res.arrayBuffer();
 }
