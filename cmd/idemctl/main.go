@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -240,10 +239,4 @@ func (a *app) openPostgres(ctx context.Context) (*pgxpool.Pool, error) {
 }
 
 // redactURL hides a password in raw for messages.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+func redactURL(raw string) string { return config.RedactDatabaseURL(raw) }

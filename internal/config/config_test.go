@@ -916,3 +916,32 @@ func TestBuiltinSettingsOnlyWhenLinked(t *testing.T) {
 	require.ErrorIs(t, err, ErrHelp)
 	require.Contains(t, help.String(), "STRIPE_API_KEY")
 }
+
+// TestDatabasePasswordNeverShown: a password in DATABASE_URL, in any form
+// (user information, a query parameter, a keyword/value DSN, a URL that
+// does not parse), appears neither in the configuration's log line nor in
+// a refusal.
+func TestDatabasePasswordNeverShown(t *testing.T) {
+	t.Parallel()
+	const pw = "hunter2-s3cret"
+	for _, dsn := range []string{
+		"postgres://app:" + pw + "@db:5432/idemgate",
+		"postgres://app@db:5432/idemgate?sslmode=disable&password=" + pw,
+		"postgresql://db/idemgate?password=" + pw + "&pool_max_conns=4",
+		"postgres://app@db/idemgate?sslpassword=" + pw,
+		"host=db user=app password=" + pw + " dbname=idemgate",
+		"host=db user=app password='" + pw + " x' dbname=idemgate",
+		"postgres://app:" + pw + "/x@db/idemgate",
+		"postgres://app@db/idemgate?pool_max_conns=0&password=" + pw,
+	} {
+		cfg, err := Load(nil, env(map[string]string{EnvDatabaseURL: dsn}))
+		if err != nil {
+			require.NotContains(t, err.Error(), pw, "the refusal of %q", dsn)
+			require.NotContains(t, err.Error(), "s3cret")
+			continue
+		}
+		require.NotContains(t, cfg.LogValue().String(), "s3cret", "the log line of %q", dsn)
+		require.NotContains(t, cfg.String(), "s3cret")
+	}
+	require.Equal(t, "postgres://app@db/x?password=xxxxx&sslmode=disable", redactDatabaseURL("postgres://app@db/x?password="+pw+"&sslmode=disable"))
+}

@@ -302,12 +302,25 @@ func urlPoolMaxConns(s string) (int32, bool) {
 	return int32(n), true
 }
 
+// RedactDatabaseURL is s with every password in it masked: the form of a
+// DATABASE_URL fit for a log line or an error.
+func RedactDatabaseURL(s string) string { return redactDatabaseURL(s) }
+
 // redactDatabaseURL masks the password in a URL, even one that does not
 // parse (an unescaped '/' or '@' in a password confuses url.Parse).
 func redactDatabaseURL(s string) string {
 	if _, ok := sqlitePath(s); ok || s == "" {
 		return s
 	}
+	return passwordParam.ReplaceAllString(redactUserinfo(s), "${1}=xxxxx")
+}
+
+// passwordParam is a password given as a parameter: in a URL's query
+// (?password=…, &sslpassword=…) or a keyword/value DSN (password=…).
+var passwordParam = regexp.MustCompile(`(?i)\b((?:ssl)?password)=('[^']*'|[^&\s]*)`)
+
+// redactUserinfo masks the password of a URL's user information.
+func redactUserinfo(s string) string {
 	u, err := url.Parse(s)
 	if err == nil && u.User != nil {
 		return u.Redacted()
