@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,6 +96,21 @@ func TestApprovalOverREST(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, code, "the requester may not approve")
 			code, _ = do(http.MethodPost, "/v1/approvals/"+id, boss, "", `{"decision":"approve","args_hash":"`+strings.Repeat("0", len(hash))+`"}`)
 			require.Equal(t, http.StatusUnprocessableEntity, code, "other arguments' fingerprint")
+			// Malformed input is named, and changes nothing: an id that is
+			// no operation id, a NUL or a line break in the reason, a
+			// reason past its bound.
+			for _, path := range []string{"/v1/approvals/not-a-uuid", "/v1/approvals/" + id + "x", "/v1/approvals/%00"} {
+				code, body := do(http.MethodGet, path, boss, "", "")
+				require.Equal(t, http.StatusNotFound, code, "%s: %v", path, body)
+				code, body = do(http.MethodPost, path, boss, "", `{"decision":"approve","args_hash":"`+hash+`"}`)
+				require.Equal(t, http.StatusNotFound, code, "%s: %v", path, body)
+				require.Equal(t, "not_found", body["error"].(map[string]any)["code"])
+			}
+			for _, reason := range []string{`a\u0000b`, `line\nbreak`, strings.Repeat("x", 501)} {
+				code, body := do(http.MethodPost, "/v1/approvals/"+id, boss, "", `{"decision":"deny","args_hash":"`+hash+`","reason":"`+reason+`"}`)
+				require.Equal(t, http.StatusBadRequest, code, "%v", body)
+				require.Equal(t, "reason", body["error"].(map[string]any)["field"], "%v", body)
+			}
 			require.Equal(t, "awaiting_approval", status("approve-key-0001"))
 
 			// Approved: the job runs, once; a second approval changes nothing.
@@ -104,8 +121,9 @@ func TestApprovalOverREST(t *testing.T) {
 				require.True(t, time.Now().Before(deadline), "the approved operation never ran")
 				time.Sleep(20 * time.Millisecond)
 			}
-			code, _ = do(http.MethodPost, "/v1/approvals/"+id, boss, "", `{"decision":"approve","args_hash":"`+hash+`"}`)
-			require.Equal(t, http.StatusConflict, code)
+			code, again2 := do(http.MethodPost, "/v1/approvals/"+id, boss, "", `{"decision":"approve","args_hash":"`+hash+`"}`)
+			require.Equal(t, http.StatusUnprocessableEntity, code)
+			require.Equal(t, "approval_already_decided", again2["error"].(map[string]any)["code"], "%v", again2)
 
 			// Denied: approval_denied, replayed as such.
 			_, second := do(http.MethodPost, "/v1/tools/pay", agent, "approve-key-0002", `{"amount_cents":7000}`)
@@ -142,4 +160,63 @@ func mustMarshal(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// Concurrent decisions on one waiting operation: one wins, and every other
+// is told the operation was decided already (approval_already_decided),
+// never that its window ended; the job runs once.
+func TestConcurrentDecisionsOneWins(t *testing.T) {
+	t.Parallel()
+	for _, engine := range []string{gate.SQLite, gate.Postgres} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			dbURL := "sqlite:" + filepath.Join(t.TempDir(), "decide.db")
+			if engine == gate.Postgres {
+				dbURL, _ = postgresDB(t, 8)
+			}
+			srv := httptest.NewUnstartedServer(nil)
+			svc := runService(t, dbURL, gate.NewRegistry().MustAdd(pay), nil, "--public-url=http://"+srv.Listener.Addr().String())
+			srv.Config.Handler = svc
+			srv.Start()
+			t.Cleanup(srv.Close)
+			ctx := t.Context()
+			agent, err := svc.CreateToken(ctx, "acme", "agent", "payments:create")
+			require.NoError(t, err)
+			const deciders = 8
+			tokens := make([]string, deciders)
+			for i := range tokens {
+				tokens[i], err = svc.CreateToken(ctx, "acme", "approver-"+strconv.Itoa(i), "approvals:decide")
+				require.NoError(t, err)
+			}
+			_, first := callJSON(t, http.MethodPost, srv.URL+"/v1/tools/pay", agent, "race-key-0001", `{"amount_cents":5000}`)
+			id := first["operation"].(map[string]any)["operation_id"].(string)
+			_, shown := callJSON(t, http.MethodGet, srv.URL+"/v1/approvals/"+id, tokens[0], "", "")
+			body := `{"decision":"approve","args_hash":"` + shown["args_hash"].(string) + `"}`
+
+			codes := make([]int, deciders)
+			answers := make([]map[string]any, deciders)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range deciders {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					codes[i], answers[i] = callJSON(t, http.MethodPost, srv.URL+"/v1/approvals/"+id, tokens[i], "", body)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			won := 0
+			for i, code := range codes {
+				if code == http.StatusOK {
+					won++
+					continue
+				}
+				require.Equal(t, http.StatusUnprocessableEntity, code, "%v", answers[i])
+				require.Equal(t, "approval_already_decided", answers[i]["error"].(map[string]any)["code"], "%v", answers[i])
+			}
+			require.Equal(t, 1, won, "one decision wins: %v", codes)
+		})
+	}
 }

@@ -6,9 +6,13 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
@@ -45,7 +49,11 @@ func (s *Server) restApproval(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c, err := s.gate.Store().ClaimGetByOperation(r.Context(), &core.ClaimGetByOperationParams{TenantID: actor.TenantID, OperationID: chi.URLParam(r, "id")})
+	id, ok := operationIDParam(w, r)
+	if !ok {
+		return
+	}
+	c, err := s.gate.Store().ClaimGetByOperation(r.Context(), &core.ClaimGetByOperationParams{TenantID: actor.TenantID, OperationID: id})
 	if errors.Is(err, vocab.ErrNotFound) {
 		writeProblem(w, r, http.StatusNotFound, &callError{err: vocab.Errorf(vocab.CodeNotFound, "id", "no operation with this id")})
 		return
@@ -93,11 +101,19 @@ func (s *Server) restDecide(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "body", "want {\"decision\": \"approve\" or \"deny\", \"args_hash\": …}: %v", err)})
 		return
 	}
+	id, ok := operationIDParam(w, r)
+	if !ok {
+		return
+	}
+	if err := checkDecisionReason(d.Reason); err != nil {
+		writeProblem(w, r, http.StatusBadRequest, &callError{err: err})
+		return
+	}
 	if d.ArgsHash == "" {
 		writeProblem(w, r, http.StatusUnprocessableEntity, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "args_hash", "is required: the fingerprint of the arguments you decide on (GET /v1/approvals/{id})")})
 		return
 	}
-	p := &core.DecideParams{Approver: actor, RequestID: RequestIDFromContext(r.Context()), OperationID: chi.URLParam(r, "id"), ArgsHash: d.ArgsHash, Reason: d.Reason}
+	p := &core.DecideParams{Approver: actor, RequestID: RequestIDFromContext(r.Context()), OperationID: id, ArgsHash: d.ArgsHash, Reason: d.Reason}
 	var (
 		c   *core.Claim
 		err error
@@ -133,6 +149,34 @@ func jsonBody(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
+// MaxDecisionReason bounds a decision's reason, in characters: it is stored
+// in the audit row and shown with the operation.
+const MaxDecisionReason = 500
+
+// checkDecisionReason refuses a reason that is not printable text on one
+// line (a NUL, a control character, invalid UTF-8) or is longer than
+// MaxDecisionReason.
+func checkDecisionReason(reason string) *vocab.Error {
+	if !utf8.ValidString(reason) || strings.ContainsFunc(reason, unicode.IsControl) {
+		return vocab.Errorf(vocab.CodeInvalidArgument, "reason", "must be printable text on one line (no control characters)")
+	}
+	if n := utf8.RuneCountInString(reason); n > MaxDecisionReason {
+		return vocab.Errorf(vocab.CodeInvalidArgument, "reason", "is %d characters, at most %d", n, MaxDecisionReason)
+	}
+	return nil
+}
+
+// operationIDParam is the route's {id} when it is an operation id (a
+// UUID); anything else names no operation, and gets 404 without a query.
+func operationIDParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := chi.URLParam(r, "id")
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		writeProblem(w, r, http.StatusNotFound, &callError{err: vocab.Errorf(vocab.CodeNotFound, "id", "no operation with this id (an operation id is a UUID)")})
+		return "", false
+	}
+	return id, true
+}
+
 // decideError is the answer to a refused decision.
 func decideError(err error) (int, *callError) {
 	switch {
@@ -145,7 +189,7 @@ func decideError(err error) (int, *callError) {
 	case errors.Is(err, core.ErrApprovalExpired):
 		return http.StatusUnprocessableEntity, &callError{err: vocab.Errorf(vocab.CodeApprovalExpired, "", "the approval window has ended")}
 	case errors.Is(err, core.ErrApprovalNotAwaiting):
-		return http.StatusConflict, &callError{err: vocab.Errorf(vocab.CodeInvalidArgument, "id", "the operation is not awaiting approval (decided already, or never asked)")}
+		return http.StatusUnprocessableEntity, &callError{err: vocab.Errorf(vocab.CodeApprovalAlreadyDecided, "id", "the operation is not awaiting approval: decided already (or it never asked for one)")}
 	}
 	return http.StatusServiceUnavailable, unavailableFor(err)
 }

@@ -48,12 +48,14 @@ var codeStatus = map[vocab.Code]int{
 	// Not 409: on this api 409 means in flight, retry after Retry-After.
 	vocab.CodeCancelled: http.StatusUnprocessableEntity,
 	// An approver denied the operation, or nobody approved it in time.
-	vocab.CodeApprovalDenied:   http.StatusUnprocessableEntity,
-	vocab.CodeApprovalExpired:  http.StatusUnprocessableEntity,
-	vocab.CodeOutcomeUnknown:   http.StatusBadGateway,
-	vocab.CodeRetriesExhausted: http.StatusBadGateway,
-	codeDownstreamAuth:         http.StatusBadGateway,
-	codeMailRejected:           http.StatusUnprocessableEntity,
+	vocab.CodeApprovalDenied:  http.StatusUnprocessableEntity,
+	vocab.CodeApprovalExpired: http.StatusUnprocessableEntity,
+	// A decision on an operation decided already (not 409: in flight).
+	vocab.CodeApprovalAlreadyDecided: http.StatusUnprocessableEntity,
+	vocab.CodeOutcomeUnknown:         http.StatusBadGateway,
+	vocab.CodeRetriesExhausted:       http.StatusBadGateway,
+	codeDownstreamAuth:               http.StatusBadGateway,
+	codeMailRejected:                 http.StatusUnprocessableEntity,
 }
 
 // statusFor returns code's HTTP status.

@@ -34,6 +34,7 @@ var wantStatus = map[vocab.Code]int{
 	vocab.CodeCancelled:                     422,
 	vocab.CodeApprovalDenied:                422,
 	vocab.CodeApprovalExpired:               422,
+	vocab.CodeApprovalAlreadyDecided:        422,
 	vocab.CodeOutcomeUnknown:                502,
 	vocab.CodeRetriesExhausted:              502,
 }

@@ -633,6 +633,10 @@ func redriveRouteProblems(t *testing.T, b *opsBundle) {
 		{"Unknown", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"no-such-key-01","reason":"r"}`, http.StatusNotFound, vocab.CodeNotFound},
 		{"NoOpsAdmin", bearerAuth(tokenAcme), `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusForbidden, vocab.CodeForbidden},
 		{"NoCredentials", nil, `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusUnauthorized, vocab.CodeUnauthenticated},
+		{"NULInTenant", basicAuth(opsUser, opsPassword), `{"tenant":"ac\u0000me","tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
+		{"NULInTool", bearerAuth(tokenAcmeOps), `{"tool":"refund\u0000order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
+		{"NULInKey", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"route\u0000declined","reason":"r"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
+		{"NULInReason", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r\u0000"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := opsDo(t, http.MethodPost, route, tt.auth, tt.body, nil)

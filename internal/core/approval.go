@@ -74,9 +74,16 @@ func (g *Gate) decide(ctx context.Context, p *DecideParams, e Event, write func(
 		}
 		decided, err := write(ctx, tx, c)
 		if errors.Is(err, vocab.ErrStateChanged) {
-			// The claim was read awaiting, of this fingerprint: its window
-			// ended (the database's clock decides).
+			// The claim was read awaiting, of this fingerprint: another
+			// decision committed first, or its window ended (the database's
+			// clock decides). Read it again to say which.
 			refusal = ErrApprovalExpired
+			if now, rerr := tx.ClaimGetByOperation(ctx, &ClaimGetByOperationParams{TenantID: p.Approver.TenantID, OperationID: p.OperationID, Now: p.Now}); rerr == nil {
+				out = now
+				if now.Status != vocab.StatusAwaitingApproval {
+					refusal = ErrApprovalNotAwaiting
+				}
+			}
 			return refusal
 		}
 		if err != nil {

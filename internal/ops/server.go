@@ -6,11 +6,15 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"riverqueue.com/riverui"
 	"riverqueue.com/riverui/uiendpoints"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/tenancy"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
@@ -169,6 +173,16 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 	if req.Tool == "" || req.IdempotencyKey == "" {
 		writeProblem(w, r, http.StatusBadRequest, vocab.CodeInvalidArgument, "tool and idempotency_key are required")
 		return
+	}
+	if err := domain.CheckID(req.Tenant); err != nil {
+		writeProblem(w, r, http.StatusBadRequest, vocab.CodeInvalidArgument, "tenant: "+err.Error())
+		return
+	}
+	for _, f := range []struct{ name, v string }{{"tool", req.Tool}, {"idempotency_key", req.IdempotencyKey}} {
+		if strings.ContainsFunc(f.v, unicode.IsControl) || !utf8.ValidString(f.v) || len(f.v) > 255 {
+			writeProblem(w, r, http.StatusBadRequest, vocab.CodeInvalidArgument, f.name+" must be printable text of at most 255 bytes")
+			return
+		}
 	}
 	if err := ValidateReason(req.Reason); err != nil {
 		writeProblem(w, r, http.StatusBadRequest, vocab.CodeInvalidArgument, err.Error())

@@ -43,6 +43,9 @@ const (
 	// Both are final: never re-driven.
 	CodeApprovalDenied  Code = "approval_denied"
 	CodeApprovalExpired Code = "approval_expired"
+	// CodeApprovalAlreadyDecided refuses a decision on an operation that no
+	// longer awaits approval: another approver decided it first.
+	CodeApprovalAlreadyDecided Code = "approval_already_decided"
 )
 
 // Codes returns every code constant above, in declaration order. Tools may
@@ -54,6 +57,7 @@ func Codes() []Code {
 		CodeUnavailable, CodeRateLimited, CodeInternal, CodeResetTokenUsed, CodeResetTokenExpired,
 		CodeOutcomeUnknown, CodeCancelled, CodeDownstreamIdempotencyMismatch, CodeAmountExceedsRefundable,
 		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted, CodeApprovalDenied, CodeApprovalExpired,
+		CodeApprovalAlreadyDecided,
 	}
 }
 

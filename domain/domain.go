@@ -114,6 +114,9 @@ const (
 	// CodeApprovalExpired: nobody approved the operation within its
 	// approval window; final.
 	CodeApprovalExpired Code = "approval_expired"
+	// CodeApprovalAlreadyDecided: a decision on an operation that no
+	// longer awaits approval (decided already); nothing changed.
+	CodeApprovalAlreadyDecided Code = "approval_already_decided"
 )
 
 // Error is an error with a stable code, the field it is about (if any), and
