@@ -76,12 +76,14 @@ func setupNotices(t *testing.T, engineName string) *noticeBundle {
 	cfg.Secret = strings.Repeat("n", 32)
 	runCtx, cancel := context.WithCancel(ctx)
 	var stops []func() error
-	t.Cleanup(func() {
+	// Registered after the database below: cleanups run last first, so the
+	// api and worker stop before their database is closed.
+	stopAll := func() {
 		cancel()
 		for _, stop := range stops {
 			require.NoError(t, stop())
 		}
-	})
+	}
 	run := func(f func() error) {
 		done := make(chan error, 1)
 		go func() { done <- f() }()
@@ -129,6 +131,7 @@ func setupNotices(t *testing.T, engineName string) *noticeBundle {
 	default:
 		t.Fatalf("no engine %q", engineName)
 	}
+	t.Cleanup(stopAll)
 	return b
 }
 
