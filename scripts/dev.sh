@@ -390,6 +390,8 @@ if [[ $stripe == test ]]; then
 	while read -r c; do
 		charge_args+=(-charge "$c")
 	done < <(sed -n 's/.*"charge_id": *"\([^"]*\)".*"amount_cents": *\([0-9]*\).*"currency": *"\([^"]*\)".*/\1:\2:\3/p' scripts/demo-seed.json)
+	# A run before left its URL: the new test Stripe writes its own.
+	rm -f "$dev_dir/teststripe.url"
 	"$bin_dir/teststripe" -addr 127.0.0.1:0 "${charge_args[@]}" >"$dev_dir/teststripe.url" 2>"$dev_dir/teststripe.log" &
 	stripe_pid=$!
 	wait_for "the test Stripe" "$stripe_pid" "$dev_dir/teststripe.log" test -s "$dev_dir/teststripe.url"

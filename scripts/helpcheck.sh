@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/helpcheck.sh: every script in scripts/ and e2e/ (run.sh,
-# browser/run.sh, lib.sh) answers --help and -h with its usage and exit 0,
+# browser/run.sh, lib.sh) is executable, answers --help and -h with its usage and exit 0,
 # and starts nothing. scripts/test.sh runs it as its "script --help" step.
 #
 #   scripts/helpcheck.sh            check every script
@@ -48,6 +48,12 @@ children() { ps -eo sid=,pid= | awk -v s="$1" '$1 == s { print $2 }'; }
 failed=0
 checked=0
 for script in "${scripts[@]}"; do
+	if [[ ! -x $script ]]; then
+		failed=$((failed + 1))
+		log "FAIL ${script#./}: not executable (chmod +x, and commit the mode)"
+	fi
+done
+for script in "${scripts[@]}"; do
 	name=${script#./}
 	for flag in --help -h; do
 		checked=$((checked + 1))
@@ -82,4 +88,4 @@ if ((failed)); then
 	log "$failed of $checked runs failed"
 	exit 1
 fi
-log "OK: ${#scripts[@]} scripts answer --help and -h with their usage, exit 0, and start nothing"
+log "OK: ${#scripts[@]} scripts are executable and answer --help and -h with their usage, exit 0, and start nothing"
