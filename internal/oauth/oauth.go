@@ -4,9 +4,11 @@
 // (RFC 9728) that MCP clients use to find that server.
 //
 // Tokens are verified with github.com/coreos/go-oidc/v3: it is small, widely
-// used and maintained, checks signature, iss, aud and exp, and its
-// RemoteKeySet caches the issuer's JWKS and refetches it when a token names
-// a key it does not hold (key rotation). This package adds what go-oidc
+// used and maintained, checks iss, aud and exp, and takes the signature's
+// check from a key set. Ours (remoteKeys, on go-jose) caches the issuer's
+// JWKS and refetches it when a token names a key it does not hold (key
+// rotation), at most once per MinRefetchInterval, one fetch shared by
+// concurrent callers. This package adds what go-oidc
 // leaves to its caller for access tokens: the typ header, the tenant, user
 // and scopes claims, refusal reasons, lazy discovery with RFC 8414 fallback,
 // and errors that tell an unreachable server from a bad token.
@@ -242,9 +244,9 @@ func (v *Verifier) Authenticate(ctx context.Context, bearer string) (vocab.Actor
 
 // classify turns go-oidc's error into ours. go-oidc formats the key set's
 // error with %v, so the key set's own error (keyErr) is looked at instead:
-// RemoteKeySet wraps a failed JWKS fetch (network, status, context) as
-// "fetching keys %w", and returns an error that wraps nothing when it holds
-// the keys and none verifies the signature.
+// remoteKeys wraps a failed JWKS fetch (network, status, context) in a
+// fetchError, and returns an error that wraps nothing when it holds the
+// keys and none verifies the signature.
 func classify(err, keyErr error) error {
 	var expired *oidc.TokenExpiredError
 	switch {
@@ -277,7 +279,7 @@ func (v *Verifier) idTokenVerifier(ctx context.Context) (*oidc.IDTokenVerifier, 
 	if err != nil {
 		return nil, &unavailableError{what: "discovery", err: err}
 	}
-	keys := &keySet{remote: oidc.NewRemoteKeySet(oidc.ClientContext(v.baseCtx, v.client), jwksURL)}
+	keys := &keySet{remote: newRemoteKeys(jwksURL, v.client, v.now)}
 	idv := oidc.NewVerifier(v.issuer, keys, &oidc.Config{
 		ClientID:             v.audience,
 		SupportedSigningAlgs: signingAlgs,
@@ -287,9 +289,10 @@ func (v *Verifier) idTokenVerifier(ctx context.Context) (*oidc.IDTokenVerifier, 
 	return idv, nil
 }
 
-// keySet passes signatures to go-oidc's RemoteKeySet and keeps its error for
-// the caller of Verify, which only sees it flattened to a string.
-type keySet struct{ remote *oidc.RemoteKeySet }
+// keySet passes signatures to the issuer's keys (remoteKeys) and keeps
+// their error for the caller of Verify, which go-oidc only gives flattened
+// to a string.
+type keySet struct{ remote *remoteKeys }
 
 type (
 	keySetResultKey struct{}
