@@ -84,3 +84,18 @@ func (d *database) migrate(ctx context.Context, a *app) (*migrated, error) {
 	res.BuiltinsApplied, err = idemgateapp.MigrateBuiltins(ctx, d.drv, a.logger)
 	return res, err
 }
+
+// tenantKnown reports whether tenant has an operation, a token or approval
+// settings: a tenant with none of them is most likely a typo.
+func (d *database) tenantKnown(ctx context.Context, tenant string) (bool, error) {
+	claims, err := d.data().ClaimList(ctx, &core.ClaimListParams{TenantID: tenant, Limit: 1})
+	if err != nil || len(claims) > 0 {
+		return len(claims) > 0, err
+	}
+	tokens, err := d.data().TokenList(ctx, &store.TokenListParams{TenantID: tenant})
+	if err != nil || len(tokens) > 0 {
+		return len(tokens) > 0, err
+	}
+	mailTo, err := d.drv.Store().TenantApprovalMailTo(ctx, tenant)
+	return len(mailTo) > 0, err
+}

@@ -105,12 +105,15 @@ type opListCmd struct {
 	Tool   string `help:"only this tool's operations"`
 	Status string `help:"only operations in this status: queued, running, succeeded or failed"`
 	Since  string `help:"only operations updated since then: a duration ago (1h, 30m) or an RFC 3339 time"`
+	Arg    string `placeholder:"NAME=VALUE" help:"only operations whose argument NAME has this VALUE (order_id=ord_9f2): did we refund that order twice?"`
 	Limit  int    `default:"${default_list_limit}" placeholder:"N" help:"at most this many operations (1 to ${max_list_limit})"`
 }
 
 func (*opListCmd) Help() string {
 	return "List a tenant's operations, most recently updated first, one JSON object per line (the fields\n" +
-		"of op get, without the audit trail)."
+		"of op get with the canonical arguments, without the audit trail). --arg order_id=ord_9f2 finds every\n" +
+		"operation on that order, whatever its key: two refunds under two keys are two lines. A tenant that\n" +
+		"has no operation, token or settings is an error."
 }
 
 func (c *opListCmd) Run(ctx context.Context, a *app) error {
@@ -126,6 +129,15 @@ func (c *opListCmd) Run(ctx context.Context, a *app) error {
 	claims, err := db.data().ClaimList(ctx, p)
 	if err != nil {
 		return fmt.Errorf("op list: %w", err)
+	}
+	if len(claims) == 0 {
+		known, err := db.tenantKnown(ctx, c.Tenant)
+		if err != nil {
+			return fmt.Errorf("op list: %w", err)
+		}
+		if !known {
+			return fmt.Errorf("op list: no tenant %q here: it has no operation, token or settings (a typo?)", c.Tenant)
+		}
 	}
 	enc := json.NewEncoder(a.stdout)
 	for _, c := range claims {
@@ -156,6 +168,13 @@ func (c *opListCmd) params() (*core.ClaimListParams, error) {
 		return nil, &usageError{fmt.Errorf("--limit: must be within 1 and %d, got %d", maxListLimit, c.Limit)}
 	}
 	p := &core.ClaimListParams{TenantID: c.Tenant, Tool: c.Tool, Status: st, Limit: c.Limit}
+	if c.Arg != "" {
+		name, value, ok := strings.Cut(c.Arg, "=")
+		if !ok || !core.ValidArgName(name) {
+			return nil, &usageError{fmt.Errorf("--arg: want NAME=VALUE with NAME an argument name ([a-z0-9_]), got %q", c.Arg)}
+		}
+		p.ArgName, p.ArgValue = name, value
+	}
 	if !since.IsZero() {
 		p.Since = &since
 	}

@@ -175,6 +175,24 @@ func requireOpList(t *testing.T, b *opBundle, failed, succeeded *core.Claim) {
 	res = idemctl(ctx, t, b.dbURL, "op", "list", "--tenant", "acme", "--tool", "apply_credit")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	require.Empty(t, res.stdout)
+
+	// By argument, with the canonical arguments in every line: the three
+	// refunds of acme's order, none of another order.
+	res = idemctl(ctx, t, b.dbURL, "op", "list", "--tenant", "acme", "--arg", "order_id=ord_9f2")
+	require.Equal(t, exitOK, res.code, res.stderr)
+	lines = jsonLines(t, res.stdout)
+	require.Len(t, lines, 3)
+	for _, l := range lines {
+		require.Equal(t, "ord_9f2", l["args"].(map[string]any)["order_id"], "%v", l)
+	}
+	res = idemctl(ctx, t, b.dbURL, "op", "list", "--tenant", "acme", "--arg", "order_id=ord_other")
+	require.Equal(t, exitOK, res.code, res.stderr)
+	require.Empty(t, res.stdout)
+
+	// A tenant that has nothing here is an error, not an empty list.
+	res = idemctl(ctx, t, b.dbURL, "op", "list", "--tenant", "acmee")
+	require.Equal(t, exitFailure, res.code, res.stdout)
+	require.Contains(t, res.stderr, `no tenant "acmee" here`)
 }
 
 func TestOpRedriveOne(t *testing.T) {
@@ -368,6 +386,8 @@ func TestOpUsage(t *testing.T) {
 			{"ListBadSince", []string{"op", "list", "--tenant", "acme", "--since", "yesterday"}, "--since:"},
 			{"ListNegativeSince", []string{"op", "list", "--tenant", "acme", "--since", "-1h"}, "--since: -1h must be positive"},
 			{"ListBadLimit", []string{"op", "list", "--tenant", "acme", "--limit", "0"}, "--limit:"},
+			{"ListBadArg", []string{"op", "list", "--tenant", "acme", "--arg", "order_id"}, "--arg: want NAME=VALUE"},
+			{"ListBadArgName", []string{"op", "list", "--tenant", "acme", "--arg", "Order-Id=x"}, "--arg: want NAME=VALUE"},
 			{"RedriveNoReason", append(redrive, "--key", "k"), "--reason is required"},
 			{"RedriveNoTool", []string{"op", "redrive", "--tenant", "acme", "--key", "k", "--reason", "r"}, "--tool is required"},
 			{"RedriveNeither", append(redrive, "--reason", "r"), "give --key K"},

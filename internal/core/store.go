@@ -509,7 +509,27 @@ type ClaimListParams struct {
 	Status   vocab.Status
 	// Since keeps claims updated at or after it.
 	Since *time.Time
-	Limit int
+	// ArgName, when set, keeps claims whose arguments have the top-level
+	// member ArgName with the value ArgValue, compared as text (a string's
+	// characters, a number's digits): "did we refund ord_9f2 twice?" is
+	// ArgName "order_id", ArgValue "ord_9f2". ArgName is
+	// [a-z0-9_]{1,64} (ValidArgName).
+	ArgName, ArgValue string
+	Limit             int
+}
+
+// ValidArgName reports whether name may be ClaimListParams.ArgName: the
+// lowercase letters, digits and underscores of a tool's argument names.
+func ValidArgName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // ClaimListNewestParams are the parameters of Executor.ClaimListNewest.

@@ -24,7 +24,9 @@ type OperationView struct {
 	TenantID      string `json:"tenant_id"`
 	UserID        string `json:"user_id"`
 	ArgsHash      string `json:"args_hash"`
-	DownstreamKey string `json:"downstream_key"`
+	// Args are the operation's canonical arguments, as fingerprinted.
+	Args          json.RawMessage `json:"args"`
+	DownstreamKey string          `json:"downstream_key"`
 	Epoch         int64  `json:"epoch"`
 	// LeaseExpiresAt and LastError are kept whatever the status, for
 	// operators (the client view shows them while they matter).
@@ -39,6 +41,7 @@ func ViewOperation(c *core.Claim) OperationView {
 		TenantID:       c.TenantID,
 		UserID:         c.UserID,
 		ArgsHash:       c.ArgsHash,
+		Args:           c.Args,
 		DownstreamKey:  c.DownstreamKey,
 		Epoch:          c.Epoch,
 		LeaseExpiresAt: c.LeaseExpiresAt,

@@ -3,6 +3,7 @@
 package coretest
 
 import (
+	"sort"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -936,6 +937,34 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, []int64{seat.ID}, ids(&core.ClaimListParams{TenantID: "acme", Status: vocab.StatusQueued, Since: &since}))
 		require.Equal(t, []int64{first.ID, seat.ID}, ids(&core.ClaimListParams{TenantID: "acme", Limit: 2}))
 		require.Len(t, ids(&core.ClaimListParams{}), 4, "no filter: every tenant")
+	},
+
+	"ListFindsOperationsByArgument": func(t *testing.T, s *suite) {
+		// "Did we refund ord_a twice?": two keys on one order are two
+		// operations; a retry of one key is not a third.
+		ctx := context.Background()
+		first := Claim(ctx, t, s.gate, &ClaimOpts{Key: "by-arg-key-0001", Args: map[string]any{"order_id": "ord_a", "amount_cents": json.Number("1500")}}).Claim
+		Claim(ctx, t, s.gate, &ClaimOpts{Key: "by-arg-key-0001", Args: map[string]any{"order_id": "ord_a", "amount_cents": json.Number("1500")}})
+		second := Claim(ctx, t, s.gate, &ClaimOpts{Key: "by-arg-key-0002", Args: map[string]any{"order_id": "ord_a", "amount_cents": json.Number("1500")}}).Claim
+		other := Claim(ctx, t, s.gate, &ClaimOpts{Key: "by-arg-key-0003", Args: map[string]any{"order_id": "ord_b", "amount_cents": json.Number("700")}}).Claim
+		Claim(ctx, t, s.gate, &ClaimOpts{Key: "by-arg-key-0004", Tenant: "globex", Args: map[string]any{"order_id": "ord_a"}})
+		ids := func(p *core.ClaimListParams) []int64 {
+			claims, err := s.Store.ClaimList(ctx, p)
+			require.NoError(t, err)
+			out := []int64{}
+			for _, c := range claims {
+				out = append(out, c.ID)
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+			return out
+		}
+		require.Equal(t, []int64{first.ID, second.ID}, ids(&core.ClaimListParams{TenantID: "acme", ArgName: "order_id", ArgValue: "ord_a"}))
+		require.Equal(t, []int64{other.ID}, ids(&core.ClaimListParams{TenantID: "acme", ArgName: "order_id", ArgValue: "ord_b"}))
+		require.Equal(t, []int64{other.ID}, ids(&core.ClaimListParams{TenantID: "acme", ArgName: "amount_cents", ArgValue: "700"}), "a number compares as its digits")
+		require.Empty(t, ids(&core.ClaimListParams{TenantID: "acme", ArgName: "order_id", ArgValue: "ord_c"}))
+		require.Empty(t, ids(&core.ClaimListParams{TenantID: "acme", ArgName: "no_such_arg", ArgValue: "ord_a"}))
+		_, err := s.Store.ClaimList(ctx, &core.ClaimListParams{TenantID: "acme", ArgName: "order_id') OR 1=1 --", ArgValue: "x"})
+		require.Error(t, err, "an argument name that is no name is refused")
 	},
 
 	"GetByOperationIsTenantScoped": func(t *testing.T, s *suite) {

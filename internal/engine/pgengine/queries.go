@@ -411,6 +411,7 @@ WHERE ($1 = '' OR tenant_id = $1)
 	AND ($2 = '' OR tool = $2)
 	AND ($3 = '' OR status = $3)
 	AND ($4::timestamptz IS NULL OR updated_at >= $4::timestamptz)
+	AND ($6 = '' OR args->>$6 = $7)
 ORDER BY updated_at DESC, id DESC
 LIMIT $5`
 

@@ -234,7 +234,10 @@ func (e executor) ClaimList(ctx context.Context, p *core.ClaimListParams) ([]*Cl
 	if limit <= 0 {
 		limit = 100
 	}
-	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), nullTime(p.Since), limit)
+	if p.ArgName != "" && !core.ValidArgName(p.ArgName) {
+		return nil, fmt.Errorf("sqliteengine: argument name %q is not [a-z0-9_]{1,64}", p.ArgName)
+	}
+	return e.claimRows(ctx, sqlClaimList, p.TenantID, p.Tool, string(p.Status), nullTime(p.Since), limit, p.ArgName, p.ArgValue)
 }
 
 func (e executor) ClaimGetByOperation(ctx context.Context, p *core.ClaimGetByOperationParams) (*Claim, error) {

@@ -222,6 +222,7 @@ WHERE (?1 = '' OR tenant_id = ?1)
 	AND (?2 = '' OR tool = ?2)
 	AND (?3 = '' OR status = ?3)
 	AND (?4 IS NULL OR updated_at >= ?4)
+	AND (?6 = '' OR CAST(json_extract(args, '$.' || ?6) AS TEXT) = ?7)
 ORDER BY updated_at DESC, id DESC
 LIMIT ?5`
 
