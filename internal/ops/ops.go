@@ -21,13 +21,13 @@ import (
 // view plus the gate's own fields.
 type OperationView struct {
 	vocab.Operation
-	TenantID      string `json:"tenant_id"`
-	UserID        string `json:"user_id"`
-	ArgsHash      string `json:"args_hash"`
+	TenantID string `json:"tenant_id"`
+	UserID   string `json:"user_id"`
+	ArgsHash string `json:"args_hash"`
 	// Args are the operation's canonical arguments, as fingerprinted.
 	Args          json.RawMessage `json:"args"`
 	DownstreamKey string          `json:"downstream_key"`
-	Epoch         int64  `json:"epoch"`
+	Epoch         int64           `json:"epoch"`
 	// LeaseExpiresAt and LastError are kept whatever the status, for
 	// operators (the client view shows them while they matter).
 	LeaseExpiresAt *time.Time       `json:"lease_expires_at"`

@@ -3,11 +3,11 @@
 package coretest
 
 import (
-	"sort"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
