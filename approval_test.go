@@ -138,6 +138,13 @@ func TestApprovalOverREST(t *testing.T) {
 			// Under the predicate: no approval asked.
 			_, small := do(http.MethodPost, "/v1/tools/pay", agent, "approve-key-0003", `{"amount_cents":500}`)
 			require.NotEqual(t, "awaiting_approval", small["operation"].(map[string]any)["status"])
+			// approvals:decide reads operations that asked for approval,
+			// decided ones included, and no other.
+			code, body := do(http.MethodGet, "/v1/approvals/"+small["operation"].(map[string]any)["operation_id"].(string), boss, "", "")
+			require.Equal(t, http.StatusNotFound, code, "%v", body)
+			code, body = do(http.MethodGet, "/v1/approvals/"+id, boss, "", "")
+			require.Equal(t, http.StatusOK, code, "%v", body)
+			require.Equal(t, "succeeded", body["status"])
 			_, listed = do(http.MethodGet, "/v1/approvals", boss, "", "")
 			require.Empty(t, listed["approvals"])
 

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/ops"
 	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
@@ -61,6 +62,20 @@ func (s *Server) restApproval(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
 		return
+	}
+	if c.Status != vocab.StatusAwaitingApproval {
+		// approvals:decide reads the operations that asked for a person's
+		// approval (awaiting it, or decided), not every operation of the
+		// tenant.
+		events, err := s.gate.Store().AuditListByKey(r.Context(), &core.AuditListByKeyParams{TenantID: c.TenantID, Tool: c.Tool, IdempotencyKey: c.IdempotencyKey})
+		if err != nil {
+			writeProblem(w, r, http.StatusServiceUnavailable, unavailableFor(err))
+			return
+		}
+		if ops.ApprovalTrailOf(c, events) == nil {
+			writeProblem(w, r, http.StatusNotFound, &callError{err: vocab.Errorf(vocab.CodeNotFound, "id", "no operation with this id asked for approval")})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, s.approvalOf(c))
 }

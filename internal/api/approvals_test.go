@@ -50,10 +50,10 @@ type decideAnswer struct {
 }
 
 // decide POSTs body with contentType (none when empty) and header to
-// POST /v1/approvals/op_1, with a bearer token.
+// POST /v1/approvals/01a24920-7f63-7d9d-915a-30c79c817c73, with a bearer token.
 func decide(t *testing.T, url, contentType, body string, header map[string]string) decideAnswer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+"/v1/approvals/op_1", strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/approvals/01a24920-7f63-7d9d-915a-30c79c817c73", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer idg_any")
 	if contentType != "" {
@@ -108,7 +108,7 @@ func TestApprovalRoutesCheckOrigin(t *testing.T) {
 	t.Parallel()
 	url := serveApprovals(t)
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
-		req, err := http.NewRequest(method, url+"/v1/approvals/op_1", strings.NewReader(`{"decision":"approve","args_hash":"abc"}`))
+		req, err := http.NewRequest(method, url+"/v1/approvals/01a24920-7f63-7d9d-915a-30c79c817c73", strings.NewReader(`{"decision":"approve","args_hash":"abc"}`))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Origin", "http://evil.example.com")
