@@ -46,7 +46,8 @@ async function refund(token, key, amount) {
   const res = await fetchPatiently(`${base}/v1/tools/refund_order`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'idempotency-key': key, 'content-type': 'application/json' },
-    body: JSON.stringify({ order_id: orderID, amount_cents: amount }),
+    // The reason holds a line separator, which the page must show escaped.
+    body: JSON.stringify({ order_id: orderID, amount_cents: amount, reason: 'goodwill\u2028for the delay' }),
   });
   return { status: res.status, headers: res.headers, body: await json(res) };
 }
@@ -108,6 +109,7 @@ test(`a person approves a large refund on the page, and it runs once (${engine})
       assert.match(args, /"amount_cents": 25000/);
       assert.match(args, /"order_id": "ord_approval"/);
       assert.deepEqual(JSON.parse(args), shown.args, 'the arguments as the gate hashed them');
+      assert.ok(args.includes('goodwill\\u2028for the delay') && !args.includes('\u2028'), `a line separator shown escaped: ${JSON.stringify(args)}`);
       assert.ok((await page.locator('#expires-at').textContent()).includes(shown.approval_expires_at));
       // The token is kept in this tab's sessionStorage, not in the form.
       assert.equal(await page.getByLabel('Your token').inputValue(), '');

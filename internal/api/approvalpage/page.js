@@ -213,7 +213,10 @@
     $('operation-id').textContent = a.operation_id;
     $('args-hash').textContent = a.args_hash;
     const raw = member(text, 'args');
-    $('args').textContent = raw === null ? JSON.stringify(a.args, null, 2) : indent(raw);
+    // Line and paragraph separators are shown as their escapes: raw, they
+    // would show as a line break that is not in the arguments.
+    const shownArgs = raw === null ? JSON.stringify(a.args, null, 2) : indent(raw);
+    $('args').textContent = shownArgs.replace(/[\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
     const ended = Boolean(a.approval_expires_at) && Date.parse(a.approval_expires_at) <= Date.now();
     decide.hidden = a.status !== 'awaiting_approval' || ended;
     call.hidden = false;

@@ -61,7 +61,7 @@ func Body(n *Notice) string {
 		"",
 		"Arguments, exactly as fingerprinted:",
 		"",
-		string(n.Args),
+		visible(string(n.Args)),
 		"",
 		"Fingerprint:   " + n.ArgsHash,
 		"",
@@ -74,6 +74,13 @@ func Body(n *Notice) string {
 		"",
 	}
 	return strings.Join(lines, "\r\n")
+}
+
+// visible writes the line and paragraph separators of the arguments as
+// their JSON escapes: raw, a reader would see a line break that is not in
+// the arguments (inside a JSON string the escape is the same value).
+func visible(args string) string {
+	return strings.NewReplacer("\u2028", `\u2028`, "\u2029", `\u2029`).Replace(args)
 }
 
 // stamp writes t in UTC, to the second.

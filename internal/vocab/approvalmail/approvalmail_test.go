@@ -91,3 +91,14 @@ func TestInvalidNoticeIsPermanent(t *testing.T) {
 		require.False(t, strings.Contains(err.Error(), "finance@"), "%s: names an address: %v", name, err)
 	}
 }
+
+// A line or paragraph separator in the arguments is shown as its escape,
+// not as a line break a reader would take for the arguments' own.
+func TestBodyShowsSeparatorsEscaped(t *testing.T) {
+	t.Parallel()
+	body := approvalmail.Body(&approvalmail.Notice{Tool: "refund_order", TenantID: "acme", OperationID: "op",
+		Args: json.RawMessage("{\"memo\":\"a\u2028b\u2029c\",\"order_id\":\"ord_1\"}"), ArgsHash: "h"})
+	require.NotContains(t, body, "\u2028")
+	require.NotContains(t, body, "\u2029")
+	require.Contains(t, body, `{"memo":"a\u2028b\u2029c","order_id":"ord_1"}`)
+}
