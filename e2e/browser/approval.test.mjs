@@ -110,6 +110,8 @@ test(`a person approves a large refund on the page, and it runs once (${engine})
       assert.match(args, /"order_id": "ord_approval"/);
       assert.deepEqual(JSON.parse(args), shown.args, 'the arguments as the gate hashed them');
       assert.ok(args.includes('goodwill\\u2028for the delay') && !args.includes('\u2028'), `a line separator shown escaped: ${JSON.stringify(args)}`);
+      assert.deepEqual(shown.not_fingerprinted, ['reason']);
+      assert.match(await page.locator('#not-fingerprinted').textContent(), /every argument but reason/);
       assert.ok((await page.locator('#expires-at').textContent()).includes(shown.approval_expires_at));
       // The token is kept in this tab's sessionStorage, not in the form.
       assert.equal(await page.getByLabel('Your token').inputValue(), '');

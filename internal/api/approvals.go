@@ -32,6 +32,10 @@ type Approval struct {
 	RequestedAt       time.Time       `json:"requested_at"`
 	Status            vocab.Status    `json:"status"`
 	ApprovalExpiresAt *time.Time      `json:"approval_expires_at,omitempty"`
+	// NotFingerprinted are the tool's arguments left out of the
+	// fingerprint (its policy's volatile fields, such as a refund's free-
+	// text reason): shown with Args, but a decision does not bind them.
+	NotFingerprinted []string `json:"not_fingerprinted,omitempty"`
 	// URL is the operation's approval page.
 	URL string `json:"url"`
 }
@@ -93,8 +97,12 @@ func decider(w http.ResponseWriter, r *http.Request) (vocab.Actor, bool) {
 
 // approvalOf is c as an approver sees it.
 func (s *Server) approvalOf(c *core.Claim) *Approval {
-	return &Approval{OperationID: c.OperationID, Tool: c.Tool, Args: c.Args, ArgsHash: c.ArgsHash, RequestedBy: c.UserID,
+	a := &Approval{OperationID: c.OperationID, Tool: c.Tool, Args: c.Args, ArgsHash: c.ArgsHash, RequestedBy: c.UserID,
 		RequestedAt: c.CreatedAt, Status: c.Status, ApprovalExpiresAt: c.ApprovalExpiresAt, URL: s.approvalURL(c.OperationID)}
+	if spec, ok := s.tools.Get(c.Tool); ok && spec.Policy != nil {
+		a.NotFingerprinted = spec.Policy.VolatileFields
+	}
+	return a
 }
 
 // restDecide is POST /v1/approvals/{id}: approve or deny the operation for

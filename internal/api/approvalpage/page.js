@@ -217,6 +217,10 @@
     // would show as a line break that is not in the arguments.
     const shownArgs = raw === null ? JSON.stringify(a.args, null, 2) : indent(raw);
     $('args').textContent = shownArgs.replace(/[\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
+    const free = a.not_fingerprinted || [];
+    $('not-fingerprinted').hidden = free.length === 0;
+    $('not-fingerprinted').textContent = free.length === 0 ? ''
+      : `The fingerprint covers every argument but ${free.join(', ')}, which a retry may change without asking again.`;
     const ended = Boolean(a.approval_expires_at) && Date.parse(a.approval_expires_at) <= Date.now();
     decide.hidden = a.status !== 'awaiting_approval' || ended;
     call.hidden = false;
