@@ -75,7 +75,7 @@ func newOpsServer(cfg *config.Config, g *core.Gate, uiClient jobs.Client, contro
 		return nil, err
 	}
 	s, err := ops.NewServer(&ops.Config{
-		Auth:           &ops.Auth{Bearer: srv.Authenticate, Basic: basic, Throttle: ops.NewThrottle(reg), Logger: logger},
+		Auth:           &ops.Auth{Bearer: srv.Authenticate, Basic: basic, Throttle: ops.NewThrottle(reg), Devices: ops.NewDevices(cfg.Secret), Logger: logger},
 		OperatorTenant: cfg.OperatorTenant,
 		Redriver:       &ops.Redriver{Gate: g, Jobs: control},
 		Logger:         logger,

@@ -116,8 +116,12 @@ type Auth struct {
 	Bearer func(http.Handler) http.Handler
 	// Basic, when set, also accepts these HTTP Basic credentials.
 	Basic *BasicCredentials
-	// Throttle, when set, limits failed Basic attempts per client address.
+	// Throttle, when set, limits failed Basic attempts per client address,
+	// or per device for a request with a valid device cookie (Devices).
 	Throttle *Throttle
+	// Devices, when set, issues a device cookie on a successful Basic
+	// login and throttles requests that carry one on their own.
+	Devices *Devices
 	// Logger defaults to slog.Default(). Credentials are never logged.
 	Logger *slog.Logger
 }
@@ -152,6 +156,11 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 		}
 		if scheme, _, _ := strings.Cut(strings.TrimSpace(h), " "); strings.EqualFold(scheme, "basic") {
 			client := clientAddr(r)
+			if a.Devices != nil && a.Basic != nil {
+				if id, ok := a.Devices.device(r, a.Basic.User()); ok {
+					client = "device " + id
+				}
+			}
 			if wait, blocked := a.Throttle.blocked(client); blocked {
 				logger.WarnContext(r.Context(), "ops: basic attempt throttled", "remote", r.RemoteAddr, "retry_after", wait)
 				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
@@ -162,6 +171,9 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 			user, password, ok := r.BasicAuth()
 			if a.Basic != nil && ok && a.Basic.match(user, password) {
 				a.Throttle.succeeded(client)
+				if a.Devices != nil && !strings.HasPrefix(client, "device ") {
+					http.SetCookie(w, a.Devices.issue(a.Basic.User(), r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")))
+				}
 				op := Operator{Name: a.Basic.User(), Via: "basic"}
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, op)))
 				return
