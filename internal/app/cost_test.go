@@ -365,7 +365,12 @@ func TestCostPerCall(t *testing.T) {
 	// effect's two statements and River's job completion per operation,
 	// each completion sent with the next operation's savepoint and lock,
 	// the last one with COMMIT.
-	require.Equal(t, 4*m+groupCommits, groupWorkTrips, "round trips: 4 per operation and 1 per group")
+	// On a busy machine a job can reach a group's runner after the
+	// previous completion went out on its own: that completion's flush is
+	// one round trip more, at most one per group (a CI run saw 143 for
+	// 142). A statement more per operation would add m.
+	require.GreaterOrEqual(t, groupWorkTrips, 4*m+groupCommits, "round trips: 4 per operation and 1 per group")
+	require.LessOrEqual(t, groupWorkTrips, 4*m+2*groupCommits, "round trips: 4 per operation and 1 per group, plus at most one flush per group")
 	require.Equal(t, m, tracer.takeVersions(), "one claim version per operation")
 
 	// A lone operation is a group of one: no savepoint, what it cost alone.
