@@ -14,10 +14,6 @@ const (
 	MinTTL = time.Minute
 	// MaxTTL is the longest TTL a tool may configure.
 	MaxTTL = 7 * 24 * time.Hour
-	// DefaultMoneyTTL is the TTL of money and seat tools (refunds, credits, seats).
-	DefaultMoneyTTL = 24 * time.Hour
-	// DefaultMailTTL is the TTL of password-reset mail.
-	DefaultMailTTL = 2 * time.Hour
 	// DefaultRetention is how long after its TTL a finished intent is
 	// remembered (as a tombstone) so that the same key and arguments are
 	// refused rather than run again.

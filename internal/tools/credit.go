@@ -5,7 +5,6 @@ import (
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
@@ -35,7 +34,7 @@ func ApplyCredit(*Deps) *gate.Mutation[CreditArgs, Credit] {
 		Scope:       "billing:credit",
 		Provider:    "ledger",
 		Policy: gate.Policy{
-			TTL:            core.DefaultMoneyTTL,
+			TTL:            MoneyTTL,
 			VolatileFields: []string{"memo"},
 			AuditFields:    []string{"customer_id", "amount_cents", "currency"},
 		},

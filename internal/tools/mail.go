@@ -3,12 +3,12 @@ package tools
 import (
 	"context"
 	"errors"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/toolspec"
+
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/vocab"
 	"github.com/idemgate/idemgate/internal/vocab/resetmail"
@@ -42,7 +42,7 @@ func SendPasswordReset(d *Deps) *gate.Mutation[MailArgs, Mail] {
 		Scope:       "users:password_reset",
 		Provider:    "smtp",
 		Policy: gate.Policy{
-			TTL:                core.DefaultMailTTL,
+			TTL:                MailTTL,
 			AuditFields:        []string{"user_id"},
 			FailUnknownOutcome: d.MailFailUnknownOutcome,
 		},

@@ -2,9 +2,10 @@ package tools
 
 import (
 	"errors"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/stretchr/testify/require"
 

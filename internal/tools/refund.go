@@ -26,7 +26,7 @@ const ReconcileAfter = 23 * time.Hour
 // again as a new intent only after refund_order's TTL and retention, so a
 // refund older than that belongs to an earlier intent with the same key,
 // which the reconciliation must not adopt.
-const IntentWindow = core.DefaultMoneyTTL + core.DefaultRetention
+const IntentWindow = MoneyTTL + core.DefaultRetention
 
 // RefundArgs are refund_order's arguments.
 type RefundArgs struct {
@@ -63,7 +63,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *gate.Mutation[RefundArgs, Ref
 		Scope:       "billing:refund",
 		Provider:    "stripe",
 		Policy: gate.Policy{
-			TTL:            core.DefaultMoneyTTL,
+			TTL:            MoneyTTL,
 			VolatileFields: []string{"reason"},
 			AuditFields:    []string{"order_id", "amount_cents"},
 		},

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/internal/core"
 )
 
 // SeatArgs are reset_seat's arguments.
@@ -37,7 +36,7 @@ func ResetSeat(*Deps) *gate.Mutation[SeatArgs, Seat] {
 		Scope:       "seats:reset",
 		Provider:    "ledger",
 		Policy: gate.Policy{
-			TTL:         core.DefaultMoneyTTL,
+			TTL:         MoneyTTL,
 			AuditFields: []string{"seat_id"},
 		},
 		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[SeatArgs]) (*Seat, error) {

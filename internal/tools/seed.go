@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
 	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/idemgate/idemgate/gate"

@@ -11,8 +11,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/idemgate/idemgate/gate"
 	"github.com/idemgate/idemgate/internal/core"

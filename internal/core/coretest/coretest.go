@@ -107,6 +107,12 @@ type ClaimOpts struct {
 	ApprovalWindow time.Duration
 }
 
+// The TTLs of the suite's tools, as the built-in money and mail tools'.
+const (
+	moneyTTL = 24 * time.Hour
+	mailTTL  = 2 * time.Hour
+)
+
 var keySeq atomic.Int64
 
 // Claim claims an intent through g with defaults for every unset option:
@@ -193,7 +199,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NotContains(t, c.DownstreamKey, c.OperationID)
 		require.NotContains(t, c.DownstreamKey, c.IdempotencyKey)
 		require.Len(t, c.DownstreamKey, len("idg_")+core.IntentKeyLen+len("_0"))
-		require.Equal(t, core.DefaultMoneyTTL, c.TTL)
+		require.Equal(t, moneyTTL, c.TTL)
 		require.Nil(t, c.ExpiresAt)
 		require.JSONEq(t, `{"amount_cents":500,"order_id":"ord_9f2"}`, string(c.Args))
 		require.Equal(t, 1, s.JobCount(ctx))
@@ -330,7 +336,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.NoError(t, err)
 		require.Equal(t, vocab.StatusSucceeded, done.Status)
 		require.NotNil(t, done.ExpiresAt)
-		require.WithinDuration(t, time.Now().Add(core.DefaultMoneyTTL), *done.ExpiresAt, time.Minute)
+		require.WithinDuration(t, time.Now().Add(moneyTTL), *done.ExpiresAt, time.Minute)
 
 		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "replay-ok-key"})
 		require.Equal(t, vocab.OutcomeReplayed, res.Outcome)
@@ -354,7 +360,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		first := Claim(ctx, t, s.gate, &ClaimOpts{Key: "takeover-key-1"})
 		leased := lease(ctx, t, s.Store, first.Claim, first.Claim.JobID, time.Minute)
 		// Completed two TTLs ago: expired by the database's clock now.
-		_, err := s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`), Now: ptr(time.Now().Add(-2 * core.DefaultMoneyTTL))})
+		_, err := s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`), Now: ptr(time.Now().Add(-2 * moneyTTL))})
 		require.NoError(t, err)
 
 		// The same intent (same arguments) is refused, never run again.
@@ -569,7 +575,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 
 	"ArchiveExpiredOnlyTerminal": func(t *testing.T, s *suite) {
 		ctx := context.Background()
-		past := ptr(time.Now().Add(-2 * core.DefaultMoneyTTL))
+		past := ptr(time.Now().Add(-2 * moneyTTL))
 		var expiredKeys []string
 		var expiredHash string
 		for i := range 5 {
@@ -836,7 +842,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		ctx := context.Background()
 		old := Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-old-0001"}).Claim
 		l := lease(ctx, t, s.Store, old, old.JobID, time.Minute)
-		_, err := s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: old.ID, Epoch: l.Epoch, Result: json.RawMessage(`{}`), Now: ptr(time.Now().Add(-2 * core.DefaultMoneyTTL))})
+		_, err := s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: old.ID, Epoch: l.Epoch, Result: json.RawMessage(`{}`), Now: ptr(time.Now().Add(-2 * moneyTTL))})
 		require.NoError(t, err)
 		Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-live-001"})
 		n, err := s.gate.Prune(ctx, 10)
@@ -848,7 +854,7 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, vocab.OutcomeExpired, res.Outcome)
 		require.Equal(t, old.OperationID, res.Claim.OperationID)
 		// A prune after the retention forgets it: the key is free again.
-		_, err = s.gate.PruneAt(ctx, 10, time.Now().Add(core.DefaultRetention+3*core.DefaultMoneyTTL))
+		_, err = s.gate.PruneAt(ctx, 10, time.Now().Add(core.DefaultRetention+3*moneyTTL))
 		require.NoError(t, err)
 		res = Claim(ctx, t, s.gate, &ClaimOpts{Key: "prune-old-0001"})
 		require.Equal(t, vocab.OutcomeAccepted, res.Outcome)
@@ -1074,27 +1080,27 @@ func Policies() []core.Policy {
 	return []core.Policy{
 		{
 			Tool:           "refund_order",
-			TTL:            core.DefaultMoneyTTL,
+			TTL:            moneyTTL,
 			VolatileFields: []string{"reason"},
 			AuditArgFields: []string{"order_id", "amount_cents"},
 			ResultFields:   []string{"refund_id", "order_id", "amount_cents", "currency", "status"},
 		},
 		{
 			Tool:           "apply_credit",
-			TTL:            core.DefaultMoneyTTL,
+			TTL:            moneyTTL,
 			VolatileFields: []string{"memo"},
 			AuditArgFields: []string{"customer_id", "amount_cents", "currency"},
 			ResultFields:   []string{"ledger_entry_id", "customer_id", "amount_cents", "currency"},
 		},
 		{
 			Tool:           "reset_seat",
-			TTL:            core.DefaultMoneyTTL,
+			TTL:            moneyTTL,
 			AuditArgFields: []string{"seat_id"},
 			ResultFields:   []string{"seat_id", "status"},
 		},
 		{
 			Tool:           "send_password_reset",
-			TTL:            core.DefaultMailTTL,
+			TTL:            mailTTL,
 			AuditArgFields: []string{"user_id"},
 			ResultFields:   []string{"user_id", "message_id", "sent_at"},
 		},

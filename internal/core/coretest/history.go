@@ -33,7 +33,7 @@ var historyTests = map[string]func(t *testing.T, s *suite){
 					require.Equal(t, vocab.OutcomeAccepted, res.Outcome)
 					l := lease(ctx, t, s.Store, res.Claim, res.Claim.JobID, time.Minute)
 					_, err := s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: l.ID, Epoch: l.Epoch, Result: json.RawMessage(`{}`),
-						Now: ptr(time.Now().Add(-2 * core.DefaultMoneyTTL))})
+						Now: ptr(time.Now().Add(-2 * moneyTTL))})
 					require.NoError(t, err)
 					if prune {
 						_, err := s.gate.Prune(ctx, 10)
@@ -119,7 +119,7 @@ var historyTests = map[string]func(t *testing.T, s *suite){
 		}()
 		// The windows end from half a second from now on, whatever the
 		// completions' own pace.
-		start := time.Now().Add(time.Second/2 - core.DefaultMoneyTTL)
+		start := time.Now().Add(time.Second/2 - moneyTTL)
 		for i, l := range leased {
 			at := start.Add(time.Duration(i) * spread / n)
 			_, err := s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: l.ID, Epoch: l.Epoch, Result: json.RawMessage(`{}`), Now: &at})
@@ -127,7 +127,7 @@ var historyTests = map[string]func(t *testing.T, s *suite){
 		}
 		// Every window has ended once the database's clock passes the
 		// last; then the archiver stops, and what is left is archived.
-		last := start.Add(spread + core.DefaultMoneyTTL)
+		last := start.Add(spread + moneyTTL)
 		for time.Now().Before(last.Add(100 * time.Millisecond)) {
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -100,7 +100,7 @@ var noticeTests = map[string]func(t *testing.T, s *suite){
 		first := Claim(ctx, t, g, &ClaimOpts{Key: "notice-takeover1"})
 		leased := lease(ctx, t, s.Store, first.Claim, first.Claim.JobID, time.Minute)
 		_, err = s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`),
-			Now: ptr(time.Now().Add(-2 * core.DefaultMoneyTTL))})
+			Now: ptr(time.Now().Add(-2 * moneyTTL))})
 		require.NoError(t, err)
 		jobs = s.JobCount(ctx)
 		to := Claim(ctx, t, g, &ClaimOpts{Key: "notice-takeover1", ApprovalWindow: time.Hour,

@@ -168,7 +168,7 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 		c = newClaim("state-expire-001")
 		leased = enter(c)
 		_, err = s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{}`),
-			Now: ptr(time.Now().Add(-2 * core.DefaultMoneyTTL))})
+			Now: ptr(time.Now().Add(-2 * moneyTTL))})
 		require.NoError(t, err)
 		expired, err := s.Store.ClaimGetByID(ctx, &core.ClaimGetByIDParams{ID: c.ID})
 		require.NoError(t, err)
@@ -221,7 +221,7 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 		// store method is its own, the engine writes exactly when the
 		// table allows it (each write rolled back, so states stay put).
 		ctx := context.Background()
-		past := ptr(time.Now().Add(-2 * core.DefaultMoneyTTL))
+		past := ptr(time.Now().Add(-2 * moneyTTL))
 		finish := func(key string, fail *vocab.ErrorInfo, at *time.Time) *core.Claim {
 			c := Claim(ctx, t, s.gate, &ClaimOpts{Key: key}).Claim
 			l := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
