@@ -51,7 +51,7 @@ func (a *app) open(ctx context.Context, existing bool) (*database, error) {
 	defer cancel()
 	if err := drv.Ping(pingCtx); err != nil {
 		drv.Close()
-		return nil, fmt.Errorf("connect to %s (%s): %w", config.EnvDatabaseURL, redactURL(a.cfg.DatabaseURL), err)
+		return nil, fmt.Errorf("connect to %s (%s): %w", config.EnvDatabaseURL, config.RedactDatabaseURL(a.cfg.DatabaseURL), err)
 	}
 	return &database{drv: drv}, nil
 }

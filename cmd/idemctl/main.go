@@ -233,10 +233,7 @@ func (a *app) openPostgres(ctx context.Context) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to %s (%s): %w", config.EnvDatabaseURL, redactURL(raw), idemgateapp.ExplainConnError(err))
+		return nil, fmt.Errorf("connect to %s (%s): %w", config.EnvDatabaseURL, config.RedactDatabaseURL(raw), idemgateapp.ExplainConnError(err))
 	}
 	return pool, nil
 }
-
-// redactURL hides a password in raw for messages.
-func redactURL(raw string) string { return config.RedactDatabaseURL(raw) }

@@ -155,9 +155,10 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		if scheme, _, _ := strings.Cut(strings.TrimSpace(h), " "); strings.EqualFold(scheme, "basic") {
-			client := clientAddr(r)
+			client, known := clientAddr(r), false
 			if a.Devices != nil && a.Basic != nil {
-				if id, ok := a.Devices.device(r, a.Basic.User()); ok {
+				var id string
+				if id, known = a.Devices.device(r, a.Basic.User()); known {
 					client = "device " + id
 				}
 			}
@@ -171,7 +172,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 			user, password, ok := r.BasicAuth()
 			if a.Basic != nil && ok && a.Basic.match(user, password) {
 				a.Throttle.succeeded(client)
-				if a.Devices != nil && !strings.HasPrefix(client, "device ") {
+				if a.Devices != nil && !known {
 					http.SetCookie(w, a.Devices.issue(a.Basic.User(), r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")))
 				}
 				op := Operator{Name: a.Basic.User(), Via: "basic"}
