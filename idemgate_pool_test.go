@@ -34,8 +34,8 @@ func TestAPIHoldsAtMostPoolMaxConns(t *testing.T) {
 	const maxConns, calls = 4, 64
 	ctx := t.Context()
 	dbURL, seedPool := pgtest.NewDB(t)
-	_, err := pgengine.New(seedPool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
-		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1 << 30, Currency: "usd"}},
+	_, err := pgengine.New(seedPool).Seed(ctx, &store.SeedFile{
+		Rows:   &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1 << 30, Currency: "usd"}}},
 		Tokens: []store.SeedToken{{Tenant: "acme", User: "bot", Scopes: []string{"billing:refund"}, Token: "idg_test_pool_bot"}},
 	})
 	require.NoError(t, err)

@@ -88,8 +88,8 @@ func runTeamRiver(t *testing.T, inside bool) {
 	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
 	stripeSrv.AddCharge("ch_team", 1<<30, "usd")
 	dbURL, seedPool := pgtest.NewDB(t)
-	_, err := pgengine.New(seedPool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
-		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_team", ChargeID: "ch_team", AmountCents: 1 << 30, Currency: "usd"}},
+	_, err := pgengine.New(seedPool).Seed(ctx, &store.SeedFile{
+		Rows:   &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_team", ChargeID: "ch_team", AmountCents: 1 << 30, Currency: "usd"}}},
 		Tokens: []store.SeedToken{{Tenant: "acme", User: "bot", Scopes: []string{"billing:refund", "operations:read"}, Token: "idg_test_team_bot"}},
 	})
 	require.NoError(t, err)

@@ -162,15 +162,16 @@ func (db *benchDB) seed(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	f := &store.SeedFile{LoadRows: tools.SeedRows, Tokens: []store.SeedToken{{
+	rows := &tools.Seed{}
+	f := &store.SeedFile{Rows: rows, Tokens: []store.SeedToken{{
 		Tenant: benchTenant, User: "bench-agent", Token: benchToken,
 		Scopes: []string{"billing:credit", "billing:refund", "operations:read"},
 	}}}
 	for i := range customers {
-		f.Customers = append(f.Customers, store.SeedCustomer{Tenant: benchTenant, CustomerID: customerID(i), Currency: "usd"})
+		rows.Customers = append(rows.Customers, tools.SeedCustomer{Tenant: benchTenant, CustomerID: customerID(i), Currency: "usd"})
 	}
 	for i := range orders {
-		f.Orders = append(f.Orders, store.SeedOrder{Tenant: benchTenant, OrderID: orderID(i), ChargeID: fmt.Sprintf("ch_bench_%03d", i),
+		rows.Orders = append(rows.Orders, tools.SeedOrder{Tenant: benchTenant, OrderID: orderID(i), ChargeID: fmt.Sprintf("ch_bench_%03d", i),
 			AmountCents: orderCents, Currency: "usd"})
 	}
 	_, err = pgengine.New(pool).Seed(ctx, f)

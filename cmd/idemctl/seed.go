@@ -62,13 +62,12 @@ func readSeed(stdin io.Reader, name, operatorTenant string) (*store.SeedFile, er
 		defer fh.Close()
 		r = fh
 	}
-	f, err := store.ParseSeed(r)
+	// Orders, customers, seats and users are the built-in tools' rows.
+	f, err := store.ParseSeed(r, &tools.Seed{})
 	if err == nil {
 		// Tokens may grant the built-in tools' scopes, and never belong to the
 		// operator tenant: its tokens are made one by one, with --operator.
 		f.KnownScopes = tools.Scopes()
-		// Orders, customers, seats and users are the built-in tools' rows.
-		f.LoadRows = tools.SeedRows
 		err = f.Validate()
 		for i, tok := range f.Tokens {
 			if err == nil && tok.Tenant == operatorTenant {

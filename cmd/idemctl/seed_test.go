@@ -55,10 +55,10 @@ func TestSeedCommand(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	var first store.SeedResult
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &first))
-	require.Equal(t, store.SeedCount{Created: 1}, first.Orders)
-	require.Equal(t, store.SeedCount{Created: 1}, first.Customers)
-	require.Equal(t, store.SeedCount{Created: 1}, first.Seats)
-	require.Equal(t, store.SeedCount{Created: 1}, first.Users)
+	require.Equal(t, store.SeedCount{Created: 1}, *first.Count("orders"))
+	require.Equal(t, store.SeedCount{Created: 1}, *first.Count("customers"))
+	require.Equal(t, store.SeedCount{Created: 1}, *first.Count("seats"))
+	require.Equal(t, store.SeedCount{Created: 1}, *first.Count("users"))
 	require.Equal(t, store.SeedCount{Created: 2}, first.Tokens)
 	require.Equal(t, store.SeedCount{Created: 1}, first.Tenants)
 	// Only the token without a fixed value is printed.
@@ -81,10 +81,10 @@ func TestSeedCommand(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	var second store.SeedResult
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &second))
-	require.Equal(t, store.SeedCount{Existing: 1}, second.Orders)
-	require.Equal(t, store.SeedCount{Existing: 1}, second.Customers)
-	require.Equal(t, store.SeedCount{Existing: 1}, second.Seats)
-	require.Equal(t, store.SeedCount{Existing: 1}, second.Users)
+	require.Equal(t, store.SeedCount{Existing: 1}, *second.Count("orders"))
+	require.Equal(t, store.SeedCount{Existing: 1}, *second.Count("customers"))
+	require.Equal(t, store.SeedCount{Existing: 1}, *second.Count("seats"))
+	require.Equal(t, store.SeedCount{Existing: 1}, *second.Count("users"))
 	require.Equal(t, store.SeedCount{Created: 1, Existing: 1}, second.Tokens)
 	require.Equal(t, store.SeedCount{Existing: 1}, second.Tenants)
 	require.Len(t, second.CreatedTokens, 1)
@@ -108,7 +108,7 @@ func TestSeedCommandStdinAndErrors(t *testing.T) {
 	require.Equal(t, exitOK, runIO(ctx, []string{"--database-url", dbURL, "seed", "--file", "-"}, stdin, &stdout, &stderr), stderr.String())
 	var fromStdin store.SeedResult
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &fromStdin))
-	require.Equal(t, store.SeedCount{Created: 1}, fromStdin.Users)
+	require.Equal(t, store.SeedCount{Created: 1}, *fromStdin.Count("users"))
 
 	bad := writeFile(t, "bad.json", `{"orders": [{"tenant": "acme", "order_id": "o", "charge_id": "c", "amount_cents": 0, "currency": "usd"}]}`)
 	res := idemctl(ctx, t, dbURL, "seed", "--file", bad)

@@ -61,8 +61,8 @@ func fuzzSetup(tb testing.TB) *fuzzBundle {
 	tb.Helper()
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(tb)
-	_, err := pgengine.New(pool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
-		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
+	_, err := pgengine.New(pool).Seed(ctx, &store.SeedFile{
+		Rows: &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}},
 		Tokens: []store.SeedToken{
 			{Tenant: "acme", User: "fuzz", Scopes: []string{"billing:refund", "billing:credit", "seats:reset", "users:password_reset", "operations:read"}, Token: fuzzTokenAll},
 			{Tenant: "acme", User: "fuzz-reader", Scopes: []string{"operations:read"}, Token: fuzzTokenRead},

@@ -55,8 +55,8 @@ func mcpPairSetup(tb testing.TB) *mcpPair {
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(tb)
 	data := pgengine.New(pool)
-	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
-		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
+	_, err := data.Seed(ctx, &store.SeedFile{
+		Rows: &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}},
 		Tokens: []store.SeedToken{
 			{Tenant: "acme", User: "fuzz", Scopes: []string{"billing:refund", "billing:credit", "seats:reset", "users:password_reset", "operations:read"}, Token: fuzzTokenAll},
 			{Tenant: "acme", User: "fuzz-reader", Scopes: []string{"operations:read"}, Token: fuzzTokenRead},

@@ -43,11 +43,11 @@ type testBundle struct {
 
 func seedFile() *store.SeedFile {
 	all := []string{"billing:refund", "billing:credit", "seats:reset", "users:password_reset", "operations:read"}
-	return &store.SeedFile{LoadRows: tools.SeedRows,
-		Orders: []store.SeedOrder{
+	return &store.SeedFile{
+		Rows: &tools.Seed{Orders: []tools.SeedOrder{
 			{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"},
 			{Tenant: "globex", OrderID: "ord_9f2", ChargeID: "ch_456", AmountCents: 7000, Currency: "usd"},
-		},
+		}},
 		Tokens: []store.SeedToken{
 			{Tenant: "acme", User: "support-bot", Scopes: all, Token: tokenAcme},
 			{Tenant: "acme", User: "auditor", Scopes: []string{"operations:read"}, Token: tokenAcmeRead},

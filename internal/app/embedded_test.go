@@ -13,8 +13,8 @@ import (
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
@@ -28,8 +28,8 @@ func TestEmbeddedSQLiteRefundWithDuplicateRetry(t *testing.T) {
 	smtpAddr, mailAPI := mailpit.Start(t)
 	path, db := sqlitetest.NewDB(t)
 	seed := seedFile()
-	seed.Customers = []store.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}}
-	seed.Users = []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}
+	seed.Rows.(*tools.Seed).Customers = []tools.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}}
+	seed.Rows.(*tools.Seed).Users = []tools.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}
 	_, err := sqliteengine.New(db).Seed(ctx, seed)
 	require.NoError(t, err)
 

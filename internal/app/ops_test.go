@@ -28,6 +28,7 @@ import (
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
@@ -157,7 +158,7 @@ func setupOpsWorker(t *testing.T, engine string) *opsWorker {
 	stripeSrv.SetChargeError("ch_declined", http.StatusPaymentRequired, "card_error", "card_declined")
 	d := enginetest.New(t, engine, &enginetest.Options{MaxConns: 30})
 	seed := seedFile()
-	seed.Orders = append(seed.Orders, store.SeedOrder{Tenant: "acme", OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"})
+	seed.Rows.(*tools.Seed).Orders = append(seed.Rows.(*tools.Seed).Orders, tools.SeedOrder{Tenant: "acme", OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"})
 	_, err := d.Store.Seed(context.Background(), seed)
 	require.NoError(t, err)
 	cfg := opsConfig(d, opsEnv)

@@ -74,8 +74,8 @@ func TestPasswordResetLinkEndToEnd(t *testing.T) {
 	require.Equal(t, 1, countRows(t, b.pool, `SELECT count(*) FROM password_reset_tokens WHERE used_at IS NOT NULL`))
 
 	// globex has a base of its own; its token redeems here all the same.
-	_, err = pgengine.New(b.pool).Seed(t.Context(), &store.SeedFile{LoadRows: tools.SeedRows,
-		Users:   []store.SeedUser{{Tenant: "globex", UserID: "usr_9", Email: "gil@example.com"}},
+	_, err = pgengine.New(b.pool).Seed(t.Context(), &store.SeedFile{
+		Rows:    &tools.Seed{Users: []tools.SeedUser{{Tenant: "globex", UserID: "usr_9", Email: "gil@example.com"}}},
 		Tenants: []store.SeedTenant{{Tenant: "globex", ResetLinkBase: "https://app.globex.example/reset?lang=en"}},
 	})
 	require.NoError(t, err)

@@ -58,7 +58,9 @@ func setupResetsSQLite(t *testing.T) *resetBundle {
 
 func seedResetUser(t *testing.T, b *resetBundle) *resetBundle {
 	t.Helper()
-	_, err := b.store.Seed(t.Context(), &store.SeedFile{LoadRows: tools.SeedRows, Users: []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}})
+	_, err := b.store.Seed(t.Context(), &store.SeedFile{
+		Rows: &tools.Seed{Users: []tools.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}},
+	})
 	require.NoError(t, err)
 	return b
 }

@@ -24,8 +24,8 @@ import (
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/mailpit"
 	"github.com/idemgate/idemgate/internal/pgtest"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
@@ -64,10 +64,10 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 
 	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 30})
 	seed := seedFile()
-	seed.Orders = append(seed.Orders, store.SeedOrder{Tenant: "acme", OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"})
-	seed.Customers = []store.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}}
-	seed.Seats = []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}}
-	seed.Users = []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}
+	seed.Rows.(*tools.Seed).Orders = append(seed.Rows.(*tools.Seed).Orders, tools.SeedOrder{Tenant: "acme", OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"})
+	seed.Rows.(*tools.Seed).Customers = []tools.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}}
+	seed.Rows.(*tools.Seed).Seats = []tools.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}}
+	seed.Rows.(*tools.Seed).Users = []tools.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}
 	_, err := pgengine.New(pool).Seed(ctx, seed)
 	require.NoError(t, err)
 

@@ -13,11 +13,12 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/tenancy/tokenspec"
 
 	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
@@ -87,14 +88,15 @@ func agentScopes() []string {
 func NewPlan(seed int64, n int, duration time.Duration) (*Plan, *store.SeedFile) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6368616f73)) // "chaos"
 	p := &Plan{Seed: seed, Duration: duration}
-	f := &store.SeedFile{LoadRows: tools.SeedRows,
+	rows := &tools.Seed{}
+	f := &store.SeedFile{Rows: rows,
 		Tokens: []store.SeedToken{{
 			Tenant: Tenant, User: "chaos-agent", Token: Token,
 			Scopes: agentScopes(),
 		}},
 	}
 	for c := range Customers {
-		f.Customers = append(f.Customers, store.SeedCustomer{Tenant: Tenant, CustomerID: fmt.Sprintf("cus_c%d", c), Currency: "usd"})
+		rows.Customers = append(rows.Customers, tools.SeedCustomer{Tenant: Tenant, CustomerID: fmt.Sprintf("cus_c%d", c), Currency: "usd"})
 	}
 	var nRefund, nCredit, nSeat, nMail int
 	for i := range n {
@@ -104,7 +106,7 @@ func NewPlan(seed int64, n int, duration time.Duration) (*Plan, *store.SeedFile)
 			op.Tool = ToolRefund
 			order := fmt.Sprintf("ord_c%05d", nRefund)
 			amount := int64(1000 + rng.IntN(ChargeAmount-1000+1))
-			f.Orders = append(f.Orders, store.SeedOrder{Tenant: Tenant, OrderID: order,
+			rows.Orders = append(rows.Orders, tools.SeedOrder{Tenant: Tenant, OrderID: order,
 				ChargeID: fmt.Sprintf("ch_chaos_%05d", nRefund), AmountCents: amount, Currency: "usd"})
 			op.Args = map[string]any{"order_id": order, "amount_cents": 1 + rng.Int64N(amount)}
 			op.Volatile = "reason"
@@ -118,13 +120,13 @@ func NewPlan(seed int64, n int, duration time.Duration) (*Plan, *store.SeedFile)
 		case r < 85:
 			op.Tool = ToolSeat
 			op.Seat = fmt.Sprintf("seat_c%05d", nSeat)
-			f.Seats = append(f.Seats, store.SeedSeat{Tenant: Tenant, SeatID: op.Seat, UserID: fmt.Sprintf("usr_seat_%05d", nSeat)})
+			rows.Seats = append(rows.Seats, tools.SeedSeat{Tenant: Tenant, SeatID: op.Seat, UserID: fmt.Sprintf("usr_seat_%05d", nSeat)})
 			op.Args = map[string]any{"seat_id": op.Seat}
 			nSeat++
 		default:
 			op.Tool = ToolMail
 			user := fmt.Sprintf("usr_m%05d", nMail)
-			f.Users = append(f.Users, store.SeedUser{Tenant: Tenant, UserID: user, Email: fmt.Sprintf("m%05d@chaos.example", nMail)})
+			rows.Users = append(rows.Users, tools.SeedUser{Tenant: Tenant, UserID: user, Email: fmt.Sprintf("m%05d@chaos.example", nMail)})
 			op.Args = map[string]any{"user_id": user}
 			nMail++
 		}

@@ -298,8 +298,8 @@ func prepare(t *testing.T, url string) {
 	require.NoError(t, err)
 	_, err = builtins.MigratePostgres(ctx, pool, nil)
 	require.NoError(t, err)
-	_, err = pgengine.New(pool).Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows,
-		Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
+	_, err = pgengine.New(pool).Seed(ctx, &store.SeedFile{
+		Rows:   &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}},
 		Tokens: []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund", "operations:read"}, Token: token}},
 	})
 	require.NoError(t, err)

@@ -167,9 +167,10 @@ func stripeClient(t tb, url string) *refunds.Client {
 // seedCustomers seeds the customer and each tenant's approval thresholds.
 func seedCustomers(t tb, s store.Seeder) {
 	t.Helper()
-	f := &store.SeedFile{LoadRows: tools.SeedRows}
+	rows := &tools.Seed{}
+	f := &store.SeedFile{Rows: rows}
 	for _, tn := range tenants {
-		f.Customers = append(f.Customers, store.SeedCustomer{Tenant: tn, CustomerID: customerID, Currency: "usd"})
+		rows.Customers = append(rows.Customers, tools.SeedCustomer{Tenant: tn, CustomerID: customerID, Currency: "usd"})
 		f.Tenants = append(f.Tenants, store.SeedTenant{Tenant: tn,
 			ApprovalThresholds: map[string]int64{toolCredit: approvalThreshold, toolRefund: approvalThreshold}})
 	}

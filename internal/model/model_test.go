@@ -254,14 +254,15 @@ const keysPerTool = 2
 func newMachine(t *rapid.T, h *harness, n int) *machine {
 	m := &machine{t: t, h: h, n: n, start: time.Now().Add(-10 * time.Millisecond), ops: map[string]bool{}, opNames: map[string]string{}}
 	h.setPaused(t, false)
-	seed := &store.SeedFile{LoadRows: tools.SeedRows}
+	rows := &tools.Seed{}
+	seed := &store.SeedFile{Rows: rows}
 	for _, tn := range tenants {
 		for _, tl := range []string{toolCredit, toolRefund} {
 			for i := range keysPerTool {
 				k := &keyModel{tenant: tn, tool: tl, key: fmt.Sprintf("model-%04d-%s-k%d", n, tl[:3], i), idx: i}
 				m.keys = append(m.keys, k)
 				if tl == toolRefund {
-					seed.Orders = append(seed.Orders, store.SeedOrder{Tenant: tn, OrderID: m.order(k), ChargeID: m.charge(k),
+					rows.Orders = append(rows.Orders, tools.SeedOrder{Tenant: tn, OrderID: m.order(k), ChargeID: m.charge(k),
 						AmountCents: chargeAmount, Currency: "usd"})
 				}
 			}

@@ -1,14 +1,17 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/mail"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,34 +21,69 @@ import (
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
-// MaxSeedAmountCents bounds amount_cents in a seed file: 100 million in
-// major units.
-const MaxSeedAmountCents int64 = 100_000_000_00
-
 // SeedFile is the seed format of docs/design.md ("Operators and the edge").
-// Every list is optional.
+// Every list is optional. The gate's own sections are the tokens and the
+// tenants; the rows the tools act on (the built-ins' orders, customers,
+// seats and users) are Rows, which the tools parse, check and load.
 type SeedFile struct {
-	Orders    []SeedOrder    `json:"orders,omitempty"`
-	Customers []SeedCustomer `json:"customers,omitempty"`
-	Seats     []SeedSeat     `json:"seats,omitempty"`
-	Users     []SeedUser     `json:"users,omitempty"`
-	Tokens    []SeedToken    `json:"tokens,omitempty"`
-	Tenants   []SeedTenant   `json:"tenants,omitempty"`
+	Tokens  []SeedToken  `json:"tokens,omitempty"`
+	Tenants []SeedTenant `json:"tenants,omitempty"`
+	// Rows are the tools' sections (ParseSeed's rows); nil refuses a file
+	// with rows (HasRows).
+	Rows SeedRows `json:"-"`
 	// KnownScopes, set by the caller (not the file), are the scopes its
 	// tokens may grant: the tool registry's Scopes. Nil checks only that
 	// each scope looks like resource:action.
 	KnownScopes []string `json:"-"`
-	// LoadRows, set by the caller (not the file), loads the orders,
-	// customers, seats and users (the built-in tools' rows, in their own
-	// tables: tools.SeedRows) in Seed's transaction, counting them in res.
-	// Nil refuses a file that has such rows.
-	LoadRows func(ctx context.Context, tx core.Tx, f *SeedFile, res *SeedResult) error `json:"-"`
 }
 
-// HasRows reports whether f has orders, customers, seats or users: rows
-// that LoadRows loads.
+// MarshalJSON writes f as a seed file, its Rows' members beside the
+// tokens and tenants.
+func (f SeedFile) MarshalJSON() ([]byte, error) {
+	type plain SeedFile // without this method
+	b, err := json.Marshal(plain(f))
+	if err != nil || f.Rows == nil {
+		return b, err
+	}
+	members := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b, &members); err != nil {
+		return nil, err
+	}
+	rows, err := json.Marshal(f.Rows)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(rows, &members); err != nil {
+		return nil, fmt.Errorf("seed rows: %w", err)
+	}
+	return json.Marshal(members)
+}
+
+// SeedRows are a seed file's sections that belong to the tools, not the
+// gate: for the built-ins, tools.Seed (orders, customers, seats, users and
+// the tenants' approval thresholds).
+type SeedRows interface {
+	// Sections names the file's top-level members the rows own.
+	Sections() []string
+	// Decode decodes the owned members present in the file, each by
+	// name, refusing unknown fields.
+	Decode(sections map[string]json.RawMessage) error
+	// Validate checks every entry and reports the first problem, naming
+	// the entry and field, as in "orders[0].amount_cents: must be
+	// positive". tenants are the file's tenants.
+	Validate(tenants []SeedTenant) error
+	// Empty reports whether there is nothing to load.
+	Empty() bool
+	// Load loads the rows in the seed's transaction tx, in file order,
+	// counting them in res (SeedResult.Count), with the file's tenants.
+	// It never changes an existing row.
+	Load(ctx context.Context, tx core.Tx, tenants []SeedTenant, res *SeedResult) error
+}
+
+// HasRows reports whether f has rows for Rows to load: entries in Rows,
+// or approval thresholds on a tenant.
 func (f *SeedFile) HasRows() bool {
-	if len(f.Orders)+len(f.Customers)+len(f.Seats)+len(f.Users) > 0 {
+	if f.Rows != nil && !f.Rows.Empty() {
 		return true
 	}
 	for _, t := range f.Tenants {
@@ -54,37 +92,6 @@ func (f *SeedFile) HasRows() bool {
 		}
 	}
 	return false
-}
-
-// SeedOrder is an entry of "orders".
-type SeedOrder struct {
-	Tenant      string `json:"tenant"`
-	OrderID     string `json:"order_id"`
-	ChargeID    string `json:"charge_id"`
-	AmountCents int64  `json:"amount_cents"`
-	Currency    string `json:"currency"`
-}
-
-// SeedCustomer is an entry of "customers".
-type SeedCustomer struct {
-	Tenant     string `json:"tenant"`
-	CustomerID string `json:"customer_id"`
-	Currency   string `json:"currency"`
-}
-
-// SeedSeat is an entry of "seats".
-type SeedSeat struct {
-	Tenant string `json:"tenant"`
-	SeatID string `json:"seat_id"`
-	// UserID is optional: a seat may be unassigned.
-	UserID string `json:"user_id,omitempty"`
-}
-
-// SeedUser is an entry of "users".
-type SeedUser struct {
-	Tenant string `json:"tenant"`
-	UserID string `json:"user_id"`
-	Email  string `json:"email"`
 }
 
 // SeedToken is an entry of "tokens".
@@ -109,7 +116,7 @@ type SeedTenant struct {
 	ResetLinkBase string `json:"reset_link_base,omitempty"`
 	// ApprovalThresholds are optional: per tool (refund_order,
 	// apply_credit), the amount in cents above which a call waits for a
-	// person's approval. Loaded with the built-in tools' rows (LoadRows).
+	// person's approval. Loaded by the tools' rows (SeedFile.Rows).
 	ApprovalThresholds map[string]int64 `json:"approval_thresholds,omitempty"`
 	// ApprovalMailTo is optional: the bare addresses that a call of the
 	// tenant waiting for approval is mailed to, one message to all of
@@ -117,14 +124,15 @@ type SeedTenant struct {
 	ApprovalMailTo []string `json:"approval_mail_to,omitempty"`
 }
 
-// ParseSeed decodes and validates a seed file. Unknown fields, trailing
-// data and invalid entries are errors; validation errors name the entry and
-// field, as in "orders[0].amount_cents: must be positive".
-func ParseSeed(r io.Reader) (*SeedFile, error) {
+// ParseSeed decodes and validates a seed file whose tools' sections rows
+// own (nil: a file with any other member than tokens and tenants is
+// refused). Unknown fields, trailing data and invalid entries are errors;
+// validation errors name the entry and field, as in
+// "orders[0].amount_cents: must be positive".
+func ParseSeed(r io.Reader, rows SeedRows) (*SeedFile, error) {
 	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	var f SeedFile
-	if err := dec.Decode(&f); err != nil {
+	var members map[string]json.RawMessage
+	if err := dec.Decode(&members); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("seed file: empty; want a JSON object")
 		}
@@ -133,18 +141,51 @@ func ParseSeed(r io.Reader) (*SeedFile, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("seed file: unexpected data after the JSON object")
 	}
+	var owned []string
+	if rows != nil {
+		owned = rows.Sections()
+	}
+	var f SeedFile
+	toolSections := map[string]json.RawMessage{}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		var err error
+		switch raw := members[name]; {
+		case name == "tokens":
+			err = decodeStrict(raw, &f.Tokens)
+		case name == "tenants":
+			err = decodeStrict(raw, &f.Tenants)
+		case slices.Contains(owned, name):
+			toolSections[name] = raw
+		default:
+			err = fmt.Errorf("json: unknown field %q", name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("seed file: %w", err)
+		}
+	}
+	if len(toolSections) > 0 {
+		if err := rows.Decode(toolSections); err != nil {
+			return nil, fmt.Errorf("seed file: %w", err)
+		}
+	}
+	f.Rows = rows
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	return &f, nil
 }
 
-var currencyPattern = regexp.MustCompile(`^[a-z]{3}$`)
+// decodeStrict decodes raw into v, refusing unknown fields.
+func decodeStrict(raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
 
 // Validate checks every entry and reports the first problem, naming the
 // entry and field. Entries with the same identity (the same row, or the
 // same fixed token value) are rejected: the second would be silently
-// ignored.
+// ignored. A file with rows (HasRows) needs Rows to check and load them.
 func (f *SeedFile) Validate() error {
 	seen := map[seedKey]string{}
 	dup := func(name string, k seedKey) error {
@@ -154,76 +195,19 @@ func (f *SeedFile) Validate() error {
 		seen[k] = name
 		return nil
 	}
-	for _, validate := range []func(dupFunc) error{f.validateOrders, f.validateSeatsAndUsers, f.validateTokens, f.validateTenants} {
+	for _, validate := range []func(dupFunc) error{f.validateTokens, f.validateTenants} {
 		if err := validate(dup); err != nil {
 			return err
 		}
+	}
+	if f.Rows != nil {
+		return f.Rows.Validate(f.Tenants)
 	}
 	return nil
 }
 
 // dupFunc records an entry's identity, or says which entry had it before.
 type dupFunc = func(name string, k seedKey) error
-
-// validateOrders checks "orders" and "customers".
-func (f *SeedFile) validateOrders(dup dupFunc) error {
-	for i, o := range f.Orders {
-		name := fmt.Sprintf("orders[%d]", i)
-		if err := firstErr(
-			checkIdentity(name, "tenant", o.Tenant),
-			checkID(name, "order_id", o.OrderID),
-			checkID(name, "charge_id", o.ChargeID),
-			checkAmount(name, "amount_cents", o.AmountCents),
-			checkCurrency(name, "currency", o.Currency),
-			dup(name, seedKey{"orders", o.Tenant, o.OrderID}),
-		); err != nil {
-			return err
-		}
-	}
-	for i, c := range f.Customers {
-		name := fmt.Sprintf("customers[%d]", i)
-		if err := firstErr(
-			checkIdentity(name, "tenant", c.Tenant),
-			checkID(name, "customer_id", c.CustomerID),
-			checkCurrency(name, "currency", c.Currency),
-			dup(name, seedKey{"customers", c.Tenant, c.CustomerID}),
-		); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// validateSeatsAndUsers checks "seats" and "users".
-func (f *SeedFile) validateSeatsAndUsers(dup dupFunc) error {
-	for i, s := range f.Seats {
-		name := fmt.Sprintf("seats[%d]", i)
-		var userErr error
-		if s.UserID != "" {
-			userErr = checkID(name, "user_id", s.UserID)
-		}
-		if err := firstErr(
-			checkIdentity(name, "tenant", s.Tenant),
-			checkID(name, "seat_id", s.SeatID),
-			userErr,
-			dup(name, seedKey{"seats", s.Tenant, s.SeatID}),
-		); err != nil {
-			return err
-		}
-	}
-	for i, u := range f.Users {
-		name := fmt.Sprintf("users[%d]", i)
-		if err := firstErr(
-			checkIdentity(name, "tenant", u.Tenant),
-			checkID(name, "user_id", u.UserID),
-			checkEmail(name, "email", u.Email),
-			dup(name, seedKey{"users", u.Tenant, u.UserID}),
-		); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // validateTokens checks "tokens".
 func (f *SeedFile) validateTokens(dup dupFunc) error {
@@ -242,8 +226,8 @@ func (f *SeedFile) validateTokens(dup dupFunc) error {
 			}
 		}
 		if err := firstErr(
-			checkIdentity(name, "tenant", t.Tenant),
-			checkIdentity(name, "user", t.User),
+			CheckSeedIdentity(name, "tenant", t.Tenant),
+			CheckSeedIdentity(name, "user", t.User),
 			scopesErr,
 			tokenErr,
 		); err != nil {
@@ -275,7 +259,7 @@ func (f *SeedFile) validateTenants(dup dupFunc) error {
 			}
 		}
 		if err := firstErr(
-			checkIdentity(name, "tenant", tn.Tenant),
+			CheckSeedIdentity(name, "tenant", tn.Tenant),
 			baseErr,
 			checkMailTo(name, tn.ApprovalMailTo),
 			dup(name, seedKey{"tenants", tn.Tenant}),
@@ -291,7 +275,7 @@ func checkMailTo(entry string, addrs []string) error {
 	seen := make(map[string]bool, len(addrs))
 	for i, a := range addrs {
 		field := fmt.Sprintf("approval_mail_to[%d]", i)
-		if err := checkEmail(entry, field, a); err != nil {
+		if err := CheckSeedEmail(entry, field, a); err != nil {
 			return err
 		}
 		if seen[strings.ToLower(a)] {
@@ -313,8 +297,9 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// checkIdentity checks a tenant or user id (domain.CheckID).
-func checkIdentity(entry, field, v string) error {
+// CheckSeedIdentity checks a tenant or user id of entry (domain.CheckID):
+// required, naming entry and field when it is refused.
+func CheckSeedIdentity(entry, field, v string) error {
 	if v == "" {
 		return fmt.Errorf("%s.%s: required", entry, field)
 	}
@@ -324,34 +309,9 @@ func checkIdentity(entry, field, v string) error {
 	return nil
 }
 
-func checkID(entry, field, v string) error {
-	switch {
-	case v == "":
-		return fmt.Errorf("%s.%s: required", entry, field)
-	case !vocab.ValidID(v):
-		return fmt.Errorf("%s.%s: %q must be %s", entry, field, v, vocab.IDRule)
-	}
-	return nil
-}
-
-func checkAmount(entry, field string, v int64) error {
-	switch {
-	case v <= 0:
-		return fmt.Errorf("%s.%s: must be positive", entry, field)
-	case v > MaxSeedAmountCents:
-		return fmt.Errorf("%s.%s: must be at most %d", entry, field, MaxSeedAmountCents)
-	}
-	return nil
-}
-
-func checkCurrency(entry, field, v string) error {
-	if !currencyPattern.MatchString(v) {
-		return fmt.Errorf("%s.%s: %q must be 3 lowercase letters (ISO 4217, as Stripe writes it)", entry, field, v)
-	}
-	return nil
-}
-
-func checkEmail(entry, field, v string) error {
+// CheckSeedEmail checks a bare email address of entry (no display name,
+// no angle brackets), naming entry and field when it is refused.
+func CheckSeedEmail(entry, field, v string) error {
 	if v == "" {
 		return fmt.Errorf("%s.%s: required", entry, field)
 	}

@@ -9,7 +9,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -117,18 +122,82 @@ type Seeder interface {
 	Seed(ctx context.Context, f *SeedFile) (*SeedResult, error)
 }
 
-// SeedResult summarizes what Seed did. It is what `idemctl seed` prints.
+// SeedResult summarizes what Seed did. It is what `idemctl seed` prints:
+// one member per section of rows, then "tokens", "tenants" and
+// "created_tokens".
 type SeedResult struct {
-	Orders    SeedCount `json:"orders"`
-	Customers SeedCount `json:"customers"`
-	Seats     SeedCount `json:"seats"`
-	Users     SeedCount `json:"users"`
-	Tokens    SeedCount `json:"tokens"`
-	Tenants   SeedCount `json:"tenants"`
+	// Rows count the tools' rows (SeedFile.Rows) per section, in the order
+	// Count first named them.
+	Rows    []SeedSectionCount `json:"-"`
+	Tokens  SeedCount          `json:"tokens"`
+	Tenants SeedCount          `json:"tenants"`
 	// CreatedTokens holds the secrets of the tokens minted for entries
 	// without a fixed value, in file order; never nil. Fixed values are not
 	// repeated here.
 	CreatedTokens []SeedCreatedToken `json:"created_tokens"`
+}
+
+// SeedSectionCount counts the rows of one of a seed file's tools'
+// sections.
+type SeedSectionCount struct {
+	Section string
+	SeedCount
+}
+
+// Count is the count of section's rows, added (zero) if r has none yet.
+func (r *SeedResult) Count(section string) *SeedCount {
+	for i := range r.Rows {
+		if r.Rows[i].Section == section {
+			return &r.Rows[i].SeedCount
+		}
+	}
+	r.Rows = append(r.Rows, SeedSectionCount{Section: section})
+	return &r.Rows[len(r.Rows)-1].SeedCount
+}
+
+// MarshalJSON writes the sections' counts as members beside "tokens".
+func (r SeedResult) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for _, c := range r.Rows {
+		name, _ := json.Marshal(c.Section)
+		count, _ := json.Marshal(c.SeedCount)
+		b.Write(name)
+		b.WriteByte(':')
+		b.Write(count)
+		b.WriteByte(',')
+	}
+	type plain SeedResult // without this method
+	rest, err := json.Marshal(plain(r))
+	if err != nil {
+		return nil, err
+	}
+	b.Write(rest[1:])
+	return b.Bytes(), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *SeedResult) UnmarshalJSON(data []byte) error {
+	type plain SeedResult
+	var p plain
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err != nil {
+		return err
+	}
+	*r = SeedResult(p)
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		switch name {
+		case "tokens", "tenants", "created_tokens":
+			continue
+		}
+		if err := json.Unmarshal(members[name], r.Count(name)); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // SeedCount counts one kind of row in a SeedResult.

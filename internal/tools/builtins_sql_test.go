@@ -45,11 +45,8 @@ func newSQLBundle(t *testing.T, engine string) *sqlBundle {
 		_, db := sqlitetest.NewDB(t)
 		st = sqliteengine.New(db)
 	}
-	_, err := st.Seed(context.Background(), &store.SeedFile{LoadRows: tools.SeedRows,
-		Orders:    []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
-		Customers: []store.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}, {Tenant: "acme", CustomerID: "cus_2", Currency: "usd"}},
-		Seats:     []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}},
-		Users:     []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
+	_, err := st.Seed(context.Background(), &store.SeedFile{
+		Rows: &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}, Customers: []tools.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}, {Tenant: "acme", CustomerID: "cus_2", Currency: "usd"}}, Seats: []tools.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}}, Users: []tools.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}}},
 	})
 	require.NoError(t, err)
 	db := builtins.StoreDB(st)
@@ -240,7 +237,7 @@ func checkApprovalThresholds(t *testing.T, b *sqlBundle) {
 	ctx := context.Background()
 	seed := func(thresholds map[string]int64) {
 		require.NoError(t, b.db(ctx, func(tx gate.Tx) error {
-			return tools.SeedRows(ctx, tx.(core.Tx), &store.SeedFile{Tenants: []store.SeedTenant{{Tenant: "acme", ApprovalThresholds: thresholds}}}, &store.SeedResult{})
+			return (&tools.Seed{}).Load(ctx, tx.(core.Tx), []store.SeedTenant{{Tenant: "acme", ApprovalThresholds: thresholds}}, &store.SeedResult{})
 		}))
 	}
 	needs := func(spec *toolspec.Spec, tenant, args string) bool {

@@ -31,7 +31,9 @@ func TestRefundReconcilesAfterStripesKeyWindow(t *testing.T) {
 	srv.AddCharge("ch_123", 5000, "usd")
 	_, pool := pgtest.NewDB(t)
 	data := pgengine.New(pool)
-	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows, Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}})
+	_, err := data.Seed(ctx, &store.SeedFile{
+		Rows: &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}},
+	})
 	require.NoError(t, err)
 	client, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})
 	require.NoError(t, err)
@@ -100,7 +102,9 @@ func TestRefundAdoptsTheRefundOfALostOperation(t *testing.T) {
 	srv.AddCharge("ch_123", 5000, "usd")
 	_, pool := pgtest.NewDB(t)
 	data := pgengine.New(pool)
-	_, err := data.Seed(ctx, &store.SeedFile{LoadRows: tools.SeedRows, Orders: []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}})
+	_, err := data.Seed(ctx, &store.SeedFile{
+		Rows: &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}}},
+	})
 	require.NoError(t, err)
 	client, err := refunds.NewClient(&refunds.Config{APIKey: stripetest.TestAPIKey, BaseURL: ts.URL})
 	require.NoError(t, err)

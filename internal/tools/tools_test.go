@@ -23,15 +23,13 @@ import (
 // The built-in tools checked with the same kit a team uses for its own.
 
 func seedFile() *store.SeedFile {
-	return &store.SeedFile{LoadRows: tools.SeedRows,
-		Orders: []store.SeedOrder{
+	return &store.SeedFile{
+		Rows: &tools.Seed{Orders: []tools.SeedOrder{
 			{Tenant: toolkit.Tenant, OrderID: "ord_1", ChargeID: "ch_1", AmountCents: 1_000_000, Currency: "usd"},
 			{Tenant: toolkit.Tenant, OrderID: "ord_declined", ChargeID: "ch_declined", AmountCents: 5000, Currency: "usd"},
-		},
-		Customers: []store.SeedCustomer{{Tenant: toolkit.Tenant, CustomerID: "cus_1", Currency: "usd"}},
-		Seats: []store.SeedSeat{{Tenant: toolkit.Tenant, SeatID: "seat_1", UserID: "usr_1"},
+		}, Customers: []tools.SeedCustomer{{Tenant: toolkit.Tenant, CustomerID: "cus_1", Currency: "usd"}}, Seats: []tools.SeedSeat{{Tenant: toolkit.Tenant, SeatID: "seat_1", UserID: "usr_1"},
 			{Tenant: toolkit.Tenant, SeatID: "seat_2", UserID: "usr_2"},
-			{Tenant: toolkit.Tenant, SeatID: "seat_busy", UserID: "usr_3"}, {Tenant: toolkit.Tenant, SeatID: "seat_free"}},
+			{Tenant: toolkit.Tenant, SeatID: "seat_busy", UserID: "usr_3"}, {Tenant: toolkit.Tenant, SeatID: "seat_free"}}},
 	}
 }
 

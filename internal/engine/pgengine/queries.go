@@ -488,7 +488,7 @@ ORDER BY created_at, id`
 
 // Seeding inserts what is missing and never changes an existing row. One
 // affected row means created, none means it existed. The built-in tools'
-// rows (orders, customers, seats, users) are seeded by tools.SeedRows.
+// rows (orders, customers, seats, users) are seeded by tools.Seed.
 
 // A tenant's settings are inserted if it has none; NULL reset_link_base
 // leaves the deployment's, NULL approval_mail_to mails nobody.

@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite that every engine's store
 // (store.Tokens and store.Seeder) must pass. Seeding the built-in tools'
-// rows joins the engine's seeding transaction (tools.SeedRows).
+// rows joins the engine's seeding transaction (tools.Seed).
 // engine/pgengine and engine/sqliteengine call Exercise from their tests; what
 // only one engine has (its time format, its constraint errors, how it fails
 // when unreachable) stays in that engine's tests.
@@ -110,9 +110,8 @@ const seedJSON = `{
 
 func parseSeed(t *testing.T, s string) *store.SeedFile {
 	t.Helper()
-	f, err := store.ParseSeed(strings.NewReader(s))
+	f, err := store.ParseSeed(strings.NewReader(s), &tools.Seed{})
 	require.NoError(t, err)
-	f.LoadRows = tools.SeedRows
 	return f
 }
 
@@ -223,10 +222,10 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 	"SeedTwiceIsIdempotent": func(ctx context.Context, t *testing.T, b *Bundle) {
 		res, err := b.Store.Seed(ctx, parseSeed(t, seedJSON))
 		require.NoError(t, err)
-		require.Equal(t, store.SeedCount{Created: 2}, res.Orders)
-		require.Equal(t, store.SeedCount{Created: 1}, res.Customers)
-		require.Equal(t, store.SeedCount{Created: 2}, res.Seats)
-		require.Equal(t, store.SeedCount{Created: 1}, res.Users)
+		require.Equal(t, store.SeedCount{Created: 2}, *res.Count("orders"))
+		require.Equal(t, store.SeedCount{Created: 1}, *res.Count("customers"))
+		require.Equal(t, store.SeedCount{Created: 2}, *res.Count("seats"))
+		require.Equal(t, store.SeedCount{Created: 1}, *res.Count("users"))
 		require.Equal(t, store.SeedCount{Created: 2}, res.Tokens)
 		require.Len(t, res.CreatedTokens, 1, "only the token without a fixed value is reported")
 		created := res.CreatedTokens[0]
@@ -256,10 +255,10 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		// Second run: every row exists; only the valueless token is minted again.
 		res, err = b.Store.Seed(ctx, parseSeed(t, seedJSON))
 		require.NoError(t, err)
-		require.Equal(t, store.SeedCount{Existing: 2}, res.Orders)
-		require.Equal(t, store.SeedCount{Existing: 1}, res.Customers)
-		require.Equal(t, store.SeedCount{Existing: 2}, res.Seats)
-		require.Equal(t, store.SeedCount{Existing: 1}, res.Users)
+		require.Equal(t, store.SeedCount{Existing: 2}, *res.Count("orders"))
+		require.Equal(t, store.SeedCount{Existing: 1}, *res.Count("customers"))
+		require.Equal(t, store.SeedCount{Existing: 2}, *res.Count("seats"))
+		require.Equal(t, store.SeedCount{Existing: 1}, *res.Count("users"))
 		require.Equal(t, store.SeedCount{Created: 1, Existing: 1}, res.Tokens)
 		require.Len(t, res.CreatedTokens, 1)
 		require.Equal(t, map[string]int{"orders": 2, "customers": 1, "seats": 2, "users": 1, "api_tokens": 3}, counts())
@@ -277,12 +276,12 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.NoError(t, err)
 
 		changed := parseSeed(t, seedJSON)
-		changed.Orders[0].AmountCents = 9999
-		changed.Users[0].Email = "other@example.com"
+		changed.Rows.(*tools.Seed).Orders[0].AmountCents = 9999
+		changed.Rows.(*tools.Seed).Users[0].Email = "other@example.com"
 		res, err := b.Store.Seed(ctx, changed)
 		require.NoError(t, err)
-		require.Equal(t, store.SeedCount{Existing: 2}, res.Orders)
-		require.Equal(t, store.SeedCount{Existing: 1}, res.Users)
+		require.Equal(t, store.SeedCount{Existing: 2}, *res.Count("orders"))
+		require.Equal(t, store.SeedCount{Existing: 1}, *res.Count("users"))
 
 		var amount int64
 		var email string
@@ -322,7 +321,7 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 	},
 
 	"SeedValidatesProgrammaticFiles": func(ctx context.Context, t *testing.T, b *Bundle) {
-		_, err := b.Store.Seed(ctx, &store.SeedFile{Orders: []store.SeedOrder{{Tenant: "a", OrderID: "o", ChargeID: "c", Currency: "usd"}}})
+		_, err := b.Store.Seed(ctx, &store.SeedFile{Rows: &tools.Seed{Orders: []tools.SeedOrder{{Tenant: "a", OrderID: "o", ChargeID: "c", Currency: "usd"}}}})
 		require.ErrorContains(t, err, "orders[0].amount_cents: must be positive")
 		require.Zero(t, b.Count(ctx, "orders"))
 	},
@@ -389,11 +388,12 @@ var tests = map[string]func(ctx context.Context, t *testing.T, b *Bundle){
 		require.Nil(t, mailTo("gamma"))
 	},
 
-	"SeedBuiltinRowsNeedLoadRows": func(ctx context.Context, t *testing.T, b *Bundle) {
+	"SeedToolRowsNeedRows": func(ctx context.Context, t *testing.T, b *Bundle) {
 		f := parseSeed(t, seedJSON)
-		f.LoadRows = nil
+		f.Rows = nil
+		f.Tenants = append(f.Tenants, store.SeedTenant{Tenant: "acme", ApprovalThresholds: map[string]int64{"refund_order": 100}})
 		_, err := b.Store.Seed(ctx, f)
-		require.ErrorContains(t, err, "set SeedFile.LoadRows")
+		require.ErrorContains(t, err, "set SeedFile.Rows")
 		require.Zero(t, b.Count(ctx, "api_tokens"), "nothing of the file was loaded")
 	},
 

@@ -25,6 +25,7 @@ import (
 	"github.com/idemgate/idemgate/internal/chaos"
 	"github.com/idemgate/idemgate/internal/procstat"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 // The scale run (scripts/scale.sh): the same closed-loop load of
@@ -41,10 +42,11 @@ const scaleCustomers = 200
 // scaleSeed is the seed file of a scale run: the chaos tenant's token and
 // the customers.
 func scaleSeed() *store.SeedFile {
-	f := &store.SeedFile{Tokens: []store.SeedToken{{Tenant: chaos.Tenant, User: "scale-agent", Token: chaos.Token,
+	rows := &tools.Seed{}
+	f := &store.SeedFile{Rows: rows, Tokens: []store.SeedToken{{Tenant: chaos.Tenant, User: "scale-agent", Token: chaos.Token,
 		Scopes: []string{"billing:credit", "operations:read"}}}}
 	for c := range scaleCustomers {
-		f.Customers = append(f.Customers, store.SeedCustomer{Tenant: chaos.Tenant, CustomerID: fmt.Sprintf("cus_s%d", c), Currency: "usd"})
+		rows.Customers = append(rows.Customers, tools.SeedCustomer{Tenant: chaos.Tenant, CustomerID: fmt.Sprintf("cus_s%d", c), Currency: "usd"})
 	}
 	return f
 }

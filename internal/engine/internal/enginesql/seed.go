@@ -13,7 +13,7 @@ import (
 )
 
 // SeedTx is an engine's seeding transaction: a gate.Tx, which
-// store.SeedFile.LoadRows joins.
+// store.SeedFile.Rows joins.
 type SeedTx interface {
 	core.Tx
 	// Insert runs an insert that does nothing on conflict and reports
@@ -55,9 +55,9 @@ func Seed(ctx context.Context, f *store.SeedFile, begin func(context.Context) (S
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	if f.HasRows() && f.LoadRows == nil {
-		return nil, errors.New("seed: orders, customers, seats and users are the built-in tools' rows; " +
-			"set SeedFile.LoadRows (tools.SeedRows) to load them")
+	if f.HasRows() && f.Rows == nil {
+		return nil, errors.New("seed: approval thresholds are the tools' rows; " +
+			"set SeedFile.Rows (tools.Seed) to load them")
 	}
 	tx, err := begin(ctx)
 	if err != nil {
@@ -76,8 +76,8 @@ func Seed(ctx context.Context, f *store.SeedFile, begin func(context.Context) (S
 
 func seed(ctx context.Context, f *store.SeedFile, tx SeedTx, stmts *SeedStatements) (*store.SeedResult, error) {
 	res := &store.SeedResult{CreatedTokens: []store.SeedCreatedToken{}}
-	if f.HasRows() {
-		if err := f.LoadRows(ctx, tx, f, res); err != nil {
+	if f.Rows != nil {
+		if err := f.Rows.Load(ctx, tx, f.Tenants, res); err != nil {
 			return nil, err
 		}
 	}

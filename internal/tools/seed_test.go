@@ -1,6 +1,8 @@
-package store_test
+package tools_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/tools"
 )
 
 // designExample is the seed file of docs/design.md, verbatim.
@@ -26,14 +29,16 @@ func TestParseSeed(t *testing.T) {
 
 	t.Run("DesignExample", func(t *testing.T) {
 		t.Parallel()
-		f, err := store.ParseSeed(strings.NewReader(designExample))
+		f, err := store.ParseSeed(strings.NewReader(designExample), &tools.Seed{})
 		require.NoError(t, err)
 		require.Equal(t, &store.SeedFile{
-			Orders:    []store.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
-			Customers: []store.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}},
-			Seats:     []store.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}},
-			Users:     []store.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
-			Tokens:    []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund"}, Token: "idg_test_acme"}},
+			Rows: &tools.Seed{
+				Orders:    []tools.SeedOrder{{Tenant: "acme", OrderID: "ord_9f2", ChargeID: "ch_123", AmountCents: 5000, Currency: "usd"}},
+				Customers: []tools.SeedCustomer{{Tenant: "acme", CustomerID: "cus_1", Currency: "usd"}},
+				Seats:     []tools.SeedSeat{{Tenant: "acme", SeatID: "seat_1", UserID: "usr_1"}},
+				Users:     []tools.SeedUser{{Tenant: "acme", UserID: "usr_1", Email: "ana@example.com"}},
+			},
+			Tokens: []store.SeedToken{{Tenant: "acme", User: "support-bot", Scopes: []string{"billing:refund"}, Token: "idg_test_acme"}},
 			Tenants: []store.SeedTenant{{Tenant: "acme", ResetLinkBase: "https://app.acme.example/reset-password",
 				ApprovalThresholds: map[string]int64{"refund_order": 10000}, ApprovalMailTo: []string{"finance@acme.example"}}},
 		}, f)
@@ -41,9 +46,9 @@ func TestParseSeed(t *testing.T) {
 
 	t.Run("EveryListOptional", func(t *testing.T) {
 		t.Parallel()
-		f, err := store.ParseSeed(strings.NewReader(`{}`))
+		f, err := store.ParseSeed(strings.NewReader(`{}`), &tools.Seed{})
 		require.NoError(t, err)
-		require.Equal(t, &store.SeedFile{}, f)
+		require.Equal(t, &store.SeedFile{Rows: &tools.Seed{}}, f)
 	})
 
 	t.Run("OptionalFields", func(t *testing.T) {
@@ -51,9 +56,9 @@ func TestParseSeed(t *testing.T) {
 		f, err := store.ParseSeed(strings.NewReader(`{
 			"seats": [{"tenant": "acme", "seat_id": "seat_2"}],
 			"tokens": [{"tenant": "acme", "user": "ops", "scopes": ["ops:admin", "operations:read"],
-			            "expires_at": "2030-01-02T03:04:05Z"}]}`))
+			            "expires_at": "2030-01-02T03:04:05Z"}]}`), &tools.Seed{})
 		require.NoError(t, err)
-		require.Empty(t, f.Seats[0].UserID)
+		require.Empty(t, f.Rows.(*tools.Seed).Seats[0].UserID)
 		require.Empty(t, f.Tokens[0].Token)
 		require.Equal(t, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), *f.Tokens[0].ExpiresAt)
 	})
@@ -62,7 +67,7 @@ func TestParseSeed(t *testing.T) {
 		t.Parallel()
 		f, err := store.ParseSeed(strings.NewReader(`{"tenants": [
 			{"tenant": "acme", "approval_mail_to": ["finance@acme.example", "cfo@acme.example"]},
-			{"tenant": "beta", "approval_mail_to": []}]}`))
+			{"tenant": "beta", "approval_mail_to": []}]}`), &tools.Seed{})
 		require.NoError(t, err)
 		require.Equal(t, []string{"finance@acme.example", "cfo@acme.example"}, f.Tenants[0].ApprovalMailTo)
 		require.Empty(t, f.Tenants[1].ApprovalMailTo, "an empty list mails nobody")
@@ -71,7 +76,7 @@ func TestParseSeed(t *testing.T) {
 	t.Run("MaxAmount", func(t *testing.T) {
 		t.Parallel()
 		_, err := store.ParseSeed(strings.NewReader(
-			`{"orders": [{"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 10000000000, "currency": "eur"}]}`))
+			`{"orders": [{"tenant": "a", "order_id": "o", "charge_id": "c", "amount_cents": 10000000000, "currency": "eur"}]}`), &tools.Seed{})
 		require.NoError(t, err)
 	})
 }
@@ -168,10 +173,47 @@ func TestParseSeedRefusals(t *testing.T) {
 	for _, tt := range parseSeedRefusals {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f, err := store.ParseSeed(strings.NewReader(tt.json))
+			f, err := store.ParseSeed(strings.NewReader(tt.json), &tools.Seed{})
 			require.Error(t, err)
 			require.Nil(t, f)
 			require.Contains(t, err.Error(), tt.wantErr)
 		})
 	}
+}
+
+func TestParseSeedWithoutTheBuiltins(t *testing.T) {
+	t.Parallel()
+	f, err := store.ParseSeed(strings.NewReader(`{"tokens": [{"tenant": "a", "user": "u", "scopes": ["x:y"]}]}`), nil)
+	require.NoError(t, err)
+	require.Nil(t, f.Rows)
+	_, err = store.ParseSeed(strings.NewReader(`{"orders": []}`), nil)
+	require.ErrorContains(t, err, `seed file: json: unknown field "orders"`)
+}
+
+func TestSeedFileRoundTrips(t *testing.T) {
+	t.Parallel()
+	f, err := store.ParseSeed(strings.NewReader(designExample), &tools.Seed{})
+	require.NoError(t, err)
+	b, err := json.Marshal(f)
+	require.NoError(t, err)
+	again, err := store.ParseSeed(bytes.NewReader(b), &tools.Seed{})
+	require.NoError(t, err)
+	require.Equal(t, f, again)
+}
+
+func TestSeedResultJSON(t *testing.T) {
+	t.Parallel()
+	var res store.SeedResult
+	res.Count("orders").Created = 2
+	res.Count("users").Existing = 1
+	res.Tokens.Created = 1
+	res.CreatedTokens = []store.SeedCreatedToken{}
+	b, err := json.Marshal(res)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"orders":{"created":2,"existing":0},"users":{"created":0,"existing":1},
+		"tokens":{"created":1,"existing":0},"tenants":{"created":0,"existing":0},"created_tokens":[]}`, string(b))
+	require.True(t, strings.HasPrefix(string(b), `{"orders":`), "the rows' sections come first: %s", b)
+	var back store.SeedResult
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, res, back)
 }
