@@ -59,10 +59,15 @@ func (k IntentKeyer) Key(tenantID, tool, idempotencyKey, argsHash string) string
 // DownstreamKey is the downstream key of a generation, as the engines
 // compute their generated column: "idg_" + the intent key (the operation id
 // for a claim without one: claims from before migration 00012, or a gate
-// without a secret) + "_" + the generation.
-func DownstreamKey(intentKey, operationID string, generation int) string {
+// without a secret) + "r" + the incarnation when it is above 0 + "_" + the
+// generation. The incarnation counts the earlier intents of the same
+// tenant, tool, key and fingerprint that the key's history remembers.
+func DownstreamKey(intentKey, operationID string, incarnation, generation int) string {
 	if intentKey == "" {
 		intentKey = operationID
+	}
+	if incarnation > 0 {
+		intentKey += "r" + strconv.Itoa(incarnation)
 	}
 	return "idg_" + intentKey + "_" + strconv.Itoa(generation)
 }

@@ -20,6 +20,11 @@ const (
 	DefaultRetention = 30 * 24 * time.Hour
 	// MaxRetention is the longest retention a tool may configure.
 	MaxRetention = 365 * 24 * time.Hour
+	// KeyMemory is how long after its retention a forgotten history row
+	// stays to number the next intent of its key and fingerprint (its
+	// incarnation, which its downstream keys carry). Past it, a new intent
+	// starts again at incarnation 0.
+	KeyMemory = 365 * 24 * time.Hour
 	// DefaultReclaimBudget is how many times the reaper re-enqueues a claim
 	// whose lease expired before it fails it with outcome_unknown.
 	DefaultReclaimBudget = 5

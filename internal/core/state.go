@@ -74,7 +74,9 @@ const (
 	// EventArchive: the pruner moves an expired claim into its key's
 	// history (one row per fingerprint, kept for the tool's retention).
 	EventArchive Event = "archive"
-	// EventForget: the pruner deletes a history row whose retention ended.
+	// EventForget: the pruner marks a history row whose retention ended
+	// forgotten: it no longer refuses its fingerprint, and numbers the
+	// next intent until core.KeyMemory later, when it is deleted.
 	EventForget Event = "forget"
 )
 

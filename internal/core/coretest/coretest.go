@@ -91,9 +91,9 @@ var Secret = []byte("gatetest: a deployment secret of 32 bytes or more")
 
 // DownstreamKey is the downstream key that generation gen of c has under
 // Secret: "idg_" + the intent key of c's tenant, tool, key and fingerprint
-// + "_" + gen.
+// + "_" + gen, for a first intent (incarnation 0).
 func DownstreamKey(c *core.Claim, gen int) string {
-	return core.DownstreamKey(core.NewIntentKeyer(Secret).Key(c.TenantID, c.Tool, c.IdempotencyKey, c.ArgsHash), c.OperationID, gen)
+	return core.DownstreamKey(core.NewIntentKeyer(Secret).Key(c.TenantID, c.Tool, c.IdempotencyKey, c.ArgsHash), c.OperationID, 0, gen)
 }
 
 // ClaimOpts are the options of Claim; nil fields take defaults.

@@ -42,6 +42,76 @@ var intentTests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, first.DownstreamKey, reasoned.DownstreamKey)
 	},
 
+	"NewIntentUnderAForgottenKeyGetsNewDownstreamKeys": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		// A key whose intent ran 40 days ago (past its 30-day retention):
+		// the same arguments under it now are a new intent, whose
+		// downstream keys must differ from the first's (a mail receiver
+		// folds a second mail with the first's Message-ID), while the same
+		// new intent claimed again after a lost commit keeps its own.
+		opts := &ClaimOpts{Key: "forgotten-key-0001"}
+		past := time.Now().Add(-40 * 24 * time.Hour)
+		finishInThePast := func(g *core.Gate, b *Bundle, c *core.Claim, archive bool) {
+			t.Helper()
+			leased, err := g.Enter(ctx, &core.LeaseParams{Claim: c, JobID: c.JobID, Lease: time.Minute})
+			require.NoError(t, err)
+			_, err = b.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch,
+				Result: json.RawMessage(`{}`), Now: &past})
+			require.NoError(t, err)
+			if archive {
+				_, err = g.Prune(ctx, 10) // archived into the key's history
+				require.NoError(t, err)
+				_, err = g.Prune(ctx, 10) // and forgotten: its retention ended
+				require.NoError(t, err)
+			}
+		}
+		intentKey := func(c *core.Claim) string {
+			return core.NewIntentKeyer(Secret).Key(c.TenantID, c.Tool, c.IdempotencyKey, c.ArgsHash)
+		}
+
+		// Through the key's history: archived, forgotten, claimed again.
+		first := Claim(ctx, t, s.gate, opts).Claim
+		finishInThePast(s.gate, s.Bundle, first, true)
+		second := Claim(ctx, t, s.gate, opts)
+		require.Equal(t, vocab.OutcomeAccepted, second.Outcome)
+		require.NotEqual(t, first.DownstreamKey, second.Claim.DownstreamKey)
+		require.Equal(t, core.DownstreamKey(intentKey(first), first.OperationID, 1, 0), second.Claim.DownstreamKey)
+
+		// The same history in another database (the second claim's commit
+		// lost, claimed again): the same downstream key.
+		b := s.newBundle(t)
+		g, err := core.New(&core.Config{Store: b.Store, Enqueuer: b.Enqueuer, Policies: Policies(), Secret: Secret,
+			DBTimeout: 30 * time.Second})
+		require.NoError(t, err)
+		finishInThePast(g, b, Claim(ctx, t, g, opts).Claim, true)
+		lost := Claim(ctx, t, g, opts)
+		require.Equal(t, vocab.OutcomeAccepted, lost.Outcome)
+		require.Equal(t, second.Claim.DownstreamKey, lost.Claim.DownstreamKey)
+
+		// A third intent under the key counts on: incarnation 2.
+		finishInThePast(s.gate, s.Bundle, second.Claim, true)
+		third := Claim(ctx, t, s.gate, opts)
+		require.Equal(t, vocab.OutcomeAccepted, third.Outcome)
+		require.Equal(t, core.DownstreamKey(intentKey(first), first.OperationID, 2, 0), third.Claim.DownstreamKey)
+
+		// Through a take-over: the forgotten intent's fingerprint comes back
+		// over another fingerprint's ended claim under the key: the same
+		// second key.
+		b = s.newBundle(t)
+		g, err = core.New(&core.Config{Store: b.Store, Enqueuer: b.Enqueuer, Policies: Policies(), Secret: Secret,
+			DBTimeout: 30 * time.Second})
+		require.NoError(t, err)
+		finishInThePast(g, b, Claim(ctx, t, g, opts).Claim, true)
+		other := &ClaimOpts{Key: opts.Key, Args: map[string]any{"order_id": "ord_9f2", "amount_cents": json.Number("501")}}
+		ended := Claim(ctx, t, g, other).Claim
+		finishInThePast(g, b, ended, false)
+		takeOver := Claim(ctx, t, g, opts)
+		require.Equal(t, vocab.OutcomeAccepted, takeOver.Outcome)
+		require.Equal(t, ended.ID, takeOver.Claim.ID, "the key was taken over")
+		require.Equal(t, second.Claim.DownstreamKey, takeOver.Claim.DownstreamKey)
+		require.Equal(t, second.Claim.DownstreamKey, takeOver.Claim.DownstreamKey)
+	},
+
 	"DownstreamKeysDifferAcrossIntents": func(t *testing.T, s *suite) {
 		ctx := context.Background()
 		base := Claim(ctx, t, s.gate, &ClaimOpts{Key: "intent-base-0001"}).Claim

@@ -3,6 +3,7 @@ package pgengine
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/idemgate/idemgate/internal/core"
 )
@@ -34,14 +35,16 @@ const claimComputed = `,
 // this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at)
+	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at, incarnation)
 SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text,
 	CASE WHEN $12::double precision > 0 THEN 'awaiting_approval' ELSE 'queued' END, $8::integer, $9::integer,
 	nullif($10::bigint, 0), nullif($11::text, ''),
-	CASE WHEN $12::double precision > 0 THEN now() + make_interval(secs => $12::double precision) END
+	CASE WHEN $12::double precision > 0 THEN now() + make_interval(secs => $12::double precision) END,
+	coalesce((SELECT t.incarnation + 1 FROM idempotency_tombstones t
+		WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7), 0)
 WHERE NOT EXISTS (
 	SELECT 1 FROM idempotency_tombstones t
-	WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7 AND t.retain_until > now()
+	WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7 AND t.retain_until > now() AND t.forgotten_at IS NULL
 )
 ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
 RETURNING ` + claimColumns + `, false, false`
@@ -60,14 +63,17 @@ WITH i AS (
 ),
 c AS (
 	INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-		ttl_seconds, retention_seconds, job_id, intent_key)
+		ttl_seconds, retention_seconds, job_id, intent_key, incarnation)
 	SELECT i.operation_id, i.tenant_id, i.tool, i.idempotency_key, i.user_id, i.args, i.args_hash, 'queued',
-		i.ttl_seconds, i.retention_seconds, nullif(i.job_id, 0), nullif(i.intent_key, '')
+		i.ttl_seconds, i.retention_seconds, nullif(i.job_id, 0), nullif(i.intent_key, ''),
+		coalesce((SELECT t.incarnation + 1 FROM idempotency_tombstones t
+			WHERE t.tenant_id = i.tenant_id AND t.tool = i.tool AND t.idempotency_key = i.idempotency_key
+				AND t.args_hash = i.args_hash), 0)
 	FROM i
 	WHERE NOT EXISTS (
 		SELECT 1 FROM idempotency_tombstones t
 		WHERE t.tenant_id = i.tenant_id AND t.tool = i.tool AND t.idempotency_key = i.idempotency_key
-			AND t.args_hash = i.args_hash AND t.retain_until > now()
+			AND t.args_hash = i.args_hash AND t.retain_until > now() AND t.forgotten_at IS NULL
 	)
 	ORDER BY i.n
 	ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
@@ -114,8 +120,9 @@ const historyUntil = `to_char(%s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS
 const sqlHistoryUpsert = `
 	ON CONFLICT (tenant_id, tool, idempotency_key, args_hash) DO UPDATE SET
 		operation_id = EXCLUDED.operation_id, status = EXCLUDED.status, error_code = EXCLUDED.error_code,
-		expired_at = EXCLUDED.expired_at, retain_until = EXCLUDED.retain_until
-	WHERE idempotency_tombstones.retain_until <= %s`
+		expired_at = EXCLUDED.expired_at, retain_until = EXCLUDED.retain_until,
+		incarnation = EXCLUDED.incarnation, forgotten_at = NULL
+	WHERE idempotency_tombstones.retain_until <= %s OR idempotency_tombstones.forgotten_at IS NOT NULL`
 
 // The take-over keeps epoch (fencing stays monotonic across intents) and
 // resets everything else that belonged to the old intent, whose fingerprint
@@ -126,14 +133,16 @@ var sqlClaimTakeOver = `
 WITH old AS (
 	SELECT id AS o_id, tenant_id AS o_tenant_id, tool AS o_tool, idempotency_key AS o_key, args_hash AS o_args_hash,
 		operation_id AS o_operation_id, job_id AS o_job_id, status AS o_status, error->>'code' AS o_error_code,
-		expires_at AS o_expires_at, expires_at + make_interval(secs => retention_seconds) AS o_retain_until
+		expires_at AS o_expires_at, expires_at + make_interval(secs => retention_seconds) AS o_retain_until,
+		incarnation AS o_incarnation
 	FROM idempotency_claims
 	WHERE id = $1 AND status IN ('succeeded', 'failed') AND expires_at <= coalesce($7::timestamptz, now())
 	FOR UPDATE
 ), kept AS (
 	INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
-		expired_at, retain_until)
-	SELECT o_tenant_id, o_tool, o_key, o_args_hash, o_operation_id, o_status, o_error_code, o_expires_at, o_retain_until
+		expired_at, retain_until, incarnation)
+	SELECT o_tenant_id, o_tool, o_key, o_args_hash, o_operation_id, o_status, o_error_code, o_expires_at, o_retain_until,
+		o_incarnation
 	FROM old` + fmt.Sprintf(sqlHistoryUpsert, "coalesce($7::timestamptz, now())") + `
 ), logged AS (
 	INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, job_id, decision, reason,
@@ -147,6 +156,10 @@ WITH old AS (
 UPDATE idempotency_claims SET
 	operation_id = $2::uuid, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
 	intent_key = nullif($10::text, ''),
+	incarnation = CASE WHEN old.o_args_hash = $5 THEN old.o_incarnation + 1 ELSE coalesce((
+		SELECT t.incarnation + 1 FROM idempotency_tombstones t
+		WHERE t.tenant_id = old.o_tenant_id AND t.tool = old.o_tool AND t.idempotency_key = old.o_key
+			AND t.args_hash = $5 AND (t.retain_until <= coalesce($7::timestamptz, now()) OR t.forgotten_at IS NOT NULL)), 0) END,
 	status = CASE WHEN $11::double precision > 0 THEN 'awaiting_approval' ELSE 'queued' END,
 	approval_expires_at = CASE WHEN $11::double precision > 0
 		THEN coalesce($7::timestamptz, now()) + make_interval(secs => $11::double precision) END,
@@ -254,11 +267,13 @@ WITH doomed AS (
 	USING doomed
 	WHERE c.id = doomed.id AND c.status IN ('succeeded', 'failed') AND c.expires_at <= coalesce($2::timestamptz, now())
 	RETURNING c.tenant_id, c.tool, c.idempotency_key, c.args_hash, c.operation_id, c.job_id, c.status,
-		c.error->>'code' AS error_code, c.expires_at, c.expires_at + make_interval(secs => c.retention_seconds) AS retain_until
+		c.error->>'code' AS error_code, c.expires_at, c.expires_at + make_interval(secs => c.retention_seconds) AS retain_until,
+		c.incarnation
 ), kept AS (
 	INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
-		expired_at, retain_until)
-	SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code, expires_at, retain_until
+		expired_at, retain_until, incarnation)
+	SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code, expires_at, retain_until,
+		incarnation
 	FROM moved` + fmt.Sprintf(sqlHistoryUpsert, "coalesce($2::timestamptz, now())") + `
 )
 INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, job_id, decision, reason,
@@ -273,22 +288,34 @@ const sqlTombstoneGetByKey = `
 SELECT tenant_id, tool, idempotency_key, args_hash, operation_id::text, status, coalesce(error_code, ''), expired_at, retain_until
 FROM idempotency_tombstones
 WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND args_hash = $4
-	AND retain_until > coalesce($5::timestamptz, now())`
+	AND retain_until > coalesce($5::timestamptz, now()) AND forgotten_at IS NULL`
 
 // sqlTombstoneDeleteExpired forgets history rows past their retention,
-// with a forgotten audit row each; it affects one audit row per row
-// forgotten.
-const sqlTombstoneDeleteExpired = `
+// with a forgotten audit row each (it affects one audit row per row
+// forgotten): the row stays, marked, to number the fingerprint's next
+// intent (its incarnation) until core.KeyMemory after its retention, when
+// it is deleted.
+var sqlTombstoneDeleteExpired = `
 WITH gone AS (
-	DELETE FROM idempotency_tombstones
+	UPDATE idempotency_tombstones SET forgotten_at = coalesce($2::timestamptz, now())
 	WHERE ctid IN (
 		SELECT ctid FROM idempotency_tombstones
-		WHERE retain_until <= coalesce($2::timestamptz, now())
+		WHERE retain_until <= coalesce($2::timestamptz, now()) AND forgotten_at IS NULL
 		ORDER BY retain_until
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
 	)
 	RETURNING tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code
+), purged AS (
+	DELETE FROM idempotency_tombstones
+	WHERE ctid IN (
+		SELECT ctid FROM idempotency_tombstones
+		WHERE forgotten_at IS NOT NULL
+			AND retain_until <= coalesce($2::timestamptz, now()) - make_interval(secs => ` + fmt.Sprint(int64(core.KeyMemory/time.Second)) + `)
+		ORDER BY retain_until
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED
+	)
 )
 INSERT INTO audit_events (tenant_id, user_id, tool, idempotency_key, operation_id, decision, reason, args_hash, result)
 SELECT tenant_id, '` + core.WorkerUser + `', tool, idempotency_key, operation_id, 'forgotten',

@@ -334,7 +334,11 @@ func (e executor) TombstoneDeleteExpired(ctx context.Context, p *core.TombstoneD
 			return err
 		}
 		n = len(gone)
-		return e.AuditInsertMany(ctx, gone)
+		if err := e.AuditInsertMany(ctx, gone); err != nil {
+			return err
+		}
+		_, err = e.exec(ctx, sqlTombstonePurge, p.Limit, nullTime(p.Now))
+		return translate(err)
 	})
 	return n, err
 }
@@ -344,12 +348,13 @@ type historyRow struct {
 	tenantID, tool, key, argsHash, operationID string
 	jobID                                      int64
 	status, errorCode, expiredAt, retainUntil  string
+	incarnation                                int64
 }
 
 func scanHistory(row enginesql.Row) (*historyRow, error) {
 	var h historyRow
 	if err := row.Scan(&h.tenantID, &h.tool, &h.key, &h.argsHash, &h.operationID, &h.jobID, &h.status, &h.errorCode,
-		&h.expiredAt, &h.retainUntil); err != nil {
+		&h.expiredAt, &h.retainUntil, &h.incarnation); err != nil {
 		return nil, err
 	}
 	return &h, nil
@@ -359,7 +364,7 @@ func scanHistory(row enginesql.Row) (*historyRow, error) {
 // reason is reason followed by the end of h's retention.
 func (e executor) keep(ctx context.Context, h *historyRow, now *time.Time, reason string) error {
 	if _, err := e.exec(ctx, sqlHistoryUpsert, h.tenantID, h.tool, h.key, h.argsHash, h.operationID, h.status, h.errorCode,
-		h.expiredAt, h.retainUntil, nullTime(now)); err != nil {
+		h.expiredAt, h.retainUntil, nullTime(now), h.incarnation); err != nil {
 		return translate(err)
 	}
 	return e.AuditInsert(ctx, &core.AuditInsertParams{

@@ -1,6 +1,11 @@
 package sqliteengine
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/core"
+)
 
 // All of the SQLite engine's SQL: the gate's statements (claims,
 // tombstones, audit, River job reads), then tokens, orders and seeding,
@@ -44,12 +49,14 @@ const notComputed = `, 0, 0`
 // window as a strftime modifier, ” for a claim that does not wait.
 var sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at)
+	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at, incarnation)
 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?12 <> '' THEN 'awaiting_approval' ELSE 'queued' END, ?8, ?9,
-	nullif(?10, 0), nullif(?11, ''), CASE WHEN ?12 <> '' THEN ` + plus(sqlNow, "?12") + ` END
+	nullif(?10, 0), nullif(?11, ''), CASE WHEN ?12 <> '' THEN ` + plus(sqlNow, "?12") + ` END,
+	coalesce((SELECT t.incarnation + 1 FROM idempotency_tombstones t
+		WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7), 0)
 WHERE NOT EXISTS (
 	SELECT 1 FROM idempotency_tombstones t
-	WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7 AND t.retain_until > ` + sqlNow + `
+	WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7 AND t.retain_until > ` + sqlNow + ` AND t.forgotten_at IS NULL
 )
 ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
 RETURNING ` + claimColumns + notComputed
@@ -70,6 +77,11 @@ var sqlClaimTakeOver = `
 UPDATE idempotency_claims SET
 	operation_id = ?2, user_id = ?3, args = ?4, args_hash = ?5, ttl_seconds = ?6, retention_seconds = ?8,
 	intent_key = nullif(?10, ''), status = CASE WHEN ?11 <> '' THEN 'awaiting_approval' ELSE 'queued' END,
+	incarnation = CASE WHEN args_hash = ?5 THEN incarnation + 1 ELSE coalesce((
+		SELECT t.incarnation + 1 FROM idempotency_tombstones t
+		WHERE t.tenant_id = idempotency_claims.tenant_id AND t.tool = idempotency_claims.tool
+			AND t.idempotency_key = idempotency_claims.idempotency_key AND t.args_hash = ?5
+			AND (t.retain_until <= ` + at("?7") + ` OR t.forgotten_at IS NOT NULL)), 0) END,
 	approval_expires_at = CASE WHEN ?11 <> '' THEN ` + plus(at("?7"), "?11") + ` END,
 	lease_expires_at = NULL, attempts = 0, job_id = nullif(?9, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
@@ -287,7 +299,7 @@ RETURNING ` + historyColumns
 // historyRow's order.
 const historyColumns = `tenant_id, tool, idempotency_key, args_hash, operation_id, coalesce(job_id, 0), status,
 	coalesce(json_extract(error, '$.code'), ''), expires_at,
-	strftime('%Y-%m-%dT%H:%M:%fZ', expires_at, '+' || retention_seconds || ' seconds')`
+	strftime('%Y-%m-%dT%H:%M:%fZ', expires_at, '+' || retention_seconds || ' seconds'), incarnation`
 
 // sqlClaimTakeOverHistory reads what the key's history keeps of a claim a
 // take-over is about to replace, under the take-over's own condition.
@@ -301,30 +313,45 @@ WHERE id = ?1 AND status IN ('succeeded', 'failed') AND expires_at <= ` + at("?2
 // expired one is replaced.
 var sqlHistoryUpsert = `
 INSERT INTO idempotency_tombstones (tenant_id, tool, idempotency_key, args_hash, operation_id, status, error_code,
-	expired_at, retain_until)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, nullif(?7, ''), ?8, ?9)
+	expired_at, retain_until, incarnation)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, nullif(?7, ''), ?8, ?9, ?11)
 ON CONFLICT (tenant_id, tool, idempotency_key, args_hash) DO UPDATE SET
 	operation_id = excluded.operation_id, status = excluded.status, error_code = excluded.error_code,
-	expired_at = excluded.expired_at, retain_until = excluded.retain_until
-WHERE idempotency_tombstones.retain_until <= ` + at("?10")
+	expired_at = excluded.expired_at, retain_until = excluded.retain_until,
+	incarnation = excluded.incarnation, forgotten_at = NULL
+WHERE (idempotency_tombstones.retain_until <= ` + at("?10") + ` OR idempotency_tombstones.forgotten_at IS NOT NULL)`
 
 // sqlTombstoneGetByKey reads the live history row of one fingerprint.
 var sqlTombstoneGetByKey = `
 SELECT tenant_id, tool, idempotency_key, args_hash, operation_id, status, coalesce(error_code, ''), expired_at, retain_until
 FROM idempotency_tombstones
-WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND args_hash = ?4 AND retain_until > ` + at("?5")
+WHERE tenant_id = ?1 AND tool = ?2 AND idempotency_key = ?3 AND args_hash = ?4 AND forgotten_at IS NULL AND retain_until > ` + at("?5")
 
 // sqlTombstoneDeleteExpired forgets history rows past their retention and
-// returns them, for their audit rows.
+// returns them, for their audit rows: the row stays, marked, to number the
+// fingerprint's next intent (its incarnation) until core.KeyMemory after
+// its retention (sqlTombstonePurge).
 var sqlTombstoneDeleteExpired = `
-DELETE FROM idempotency_tombstones
+UPDATE idempotency_tombstones SET forgotten_at = ` + at("?2") + `
 WHERE rowid IN (
 	SELECT rowid FROM idempotency_tombstones
-	WHERE retain_until <= ` + at("?2") + `
+	WHERE retain_until <= ` + at("?2") + ` AND forgotten_at IS NULL
 	ORDER BY retain_until
 	LIMIT ?1
 )
 RETURNING tenant_id, tool, idempotency_key, args_hash, operation_id, status, coalesce(error_code, '')`
+
+// sqlTombstonePurge deletes forgotten history rows core.KeyMemory past
+// their retention.
+var sqlTombstonePurge = `
+DELETE FROM idempotency_tombstones
+WHERE rowid IN (
+	SELECT rowid FROM idempotency_tombstones
+	WHERE forgotten_at IS NOT NULL
+		AND retain_until <= strftime('%Y-%m-%dT%H:%M:%fZ', ` + at("?2") + `, '-` + fmt.Sprint(int64(core.KeyMemory/time.Second)) + ` seconds')
+	ORDER BY retain_until
+	LIMIT ?1
+)`
 
 const sqlAuditInsert = `
 INSERT INTO audit_events (tenant_id, user_id, token_id, request_id, tool, idempotency_key, operation_id, job_id,
@@ -344,7 +371,7 @@ var allQueries = []string{
 	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimLease, sqlClaimLock,
 	sqlClaimComplete, sqlClaimCompleteLocked, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
 	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimListTerminal, sqlClaimArchiveDelete, sqlClaimTakeOverHistory, sqlHistoryUpsert,
-	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlAuditInsert,
+	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlTombstonePurge, sqlAuditInsert,
 	sqlAuditListByKey, sqlClaimApprove, sqlClaimDecline, sqlClaimListApprovalExpired,
 }
 
