@@ -34,5 +34,5 @@ func intentKey(t *testing.T, secret, tenant, tool string, args map[string]any, g
 	key, _ := args["idempotency_key"].(string)
 	ik := core.NewIntentKeyer([]byte(secret)).Key(tenant, tool, key, hash)
 	require.NotEmpty(t, ik, "a secret keys the intent")
-	return core.DownstreamKey(ik, "", gen)
+	return core.DownstreamKey(ik, "", 0, gen)
 }
