@@ -9,15 +9,16 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// maxFailureClients bounds a failureLimiter's table: beyond it, idle
+// maxFailureClients bounds a FailureLimiter's table: beyond it, idle
 // addresses go first, then arbitrary ones.
 const maxFailureClients = 10000
 
-// failureLimiter limits failed requests per client address: each address
-// has a token bucket of burst failures refilled at limit per second, and an
-// address whose bucket is empty is refused until a failure's worth refills.
-// Successes cost nothing. A nil *failureLimiter limits nothing.
-type failureLimiter struct {
+// FailureLimiter limits failed requests per client address, for a route
+// that must not let a client guess (Config.Routes): each address has a
+// token bucket of burst failures refilled at limit per second, and an
+// address whose bucket is empty is refused until a failure's worth
+// refills. Successes cost nothing. A nil *FailureLimiter limits nothing.
+type FailureLimiter struct {
 	limit rate.Limit
 	burst int
 	now   func() time.Time
@@ -26,18 +27,18 @@ type failureLimiter struct {
 	clients map[string]*rate.Limiter
 }
 
-// newFailureLimiter returns a limiter of burst failures refilled at
+// NewFailureLimiter returns a limiter of burst failures refilled at
 // perSecond, or nil (no limit) when perSecond is negative.
-func newFailureLimiter(perSecond float64, burst int) *failureLimiter {
+func NewFailureLimiter(perSecond float64, burst int) *FailureLimiter {
 	if perSecond < 0 {
 		return nil
 	}
-	return &failureLimiter{limit: rate.Limit(perSecond), burst: burst, now: time.Now, clients: map[string]*rate.Limiter{}}
+	return &FailureLimiter{limit: rate.Limit(perSecond), burst: burst, now: time.Now, clients: map[string]*rate.Limiter{}}
 }
 
-// blocked reports whether client has no failure left, and how long until
+// Blocked reports whether client has no failure left, and how long until
 // it has one.
-func (l *failureLimiter) blocked(client string) (time.Duration, bool) {
+func (l *FailureLimiter) Blocked(client string) (time.Duration, bool) {
 	if l == nil {
 		return 0, false
 	}
@@ -58,8 +59,8 @@ func (l *failureLimiter) blocked(client string) (time.Duration, bool) {
 	return max(wait, time.Millisecond), true
 }
 
-// failed spends one of client's failures.
-func (l *failureLimiter) failed(client string) {
+// Failed spends one of client's failures.
+func (l *FailureLimiter) Failed(client string) {
 	if l == nil {
 		return
 	}
@@ -77,7 +78,7 @@ func (l *failureLimiter) failed(client string) {
 
 // evict makes room for one more client when the table is full: first the
 // clients whose bucket is full again (idle), then any. The caller holds mu.
-func (l *failureLimiter) evict(now time.Time) {
+func (l *FailureLimiter) evict(now time.Time) {
 	if len(l.clients) < maxFailureClients {
 		return
 	}

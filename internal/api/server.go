@@ -5,13 +5,11 @@ package api
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,8 +24,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/idemgate/idemgate/internal/core"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
@@ -77,15 +75,9 @@ type Config struct {
 	// disables the limit.
 	RateLimit float64
 	RateBurst int
-	// Resets redeems password-reset tokens: POST /v1/password-resets/redeem
-	// and the page GET /reset-password. Nil leaves both routes out.
-	Resets store.ResetTokens
-	// RedeemFailureRate and RedeemFailureBurst limit failed redeems per
-	// client address: RedeemFailureBurst at once, then RedeemFailureRate
-	// per second. Defaults DefaultRedeemFailureRate and
-	// DefaultRedeemFailureBurst; a negative rate disables the limit.
-	RedeemFailureRate  float64
-	RedeemFailureBurst int
+	// Routes adds the unauthenticated routes the tool set contributes (a
+	// tool's page and the route it posts to). Nil adds none.
+	Routes Routes
 	// Ready reports whether the service can serve (database reachable,
 	// migrations applied), for /readyz. Nil means always ready.
 	Ready func(ctx context.Context) error
@@ -142,10 +134,6 @@ type Server struct {
 	methods map[string]int
 	// mcp serves /mcp, without the router's middleware.
 	mcp http.Handler
-
-	// resets and redeemLimit serve password-reset redemption.
-	resets      store.ResetTokens
-	redeemLimit *failureLimiter
 }
 
 // New returns a Server. It refuses to start when a mutating tool has no gate
@@ -186,7 +174,9 @@ func New(cfg *Config) (*Server, error) {
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, err
 	}
-	s.router = s.routes(s.mcp)
+	if s.router, err = s.routes(s.mcp, cfg.Routes); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -246,9 +236,6 @@ func newServer(cfg *Config) *Server {
 		burst = DefaultRateBurst
 	}
 	s.limiter = newLimiter(rl, burst)
-	s.resets = cfg.Resets
-	s.redeemLimit = newFailureLimiter(cmp.Or(cfg.RedeemFailureRate, DefaultRedeemFailureRate),
-		cmp.Or(cfg.RedeemFailureBurst, DefaultRedeemFailureBurst))
 	return s
 }
 
@@ -271,7 +258,8 @@ func (s *Server) Wrap(h http.Handler) http.Handler {
 // (metrics, River UI) beside the api's.
 func (s *Server) Router() chi.Router { return s.router }
 
-func (s *Server) routes(mcpHandler http.Handler) chi.Router {
+// routes is the api's router: its own routes and those extra adds.
+func (s *Server) routes(mcpHandler http.Handler, extra Routes) (chi.Router, error) {
 	r := chi.NewRouter()
 	r.Use(s.traced, requestID, s.accessLog, middleware.Recoverer, s.limitBody)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -282,9 +270,12 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 	if m, ok := s.auth.(ResourceMetadata); ok {
 		r.Get(m.MetadataPath(), m.Metadata().ServeHTTP)
 	}
-	if s.resets != nil {
-		r.Post(RedeemPath, s.redeemResetToken)
-		r.Get(ResetPagePath, resetPage.ServeHTTP)
+	if extra != nil {
+		var err error
+		r.Group(func(r chi.Router) { err = extra(r, &RouteKit{s: s}) })
+		if err != nil {
+			return nil, fmt.Errorf("api: contributed routes: %w", err)
+		}
 	}
 	r.Get(ApprovalPagePath+"{id}", approvalPage.ServeHTTP)
 	r.Group(func(r chi.Router) {
@@ -297,7 +288,7 @@ func (s *Server) routes(mcpHandler http.Handler) chi.Router {
 		r.Get("/v1/approvals/{id}", s.restApproval)
 		r.Post("/v1/approvals/{id}", s.restDecide)
 	})
-	return r
+	return r, nil
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -448,9 +439,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.refuse(w, r, err)
 			return
 		}
-		if info, ok := r.Context().Value(requestLogKey).(*requestLog); ok {
-			info.tenant, info.user = actor.TenantID, actor.UserID
-		}
+		setLogCaller(r.Context(), actor.TenantID, actor.UserID)
 		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), actor)))
 	})
 }

@@ -7,8 +7,8 @@ import (
 )
 
 // Codes the built-in tools store on failed operations besides domain's
-// (docs/errors.md): refund_order's Stripe errors and send_password_reset's
-// SMTP refusals.
+// (docs/errors.md): refund_order's Stripe errors and the mail tool's SMTP
+// refusals.
 const (
 	codeDownstreamAuth vocab.Code = "downstream_auth"
 	codeMailRejected   vocab.Code = "mail_rejected"
@@ -36,7 +36,8 @@ var codeStatus = map[vocab.Code]int{
 	vocab.CodeRateLimited:            http.StatusTooManyRequests,
 	vocab.CodeUnavailable:            http.StatusServiceUnavailable,
 	vocab.CodeInternal:               http.StatusInternalServerError,
-	// A password-reset token that existed and can no longer be redeemed.
+	// A single-use token that existed and can no longer be used (a route
+	// the tools contribute, Config.Routes).
 	vocab.CodeResetTokenUsed:    http.StatusGone,
 	vocab.CodeResetTokenExpired: http.StatusGone,
 

@@ -175,7 +175,7 @@ func tracedLogger(logger *slog.Logger, tp trace.TracerProvider) *slog.Logger {
 }
 
 // apiData is what the api reads and writes besides the gate: tokens, and
-// reset links, which the built-in tools redeem on the gate's store.
+// what the routes the built-ins contribute read on the gate's store.
 type apiData interface {
 	core.Store
 	store.Tokens
@@ -204,7 +204,7 @@ func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, 
 		PublicURL:  cfg.PublicURLOrDefault(),
 		RateLimit:  rateLimit,
 		RateBurst:  rateBurst,
-		Resets:     resetTokens(tools, data),
+		Routes:     builtinRoutes(tools, data),
 		Registerer: reg,
 		Logger:     logger,
 

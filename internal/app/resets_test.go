@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/gate"
-	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/builtins/resetroute"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
@@ -92,7 +92,7 @@ func (b *resetBundle) issue(t *testing.T, operationID string, expiresIn time.Dur
 // postRedeem redeems token at the api of url: the status and the body.
 func postRedeem(t *testing.T, url, token string) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(url+api.RedeemPath, "application/json", strings.NewReader(`{"token":"`+token+`"}`))
+	resp, err := http.Post(url+resetroute.RedeemPath, "application/json", strings.NewReader(`{"token":"`+token+`"}`))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out map[string]any

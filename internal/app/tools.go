@@ -8,11 +8,11 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/toolspec"
 )
 
@@ -32,8 +32,9 @@ type Builtins struct {
 	CheckWorker func(cfg *config.Config) error
 	// Migrate applies the built-in tools' migrations.
 	Migrate func(ctx context.Context, drv engine.Driver, logger *slog.Logger) (int, error)
-	// ResetTokens redeems send_password_reset's links on a store.
-	ResetTokens func(st core.Store) store.ResetTokens
+	// Routes are the unauthenticated api routes the built-in tools of
+	// tools contribute on a store (api.Config.Routes), nil for none.
+	Routes func(tools *toolspec.Registry, st core.Store) api.Routes
 	// ApprovalMailer mails approval notices, its calls traced with tp:
 	// with it, claims awaiting approval insert a notice job and workers
 	// work them.
@@ -93,17 +94,14 @@ func MigrateBuiltins(ctx context.Context, drv engine.Driver, logger *slog.Logger
 	return b.Migrate(ctx, drv, logger)
 }
 
-// resetTokens is the built-ins' reset-link redeemer on data when tools
-// serves send_password_reset, else nil (the api leaves its routes out).
-func resetTokens(tools *toolspec.Registry, data core.Store) store.ResetTokens {
+// builtinRoutes are the api routes the built-ins contribute for the tools
+// served on data, or nil when they are not linked.
+func builtinRoutes(tools *toolspec.Registry, data core.Store) api.Routes {
 	b, err := LinkedBuiltins()
-	if err != nil {
+	if err != nil || b.Routes == nil {
 		return nil
 	}
-	if _, ok := tools.Get("send_password_reset"); !ok {
-		return nil
-	}
-	return b.ResetTokens(data)
+	return b.Routes(tools, data)
 }
 
 // builtinTools is Builtins.Tools, or ErrNoBuiltins.

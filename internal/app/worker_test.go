@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/builtins/resetroute"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
@@ -86,7 +86,7 @@ func setupWorkerTraced(t *testing.T, wait time.Duration, logger *slog.Logger, tp
 	listenDone := make(chan struct{})
 	go func() { defer close(listenDone); a.Run(runCtx) }()
 	srv := httptest.NewServer(a.Handler)
-	cfg.ResetLinkBase = srv.URL + api.ResetPagePath // the mails link to this api's page
+	cfg.ResetLinkBase = srv.URL + resetroute.PagePath // the mails link to this api's page
 
 	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), logger, &app.WorkerOptions{MaxWorkers: 10, TracerProvider: tp})
 	require.NoError(t, err)

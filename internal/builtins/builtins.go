@@ -22,14 +22,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/gate"
+	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/builtins/resetroute"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"github.com/idemgate/idemgate/internal/jobs"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/internal/vocab/approvalmail"
 	"github.com/idemgate/idemgate/internal/vocab/refunds"
@@ -155,10 +156,14 @@ func (a approvalMailer) MailApprovalNotice(ctx context.Context, c *core.Claim, t
 	return err
 }
 
-// ResetTokens redeems the reset links of the built-in send_password_reset
-// on st.
-func ResetTokens(st core.Store) store.ResetTokens {
-	return &tools.ResetTokens{DB: StoreDB(st)}
+// Routes are the api routes of the built-in tools served in reg, on st
+// (api.Config.Routes): when reg serves send_password_reset, the page its
+// links open and the route that redeems them (resetroute); else nil.
+func Routes(reg *toolspec.Registry, st core.Store) api.Routes {
+	if _, ok := reg.Get("send_password_reset"); !ok {
+		return nil
+	}
+	return resetroute.Routes(&resetroute.Config{Resets: &tools.ResetTokens{DB: StoreDB(st)}})
 }
 
 // Migrate applies the built-in tools' migrations for drv's engine
@@ -204,7 +209,7 @@ var parts = &app.Builtins{
 	Tools:        traced,
 	CheckWorker:  CheckWorker,
 	Migrate:      Migrate,
-	ResetTokens:  ResetTokens,
+	Routes:       Routes,
 
 	ApprovalMailer: ApprovalMailer,
 }

@@ -35,8 +35,9 @@ var Layers = [][]string{
 	{"internal/toolspec"},
 	// The public gate API (declaring tools).
 	{"gate"},
-	// The product's parts, built on the tool API.
-	{"internal/tools/", "internal/jobs", "internal/ops", "internal/api"},
+	// The product's parts, built on the tool API, and the built-in tools'
+	// routes, contributed to the api.
+	{"internal/tools/", "internal/jobs", "internal/ops", "internal/api", "internal/builtins/resetroute"},
 	// The glue that opens a driver from the configuration and a River
 	// client on it.
 	{"internal/engine/drivers"},

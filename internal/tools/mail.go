@@ -115,7 +115,7 @@ func mailError(err error, failUnknown bool) error {
 }
 
 // ResetTokens redeems the password-reset links send_password_reset mails
-// (store.ResetTokens, for the api's POST /v1/password-resets/redeem).
+// (store.ResetTokens, for POST /v1/password-resets/redeem, resetroute).
 type ResetTokens struct {
 	// DB is the deployment's database.
 	DB DB

@@ -1,4 +1,4 @@
-package api_test
+package resetroute_test
 
 import (
 	"context"
@@ -13,13 +13,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/api"
+	"github.com/idemgate/idemgate/internal/builtins/resetroute"
+	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
-	"github.com/idemgate/idemgate/internal/core/coretest"
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/store"
+	"github.com/idemgate/idemgate/internal/toolspec"
 	"github.com/idemgate/idemgate/internal/vocab"
 	"github.com/idemgate/idemgate/internal/vocab/resetmail"
 )
@@ -70,28 +74,41 @@ func resetToken(n int) string {
 	return resetmail.Token([]byte("secret"), fmt.Sprintf("idg_test_%d", n))
 }
 
-// serveResets serves an api whose Resets is f (the rest unused) and
-// returns its URL.
-func serveResets(t *testing.T, f *fakeResets, edit func(*api.Config)) string {
+// serveResets serves an api whose only contributed routes are those of
+// Routes on f (the rest unused) and returns its URL.
+func serveResets(t *testing.T, f *fakeResets, edit func(*resetroute.Config)) string {
 	t.Helper()
-	st := unusedStore(t)
-	g, err := core.New(&core.Config{Store: st, Enqueuer: noEnqueue{}, Policies: coretest.Policies()})
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
 	require.NoError(t, err)
-	cfg := &api.Config{Gate: g, Auth: noAuth{}, Tools: builtinTools(t, st), Jobs: &jobs.Control[pgx.Tx]{}, Resets: f, MaxBodyBytes: 1024}
+	t.Cleanup(pool.Close)
+	g, err := core.New(&core.Config{Store: pgengine.New(pool), Enqueuer: noEnqueue{}})
+	require.NoError(t, err)
+	rc := &resetroute.Config{Resets: f}
 	if edit != nil {
-		edit(cfg)
+		edit(rc)
 	}
-	s, err := api.New(cfg)
+	s, err := api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: toolspec.NewRegistry(), Jobs: &jobs.Control[pgx.Tx]{},
+		MaxBodyBytes: 1024, Routes: resetroute.Routes(rc)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
 
+type noAuth struct{}
+
+func (noAuth) Authenticate(context.Context, string) (vocab.Actor, error) {
+	return vocab.Actor{}, vocab.ErrNotFound
+}
+
+type noEnqueue struct{}
+
+func (noEnqueue) JobInsert(context.Context, core.Tx, *core.Claim) (int64, error) { return 0, nil }
+
 type redeemAnswer struct {
 	status     int
 	header     http.Header
-	redemption api.Redemption
+	redemption resetroute.Redemption
 	code       vocab.Code
 	field      string
 }
@@ -99,7 +116,7 @@ type redeemAnswer struct {
 // redeem POSTs body to the redeem route, without a bearer token.
 func redeem(t *testing.T, url, body string) redeemAnswer {
 	t.Helper()
-	resp, err := http.Post(url+api.RedeemPath, "application/json", strings.NewReader(body))
+	resp, err := http.Post(url+resetroute.RedeemPath, "application/json", strings.NewReader(body))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
@@ -138,7 +155,7 @@ func TestRedeemOnceThenGone(t *testing.T) {
 
 	a := redeem(t, url, tokenBody(resetToken(1)))
 	require.Equal(t, http.StatusOK, a.status)
-	require.Equal(t, api.Redemption{TenantID: "acme", UserID: "usr_1", OperationID: "op_1"}, a.redemption)
+	require.Equal(t, resetroute.Redemption{TenantID: "acme", UserID: "usr_1", OperationID: "op_1"}, a.redemption)
 	for range 2 {
 		a = redeem(t, url, tokenBody(resetToken(1)))
 		require.Equal(t, http.StatusGone, a.status)
@@ -203,7 +220,7 @@ func TestRedeemFailuresAreLimitedPerAddress(t *testing.T) {
 	t.Parallel()
 	f := &fakeResets{tokens: map[string]*fakeToken{}}
 	f.add(resetToken(1), store.ResetTokenRedemption{TenantID: "acme", UserID: "usr_1", OperationID: "op_1"}, false)
-	url := serveResets(t, f, func(c *api.Config) { c.RedeemFailureRate, c.RedeemFailureBurst = 1.0/3600, 3 })
+	url := serveResets(t, f, func(c *resetroute.Config) { c.FailureRate, c.FailureBurst = 1.0/3600, 3 })
 
 	// Successes cost nothing.
 	require.Equal(t, http.StatusOK, redeem(t, url, tokenBody(resetToken(1))).status)
@@ -220,7 +237,7 @@ func TestRedeemFailuresAreLimitedPerAddress(t *testing.T) {
 	require.Equal(t, before, f.redeems, "a refused address does not reach the store")
 
 	// A negative rate turns the limit off.
-	off := serveResets(t, f, func(c *api.Config) { c.RedeemFailureRate = -1 })
+	off := serveResets(t, f, func(c *resetroute.Config) { c.FailureRate = -1 })
 	for range 30 {
 		require.Equal(t, http.StatusNotFound, redeem(t, off, tokenBody(resetToken(4))).status)
 	}
@@ -229,7 +246,7 @@ func TestRedeemFailuresAreLimitedPerAddress(t *testing.T) {
 func TestResetPage(t *testing.T) {
 	t.Parallel()
 	url := serveResets(t, &fakeResets{tokens: map[string]*fakeToken{}}, nil)
-	resp, err := http.Get(url + api.ResetPagePath + "?token=" + resetToken(1))
+	resp, err := http.Get(url + resetroute.PagePath + "?token=" + resetToken(1))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -247,21 +264,32 @@ func TestResetPage(t *testing.T) {
 	page := string(body)
 	require.Contains(t, page, `<form id="redeem-form">`)
 	require.Contains(t, page, `<button id="redeem" type="submit">`)
-	require.Contains(t, page, api.RedeemPath)
+	require.Contains(t, page, resetroute.RedeemPath)
 	require.NotContains(t, page, "{{", "every placeholder filled")
 	require.NotContains(t, page, resetToken(1), "the page reads the token from its URL, not from the server")
 	for _, external := range []string{"src=", "href=", "@import", "url("} {
 		require.NotContains(t, page, external, "no external assets")
 	}
 
-	// Without Resets the routes do not exist.
-	none := serveResets(t, nil, func(c *api.Config) { c.Resets = nil })
-	for _, r := range []struct{ method, path string }{{http.MethodGet, api.ResetPagePath}, {http.MethodPost, api.RedeemPath}} {
-		req, err := http.NewRequest(r.method, none+r.path, strings.NewReader(tokenBody(resetToken(1))))
-		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusNotFound, resp.StatusCode, r.path)
-	}
+}
+
+// TestRoutesNeedResets: Routes without a redeemer stops the api's start.
+func TestRoutesNeedResets(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	g, err := core.New(&core.Config{Store: pgengine.New(pool), Enqueuer: noEnqueue{}})
+	require.NoError(t, err)
+	_, err = api.New(&api.Config{Gate: g, Auth: noAuth{}, Tools: toolspec.NewRegistry(), Jobs: &jobs.Control[pgx.Tx]{},
+		Routes: resetroute.Routes(&resetroute.Config{})})
+	require.ErrorContains(t, err, "Config.Resets is required")
+}
+
+// TestMailsLinkToThePage: the default link base of the configuration is
+// this page on the api.
+func TestMailsLinkToThePage(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	require.Equal(t, cfg.PublicURLOrDefault()+resetroute.PagePath, cfg.ResetLinkBaseOrDefault())
 }
