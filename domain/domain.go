@@ -109,6 +109,13 @@ const (
 	CodeOutcomeUnknown Code = "outcome_unknown"
 	// CodeCancelled: the owner withdrew the intent before it ran; final.
 	CodeCancelled Code = "cancelled"
+	// CodeJobCancelledByOperator: the operation's job was cancelled in
+	// River by someone other than its owner (an operator in River UI, say);
+	// an operator may re-drive it.
+	CodeJobCancelledByOperator Code = "job_cancelled_by_operator"
+	// CodeJobVanished: the operation's job is gone (deleted in River) or
+	// ended without running it; an operator may re-drive it.
+	CodeJobVanished Code = "job_vanished"
 	// CodeApprovalDenied: an approver denied the operation; final.
 	CodeApprovalDenied Code = "approval_denied"
 	// CodeApprovalExpired: nobody approved the operation within its

@@ -55,6 +55,10 @@ var codeStatus = map[vocab.Code]int{
 	vocab.CodeApprovalAlreadyDecided: http.StatusUnprocessableEntity,
 	vocab.CodeOutcomeUnknown:         http.StatusBadGateway,
 	vocab.CodeRetriesExhausted:       http.StatusBadGateway,
+	// The job was cancelled or removed in River, not by the owner: the
+	// fault is on the server's side, and an operator re-drives.
+	vocab.CodeJobCancelledByOperator: http.StatusBadGateway,
+	vocab.CodeJobVanished:            http.StatusBadGateway,
 	codeDownstreamAuth:               http.StatusBadGateway,
 	codeMailRejected:                 http.StatusUnprocessableEntity,
 }

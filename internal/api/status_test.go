@@ -37,6 +37,8 @@ var wantStatus = map[vocab.Code]int{
 	vocab.CodeApprovalAlreadyDecided:        422,
 	vocab.CodeOutcomeUnknown:                502,
 	vocab.CodeRetriesExhausted:              502,
+	vocab.CodeJobCancelledByOperator:        502,
+	vocab.CodeJobVanished:                   502,
 }
 
 func TestStatusOfEveryCode(t *testing.T) {

@@ -52,7 +52,7 @@ type ReapResult struct {
 	// worker fetched and stopped before the lease; a fresh job replaced it.
 	Repointed int
 	// Abandoned claims (EventAbandon) failed because their job ended
-	// without them.
+	// without them (orphanVerdict).
 	Abandoned int
 }
 
@@ -73,8 +73,10 @@ func NothingHappened(code vocab.Code) bool {
 // in one transaction each; past the tool's reclaim budget, or for a tool
 // that fails unknown outcomes, they fail with outcome_unknown instead. Claims
 // whose job ended while they were not terminal and held no live lease fail
-// with outcome_unknown (they were attempted) or cancelled (never attempted);
-// they are never re-enqueued behind the attempt budget's back.
+// with a code that says what ended the job (job_cancelled_by_operator,
+// job_vanished, or outcome_unknown after attempts), never cancelled, which
+// only an owner's cancellation writes; they are never re-enqueued behind
+// the attempt budget's back.
 //
 // A queued claim whose job River has reported running for longer than
 // staleAfter (the in-flight lease) was fetched by a worker that stopped
@@ -151,23 +153,25 @@ func (g *Gate) reapStalled(ctx context.Context, jobs JobControl, staleAfter time
 	return nil
 }
 
-// reapAbandoned fails claims whose job ended without them (EventAbandon).
+// reapAbandoned fails claims whose job ended without them (EventAbandon),
+// with a code that says what ended it (orphanVerdict).
 func (g *Gate) reapAbandoned(ctx context.Context, res *ReapResult) error {
 	orphans, err := g.store.ClaimListOrphaned(ctx, &ClaimListOrphanedParams{Limit: ReapBatch})
 	if err != nil {
 		return err
 	}
 	for _, c := range orphans {
-		info := vocab.ErrorInfo{Code: vocab.CodeCancelled, Message: fmt.Sprintf("job %d ended before the operation ran", c.JobID)}
-		if c.Attempts > 0 {
-			info = vocab.ErrorInfo{Code: vocab.CodeOutcomeUnknown, Message: fmt.Sprintf("job %d ended after %d attempt(s) without an outcome", c.JobID, c.Attempts)}
-		}
 		err := g.inTx(ctx, func(tx Tx) error {
+			job, err := tx.JobGet(ctx, &JobGetParams{ID: c.JobID})
+			if err != nil && !errors.Is(err, vocab.ErrNotFound) {
+				return err
+			}
+			info := orphanVerdict(c, job)
 			failed, err := apply(ctx, tx, EventAbandon, c, Facts{}, &ClaimAbandonParams{ID: c.ID, Epoch: c.Epoch, JobID: c.JobID, Error: info})
 			if err != nil {
 				return err
 			}
-			return tx.AuditInsert(ctx, transitionAudit(ctx, failed, EventAbandon, "abandon: "+info.Message, nil))
+			return tx.AuditInsert(ctx, transitionAudit(ctx, failed, EventAbandon, "abandon: "+string(info.Code)+": "+info.Message, nil))
 		})
 		switch {
 		case errors.Is(err, vocab.ErrStateChanged):
@@ -179,6 +183,38 @@ func (g *Gate) reapAbandoned(ctx context.Context, res *ReapResult) error {
 		}
 	}
 	return nil
+}
+
+// orphanVerdict is the failure of a claim whose job ended without it (job
+// nil: River no longer has it). The gate's own cancellations never leave
+// such a claim (an owner's cancel fails the claim in the same transaction,
+// and a replaced job is no longer the claim's), so a cancel asked of River
+// for the claim's job came from outside the gate: an operator, in River UI,
+// rivercli or with the River client (job_cancelled_by_operator). A job
+// that is gone, or that its worker ended without running the claim, is
+// job_vanished; one that ended after attempts without a cancel asked is
+// outcome_unknown. None is the owner's cancellation: each may be re-driven,
+// with the same downstream key.
+func orphanVerdict(c *Claim, job *Job) vocab.ErrorInfo {
+	attempts := "before the operation ran"
+	if c.Attempts > 0 {
+		attempts = fmt.Sprintf("after %d attempt(s) whose outcome is unknown", c.Attempts)
+	}
+	const redrive = "; its owner did not cancel it, and an operator can re-drive it"
+	switch {
+	case job == nil:
+		return vocab.ErrorInfo{Code: vocab.CodeJobVanished,
+			Message: fmt.Sprintf("job %d was deleted from River %s", c.JobID, attempts) + redrive}
+	case job.State == "cancelled" && job.CancelRequested:
+		return vocab.ErrorInfo{Code: vocab.CodeJobCancelledByOperator,
+			Message: fmt.Sprintf("job %d was cancelled in River by an operator (River UI, rivercli or the River client), not through idemgate, %s", c.JobID, attempts) + redrive}
+	case c.Attempts > 0:
+		return vocab.ErrorInfo{Code: vocab.CodeOutcomeUnknown,
+			Message: fmt.Sprintf("job %d ended (%s) after %d attempt(s) without an outcome", c.JobID, job.State, c.Attempts)}
+	default:
+		return vocab.ErrorInfo{Code: vocab.CodeJobVanished,
+			Message: fmt.Sprintf("job %d ended (%s) %s", c.JobID, job.State, attempts) + redrive}
+	}
 }
 
 // reclaim re-enqueues (EventReclaim) or gives up on (EventGiveUp) one

@@ -567,6 +567,10 @@ type Job struct {
 	// database's now(); nil when the job will not run again by itself
 	// (running, or finalized).
 	NextRunAt *time.Time
+	// CancelRequested is true when River's cancel was asked for the job
+	// (JobCancel: River UI, rivercli, the gate's own JobCancelTx), as
+	// opposed to a worker ending it: River marks its metadata then.
+	CancelRequested bool
 }
 
 // ClaimListTerminalParams are the parameters of Executor.ClaimListTerminal.

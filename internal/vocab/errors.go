@@ -38,6 +38,13 @@ const (
 	CodeCardDeclined                  Code = "card_declined"
 	CodeDownstreamRejected            Code = "downstream_rejected"
 	CodeRetriesExhausted              Code = "retries_exhausted"
+	// CodeJobCancelledByOperator and CodeJobVanished fail an operation
+	// whose River job ended without it, not by its owner's word: the job
+	// was cancelled in River (River UI, rivercli, the River client), or is
+	// gone (deleted) or ended without running it. An operator may re-drive
+	// either.
+	CodeJobCancelledByOperator Code = "job_cancelled_by_operator"
+	CodeJobVanished            Code = "job_vanished"
 	// CodeApprovalDenied and CodeApprovalExpired fail an operation that
 	// waited for a person's approval: denied, or not approved in time.
 	// Both are final: never re-driven.
@@ -56,8 +63,8 @@ func Codes() []Code {
 		CodeForbidden, CodeUnauthenticated, CodeNotFound, CodeInvalidArgument,
 		CodeUnavailable, CodeRateLimited, CodeInternal, CodeResetTokenUsed, CodeResetTokenExpired,
 		CodeOutcomeUnknown, CodeCancelled, CodeDownstreamIdempotencyMismatch, CodeAmountExceedsRefundable,
-		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted, CodeApprovalDenied, CodeApprovalExpired,
-		CodeApprovalAlreadyDecided,
+		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted, CodeJobCancelledByOperator, CodeJobVanished,
+		CodeApprovalDenied, CodeApprovalExpired, CodeApprovalAlreadyDecided,
 	}
 }
 

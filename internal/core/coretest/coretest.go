@@ -37,6 +37,13 @@ type Bundle struct {
 	SetClaimUpdatedAt func(ctx context.Context, claimID int64, at time.Time)
 	// JobState returns the state of a job ("" when it does not exist).
 	JobState func(ctx context.Context, jobID int64) string
+	// DeleteJob deletes a job as River UI's Delete does (River's
+	// JobDelete). Required.
+	DeleteJob func(ctx context.Context, jobID int64)
+	// EndJob finalizes a job in state (cancelled, discarded or completed)
+	// as its worker ending it would, without River's cancel request.
+	// Required.
+	EndJob func(ctx context.Context, jobID int64, state string)
 	// JobCount returns how many jobs the enqueuer has inserted that are
 	// visible (committed).
 	JobCount func(ctx context.Context) int
@@ -727,33 +734,143 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, vocab.CodeOutcomeUnknown, got.Error.Code)
 	},
 
+	// A claim whose job ended without it fails with a code that says what
+	// ended the job: a cancel asked of River from outside the gate (River
+	// UI, rivercli, the River client) is an operator's, a job that is gone
+	// or that its worker ended unrun vanished, one that ended after
+	// attempts has an unknown outcome. None is the owner's `cancelled`.
 	"ReaperFailsClaimsWhoseJobEnded": func(t *testing.T, s *suite) {
 		ctx := context.Background()
-		never := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-never-1"}).Claim
-		tried := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-tried-1"}).Claim
-		leased := lease(ctx, t, s.Store, tried, tried.JobID, time.Minute)
-		_, err := s.Store.ClaimRelease(ctx, &core.ClaimReleaseParams{ID: tried.ID, Epoch: leased.Epoch, LastError: vocab.ErrorInfo{Code: "x"}})
-		require.NoError(t, err)
-		fine := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-fine-01"}).Claim
-		for _, c := range []*core.Claim{never, tried} {
+		claimTried := func(key string) *core.Claim {
+			c := Claim(ctx, t, s.gate, &ClaimOpts{Key: key}).Claim
+			leased := lease(ctx, t, s.Store, c, c.JobID, time.Minute)
+			released, err := s.Store.ClaimRelease(ctx, &core.ClaimReleaseParams{ID: c.ID, Epoch: leased.Epoch, LastError: vocab.ErrorInfo{Code: "x"}})
+			require.NoError(t, err)
+			return released
+		}
+		cancelJob := func(c *core.Claim) {
 			tx, err := s.Store.Begin(ctx)
 			require.NoError(t, err)
 			require.NoError(t, s.Control.JobCancelTx(ctx, tx, c.JobID))
 			require.NoError(t, tx.Commit(ctx))
 			require.Equal(t, "cancelled", s.JobState(ctx, c.JobID))
 		}
+		cancelled := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-never-1"}).Claim
+		cancelJob(cancelled)
+		cancelledTried := claimTried("orphan-tried-1")
+		cancelJob(cancelledTried)
+		deleted := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-deleted-1"}).Claim
+		s.DeleteJob(ctx, deleted.JobID)
+		require.Empty(t, s.JobState(ctx, deleted.JobID))
+		deletedTried := claimTried("orphan-deleted-2")
+		s.DeleteJob(ctx, deletedTried.JobID)
+		discarded := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-discard-1"}).Claim
+		s.EndJob(ctx, discarded.JobID, "discarded")
+		workerCancelled := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-wcancel-1"}).Claim
+		s.EndJob(ctx, workerCancelled.JobID, "cancelled")
+		discardedTried := claimTried("orphan-discard-2")
+		s.EndJob(ctx, discardedTried.JobID, "discarded")
+		fine := Claim(ctx, t, s.gate, &ClaimOpts{Key: "orphan-fine-01"}).Claim
+
 		res, err := s.gate.Reap(ctx, s.Control, time.Minute)
 		require.NoError(t, err)
-		require.Equal(t, &core.ReapResult{Abandoned: 2}, res)
-		for c, code := range map[*core.Claim]vocab.Code{never: vocab.CodeCancelled, tried: vocab.CodeOutcomeUnknown} {
-			got, err := s.Store.ClaimGetByID(ctx, &core.ClaimGetByIDParams{ID: c.ID})
+		require.Equal(t, &core.ReapResult{Abandoned: 7}, res)
+		for _, want := range []struct {
+			c    *core.Claim
+			code vocab.Code
+			says string
+		}{
+			{cancelled, vocab.CodeJobCancelledByOperator, "cancelled in River by an operator"},
+			{cancelledTried, vocab.CodeJobCancelledByOperator, "after 1 attempt(s) whose outcome is unknown"},
+			{deleted, vocab.CodeJobVanished, "deleted from River before the operation ran"},
+			{deletedTried, vocab.CodeJobVanished, "after 1 attempt(s)"},
+			{discarded, vocab.CodeJobVanished, "ended (discarded) before the operation ran"},
+			{workerCancelled, vocab.CodeJobVanished, "ended (cancelled) before the operation ran"},
+			{discardedTried, vocab.CodeOutcomeUnknown, "ended (discarded) after 1 attempt(s)"},
+		} {
+			got, err := s.Store.ClaimGetByID(ctx, &core.ClaimGetByIDParams{ID: want.c.ID})
 			require.NoError(t, err)
-			require.Equal(t, vocab.StatusFailed, got.Status)
-			require.Equal(t, code, got.Error.Code)
+			require.Equal(t, vocab.StatusFailed, got.Status, want.c.IdempotencyKey)
+			require.Equal(t, want.code, got.Error.Code, want.c.IdempotencyKey)
+			require.Contains(t, got.Error.Message, want.says, want.c.IdempotencyKey)
+			require.False(t, got.Error.NothingHappened, "a re-drive keeps the downstream key")
+			require.NotContains(t, got.Error.Message, "owner cancelled", want.c.IdempotencyKey)
+			require.NoError(t, core.TransitionOf(core.EventRedrive).Check(got, core.Facts{}), "%s may be re-driven", want.c.IdempotencyKey)
+			events := audit(ctx, t, s.Store, "acme", "refund_order", want.c.IdempotencyKey)
+			last := events[len(events)-1]
+			require.Equal(t, vocab.DecisionFailed, last.Decision)
+			require.Equal(t, "abandon: "+string(want.code)+": "+got.Error.Message, last.Reason, "the audit row names what ended the job")
 		}
 		got, err := s.Store.ClaimGetByID(ctx, &core.ClaimGetByIDParams{ID: fine.ID})
 		require.NoError(t, err)
 		require.Equal(t, vocab.StatusQueued, got.Status)
+	},
+
+	// An operator's cancel (River's JobCancel, as River UI's Cancel) or
+	// delete (JobDelete) of a queued job is not the owner's word: the agent's
+	// retry with the same key replays the truth, an operator's dry run
+	// says it would re-drive and changes nothing, and the re-drive runs it
+	// on a fresh job. The owner's own cancellation stays final.
+	"OperatorCancelOrDeleteIsRedrivableOwnerCancelIsNot": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		byOperator := Claim(ctx, t, s.gate, &ClaimOpts{Key: "op-cancel-key-01"}).Claim
+		tx, err := s.Store.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, s.Control.JobCancelTx(ctx, tx, byOperator.JobID))
+		require.NoError(t, tx.Commit(ctx))
+		job, err := s.Store.JobGet(ctx, &core.JobGetParams{ID: byOperator.JobID})
+		require.NoError(t, err)
+		require.Equal(t, "cancelled", job.State)
+		require.True(t, job.CancelRequested)
+		deleted := Claim(ctx, t, s.gate, &ClaimOpts{Key: "op-delete-key-01"}).Claim
+		s.DeleteJob(ctx, deleted.JobID)
+		byOwner := Claim(ctx, t, s.gate, &ClaimOpts{Key: "owner-cancel-01"}).Claim
+		_, err = s.gate.Cancel(ctx, &core.CancelParams{TenantID: "acme", OperationID: byOwner.OperationID, UserID: "support-bot"}, s.Control)
+		require.NoError(t, err)
+
+		res, err := s.gate.Reap(ctx, s.Control, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, &core.ReapResult{Abandoned: 2}, res, "the owner's cancellation is no orphan")
+
+		for c, code := range map[*core.Claim]vocab.Code{byOperator: vocab.CodeJobCancelledByOperator, deleted: vocab.CodeJobVanished} {
+			replay := Claim(ctx, t, s.gate, &ClaimOpts{Key: c.IdempotencyKey})
+			require.True(t, replay.Replayed, c.IdempotencyKey)
+			require.Equal(t, c.OperationID, replay.Claim.OperationID)
+			require.Equal(t, code, replay.Claim.Error.Code)
+			require.Contains(t, replay.Claim.Error.Message, "an operator can re-drive it")
+
+			before := audit(ctx, t, s.Store, "acme", "refund_order", c.IdempotencyKey)
+			params := &core.RedriveParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: c.IdempotencyKey,
+				Operator: "ops@acme", Reason: "cancelled by mistake", DryRun: true}
+			dry, err := s.gate.Redrive(ctx, params, s.Control)
+			require.NoError(t, err, "a dry run says it would re-drive")
+			require.Equal(t, vocab.StatusFailed, dry.Claim.Status)
+			require.Equal(t, before, audit(ctx, t, s.Store, "acme", "refund_order", c.IdempotencyKey), "a dry run writes nothing")
+
+			params.DryRun = false
+			jobs := s.JobCount(ctx)
+			redriven, err := s.gate.Redrive(ctx, params, s.Control)
+			require.NoError(t, err)
+			require.Equal(t, vocab.StatusQueued, redriven.Claim.Status)
+			require.True(t, redriven.FreshJob, "River will not run the job again: a fresh one")
+			require.False(t, redriven.NextGeneration, "the downstream key stays")
+			require.Equal(t, c.DownstreamKey, redriven.Claim.DownstreamKey)
+			require.Equal(t, jobs+1, s.JobCount(ctx))
+			require.Equal(t, "available", s.JobState(ctx, redriven.Claim.JobID))
+			events := audit(ctx, t, s.Store, "acme", "refund_order", c.IdempotencyKey)
+			last := events[len(events)-1]
+			require.Equal(t, vocab.DecisionRedriven, last.Decision)
+			require.Equal(t, "ops@acme", last.UserID)
+		}
+
+		_, err = s.gate.Redrive(ctx, &core.RedriveParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "owner-cancel-01",
+			Operator: "ops@acme", Reason: "try", DryRun: true}, s.Control)
+		require.ErrorIs(t, err, core.ErrRedriveCancelled, "an owner's cancellation is final")
+		_, err = s.gate.Redrive(ctx, &core.RedriveParams{TenantID: "acme", Tool: "refund_order", IdempotencyKey: "owner-cancel-01",
+			Operator: "ops@acme", Reason: "try"}, s.Control)
+		require.ErrorIs(t, err, core.ErrRedriveCancelled)
+		events := audit(ctx, t, s.Store, "acme", "refund_order", "owner-cancel-01")
+		require.Equal(t, vocab.DecisionDenied, events[len(events)-1].Decision)
 	},
 
 	// An operator may re-drive the moment the failure commits, before

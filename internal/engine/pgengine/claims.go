@@ -237,7 +237,7 @@ func (e executor) JobGet(ctx context.Context, p *core.JobGetParams) (*core.Job, 
 		query = sqlJobGetLocked
 	}
 	var j core.Job
-	if err := e.q.QueryRow(ctx, query, p.ID).Scan(&j.ID, &j.State, &j.NextRunAt); err != nil {
+	if err := e.q.QueryRow(ctx, query, p.ID).Scan(&j.ID, &j.State, &j.NextRunAt, &j.CancelRequested); err != nil {
 		return nil, translate(err)
 	}
 	return &j, nil

@@ -42,6 +42,14 @@ func TestGateConformance(t *testing.T) {
 				_ = pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", id).Scan(&state)
 				return state
 			},
+			DeleteJob: func(ctx context.Context, id int64) {
+				_, err := client.JobDelete(ctx, id)
+				require.NoError(t, err)
+			},
+			EndJob: func(ctx context.Context, id int64, state string) {
+				_, err := pool.Exec(ctx, "UPDATE river_job SET state = $2, finalized_at = now() WHERE id = $1", id, state)
+				require.NoError(t, err)
+			},
 			MarkJobRunning: func(ctx context.Context, id int64, since time.Duration) {
 				_, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1,
 							attempted_at = now() - make_interval(secs => $2) WHERE id = $1`, id, since.Seconds())

@@ -460,7 +460,8 @@ LIMIT $6`
 // again by itself.
 const sqlJobGet = `
 SELECT id, state::text,
-	CASE WHEN state IN ('available', 'scheduled', 'retryable') THEN greatest(scheduled_at, now()) END
+	CASE WHEN state IN ('available', 'scheduled', 'retryable') THEN greatest(scheduled_at, now()) END,
+	metadata ? 'cancel_attempted_at'
 FROM river_job
 WHERE id = $1`
 

@@ -261,7 +261,7 @@ func (e executor) ClaimListNewest(ctx context.Context, p *core.ClaimListNewestPa
 // no worker fetches the job before it ends.
 func (e executor) JobGet(ctx context.Context, p *core.JobGetParams) (*core.Job, error) {
 	var j core.Job
-	if err := e.queryRow(ctx, sqlJobGet, p.ID).Scan(&j.ID, &j.State, times{}.NullTime(&j.NextRunAt)); err != nil {
+	if err := e.queryRow(ctx, sqlJobGet, p.ID).Scan(&j.ID, &j.State, times{}.NullTime(&j.NextRunAt), &j.CancelRequested); err != nil {
 		return nil, translate(err)
 	}
 	return &j, nil

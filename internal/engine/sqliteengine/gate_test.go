@@ -45,6 +45,14 @@ func newBundle(t *testing.T) *coretest.Bundle {
 			_ = db.QueryRowContext(ctx, "SELECT state FROM river_job WHERE id = ?", id).Scan(&state)
 			return state
 		},
+		DeleteJob: func(ctx context.Context, id int64) {
+			_, err := client.JobDelete(ctx, id)
+			require.NoError(t, err)
+		},
+		EndJob: func(ctx context.Context, id int64, state string) {
+			_, err := db.ExecContext(ctx, "UPDATE river_job SET state = ?, finalized_at = datetime('now', 'subsec') WHERE id = ?", state, id)
+			require.NoError(t, err)
+		},
 		MarkJobRunning: func(ctx context.Context, id int64, since time.Duration) {
 			_, err := db.ExecContext(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1,
 				attempted_at = datetime('now', 'subsec', ?) WHERE id = ?`, fmt.Sprintf("-%.3f seconds", since.Seconds()), id)

@@ -262,7 +262,8 @@ LIMIT ?6`
 var sqlJobGet = `
 SELECT id, state,
 	CASE WHEN state IN ('available', 'scheduled', 'retryable')
-		THEN strftime('%Y-%m-%dT%H:%M:%fZ', max(julianday(scheduled_at), julianday('now'))) END
+		THEN strftime('%Y-%m-%dT%H:%M:%fZ', max(julianday(scheduled_at), julianday('now'))) END,
+	json_extract(metadata, '$.cancel_attempted_at') IS NOT NULL
 FROM river_job
 WHERE id = ?1`
 
