@@ -14,8 +14,8 @@ import (
 
 	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/ops"
-	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/stripetest"
+	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
@@ -44,7 +44,8 @@ func TestOperatorCancelOrDeleteInRiverUIIsRedrivable(t *testing.T) {
 				stripeSrv.AddCharge("ch_opcancel", 50_000, "usd")
 				d := enginetest.New(t, engine, &enginetest.Options{MaxConns: 30})
 				seed := seedFile()
-				seed.Orders = append(seed.Orders, store.SeedOrder{Tenant: "acme", OrderID: "ord_opcancel", ChargeID: "ch_opcancel", AmountCents: 50_000, Currency: "usd"})
+				rows := seed.Rows.(*tools.Seed)
+				rows.Orders = append(rows.Orders, tools.SeedOrder{Tenant: "acme", OrderID: "ord_opcancel", ChargeID: "ch_opcancel", AmountCents: 50_000, Currency: "usd"})
 				_, err := d.Store.Seed(ctx, seed)
 				require.NoError(t, err)
 				cfg := opsConfig(d, opsEnv)
