@@ -295,6 +295,10 @@ func (s *Server) read(ctx context.Context, c *call) (any, *callError) {
 		if _, err := decodeCursor(cursor); err != nil {
 			return nil, s.deny(ctx, c, key, asDomainError(err), start)
 		}
+		arg, _ := args["arg"].(string)
+		if _, _, err := argFilter(arg); err != nil {
+			return nil, s.deny(ctx, c, key, asDomainError(err), start)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.dbTimeout)
 	defer cancel()

@@ -37,6 +37,7 @@ type listOperationsArgs struct {
 	Status string `json:"status,omitempty" jsonschema:"Only operations in this status." idem:"enum=queued|running|succeeded|failed"`
 	Limit  int64  `json:"limit,omitempty" jsonschema:"Page size, 1 to 100; default 20." idem:"min=1,max=100"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"The next_cursor of the previous page, as it was answered; absent for the first page." idem:"maxlen=200"`
+	Arg    string `json:"arg,omitempty" jsonschema:"Only operations whose argument NAME has VALUE, as NAME=VALUE (order_id=ord_9f2); a number compares as its digits." idem:"maxlen=300"`
 	// IdempotencyKey is accepted and ignored, as by every read.
 	IdempotencyKey string `json:"idempotency_key,omitempty" jsonschema:"Accepted and ignored: reads are naturally idempotent." idem:"text"`
 }
@@ -54,10 +55,15 @@ func (s *Server) listOperationsSpec() (*toolspec.Spec, error) {
 	spec, err := derive(&gate.Read[listOperationsArgs, OperationPage]{
 		Name:        ListOperations,
 		Title:       "List operations",
-		Description: "The caller's operations, newest first, optionally of one tool or status; pass next_cursor as cursor for the next page.",
+		Description: "The caller's operations, newest first, optionally of one tool, status or argument value (arg order_id=ord_9f2); pass next_cursor as cursor for the next page.",
 		Scope:       ScopeOperationsRead,
 		Handle: func(ctx context.Context, _ gate.Tx, caller domain.Caller, a *listOperationsArgs) (*OperationPage, error) {
-			return s.listOperations(ctx, caller.TenantID, a.Tool, vocab.Status(a.Status), int(a.Limit), a.Cursor)
+			p := &core.ClaimListNewestParams{TenantID: caller.TenantID, Tool: a.Tool, Status: vocab.Status(a.Status), Limit: int(a.Limit)}
+			var err error
+			if p.ArgName, p.ArgValue, err = argFilter(a.Arg); err != nil {
+				return nil, err
+			}
+			return s.listOperations(ctx, p, a.Cursor)
 		},
 	})
 	if err != nil {
@@ -84,7 +90,8 @@ func withToolEnum(spec *toolspec.Spec, names []string) error {
 }
 
 // listOperations reads one page of the tenant's operations.
-func (s *Server) listOperations(ctx context.Context, tenant, toolName string, status vocab.Status, limit int, cursor string) (*OperationPage, error) {
+func (s *Server) listOperations(ctx context.Context, p *core.ClaimListNewestParams, cursor string) (*OperationPage, error) {
+	limit := p.Limit
 	if limit <= 0 {
 		limit = DefaultPageSize
 	}
@@ -94,9 +101,9 @@ func (s *Server) listOperations(ctx context.Context, tenant, toolName string, st
 		return nil, err
 	}
 	// One row more than the page says whether another page follows.
-	claims, err := s.gate.Store().ClaimListNewest(ctx, &core.ClaimListNewestParams{
-		TenantID: tenant, Tool: toolName, Status: status, After: after, Limit: limit + 1,
-	})
+	q := *p
+	q.After, q.Limit = after, limit+1
+	claims, err := s.gate.Store().ClaimListNewest(ctx, &q)
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +117,19 @@ func (s *Server) listOperations(ctx context.Context, tenant, toolName string, st
 		page.Operations = append(page.Operations, s.linkApproval(c.Operation()))
 	}
 	return page, nil
+}
+
+// argFilter reads list_operations' arg, NAME=VALUE; "" filters nothing.
+func argFilter(arg string) (name, value string, err error) {
+	if arg == "" {
+		return "", "", nil
+	}
+	name, value, ok := strings.Cut(arg, "=")
+	if !ok || !core.ValidArgName(name) {
+		return "", "", vocab.Errorf(vocab.CodeInvalidArgument, "arg",
+			"want NAME=VALUE with NAME an argument name of 1 to 64 characters [a-z0-9_], as order_id=ord_9f2; got %q", clip(arg))
+	}
+	return name, value, nil
 }
 
 // encodeCursor makes an opaque cursor of a position.
@@ -167,13 +187,13 @@ func (s *Server) withNextAttempt(ctx context.Context, op *vocab.Operation) *voca
 	return op
 }
 
-// restListOperations is GET /v1/operations?tool=&status=&limit=&cursor=.
+// restListOperations is GET /v1/operations?tool=&status=&limit=&cursor=&arg=.
 func (s *Server) restListOperations(w http.ResponseWriter, r *http.Request) {
 	actor, _ := ActorFromContext(r.Context())
 	def, _ := s.toolByName(ListOperations)
 	args := map[string]any{}
 	q := r.URL.Query()
-	for _, name := range []string{"tool", "status", "cursor"} {
+	for _, name := range []string{"tool", "status", "cursor", "arg"} {
 		if v := q.Get(name); v != "" {
 			args[name] = v
 		}

@@ -11,8 +11,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -289,7 +290,7 @@ func (s *Server) listTasks(ctx context.Context, _ *mcp.ServerSession, p *listTas
 	if p != nil {
 		cursor = p.Cursor
 	}
-	page, err := s.listOperations(readCtx, actor.TenantID, "", "", DefaultPageSize, cursor)
+	page, err := s.listOperations(readCtx, &core.ClaimListNewestParams{TenantID: actor.TenantID, Limit: DefaultPageSize}, cursor)
 	var derr *vocab.Error
 	if errors.As(err, &derr) {
 		return nil, rpcError(jsonrpc.CodeInvalidParams, &callError{err: derr})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -325,13 +326,27 @@ func TestListOperations(t *testing.T) {
 	r = doHTTP(t, http.MethodGet, b.url+"/v1/operations?status=succeeded", tokenAcmeRead, nil, false)
 	require.Equal(t, http.StatusOK, r.status)
 	require.JSONEq(t, `{"operations":[]}`, r.raw)
-	for query, field := range map[string]string{"cursor=bm9wZQ": "cursor", "limit=abc": "limit", "limit=101": "limit", "status=done": "status", "tool=get_order": "tool"} {
+	// By an argument's value: every refund of the order (the tenant's only),
+	// or the one of an amount.
+	r = doHTTP(t, http.MethodGet, b.url+"/v1/operations?arg="+url.QueryEscape("order_id=ord_9f2"), tokenAcmeRead, nil, false)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	p = page{}
+	require.NoError(t, json.Unmarshal([]byte(r.raw), &p))
+	require.Len(t, p.Operations, 5, "acme's five refunds of ord_9f2, not globex's")
+	r = doHTTP(t, http.MethodGet, b.url+"/v1/operations?tool=refund_order&arg="+url.QueryEscape("amount_cents=102"), tokenAcmeRead, nil, false)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	p = page{}
+	require.NoError(t, json.Unmarshal([]byte(r.raw), &p))
+	require.Len(t, p.Operations, 1)
+	require.Equal(t, "list-ops-0002", p.Operations[0].IdempotencyKey)
+	for query, field := range map[string]string{"cursor=bm9wZQ": "cursor", "limit=abc": "limit", "limit=101": "limit", "status=done": "status", "tool=get_order": "tool",
+		"arg=order_id": "arg", "arg=" + url.QueryEscape("Order ID=ord_9f2"): "arg"} {
 		r := doHTTP(t, http.MethodGet, b.url+"/v1/operations?"+query, tokenAcmeRead, nil, false)
 		require.Equal(t, http.StatusBadRequest, r.status, query)
 		require.Equal(t, "invalid_argument", r.json["error"].(map[string]any)["code"], query)
 		require.Equal(t, field, r.json["error"].(map[string]any)["field"], query)
 	}
-	require.Equal(t, 5, countRows(t, b.pool, `SELECT count(*) FROM audit_events WHERE tool = 'list_operations' AND decision = 'denied'`))
+	require.Equal(t, 7, countRows(t, b.pool, `SELECT count(*) FROM audit_events WHERE tool = 'list_operations' AND decision = 'denied'`))
 	r = doHTTP(t, http.MethodGet, b.url+"/v1/operations", "idg_test_nobody", nil, false)
 	require.Equal(t, http.StatusUnauthorized, r.status)
 }

@@ -543,6 +543,8 @@ type ClaimListNewestParams struct {
 	// the previous page.
 	After *ClaimCursor
 	Limit int
+	// ArgName and ArgValue filter as ClaimListParams's do.
+	ArgName, ArgValue string
 }
 
 // ClaimCursor is a position in ClaimListNewest's order.

@@ -1088,6 +1088,23 @@ var tests = map[string]func(t *testing.T, s *suite){
 		require.Empty(t, ids(&core.ClaimListParams{TenantID: "acme", ArgName: "no_such_arg", ArgValue: "ord_a"}))
 		_, err := s.Store.ClaimList(ctx, &core.ClaimListParams{TenantID: "acme", ArgName: "order_id') OR 1=1 --", ArgValue: "x"})
 		require.Error(t, err, "an argument name that is no name is refused")
+
+		// The newest-first pages filter the same way.
+		newest := func(p *core.ClaimListNewestParams) []int64 {
+			claims, err := s.Store.ClaimListNewest(ctx, p)
+			require.NoError(t, err)
+			out := []int64{}
+			for _, c := range claims {
+				out = append(out, c.ID)
+			}
+			return out
+		}
+		require.Equal(t, []int64{second.ID, first.ID}, newest(&core.ClaimListNewestParams{TenantID: "acme", ArgName: "order_id", ArgValue: "ord_a", Limit: 10}))
+		require.Equal(t, []int64{second.ID}, newest(&core.ClaimListNewestParams{TenantID: "acme", ArgName: "order_id", ArgValue: "ord_a", Limit: 1}))
+		require.Equal(t, []int64{other.ID}, newest(&core.ClaimListNewestParams{TenantID: "acme", ArgName: "amount_cents", ArgValue: "700", Limit: 10}))
+		require.Empty(t, newest(&core.ClaimListNewestParams{TenantID: "globex", ArgName: "order_id", ArgValue: "ord_b", Limit: 10}))
+		_, err = s.Store.ClaimListNewest(ctx, &core.ClaimListNewestParams{TenantID: "acme", ArgName: "order_id') OR 1=1 --", ArgValue: "x", Limit: 1})
+		require.Error(t, err)
 	},
 
 	"GetByOperationIsTenantScoped": func(t *testing.T, s *suite) {

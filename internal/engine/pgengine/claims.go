@@ -228,7 +228,10 @@ func (e executor) ClaimListNewest(ctx context.Context, p *core.ClaimListNewestPa
 	if p.After != nil {
 		after, afterID = &p.After.CreatedAt, p.After.ID
 	}
-	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1))
+	if p.ArgName != "" && !core.ValidArgName(p.ArgName) {
+		return nil, fmt.Errorf("pgengine: argument name %q is not [a-z0-9_]{1,64}", p.ArgName)
+	}
+	return e.claimRows(ctx, sqlClaimListNewest, p.TenantID, p.Tool, string(p.Status), after, afterID, max(p.Limit, 1), p.ArgName, p.ArgValue)
 }
 
 func (e executor) JobGet(ctx context.Context, p *core.JobGetParams) (*core.Job, error) {

@@ -453,6 +453,7 @@ WHERE tenant_id = $1 AND created_at IS NOT NULL
 	AND ($2 = '' OR tool = $2)
 	AND ($3 = '' OR status = $3)
 	AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5::bigint))
+	AND ($7 = '' OR args->>$7 = $8)
 ORDER BY created_at DESC, id DESC
 LIMIT $6`
 

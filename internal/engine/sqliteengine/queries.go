@@ -253,6 +253,7 @@ WHERE tenant_id = ?1
 	AND (?2 = '' OR tool = ?2)
 	AND (?3 = '' OR status = ?3)
 	AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
+	AND (?7 = '' OR CAST(json_extract(args, '$.' || ?7) AS TEXT) = ?8)
 ORDER BY created_at DESC, id DESC
 LIMIT ?6`
 
