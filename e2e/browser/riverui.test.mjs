@@ -4,7 +4,11 @@
 // re-drives the failed operation through the gate, and it ends succeeded
 // with exactly one refund at the test Stripe. Then: a refund its agent
 // cancelled shows as the owner's cancellation in River UI, and Retry there
-// runs into the gate's refusal: no refund.
+// runs into the gate's refusal: no refund. Last: an operator clicks Cancel
+// on a queued refund's job in River UI (its queue paused); the reaper fails
+// the operation with job_cancelled_by_operator, not the owner's cancelled;
+// `idemctl op redrive --dry-run` changes nothing, the re-drive runs it, and
+// the test Stripe holds exactly one refund of it.
 //
 // Run by e2e/browser/run.sh once per engine: it starts the api, the worker
 // (on SQLite, inside the api) and the test Stripe and sets IDEMGATE_ENGINE,
@@ -14,7 +18,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 
-import { env, fetchPatiently, json, launch, poll } from './helpers.mjs';
+import { env, fetchPatiently, json, launch, poll, refundsOf as refundsOfOperation } from './helpers.mjs';
 
 const base = env('IDEMGATE_URL');
 const stripe = env('TESTSTRIPE_URL');
@@ -319,4 +323,166 @@ test(`an agent's cancellation is final: River UI shows it and its Retry refunds 
     after.audit.filter((e) => ['started', 'succeeded', 'redriven'].includes(e.decision)),
     [],
   );
+});
+
+// opGet is `idemctl op get` of a refund_order key: the operation with its
+// audit trail.
+function opGet(k) {
+  return JSON.parse(execFileSync(idemctl, ['op', 'get', '--tenant', 'acme', '--tool', 'refund_order', '--key', k], { encoding: 'utf8' }));
+}
+
+// redrive runs `idemctl op redrive` of a refund_order key (with more
+// flags, --dry-run say) and returns its one JSON line.
+function redrive(k, ...flags) {
+  const out = execFileSync(
+    idemctl,
+    ['op', 'redrive', '--tenant', 'acme', '--tool', 'refund_order', '--key', k, '--reason', 'cancelled in River UI by mistake', '--operator', 'ops-browser', ...flags],
+    { encoding: 'utf8' },
+  );
+  const lines = out.trim().split('\n');
+  assert.equal(lines.length, 1, out);
+  return JSON.parse(lines[0]);
+}
+
+test(`an operator's Cancel in River UI is not the owner's: the operation fails job_cancelled_by_operator and is re-driven once (${engine})`, { timeout: 240_000 }, async (t) => {
+  await control('POST', '/_charges', { id: 'ch_opcancel', amount: 100_000, currency: 'usd' });
+
+  // The operator pauses the queue (River UI's API) so that the refund stays
+  // queued, opens its job in River UI and clicks Cancel. Until the worker
+  // has applied the pause it may fetch the job first (River then only asks
+  // the running job to stop): the refund is tried again under a new key,
+  // with another amount so that it is another intent.
+  let chosen;
+  await t.test('an operator clicks Cancel on the queued job in River UI', async () => {
+    await queue('pause');
+    const context = await launch({ httpCredentials: { username: opsUser, password: opsPassword, origin: base } });
+    const errors = [];
+    try {
+      const page = await context.newPage();
+      page.on('pageerror', (err) => errors.push(err.message));
+      try {
+        for (let i = 0; i < 30 && !chosen; i++) {
+          const k = `browser-opcancel-${Date.now()}-${i}`;
+          const args = { order_id: 'ord_opcancel', amount_cents: 700 + i };
+          const res = await fetchPatiently(`${base}/v1/tools/refund_order`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${token}`, 'idempotency-key': k, 'content-type': 'application/json' },
+            body: JSON.stringify(args),
+          });
+          assert.ok([200, 202].includes(res.status), `refund answered ${res.status}`);
+          await res.arrayBuffer();
+          const op = opGet(k);
+          if (op.status !== 'queued') continue; // a worker fetched it first
+
+          const resp = await page.goto(`${riverUI}/jobs/${op.job_id}`);
+          assert.equal(resp.status(), 200);
+          await page.getByRole('heading', { level: 1, name: 'refund_order' }).waitFor();
+          const cancelButton = page.getByRole('button', { name: 'Cancel', exact: true });
+          await cancelButton.waitFor();
+          if (!(await cancelButton.isEnabled())) continue; // it already ran
+          const cancelCall = page.waitForResponse((r) => r.url().endsWith('/ops/riverui/api/jobs/cancel') && r.request().method() === 'POST');
+          await cancelButton.click();
+          const answer = await cancelCall;
+          assert.ok(answer.ok(), `River UI's cancel answered ${answer.status()}`);
+
+          // River cancels a queued job at once; a running one stays running.
+          const jobRes = await fetch(`${riverUI}/api/jobs/${op.job_id}`, { headers: { authorization: opsBasic } });
+          assert.equal(jobRes.status, 200);
+          const job = await json(jobRes);
+          if (job.state !== 'cancelled') continue;
+          await page.getByRole('definition').filter({ hasText: /^Cancelled$/ }).waitFor();
+          chosen = { key: k, args, operationID: op.operation_id, jobID: op.job_id };
+          t.diagnostic(`job ${op.job_id} cancelled while queued, on try ${i + 1}`);
+        }
+      } catch (err) {
+        await dump(page, err);
+      } finally {
+        await queue('resume');
+      }
+      assert.ok(chosen, 'an operator cancelled a queued refund in River UI');
+      assert.deepEqual(errors, [], 'no page errors');
+    } finally {
+      await context.close();
+    }
+  });
+  if (!chosen) return;
+
+  let failed;
+  await t.test('the reaper fails it job_cancelled_by_operator, not cancelled', async () => {
+    failed = await poll(
+      'the reaper fails the operation',
+      async () => {
+        const op = opGet(chosen.key);
+        return { done: op.status === 'failed', value: op };
+      },
+      { timeoutMs: 90_000, intervalMs: 250 },
+    );
+    assert.equal(failed.operation_id, chosen.operationID);
+    assert.equal(failed.error.code, 'job_cancelled_by_operator', JSON.stringify(failed.error));
+    assert.match(failed.error.message, new RegExp(`job ${chosen.jobID} was cancelled in River by an operator`));
+    assert.match(failed.error.message, /its owner did not cancel it, and an operator can re-drive it/);
+    const abandon = failed.audit.find((e) => e.decision === 'failed');
+    assert.ok(abandon?.reason.startsWith('abandon: job_cancelled_by_operator: '), JSON.stringify(failed.audit));
+
+    // The agent's retry with the same key is told the same (the REST twin
+    // answers 502), and nothing runs.
+    const replay = await fetchPatiently(`${base}/v1/tools/refund_order`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'idempotency-key': chosen.key, 'content-type': 'application/json' },
+      body: JSON.stringify(chosen.args),
+    });
+    assert.equal(replay.status, 502);
+    const body = await json(replay);
+    assert.equal(body.error.code, 'job_cancelled_by_operator', JSON.stringify(body));
+    assert.equal(await refundsOfOperation(chosen.operationID), 0, 'no refund of the cancelled operation yet');
+  });
+  if (!failed) return;
+
+  await t.test('an operator looks first (--dry-run), then re-drives it: one refund', async () => {
+    // The dry run says it would re-drive on a fresh job (River will not run
+    // a cancelled job again) under the same downstream key, and changes
+    // nothing.
+    const before = opGet(chosen.key);
+    const dry = redrive(chosen.key, '--dry-run');
+    assert.equal(dry.action, 'would_redrive', JSON.stringify(dry));
+    assert.equal(dry.status, 'failed');
+    assert.equal(dry.fresh_job, true);
+    assert.equal(dry.next_generation, false);
+    assert.deepEqual(opGet(chosen.key), before, 'a dry run changes nothing');
+    assert.equal(await refundsOfOperation(chosen.operationID), 0);
+
+    const line = redrive(chosen.key);
+    assert.equal(line.action, 'redriven', JSON.stringify(line));
+    assert.equal(line.status, 'queued');
+    assert.equal(line.fresh_job, true);
+    assert.notEqual(line.job_id, chosen.jobID);
+    assert.equal(line.downstream_key, failed.downstream_key, 'the downstream key stays');
+
+    const succeeded = await poll(
+      'the re-driven refund succeeds',
+      async () => {
+        const op = opGet(chosen.key);
+        return { done: op.status === 'succeeded', value: op };
+      },
+      { timeoutMs: 90_000, intervalMs: 250 },
+    );
+    assert.equal(succeeded.operation_id, chosen.operationID);
+    assert.equal(succeeded.generation, 0);
+    assert.deepEqual(
+      succeeded.audit.map((e) => e.decision),
+      ['accepted', 'failed', 'replayed', 'redriven', 'started', 'succeeded'],
+    );
+    assert.equal(succeeded.audit.find((e) => e.decision === 'redriven').user_id, 'ops-browser');
+
+    // Exactly one refund of the operation at the test Stripe, under its
+    // downstream key; counted per operation, as the other files refund at
+    // the same test Stripe at the same time.
+    assert.equal(await refundsOfOperation(chosen.operationID), 1);
+    const stats = await control('GET', '/_stats');
+    assert.equal(stats.refunds_by_key[succeeded.downstream_key], 1);
+    const refunds = (await refundsOf('ch_opcancel')).filter((r) => r.metadata.idemgate_operation_id === chosen.operationID);
+    assert.equal(refunds.length, 1, JSON.stringify(refunds));
+    assert.equal(refunds[0].amount, chosen.args.amount_cents);
+    assert.equal(refunds[0].metadata.idemgate_downstream_key, succeeded.downstream_key);
+  });
 });
