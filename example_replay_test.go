@@ -89,15 +89,22 @@ type answer struct {
 	Error     *domain.Error     `json:"error"`
 }
 
+// exampleWait bounds every wait of the example: a deadline for a stuck
+// run, not a speed requirement.
+const exampleWait = 2 * time.Minute
+
 // post calls a mutation; it waits for the api to listen first.
 func post(url, token, key, body string) answer {
-	for {
+	for deadline := time.Now().Add(exampleWait); ; {
 		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewBufferString(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil { // not listening yet
+			if time.Now().After(deadline) {
+				panic(fmt.Sprintf("the api never answered within %s: %v", exampleWait, err))
+			}
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
@@ -107,7 +114,7 @@ func post(url, token, key, body string) answer {
 		if err != nil {
 			panic(err)
 		}
-		if a.Error != nil && a.Error.Code == "unavailable" { // the one writer busy: retry, same key
+		if a.Error != nil && a.Error.Code == "unavailable" && time.Now().Before(deadline) { // the one writer busy: retry, same key
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
@@ -117,7 +124,10 @@ func post(url, token, key, body string) answer {
 
 // await polls an operation until it is terminal.
 func await(url, token string) {
-	for {
+	for deadline := time.Now().Add(exampleWait); ; {
+		if time.Now().After(deadline) {
+			panic(fmt.Sprintf("%s was not terminal within %s", url, exampleWait))
+		}
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)

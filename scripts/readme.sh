@@ -21,12 +21,18 @@
 # the quickstart is stopped and started again with them (on the same DEV_DIR,
 # so the database is kept, as when a newcomer restarts dev.sh). Any block
 # that exits non-zero fails the run (every block still runs); so does a
-# README with no runnable block, or a marker not followed by a fence.
-# scripts/test.sh runs this as its "README blocks" step.
+# README with no runnable block, or a marker not followed by a fence. A
+# newcomer runs a block again on the same quickstart: with README_RUNS=N
+# each block runs N times in a row, and a block that fails on a later run
+# (it used up its order's money, reused a key, …) fails the run. A block
+# may not wait with `until` or `while` (a loop that can wait forever): it
+# waits with a bounded number of tries that fails with a message.
+# scripts/test.sh runs this with README_RUNS=2 as its "README blocks" step.
 #
 # Environment:
 #   README_FILE            the file (default README.md)
-#   README_BLOCK_TIMEOUT   seconds per block (default 180)
+#   README_RUNS            runs of each block, in a row (default 1)
+#   README_BLOCK_TIMEOUT   seconds per run of a block (default 180)
 #   README_READY_TIMEOUT   seconds for dev.sh to be ready (default 900: the
 #                          first run installs and builds)
 set -euo pipefail
@@ -50,7 +56,12 @@ case ${1:-} in
 esac
 
 readme=${README_FILE:-README.md}
+runs=${README_RUNS:-1}
 block_timeout=${README_BLOCK_TIMEOUT:-180}
+if ! [[ $runs =~ ^[1-9][0-9]*$ ]]; then
+	log "README_RUNS must be a positive number of runs, got '$runs'"
+	exit 2
+fi
 ready_timeout=${README_READY_TIMEOUT:-900}
 [[ -f $readme ]] || { log "$readme: no such file"; exit 2; }
 
@@ -91,6 +102,14 @@ while IFS= read -r line || [[ -n $line ]]; do
 			block_args+=("$cur_args")
 			state=text
 		else
+			# A wait that can last forever: a block bounds its tries.
+			# (The words in a comment, from " #" on, are prose.)
+			code_part=${line%%[[:space:]]#*}
+			[[ $code_part =~ ^[[:space:]]*# ]] && code_part=""
+			if [[ $code_part =~ (^|[^[:alnum:]_-])(until|while)([[:space:]]|$) ]]; then
+				log "$readme:$n: a runnable block may not loop with '${BASH_REMATCH[2]}' (it can wait forever); retry a bounded number of times and fail with a message"
+				parse_errors=$((parse_errors + 1))
+			fi
 			cur+="$line"$'\n'
 		fi
 		;;
@@ -200,24 +219,29 @@ for i in "${!blocks[@]}"; do
 	fi
 	file=$work/block-$num.sh
 	printf 'source %q\n%s' "$dev_dir/env" "${blocks[i]}" >"$file"
-	log "block $num ($readme:${block_line[i]}): running"
-	set +e
-	timeout "$block_timeout" bash -euo pipefail "$file" >"$work/block-$num.out" 2>&1
-	rc=$?
-	set -e
-	sed 's/^/  | /' "$work/block-$num.out" >&2
-	if ((rc == 0)); then
-		log "block $num: PASS"
-	else
-		((rc == 124)) && log "block $num: timed out after ${block_timeout}s"
-		log "block $num ($readme:${block_line[i]}): FAIL, exit $rc; the end of the api's log:"
-		tail -n 15 "$dev_dir/api.log" 2>/dev/null | sed 's/^/  | /' >&2
-		failed=$((failed + 1))
-	fi
+	for ((run = 1; run <= runs; run++)); do
+		what="block $num"
+		((runs == 1)) || what="block $num, run $run of $runs"
+		log "$what ($readme:${block_line[i]}): running"
+		set +e
+		timeout "$block_timeout" bash -euo pipefail "$file" >"$work/block-$num.out" 2>&1
+		rc=$?
+		set -e
+		sed 's/^/  | /' "$work/block-$num.out" >&2
+		if ((rc == 0)); then
+			log "$what: PASS"
+		else
+			((rc == 124)) && log "$what: timed out after ${block_timeout}s"
+			log "$what ($readme:${block_line[i]}): FAIL, exit $rc; the end of the api's log:"
+			tail -n 15 "$dev_dir/api.log" 2>/dev/null | sed 's/^/  | /' >&2
+			failed=$((failed + 1))
+			break
+		fi
+	done
 done
 stop_dev
 if ((failed)); then
 	log "FAILED: $failed of ${#blocks[@]} runnable blocks of $readme"
 	exit 1
 fi
-log "OK: all ${#blocks[@]} runnable blocks of $readme ran"
+log "OK: all ${#blocks[@]} runnable blocks of $readme ran$( ((runs == 1)) || echo ", each $runs times in a row")"

@@ -27,8 +27,16 @@
 # client connections during the run is reported at the end.
 #
 # Every step runs even when an earlier one failed (only the set-up steps,
-# Postgres and the services, stop the run); the end lists each step's verdict,
-# and the exit status is non-zero when any step failed.
+# Postgres and the services, stop the run); the end lists each step's verdict
+# and wall time and the run's total, and the exit status is non-zero when any
+# step failed.
+#
+# What a run makes, it removes: everything it and its tests write to a
+# temporary directory (built binaries, SQLite templates, logs) is under one
+# directory of its own, exported as TMPDIR and removed on exit; its test
+# databases are dropped; the migrated template databases (idemgate_tpl_*)
+# are dropped at the end, and those of earlier runs at the start, when no
+# other run uses the server (see drop_templates).
 #
 # Environment: E2E=auto|1|0 and CHAOS=auto|1|0 (end-to-end, browser,
 # quickstart and example steps; chaos steps: auto runs them on whole-repo
@@ -50,6 +58,17 @@ verdicts=()     # "step: PASS|FAIL (Ns)" of every step run, in order
 failed=0        # how many steps failed
 sampler_pid=""  # the pg_stat_activity sampler
 sampler_out=""  # its file: the highest count seen
+timings=()      # "what: Ns" of the set-up and of every step, in order
+run_lock_fd=""  # the write end of the session that holds the run lock
+
+# Everything the run and its tests put in a temporary directory (go test's
+# built binaries, internal/app's api and worker builds, SQLite templates,
+# the scripts' mktemp directories) goes under one directory of this run,
+# removed on exit. 0755: the Postgres clusters of the failover test and of a
+# throwaway server run as the postgres user below it.
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-test.XXXXXX")
+chmod 0755 "$run_tmp"
+export TMPDIR=$run_tmp
 
 stress=0
 if [[ ${1:-} == --stress ]]; then
@@ -96,6 +115,7 @@ run_step() {
 	)
 	rc=$?
 	set -e
+	timings+=("$name: $((SECONDS - t0))s")
 	if ((rc == 0)); then
 		verdicts+=("$name: PASS ($((SECONDS - t0))s)")
 	else
@@ -140,6 +160,7 @@ cleanup() {
 	hog_stop
 	# Services (stripe-mock, Mailpit) stop here.
 	declare -F services_stop >/dev/null && services_stop
+	run_lock_release
 	if [[ -n "$pg_tmp" ]]; then
 		pgcluster_stop immediate
 		rm -rf "$pg_tmp"
@@ -148,10 +169,15 @@ cleanup() {
 		log "verdicts:"
 		printf '  %s\n' "${verdicts[@]}" >&2
 	fi
+	if ((${#timings[@]})); then
+		log "timing (wall clock):"
+		printf '  %s\n' "${timings[@]}" "total: $((SECONDS - started))s" >&2
+	fi
 	if [[ -n $sampler_out && -f $sampler_out ]]; then
 		log "peak client connections on the test server during the run: $(cat "$sampler_out") (of max_connections ${pg_max_conns:-?}; ${pg_baseline:-?} were open when the run began; TEST_DB_MAX_CONNS=${TEST_DB_MAX_CONNS:-?})"
 		rm -f "$sampler_out"
 	fi
+	rm -rf "$run_tmp"
 	if ((rc == 0 && failed > 0)); then
 		rc=1
 	fi
@@ -264,6 +290,76 @@ else
 fi
 
 # ---------------------------------------------------------------------------
+# (b2) The template databases (idemgate_tpl_<migrations fingerprint>, built
+# by internal/pgtest's first NewDB under its template lock, copied by every
+# NewDB). Every run holds the run lock shared for its whole length; a run
+# that gets it exclusively is the only scripts/test.sh on the server.
+# ---------------------------------------------------------------------------
+run_lock_key=$((0x1de36a7e00000003)) # beside pgengine's 0x…01 and pgtest's 0x…02
+
+# run_lock_take holds the run lock shared in a psql session of its own, idle
+# until the script ends: its input is this script's, so the session (and
+# the lock) ends when the script does, even when it is killed.
+run_lock_take() {
+	command -v psql >/dev/null || return 0
+	local ans=""
+	coproc RUN_LOCK { exec psql "$TEST_DATABASE_URL" -XAtq -v ON_ERROR_STOP=1 2>/dev/null; }
+	run_lock_fd=${RUN_LOCK[1]}
+	echo "SELECT 'held' FROM pg_advisory_lock_shared($run_lock_key);" >&"$run_lock_fd"
+	if ! read -r -t 120 ans <&"${RUN_LOCK[0]}" || [[ $ans != held ]]; then
+		log "could not take the run lock (another run dropping templates for 2 minutes?); going on without it"
+	fi
+}
+run_lock_release() {
+	[[ -n $run_lock_fd ]] || return 0
+	eval "exec $run_lock_fd>&-"
+	run_lock_fd=""
+	wait "$RUN_LOCK_PID" 2>/dev/null || true
+}
+
+# drop_templates WHEN drops every template database, when nothing could be
+# using one: this run gets the run lock exclusively (no other scripts/test.sh
+# runs), nobody is connected to an idemgate_* database (no one's go test,
+# quickstart or e2e run is under way) and nobody holds internal/pgtest's
+# template lock (0x1de36a7e_00000002: no template is being built).
+# Otherwise it keeps them and says why. A template is only a cache: the
+# first test of the next run builds it again, in seconds.
+drop_templates() {
+	command -v psql >/dev/null || return 0
+	local out
+	if ! out=$(psql "$TEST_DATABASE_URL" -XAtq -v ON_ERROR_STOP=1 2>&1 <<SQL
+SELECT pg_try_advisory_lock($run_lock_key) AS alone \gset
+\if :alone
+SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname LIKE 'idemgate\_%')
+   AND NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+                   AND classid = $((0x1de36a7e)) AND objid = 2 AND objsubid = 1) AS idle \gset
+\if :idle
+SELECT 'dropped ' || datname FROM pg_database WHERE datname LIKE 'idemgate\_tpl\_%' ORDER BY 1;
+SELECT format('ALTER DATABASE %I IS_TEMPLATE false', datname), format('DROP DATABASE %I', datname)
+  FROM pg_database WHERE datname LIKE 'idemgate\_tpl\_%' \gexec
+\else
+\echo kept: an idemgate_ database is in use (a go test, quickstart or e2e run is under way)
+\endif
+\else
+\echo kept: another scripts/test.sh run holds the run lock
+\endif
+SQL
+	); then
+		log "template databases ($1): dropping failed: $out"
+		return 0
+	fi
+	if [[ -z $out ]]; then
+		return 0
+	elif [[ $out == kept:* ]]; then
+		log "template databases ($1): ${out#kept: }; kept"
+	else
+		log "template databases ($1): ${out//$'\n'/, }"
+	fi
+}
+drop_templates "left by earlier runs"
+run_lock_take
+
+# ---------------------------------------------------------------------------
 # Services: stripe-mock, Mailpit, node (MCP TypeScript client) and the like.
 # Start them here, export their addresses for the tests, and stop them in
 # cleanup() above.
@@ -271,6 +367,7 @@ fi
 step="services"
 source scripts/services.sh # stripe-mock and Mailpit; the cwd is the repo root (cd above)
 services_start
+timings+=("set-up (Postgres, sweep, services): $((SECONDS - started))s")
 
 # MCP end-to-end tests: e2e/run.sh drives a real api on a fresh database with
 # the official MCP TypeScript SDK (node). They run as step (f), after the Go
@@ -462,6 +559,8 @@ if ((stress)); then
 		log "stress run $run of $stress passed in $((SECONDS - run_started))s"
 	done
 	hog_stop
+	run_lock_release
+	drop_templates "this run's"
 	step="done"
 	exit 0
 fi
@@ -527,9 +626,12 @@ if ((e2e_run)); then
 	run_step quickstart dev_smoke
 	run_step "quickstart on Postgres" step_quickstart_postgres
 	# (h2) the README's runnable blocks, each run as written against a fresh
-	# quickstart (scripts/dev.sh on free ports and a fresh DEV_DIR).
-	run_step "README blocks" bash scripts/readme.sh
+	# quickstart (scripts/dev.sh on free ports and a fresh DEV_DIR), twice
+	# in a row, as a newcomer runs a block again.
+	run_step "README blocks" env README_RUNS=2 bash scripts/readme.sh
 	run_step example bash scripts/example.sh
 fi
 run_step "no test database left" step_leftovers
+run_lock_release
+drop_templates "this run's"
 step="done"

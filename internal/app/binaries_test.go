@@ -20,8 +20,21 @@ var binaries = struct {
 
 type binary struct {
 	once sync.Once
+	dir  string // the temporary directory it was built in
 	path string
 	err  error
+}
+
+// removeBinaries removes the directories of every command built (TestMain,
+// once the tests ended): each build is tens of megabytes.
+func removeBinaries() {
+	binaries.Lock()
+	defer binaries.Unlock()
+	for _, b := range binaries.built {
+		if b.dir != "" {
+			_ = os.RemoveAll(b.dir)
+		}
+	}
 }
 
 // buildBinary builds the command in ../cmd/name once and returns its path.
@@ -40,6 +53,7 @@ func buildBinary(t *testing.T, name string) string {
 			b.err = err
 			return
 		}
+		b.dir = dir
 		b.path = filepath.Join(dir, name)
 		out, err := exec.Command("go", "build", "-o", b.path, "../../cmd/"+name).CombinedOutput()
 		if err != nil {

@@ -8,8 +8,10 @@ import (
 )
 
 // TestMain links the built-in tools, as the binaries do before they load
-// their configuration.
+// their configuration, and removes the commands the tests built.
 func TestMain(m *testing.M) {
 	builtins.Link()
-	os.Exit(m.Run())
+	code := m.Run()
+	removeBinaries()
+	os.Exit(code)
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
@@ -62,8 +61,8 @@ func (h *Harness) Read(t testing.TB, toolName string, args, out any) error {
 	}
 	body, err := json.Marshal(args)
 	require.NoError(t, err)
-	deadline := time.Now().Add(AwaitTimeout)
-	for {
+	var vErr *vocab.Error
+	poll(retryEvery, func() bool {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/v1/tools/"+toolName, bytes.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+h.token)
@@ -77,16 +76,19 @@ func (h *Harness) Read(t testing.TB, toolName string, args, out any) error {
 			if out != nil {
 				require.NoError(t, json.Unmarshal(raw, out), string(raw))
 			}
-			return nil
+			vErr = nil
+			return true
 		}
 		var problem struct {
 			Error *vocab.Error `json:"error"`
 		}
 		require.NoError(t, json.Unmarshal(raw, &problem), "%d %s", resp.StatusCode, raw)
 		require.NotNil(t, problem.Error, "%d without an error: %s", resp.StatusCode, raw)
-		if problem.Error.Code != vocab.CodeUnavailable || time.Now().After(deadline) {
-			return problem.Error
-		}
-		time.Sleep(100 * time.Millisecond) // SQLite's one writer busy: as the answer asks
+		vErr = problem.Error
+		return vErr.Code != vocab.CodeUnavailable // SQLite's one writer busy: retried, as the answer asks
+	})
+	if vErr == nil {
+		return nil // not a nil *vocab.Error in an error
 	}
+	return vErr
 }

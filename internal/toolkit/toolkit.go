@@ -292,19 +292,17 @@ func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) 
 	t.Helper()
 	body, err := json.Marshal(args)
 	require.NoError(t, err)
-	deadline := time.Now().Add(AwaitTimeout)
-	for {
+	var ans *Answer
+	poll(retryEvery, func() bool {
 		req, err := http.NewRequest(http.MethodPost, h.url+"/v1/tools/"+toolName, bytes.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+h.token)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
-		ans := h.do(t, req)
-		if ans.Error == nil || ans.Error.Code != vocab.CodeUnavailable || time.Now().After(deadline) {
-			return ans
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		ans = h.do(t, req)
+		return ans.Error == nil || ans.Error.Code != vocab.CodeUnavailable
+	})
+	return ans
 }
 
 // Operation reads an operation by tool and key. An "unavailable" answer
@@ -312,40 +310,57 @@ func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) 
 // to.
 func (h *Harness) Operation(t testing.TB, toolName, key string) *vocab.Operation {
 	t.Helper()
-	deadline := time.Now().Add(AwaitTimeout)
-	for {
+	var status int
+	var raw []byte
+	poll(retryEvery, func() bool {
 		req, err := http.NewRequest(http.MethodGet, h.url+"/v1/operations/"+toolName+"/"+key, nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+h.token)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		raw, err := io.ReadAll(resp.Body)
+		raw, err = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.NoError(t, err)
-		if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
-		var op vocab.Operation
-		require.NoError(t, json.Unmarshal(raw, &op))
-		return &op
-	}
+		status = resp.StatusCode
+		return status != http.StatusServiceUnavailable
+	})
+	require.Equal(t, http.StatusOK, status, string(raw))
+	var op vocab.Operation
+	require.NoError(t, json.Unmarshal(raw, &op))
+	return &op
 }
 
 // Await waits until the operation is terminal and returns it.
 func (h *Harness) Await(t testing.TB, toolName, key string) *vocab.Operation {
 	t.Helper()
+	var op *vocab.Operation
+	if !poll(50*time.Millisecond, func() bool {
+		op = h.Operation(t, toolName, key)
+		return op.Status == vocab.StatusSucceeded || op.Status == vocab.StatusFailed
+	}) {
+		require.FailNowf(t, "operation never finished", "%s/%s is still %s after %s", toolName, key, op.Status, AwaitTimeout)
+	}
+	return op
+}
+
+// retryEvery paces the retries of an answer that asks to be retried
+// ("unavailable": SQLite's one writer busy under load).
+const retryEvery = 100 * time.Millisecond
+
+// poll calls try until it reports done, every interval, for at most
+// AwaitTimeout; it reports whether try was done (false: the time ran out).
+// It is the kit's one way to wait: a bounded poll, never a sleep for a
+// guessed duration.
+func poll(every time.Duration, try func() (done bool)) bool {
 	deadline := time.Now().Add(AwaitTimeout)
 	for {
-		op := h.Operation(t, toolName, key)
-		if op.Status == vocab.StatusSucceeded || op.Status == vocab.StatusFailed {
-			return op
+		if try() {
+			return true
 		}
 		if time.Now().After(deadline) {
-			require.FailNowf(t, "operation never finished", "%s/%s is still %s after %s", toolName, key, op.Status, AwaitTimeout)
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

@@ -5,6 +5,7 @@ package coretest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
@@ -664,11 +665,28 @@ var tests = map[string]func(t *testing.T, s *suite){
 		ctx := context.Background()
 		first := Claim(ctx, t, s.gate, &ClaimOpts{Key: "wait-key-0001"})
 		leased := lease(ctx, t, s.Store, first.Claim, first.Claim.JobID, time.Minute)
+		// The outcome arrives once the call waits for it: when the gate's
+		// waiter subscribed (its own, the poller: when it first asked the
+		// store), never by a guess at how long the call takes to start.
+		waiting := make(chan struct{})
+		var once sync.Once
+		signal := func() { once.Do(func() { close(waiting) }) }
+		g, err := core.New(&core.Config{Store: &pollSignal{Store: s.Store, polled: signal}, Enqueuer: s.Enqueuer,
+			Waiter: subscribeSignal(s.Waiter, signal), Policies: Policies(), Secret: Secret, DBTimeout: 30 * time.Second})
+		require.NoError(t, err)
+		completed := make(chan error, 1)
 		go func() {
-			time.Sleep(200 * time.Millisecond)
-			_, _ = s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"refund_id":"re_w"}`)})
+			select {
+			case <-waiting:
+			case <-time.After(time.Minute):
+				completed <- errors.New("the call never waited for the outcome")
+				return
+			}
+			_, err := s.Store.ClaimComplete(ctx, &core.ClaimCompleteParams{ID: leased.ID, Epoch: leased.Epoch, Result: json.RawMessage(`{"refund_id":"re_w"}`)})
+			completed <- err
 		}()
-		res := Claim(ctx, t, s.gate, &ClaimOpts{Key: "wait-key-0001", Wait: 10 * time.Second})
+		res := Claim(ctx, t, g, &ClaimOpts{Key: "wait-key-0001", Wait: time.Minute})
+		require.NoError(t, <-completed)
 		require.Equal(t, vocab.OutcomeReplayed, res.Outcome)
 		require.Equal(t, vocab.StatusSucceeded, res.Claim.Status)
 		require.JSONEq(t, `{"refund_id":"re_w"}`, string(res.Claim.Result))
@@ -1239,4 +1257,37 @@ func Policies() []core.Policy {
 			ResultFields:   []string{"user_id", "message_id", "sent_at"},
 		},
 	}
+}
+
+// pollSignal is a store that calls polled each time the gate's own waiter
+// asks it which awaited claims are terminal: a call is then waiting.
+type pollSignal struct {
+	core.Store
+	polled func()
+}
+
+func (p *pollSignal) ClaimListTerminal(ctx context.Context, params *core.ClaimListTerminalParams) ([]int64, error) {
+	ids, err := p.Store.ClaimListTerminal(ctx, params)
+	p.polled()
+	return ids, err
+}
+
+// subscribeSignal wraps w (nil: the gate's own waiter, left as it is) so
+// that a subscription calls subscribed.
+func subscribeSignal(w core.Waiter, subscribed func()) core.Waiter {
+	if w == nil {
+		return nil
+	}
+	return &subscribeWaiter{Waiter: w, subscribed: subscribed}
+}
+
+type subscribeWaiter struct {
+	core.Waiter
+	subscribed func()
+}
+
+func (w *subscribeWaiter) Subscribe(claimID int64) (<-chan struct{}, func()) {
+	ch, cancel := w.Waiter.Subscribe(claimID)
+	w.subscribed()
+	return ch, cancel
 }
