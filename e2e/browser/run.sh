@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # e2e/browser/run.sh: idemgate in a real browser, on each engine. A headless
 # Chromium (Debian's package), driven by playwright-core, retries the
-# cancelled job of a failed refund in River UI, and the worker re-drives the
-# operation through the gate; it opens a password-reset link from Mailpit
+# cancelled job of a failed refund in River UI, and the operator routes re-drive the
+# operation through the gate in the operator's name; it opens a password-reset link from Mailpit
 # and redeems it on the api's page; and on the approval page
 # (/approvals/<operation id>) fin-lead approves a refund above acme's
 # threshold (it runs once at the test Stripe), the requester's own approval
