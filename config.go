@@ -75,8 +75,10 @@ type Config struct {
 	// WorkerAddr is where RunWorker serves /metrics and /healthz. Default
 	// "127.0.0.1:9091". ($IDEMGATE_WORKER_ADDR)
 	WorkerAddr string
-	// OperatorTenant is the tenant whose ops:admin tokens open River UI.
-	// Default "ops". ($IDEMGATE_OPERATOR_TENANT)
+	// OperatorTenant is the tenant whose ops:admin tokens (idemctl token
+	// create --operator) open River UI; in OAuth mode a token claiming it
+	// is refused on /ops unless OpsSubjects lists its subject. Default
+	// "ops". ($IDEMGATE_OPERATOR_TENANT)
 	OperatorTenant string
 	// OpsUser and OpsPassword are HTTP Basic credentials for /ops; both
 	// empty turns Basic off. Default "". ($IDEMGATE_OPS_USER,
@@ -113,6 +115,12 @@ type Config struct {
 	OAuthTenantClaim string
 	OAuthUserClaim   string
 	OAuthScopesClaim string
+	// OpsSubjects are OAuth mode's operators: comma-separated access token
+	// subjects (sub), each bare or as ISSUER#SUB. An ops:admin token of a
+	// listed subject opens River UI and re-drives any tenant; the tenant
+	// claim never makes an operator. Requires OAuthIssuer. Default "":
+	// none. ($IDEMGATE_OPS_SUBJECTS)
+	OpsSubjects string
 	// LogLevel is the minimum level of the default logger. Default
 	// slog.LevelInfo. ($IDEMGATE_LOG_LEVEL)
 	LogLevel slog.Level

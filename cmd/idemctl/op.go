@@ -197,7 +197,7 @@ type opRedriveCmd struct {
 
 func (*opRedriveCmd) Help() string {
 	return "Re-drive a failed operation through the gate: it goes back to queued, its job runs again (or a\n" +
-		"fresh one when River has cleaned it), and a redriven audit row names the operator and the reason.\n" +
+		"fresh one when River has cleaned it), and a redriven audit row names the operator, idemctl and the reason.\n" +
 		"The downstream key is kept when the earlier outcome is unknown, so the provider deduplicates, and\n" +
 		"moves to the next generation only after a definitive \"nothing happened\" (card declined, say).\n" +
 		"\n" +
@@ -246,7 +246,7 @@ func (c *opRedriveCmd) params(kctx *kong.Context) (*ops.RedriveSelectionParams, 
 		return nil, err
 	}
 	p := &ops.RedriveSelectionParams{TenantID: c.Tenant, Tool: c.Tool, Key: c.Key, Status: vocab.Status(c.Status),
-		Operator: defaultOperator(), Reason: c.Reason, DryRun: c.DryRun}
+		Operator: defaultOperator(), Via: ops.ChannelIdemctl, Reason: c.Reason, DryRun: c.DryRun}
 	if c.Operator != nil {
 		p.Operator = *c.Operator
 	}

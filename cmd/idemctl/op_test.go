@@ -276,7 +276,7 @@ func requireRedriveDeclined(t *testing.T, b *opBundle, declined *core.Claim) {
 	last := op.Audit[len(op.Audit)-1]
 	require.Equal(t, "redriven", last.Decision)
 	require.Equal(t, "alice", last.UserID)
-	require.Contains(t, last.Reason, "card fixed")
+	require.Contains(t, last.Reason, "redriven by alice via idemctl: card fixed", "the person and the channel")
 
 	// Not failed any more: a second re-drive is refused.
 	res = idemctl(ctx, t, b.dbURL, "op", "redrive", "--tenant", "acme", "--tool", "refund_order", "--key", "op-declined-0001", "--reason", "again")
@@ -395,7 +395,7 @@ func TestOpUsage(t *testing.T) {
 			{"RedriveSucceededSet", append(redrive, "--status", "succeeded", "--since", "1h", "--reason", "r"), "only failed operations"},
 			{"RedriveSetNoSince", append(redrive, "--status", "failed", "--reason", "r"), "--since is required"},
 			{"RedriveLimitWithKey", append(redrive, "--key", "k", "--limit", "5", "--reason", "r"), "--limit applies to a set"},
-			{"RedriveBadOperator", append(redrive, "--key", "k", "--reason", "r", "--operator", "a b"), "--operator:"},
+			{"RedriveBadOperator", append(redrive, "--key", "k", "--reason", "r", "--operator", " alice"), "--operator:"},
 			{"RedriveMultilineReason", append(redrive, "--key", "k", "--reason", "a\nb"), "--reason: reason must be printable"},
 			{"PruneBadBatches", []string{"prune", "--max-batches", "0"}, "--max-batches: must be positive"},
 		} {

@@ -1,14 +1,15 @@
 // River UI in a real browser. First: a refund whose card is declined fails and its
 // River job is cancelled; an operator opens River UI (refused without
-// credentials), fixes the charge, and clicks Retry on the job; the worker
-// re-drives the failed operation through the gate, and it ends succeeded
-// with exactly one refund at the test Stripe. Then: a refund its agent
-// cancelled shows as the owner's cancellation in River UI, and Retry there
-// runs into the gate's refusal: no refund. Last: an operator clicks Cancel
-// on a queued refund's job in River UI (its queue paused); the reaper fails
-// the operation with job_cancelled_by_operator, not the owner's cancelled;
-// `idemctl op redrive --dry-run` changes nothing, the re-drive runs it, and
-// the test Stripe holds exactly one refund of it.
+// credentials), fixes the charge, and clicks Retry on the job; the operator
+// routes re-drive the failed operation through the gate in the operator's
+// name, and it ends succeeded with exactly one refund at the test Stripe.
+// Then: a refund its agent cancelled shows as the owner's cancellation in
+// River UI, and Retry there is refused by the gate: no refund. Last: an
+// operator clicks Cancel on a queued refund's job in River UI (its queue
+// paused); the reaper fails the operation with job_cancelled_by_operator,
+// not the owner's cancelled; `idemctl op redrive --dry-run` changes
+// nothing, the re-drive runs it, and the test Stripe holds exactly one
+// refund of it.
 //
 // Run by e2e/browser/run.sh once per engine: it starts the api, the worker
 // (on SQLite, inside the api) and the test Stripe and sets IDEMGATE_ENGINE,
@@ -140,7 +141,8 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
         await page.getByRole('button', { name: 'Retry', exact: true }).click();
         assert.ok((await retried).ok(), 'River UI retried the job');
 
-        // The worker re-drives the operation through the gate.
+        // The operator routes re-drove the operation through the gate; the
+        // worker runs it.
         const succeeded = await poll('the re-driven refund succeeds', async () => {
           const op = await operation();
           return { done: op.status === 'succeeded', value: op };
@@ -148,7 +150,10 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
         assert.equal(succeeded.operation_id, operationID);
         assert.ok(succeeded.result?.refund_id?.startsWith('re_'), JSON.stringify(succeeded.result));
 
-        // River UI shows the job completed (live updates, polled by the page).
+        // River UI shows the operation's job completed: the one retried, or
+        // the fresh one the gate gave it where River had been asked to
+        // cancel the failed one.
+        await page.goto(`${riverUI}/jobs/${succeeded.job_id}`);
         await page.getByRole('definition').filter({ hasText: /^Completed$/ }).waitFor();
       } catch (err) {
         await dump(page, err);
@@ -197,7 +202,10 @@ test(`retrying a failed refund in River UI re-drives it through the gate: one re
       detail.audit.map((e) => e.decision),
       ['accepted', 'started', 'failed', 'redriven', 'started', 'succeeded', 'replayed'],
     );
-    assert.equal(detail.audit.find((e) => e.decision === 'redriven').user_id, 'riverui');
+    // It names the person who pressed Retry, and the channel.
+    const redriven = detail.audit.find((e) => e.decision === 'redriven');
+    assert.equal(redriven.user_id, opsUser);
+    assert.ok(redriven.reason.startsWith(`redriven by ${opsUser} via riverui (basic): `), redriven.reason);
 
     // Re-driving the succeeded operation is refused.
     const redrive = await fetchPatiently(`${base}/ops/redrive`, {
@@ -284,23 +292,24 @@ test(`an agent's cancellation is final: River UI shows it and its Retry refunds 
       await page.getByRole('button', { name: /"output"/ }).click();
       await page.getByText('cancelled_by_owner').first().waitFor();
 
-      // Retry: the worker runs the job into the gate, which refuses the
-      // re-drive; the job is cancelled again with the refusal as its error.
+      // Retry: the operator routes ask the gate, which refuses the
+      // re-drive (409, in the operator's name); the job stays cancelled.
       const retried = page.waitForResponse((r) => r.url().endsWith('/ops/riverui/api/jobs/retry') && r.request().method() === 'POST');
       await page.getByRole('button', { name: 'Retry', exact: true }).click();
-      assert.ok((await retried).ok(), 'River UI retried the job');
+      assert.equal((await retried).status(), 409, 'the gate refused the retry');
       const refused = await poll('the gate refuses the re-drive', async () => {
         const detail = JSON.parse(
           execFileSync(idemctl, ['op', 'get', '--tenant', 'acme', '--tool', 'refund_order', '--key', cancelled.key], { encoding: 'utf8' }),
         );
-        const row = detail.audit.find((e) => e.decision === 'denied' && e.user_id === 'riverui');
+        const row = detail.audit.find((e) => e.decision === 'denied' && e.user_id === opsUser);
         return { done: row !== undefined, value: { detail, row } };
       }, { timeoutMs: 60_000 });
       assert.match(refused.row.reason, /cancelled by its owner/);
+      assert.match(refused.row.reason, /via riverui \(basic\)/);
       assert.equal(refused.detail.status, 'failed');
       assert.equal(refused.detail.error.code, 'cancelled');
+      await page.reload();
       await page.getByRole('definition').filter({ hasText: /^Cancelled$/ }).waitFor();
-      await page.getByText(/cancelled by its owner/).first().waitFor();
     } catch (err) {
       await dump(page, err);
     }

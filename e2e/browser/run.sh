@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # e2e/browser/run.sh: idemgate in a real browser, on each engine. A headless
 # Chromium (Debian's package), driven by playwright-core, retries the
-# cancelled job of a failed refund in River UI, and the worker re-drives the
-# operation through the gate; an operator's Cancel of a queued refund's
-# job in River UI fails the operation job_cancelled_by_operator (not the
+# cancelled job of a failed refund in River UI, and the operator routes re-drive the
+# operation through the gate in the operator's name; an operator's Cancel of a queued
+# refund's job in River UI fails the operation job_cancelled_by_operator (not the
 # owner's cancelled), and `idemctl op redrive` (--dry-run first) runs it
 # once; it opens a password-reset link from Mailpit
 # and redeems it on the api's page; and on the approval page

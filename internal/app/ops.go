@@ -67,7 +67,7 @@ func NewOps(cfg *config.Config, drv engine.Driver, logger *slog.Logger) (*Ops, e
 // bearer authentication (scope ops:admin) or the Basic credentials of
 // IDEMGATE_OPS_USER and IDEMGATE_OPS_PASSWORD (cfg.OpsUser,
 // cfg.OpsPassword).
-func newOpsServer(cfg *config.Config, g *core.Gate, uiClient jobs.Client, control ops.Jobs,
+func newOpsServer(cfg *config.Config, g *core.Gate, uiClient, control jobs.Client,
 	srv *api.Server, reg prometheus.Registerer, logger *slog.Logger,
 ) (*ops.Server, error) {
 	basic, err := ops.BasicIfSet(cfg.OpsUser, cfg.OpsPassword)
@@ -75,10 +75,11 @@ func newOpsServer(cfg *config.Config, g *core.Gate, uiClient jobs.Client, contro
 		return nil, err
 	}
 	s, err := ops.NewServer(&ops.Config{
-		Auth:           &ops.Auth{Bearer: srv.Authenticate, Basic: basic, Throttle: ops.NewThrottle(reg), Devices: ops.NewDevices(cfg.Secret), Logger: logger},
-		OperatorTenant: cfg.OperatorTenant,
-		Redriver:       &ops.Redriver{Gate: g, Jobs: control},
-		Logger:         logger,
+		Auth: &ops.Auth{Bearer: srv.Authenticate, Basic: basic, Throttle: ops.NewThrottle(reg), Devices: ops.NewDevices(cfg.Secret),
+			OperatorTenant: cfg.OperatorTenant, OperatorSubjects: operatorSubjects(cfg), Logger: logger},
+		Redriver:  &ops.Redriver{Gate: g, Jobs: control},
+		JobClaims: control,
+		Logger:    logger,
 	}, uiClient.UI())
 	if err != nil {
 		return nil, err
@@ -88,6 +89,17 @@ func newOpsServer(cfg *config.Config, g *core.Gate, uiClient jobs.Client, contro
 		basicAuth = "enabled for user " + basic.User()
 	}
 	logger.Info("operator routes", "riverui", ops.RiverUIPath+"/", "redrive", "POST "+ops.RedrivePath,
-		"bearer", "tokens with scope "+api.ScopeOpsAdmin, "basic_auth", basicAuth)
+		"bearer", "tokens with scope "+api.ScopeOpsAdmin, "basic_auth", basicAuth, "operator_tenant", cfg.OperatorTenant,
+		"oauth_operator_subjects", len(cfg.OperatorSubjects()))
 	return s, nil
+}
+
+// operatorSubjects are IDEMGATE_OPS_SUBJECTS as the operator routes take
+// them.
+func operatorSubjects(cfg *config.Config) []ops.OperatorSubject {
+	var out []ops.OperatorSubject
+	for _, s := range cfg.OperatorSubjects() {
+		out = append(out, ops.OperatorSubject{Issuer: s.Issuer, Subject: s.Subject})
+	}
+	return out
 }

@@ -351,8 +351,9 @@ func TestOpsRedriveDeclinedRefundEndsInOneRefund(t *testing.T) {
 
 // TestOpsRiverUIRetryRedrivesThroughTheGate retries a declined refund's
 // cancelled job through River UI's API, as its Retry button does: the
-// worker re-drives the operation through the gate (by "riverui") with the
-// next generation's key, and it ends with one refund.
+// operator routes re-drive the operation through the gate in the Basic
+// user's name, the worker runs it with the next generation's key, and it
+// ends with one refund.
 func TestOpsRiverUIRetryRedrivesThroughTheGate(t *testing.T) {
 	t.Parallel()
 	enginetest.Run(t, func(t *testing.T, engine string) {
@@ -367,11 +368,13 @@ func TestOpsRiverUIRetryRedrivesThroughTheGate(t *testing.T) {
 
 		op := awaitPatiently(t, b.session, key, vocab.StatusSucceeded)
 		require.Equal(t, failed.OperationID, op.OperationID)
-		require.Equal(t, failed.JobID, op.JobID, "River UI retried the operation's own job")
+		// The gate retried the operation's job, or gave it a fresh one where
+		// River was asked to cancel the failed one (jobs.Control.JobRetryTx).
+		require.NotZero(t, op.JobID)
 		require.Equal(t, map[string]int{intentKey(t, strings.Repeat("s", 32), "acme", "refund_order", declinedRefund(key), 1): 1}, b.stripe.RefundsByKey())
 		decisions, by := auditTrail(t, b.db, key)
 		require.Equal(t, []string{"accepted", "started", "failed", "redriven", "started", "succeeded"}, decisions)
-		require.Equal(t, "riverui", by)
+		require.Equal(t, opsUser, by)
 	})
 }
 
@@ -592,6 +595,8 @@ func TestOpsRedriveRoute(t *testing.T) {
 		decision, user := lastAuditUser(t, s, "route-declined-1")
 		require.Equal(t, vocab.DecisionRedriven, decision)
 		require.Equal(t, "oncall", user, "the token's user is the operator")
+		require.Equal(t, "redriven by oncall via /ops/redrive (bearer): card fixed (next generation: "+line.DownstreamKey+")",
+			lastAudit(t, s, "route-declined-1").Reason)
 
 		// Basic credentials name the tenant; the operator is the Basic user.
 		resp, body = opsDo(t, http.MethodPost, route, basicAuth(opsUser, opsPassword),
@@ -602,6 +607,17 @@ func TestOpsRedriveRoute(t *testing.T) {
 		require.Equal(t, unknown.DownstreamKey, line.DownstreamKey)
 		_, user = lastAuditUser(t, s, "route-unknown-01")
 		require.Equal(t, opsUser, user)
+		require.Equal(t, "redriven by "+opsUser+" via /ops/redrive (basic): stripe outage over", lastAudit(t, s, "route-unknown-01").Reason)
+
+		// The operator tenant's token (idemctl token create --operator) is
+		// the deployment's: it names the tenant, and its user is named.
+		failClaim(t, s, "route-unknown-01", vocab.CodeOutcomeUnknown)
+		resp, body = opsDo(t, http.MethodPost, route, bearerAuth(tokenOperator),
+			`{"tenant":"acme","tool":"refund_order","idempotency_key":"route-unknown-01","reason":"second outage over"}`, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		ev := lastAudit(t, s, "route-unknown-01")
+		require.Equal(t, "sre", ev.UserID)
+		require.Equal(t, "redriven by sre via /ops/redrive (bearer): second outage over", ev.Reason)
 
 		// Refused: succeeded.
 		before = snapshot(t, b.db)
@@ -629,6 +645,7 @@ func redriveRouteProblems(t *testing.T, b *opsBundle) {
 	}{
 		{"OtherTenantsOperation", bearerAuth(tokenAcmeOps), `{"tenant":"globex","tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusForbidden, vocab.CodeForbidden},
 		{"BasicWithoutTenant", basicAuth(opsUser, opsPassword), `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
+		{"OperatorTokenWithoutTenant", bearerAuth(tokenOperator), `{"tool":"refund_order","idempotency_key":"route-declined-1","reason":"r"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
 		{"NoReason", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"route-declined-1"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
 		{"UnknownField", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"k","reason":"r","operator":"mallory"}`, http.StatusBadRequest, vocab.CodeInvalidArgument},
 		{"Unknown", bearerAuth(tokenAcmeOps), `{"tool":"refund_order","idempotency_key":"no-such-key-01","reason":"r"}`, http.StatusNotFound, vocab.CodeNotFound},

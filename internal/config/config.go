@@ -95,7 +95,9 @@ type Config struct {
 
 	// OperatorTenant is the tenant whose ops:admin tokens may open River UI
 	// (every tenant's jobs). Its tokens are created only with idemctl token
-	// create --operator, never as an ordinary tenant's.
+	// create --operator, never as an ordinary tenant's. In OAuth mode the
+	// tenant claim makes no operator (OpsSubjects does): an access token
+	// claiming this tenant is refused on /ops unless its sub is listed.
 	OperatorTenant string `name:"operator-tenant" env:"IDEMGATE_OPERATOR_TENANT" default:"ops" placeholder:"TENANT" help:"the tenant whose ops:admin tokens may open River UI"`
 
 	// OpsUser and OpsPassword are the operator's HTTP Basic credentials for
@@ -151,6 +153,15 @@ type Config struct {
 	OAuthTenantClaim string `name:"oauth-tenant-claim" env:"IDEMGATE_OAUTH_TENANT_CLAIM" placeholder:"CLAIM" help:"the access token claim that holds the tenant id; empty: tenant"`
 	OAuthUserClaim   string `name:"oauth-user-claim" env:"IDEMGATE_OAUTH_USER_CLAIM" placeholder:"CLAIM" help:"the access token claim that holds the user id; empty: sub"`
 	OAuthScopesClaim string `name:"oauth-scopes-claim" env:"IDEMGATE_OAUTH_SCOPES_CLAIM" placeholder:"CLAIM" help:"the access token claim that holds the scopes (a space-separated string or an array); empty: scope"`
+	// OpsSubjects are the operators of OAuth mode: a comma-separated list
+	// of access token subjects (sub, exactly as the issuer writes it), each
+	// bare or qualified with the issuer as ISSUER#SUB. An access token with
+	// scope ops:admin whose sub is listed is a deployment operator (River UI,
+	// re-drives of every tenant); the tenant claim never makes one, and a
+	// token whose tenant claim is OperatorTenant but whose sub is not
+	// listed is refused on /ops. Only with OAuthIssuer; empty: no OAuth
+	// operators (the Basic credentials remain).
+	OpsSubjects string `name:"ops-subjects" env:"IDEMGATE_OPS_SUBJECTS" placeholder:"SUBJECTS" help:"OAuth mode's operators: comma-separated access token subjects (sub), each bare or as ISSUER#SUB; an ops:admin token of a listed sub opens River UI and re-drives any tenant, the tenant claim never makes an operator; empty: none"`
 
 	// LogLevel is the minimum level logged: debug, info, warn or error
 	// (case-insensitive).
@@ -223,6 +234,7 @@ const (
 	EnvLogLevel        = "IDEMGATE_LOG_LEVEL"
 	EnvWorkerAddr      = "IDEMGATE_WORKER_ADDR"
 	EnvOperatorTenant  = "IDEMGATE_OPERATOR_TENANT"
+	EnvOpsSubjects     = "IDEMGATE_OPS_SUBJECTS"
 	EnvRateLimit       = "IDEMGATE_RATE_LIMIT"
 	EnvRateBurst       = "IDEMGATE_RATE_BURST"
 	EnvDBPooler        = "IDEMGATE_DB_POOLER"

@@ -30,6 +30,9 @@ func env(m map[string]string) func(string) string {
 
 const testSecret = "0123456789abcdef0123456789abcdef" // 32 bytes
 
+// testIssuer is an OAuth issuer for the settings that need one.
+const testIssuer = "https://id.example.com"
+
 func TestLoadDefaults(t *testing.T) {
 	t.Parallel()
 
@@ -366,6 +369,15 @@ var loadErrorTests = []struct {
 	{"WaitNegative", []string{"--wait=-1s"}, nil, EnvWait, []string{"-1s", "negative"}},
 	{"StripeLiveKeyOverHTTP", nil, map[string]string{EnvStripeAPIKey: "sk_live_abc", EnvStripeAPIBase: "http://stripe.internal:12111"}, EnvStripeAPIBase, []string{"plain http", "https"}},
 	{"OperatorTenantInvalid", nil, map[string]string{EnvOperatorTenant: "ops team"}, EnvOperatorTenant, []string{`"ops team"`}},
+	{"OpsSubjectsWithoutOAuth", nil, map[string]string{EnvOpsSubjects: "ana"}, EnvOpsSubjects, []string{EnvOAuthIssuer, "--operator"}},
+	{"OpsSubjectsEmptyEntry", nil, map[string]string{EnvOAuthIssuer: testIssuer, EnvOAuthAudience: "https://api.example.com/mcp",
+		EnvOpsSubjects: "ana,,bo"}, EnvOpsSubjects, []string{"entry 2 is empty"}},
+	{"OpsSubjectsOtherIssuer", nil, map[string]string{EnvOAuthIssuer: testIssuer, EnvOAuthAudience: "https://api.example.com/mcp",
+		EnvOpsSubjects: "https://evil.example.com#ana"}, EnvOpsSubjects, []string{"entry 1", `"https://evil.example.com"`, EnvOAuthIssuer}},
+	{"OpsSubjectsIssuerWithoutSubject", nil, map[string]string{EnvOAuthIssuer: testIssuer, EnvOAuthAudience: "https://api.example.com/mcp",
+		EnvOpsSubjects: testIssuer}, EnvOpsSubjects, []string{"no #SUB"}},
+	{"OpsSubjectsNotAnID", nil, map[string]string{EnvOAuthIssuer: testIssuer, EnvOAuthAudience: "https://api.example.com/mcp",
+		EnvOpsSubjects: testIssuer + "# ana"}, EnvOpsSubjects, []string{"entry 1", "not an id"}},
 	{"SecretTooShort", nil, map[string]string{EnvSecret: "short-secret"}, EnvSecret, []string{"12 bytes", "32"}},
 	// The red-team finding: compose shipped this default, and reset
 	// tokens derive from the secret.
@@ -597,7 +609,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 28)
+	require.Len(t, all, 29)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -617,7 +629,7 @@ func TestSettings(t *testing.T) {
 	}
 	for _, env := range []string{EnvDatabaseURL, EnvAPIAddr, EnvStripeAPIKey, EnvStripeAPIBase, EnvSMTPAddr,
 		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant,
-		EnvRateLimit, EnvRateBurst, EnvDBPooler} {
+		EnvRateLimit, EnvRateBurst, EnvDBPooler, EnvOpsSubjects} {
 		require.True(t, envs[env], "Env constant %s names no setting", env)
 	}
 
@@ -944,4 +956,19 @@ func TestDatabasePasswordNeverShown(t *testing.T) {
 		require.NotContains(t, cfg.String(), "s3cret")
 	}
 	require.Equal(t, "postgres://app@db/x?password=xxxxx&sslmode=disable", redactDatabaseURL("postgres://app@db/x?password="+pw+"&sslmode=disable"))
+}
+
+// TestOperatorSubjects: IDEMGATE_OPS_SUBJECTS lists bare subjects and
+// issuer-qualified ones (a subject that is a URL, or holds '#'), trimmed.
+func TestOperatorSubjects(t *testing.T) {
+	t.Parallel()
+	c, err := Load(nil, env(map[string]string{EnvOAuthIssuer: testIssuer, EnvOAuthAudience: "https://api.example.com/mcp",
+		EnvOpsSubjects: " ana@example.com , auth0|64f1c2,https://id.example.com#https://id.example.com/u/7#x "}))
+	require.NoError(t, err)
+	require.Equal(t, []OpsSubject{
+		{Subject: "ana@example.com"},
+		{Subject: "auth0|64f1c2"},
+		{Issuer: testIssuer, Subject: "https://id.example.com/u/7#x"},
+	}, c.OperatorSubjects())
+	require.Nil(t, Defaults().OperatorSubjects())
 }

@@ -82,6 +82,9 @@ func (c *Config) Validate() error {
 	} else if c.River == RiverShared && c.Driver() != DriverPostgres {
 		add(settingErr(EnvRiver, "%s needs a postgres:// %s (the embedded SQLite file's River is idemgate's alone)", RiverShared, EnvDatabaseURL))
 	}
+	if _, err := parseOpsSubjects(c.OpsSubjects, c.OAuthIssuer); err != nil {
+		add(err)
+	}
 	if c.OAuthIssuer != "" && c.OAuthAudience == "" {
 		add(settingErr(EnvOAuthAudience, "is required with %s (the aud access tokens must carry, usually this api's MCP URL)", EnvOAuthIssuer))
 	}

@@ -315,8 +315,13 @@ type RedriveParams struct {
 	Tool           string
 	IdempotencyKey string
 	// Operator and Reason are written to the redriven audit row. Required.
+	// Operator is the person (the row's user_id).
 	Operator string
 	Reason   string
+	// Via is the channel the operator acted through ("idemctl",
+	// "/ops/redrive (oauth)", "riverui (basic)"), named in the audit row's
+	// reason with the person.
+	Via string
 	// DryRun reports what would happen without changing anything.
 	DryRun bool
 }
@@ -346,7 +351,7 @@ func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (
 	if err != nil {
 		return nil, err
 	}
-	return g.redrive(ctx, c, &redrive{operator: p.Operator, reason: p.Reason, dryRun: p.DryRun, jobs: jobs})
+	return g.redrive(ctx, c, &redrive{operator: p.Operator, via: p.Via, reason: p.Reason, dryRun: p.DryRun, jobs: jobs})
 }
 
 // redrive is how a re-drive is asked for: by an operator (idemctl, POST
@@ -354,9 +359,18 @@ func (g *Gate) Redrive(ctx context.Context, p *RedriveParams, jobs JobControl) (
 // UI's Retry of the claim's own job (jobs nil: River has made the job
 // available again, and the worker running it asks).
 type redrive struct {
-	operator, reason string
-	dryRun           bool
-	jobs             JobControl
+	operator, via, reason string
+	dryRun                bool
+	jobs                  JobControl
+}
+
+// by names who asked for the re-drive and how, for its audit rows:
+// "ana@example.com via riverui (oauth)".
+func (r *redrive) by() string {
+	if r.via == "" {
+		return r.operator
+	}
+	return r.operator + " via " + r.via
 }
 
 // redrive is the one re-drive path: the table's check (EventRedrive), then
@@ -366,7 +380,7 @@ func (g *Gate) redrive(ctx context.Context, c *Claim, r *redrive) (*RedriveResul
 	res := &RedriveResult{Claim: c, NextGeneration: c.Error != nil && (c.Error.NothingHappened || NothingHappened(c.Error.Code))}
 	if err := TransitionOf(EventRedrive).Check(c, Facts{}); err != nil {
 		if !r.dryRun {
-			if aerr := g.refuseRedrive(ctx, c, r.operator, err); aerr != nil {
+			if aerr := g.refuseRedrive(ctx, c, r, err); aerr != nil {
 				return nil, aerr
 			}
 		}
@@ -394,7 +408,7 @@ func (g *Gate) redrive(ctx context.Context, c *Claim, r *redrive) (*RedriveResul
 			return err
 		}
 		res.Claim = redriven
-		reason := r.reason
+		reason := "redriven by " + r.by() + ": " + r.reason
 		if res.NextGeneration {
 			reason += " (next generation: " + redriven.DownstreamKey + ")"
 		}
@@ -411,12 +425,12 @@ func (g *Gate) redrive(ctx context.Context, c *Claim, r *redrive) (*RedriveResul
 	return res, err
 }
 
-// refuseRedrive writes the denied audit row of a refused re-drive of c.
-func (g *Gate) refuseRedrive(ctx context.Context, c *Claim, operator string, refusal error) error {
+// refuseRedrive writes the denied audit row of r's refused re-drive of c.
+func (g *Gate) refuseRedrive(ctx context.Context, c *Claim, r *redrive, refusal error) error {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	ev := transitionAudit(ctx, c, EventRedrive, "redrive refused: "+refusal.Error(), nil)
-	ev.Decision, ev.UserID = vocab.DecisionDenied, operator
+	ev := transitionAudit(ctx, c, EventRedrive, "redrive refused: "+refusal.Error()+" (asked by "+r.by()+")", nil)
+	ev.Decision, ev.UserID = vocab.DecisionDenied, r.operator
 	return g.store.AuditInsert(ctx, ev)
 }
 

@@ -58,7 +58,8 @@ func (p *LeaseParams) store(audit *AuditInsertParams) *ClaimLeaseParams {
 // lease is not to be had it rolls back and answers ErrNoRun or
 // ErrLeaseHeld, with the claim as read (vocab.ErrNotFound: there is
 // none). A failed claim whose very job an operator retried (River UI) is
-// re-driven first (EventRedrive, by "riverui").
+// re-driven first (EventRedrive, by "riverui": a River UI other than the
+// operator routes', which re-drive through the gate themselves).
 func (g *Gate) LockTx(ctx context.Context, p *LeaseParams) (Tx, *Claim, error) {
 	claim := p.Claim
 	for range 2 {
@@ -138,7 +139,12 @@ func leaseAudit(ctx context.Context, c *Claim, jobID int64) *AuditInsertParams {
 // table's refusal (ErrRedriveCancelled: the worker cancels the job again,
 // with the refusal as its error).
 func (g *Gate) redriveOwnJob(ctx context.Context, c *Claim) error {
-	_, err := g.redrive(ctx, c, &redrive{operator: "riverui", reason: "job retried in River UI"})
+	// The operator routes re-drive a retried claim through the gate
+	// themselves, naming the person; a retry that reaches the worker
+	// came from a River UI elsewhere (a team's own), whose person is
+	// unknown here.
+	_, err := g.redrive(ctx, c, &redrive{operator: "riverui", via: "a River UI outside /ops (person unknown)",
+		reason: "job retried in River UI"})
 	if errors.Is(err, ErrRedriveNotFailed) {
 		return nil // someone else re-drove it meanwhile
 	}

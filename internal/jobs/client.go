@@ -25,6 +25,9 @@ type Client interface {
 	// JobRetryable reports whether JobRetryTx would retry the job itself;
 	// false means a fresh job would replace it.
 	JobRetryable(ctx context.Context, jobID int64) (bool, error)
+	// JobClaim returns the tenant, tool and key of the operation a claim
+	// job runs; ok is false for any other job.
+	JobClaim(ctx context.Context, jobID int64) (tenantID, tool, key string, ok bool, err error)
 	// AddWorkers registers a worker for every mutating tool of runner's
 	// registry, on this engine's River driver.
 	AddWorkers(workers *river.Workers, runner *Runner) error

@@ -100,6 +100,25 @@ func (c *Control[TTx]) JobRetryable(ctx context.Context, jobID int64) (bool, err
 	return retryable(job), nil
 }
 
+// JobClaim returns the tenant, tool and key of the operation a claim job
+// runs (its ClaimRef); ok is false for another kind of job, or one River
+// no longer has. The operator routes use it (ops.JobClaims).
+func (c *Control[TTx]) JobClaim(ctx context.Context, jobID int64) (tenantID, tool, key string, ok bool, err error) {
+	job, err := c.Client.JobGet(ctx, jobID)
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return "", "", "", false, nil
+	}
+	if err != nil {
+		return "", "", "", false, err
+	}
+	var ref ClaimRef
+	if json.Unmarshal(job.EncodedArgs, &ref) != nil || ref.TenantID == "" || ref.Tool == "" || ref.IdempotencyKey == "" ||
+		job.Kind != Kind(ref.Tool) {
+		return "", "", "", false, nil
+	}
+	return ref.TenantID, ref.Tool, ref.IdempotencyKey, true, nil
+}
+
 // retryable: River would run the job again, and no cancellation of it was
 // requested. A running job is left alone by River's JobRetry: its worker has
 // returned (the claim failed) but River has not finalized the row yet.

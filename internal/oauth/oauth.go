@@ -239,6 +239,7 @@ func (v *Verifier) Authenticate(ctx context.Context, bearer string) (vocab.Actor
 	if terr != nil {
 		return vocab.Actor{}, terr
 	}
+	actor.Issuer, actor.Subject = tok.Issuer, tok.Subject
 	return actor, nil
 }
 

@@ -102,6 +102,8 @@ func TestAuthenticateValid(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "acme", actor.TenantID)
 		require.Equal(t, "bot-7", actor.UserID)
+		require.Equal(t, "bot-7", actor.Subject, "the verified sub, for operator rules")
+		require.Equal(t, b.op.Issuer(), actor.Issuer)
 		require.Equal(t, []string{"billing:refund", "orders:read"}, actor.Scopes)
 		require.True(t, vocab.ValidID(actor.TokenID), "jti names the token")
 	})
@@ -114,7 +116,8 @@ func TestAuthenticateValid(t *testing.T) {
 			Claims: map[string]any{"uid": "u-3", "scp": []string{"a", "b", "a"}}})
 		actor, err := v.Authenticate(t.Context(), tok)
 		require.NoError(t, err)
-		require.Equal(t, vocab.Actor{TenantID: "org-9", UserID: "u-3", TokenID: actor.TokenID, Scopes: []string{"a", "b"}}, actor)
+		require.Equal(t, vocab.Actor{TenantID: "org-9", UserID: "u-3", TokenID: actor.TokenID, Scopes: []string{"a", "b"},
+			Issuer: b.op.Issuer(), Subject: oauthtest.DefaultSubject}, actor)
 	})
 	t.Run("NoScopes", func(t *testing.T) {
 		t.Parallel()

@@ -48,7 +48,7 @@ func NewBasicCredentials(user, password string) (*BasicCredentials, error) {
 		return nil, fmt.Errorf("%s is required when %s is set", EnvOpsUser, EnvOpsPassword)
 	case password == "":
 		return nil, fmt.Errorf("%s is required when %s is set", EnvOpsPassword, EnvOpsUser)
-	case ValidateOperator(user) != nil || strings.ContainsRune(user, ':'):
+	case !validOperatorName(user) || strings.ContainsRune(user, ':'):
 		// It names the operator in audit rows and logs.
 		return nil, fmt.Errorf("%s: must be 1 to %d characters of [A-Za-z0-9_.@+-]", EnvOpsUser, MaxOperatorLen)
 	case len(password) < MinPasswordLen:
@@ -87,15 +87,45 @@ func (c *BasicCredentials) match(user, password string) bool {
 	return subtle.ConstantTimeCompare(u[:], c.userHash[:])&subtle.ConstantTimeCompare(p[:], c.passHash[:]) == 1
 }
 
-// Operator is who passed operator authentication.
+// How an operator authenticated (Operator.Via).
+const (
+	// ViaBasic is the Basic credentials (IDEMGATE_OPS_USER).
+	ViaBasic = "basic"
+	// ViaBearer is one of idemgate's own tokens (idemctl token create).
+	ViaBearer = "bearer"
+	// ViaOAuth is an OAuth access token.
+	ViaOAuth = "oauth"
+)
+
+// Operator is who passed operator authentication: a person, named in the
+// audit rows of what they do.
 type Operator struct {
-	// Name is the Basic user, or the bearer token's user.
+	// Name is the person: the Basic user, or the token's user.
 	Name string
-	// TenantID is the bearer token's tenant; empty for Basic credentials,
-	// which are the deployment's.
+	// TenantID is the token's tenant; empty for Basic credentials, which
+	// are the deployment's.
 	TenantID string
-	// Via is "basic" or "bearer".
+	// Via is ViaBasic, ViaBearer or ViaOAuth.
 	Via string
+	// Deployment is true for the deployment's operators, who open River UI
+	// and re-drive any tenant's operations: the Basic credentials, an
+	// ops:admin token of the operator tenant (minted only by idemctl token
+	// create --operator), and an ops:admin access token whose subject
+	// IDEMGATE_OPS_SUBJECTS lists. A tenant claim never makes one. Other
+	// ops:admin tokens re-drive their own tenant's operations only.
+	Deployment bool
+}
+
+// Channel is route (ChannelRedrive, ChannelRiverUI) with how the operator
+// authenticated, as audit rows name it: "riverui (oauth)".
+func (o Operator) Channel(route string) string { return route + " (" + o.Via + ")" }
+
+// OperatorSubject is an OAuth operator (IDEMGATE_OPS_SUBJECTS): an access
+// token subject, and the issuer that must have issued it ("" for the one
+// the api trusts).
+type OperatorSubject struct {
+	Issuer  string
+	Subject string
 }
 
 type ctxKey struct{}
@@ -122,8 +152,51 @@ type Auth struct {
 	// Devices, when set, issues a device cookie on a successful Basic
 	// login and throttles requests that carry one on their own.
 	Devices *Devices
+	// OperatorTenant is the tenant whose ops:admin tokens of idemgate's
+	// own are the deployment's operators (IDEMGATE_OPERATOR_TENANT). An
+	// OAuth access token claiming it is refused unless its subject is one
+	// of OperatorSubjects. Empty: no such tenant.
+	OperatorTenant string
+	// OperatorSubjects are the OAuth access token subjects that are the
+	// deployment's operators (IDEMGATE_OPS_SUBJECTS).
+	OperatorSubjects []OperatorSubject
 	// Logger defaults to slog.Default(). Credentials are never logged.
 	Logger *slog.Logger
+}
+
+// operatorSubject reports whether actor's verified issuer and subject are
+// listed in OperatorSubjects.
+func (a *Auth) operatorSubject(actor vocab.Actor) bool {
+	if actor.Subject == "" {
+		return false
+	}
+	for _, s := range a.OperatorSubjects {
+		if s.Subject == actor.Subject && (s.Issuer == "" || s.Issuer == actor.Issuer) {
+			return true
+		}
+	}
+	return false
+}
+
+// bearerOperator is the operator of an ops:admin token, or why it is
+// refused: an OAuth access token is a deployment operator only when its
+// subject is listed, and one that claims the operator tenant without that
+// is no operator at all.
+func (a *Auth) bearerOperator(actor vocab.Actor) (Operator, string) {
+	op := Operator{Name: actor.UserID, TenantID: actor.TenantID, Via: ViaBearer}
+	if actor.Issuer == "" && actor.Subject == "" {
+		op.Deployment = a.OperatorTenant != "" && actor.TenantID == a.OperatorTenant
+		return op, ""
+	}
+	op.Via = ViaOAuth
+	switch {
+	case a.operatorSubject(actor):
+		op.Deployment = true
+	case a.OperatorTenant != "" && actor.TenantID == a.OperatorTenant:
+		return op, "the access token's tenant claim is the operator tenant " + strconv.Quote(a.OperatorTenant) +
+			", but its subject is not an operator's: operators are listed by subject in IDEMGATE_OPS_SUBJECTS, never made by a tenant claim"
+	}
+	return op, ""
 }
 
 // Middleware refuses requests without operator credentials: 401 with a
@@ -145,7 +218,15 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 			writeProblem(w, r, http.StatusForbidden, vocab.CodeForbidden, "operator routes need a token with scope "+tenancy.ScopeOpsAdmin)
 			return
 		}
-		op := Operator{Name: actor.UserID, TenantID: actor.TenantID, Via: "bearer"}
+		op, refusal := a.bearerOperator(actor)
+		if refusal != "" {
+			logger.WarnContext(r.Context(), "ops: access token refused: not an operator", "subject", actor.Subject,
+				"issuer", actor.Issuer, "tenant", actor.TenantID, "user", actor.UserID, "token_id", actor.TokenID,
+				"reason", "tenant claim is the operator tenant, subject not in IDEMGATE_OPS_SUBJECTS",
+				"method", r.Method, "path", r.URL.Path)
+			writeProblem(w, r, http.StatusForbidden, vocab.CodeForbidden, refusal)
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, op)))
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +256,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 				if a.Devices != nil && !known {
 					http.SetCookie(w, a.Devices.issue(a.Basic.User(), r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")))
 				}
-				op := Operator{Name: a.Basic.User(), Via: "basic"}
+				op := Operator{Name: a.Basic.User(), Via: ViaBasic, Deployment: true}
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, op)))
 				return
 			}

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/logtest"
+	"github.com/idemgate/idemgate/internal/tenancy"
+	"github.com/idemgate/idemgate/internal/vocab"
 )
 
 const testPassword = "s3cret-operator-password"
@@ -67,10 +69,12 @@ func TestBasicIfSet(t *testing.T) {
 
 func TestValidateOperatorAndReason(t *testing.T) {
 	t.Parallel()
-	for _, ok := range []string{"alice", "ops@acme.example", "svc:redrive-bot_1", "a+b"} {
+	// Operators are named as identity providers name them.
+	for _, ok := range []string{"alice", "ops@acme.example", "svc:redrive-bot_1", "a+b", "auth0|64f1c2", "Zoë Åström",
+		strings.Repeat("a", MaxOperatorLen+1)} {
 		require.NoError(t, ValidateOperator(ok), ok)
 	}
-	for _, bad := range []string{"", "a b", "a\nb", "ünïcode", strings.Repeat("a", MaxOperatorLen+1)} {
+	for _, bad := range []string{"", " alice", "a\nb", strings.Repeat("a", 256)} {
 		require.Error(t, ValidateOperator(bad), bad)
 	}
 	for _, ok := range []string{"stripe outage over", "card fixed — INC-42", strings.Repeat("r", MaxReasonLen)} {
@@ -157,4 +161,83 @@ func basicHeader(user, password string) string {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.SetBasicAuth(user, password)
 	return r.Header.Get("Authorization")
+}
+
+// actorBearer plays the api's authenticate for the operator rules: the
+// token "Bearer <name>" is the actor of that name in actors.
+func actorBearer(actors map[string]vocab.Actor) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			actor, ok := actors[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+			if !ok {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(tenancy.WithActor(r.Context(), actor)))
+		})
+	}
+}
+
+// TestAuthOperatorRules: who is the deployment's operator. An OAuth access
+// token is one only when IDEMGATE_OPS_SUBJECTS lists its subject; one
+// whose tenant claim is the operator tenant without that is refused
+// outright (403, WARN naming the subject); idemgate's own tokens of the
+// operator tenant remain operator credentials.
+func TestAuthOperatorRules(t *testing.T) {
+	t.Parallel()
+	const issuer = "https://id.example.com"
+	admin := []string{tenancy.ScopeOpsAdmin}
+	actors := map[string]vocab.Actor{
+		"opaque-ops":        {TenantID: "ops", UserID: "oncall-ana", TokenID: "tok_1", Scopes: admin},
+		"opaque-acme":       {TenantID: "acme", UserID: "acme-lead", TokenID: "tok_2", Scopes: admin},
+		"oauth-ops-listed":  {TenantID: "ops", UserID: "ana@example.com", Scopes: admin, Issuer: issuer, Subject: "sub-ana"},
+		"oauth-acme-listed": {TenantID: "acme", UserID: "ana@example.com", Scopes: admin, Issuer: issuer, Subject: "sub-ana"},
+		"oauth-ops-other":   {TenantID: "ops", UserID: "mallory", Scopes: admin, Issuer: issuer, Subject: "sub-mallory"},
+		"oauth-acme-other":  {TenantID: "acme", UserID: "mallory", Scopes: admin, Issuer: issuer, Subject: "sub-mallory"},
+		"oauth-other-iss":   {TenantID: "ops", UserID: "ana", Scopes: admin, Issuer: "https://other.example.com", Subject: "sub-bo"},
+		"oauth-ops-noscope": {TenantID: "ops", UserID: "ana@example.com", Issuer: issuer, Subject: "sub-ana"},
+	}
+	logger, logs := logtest.New()
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op, _ := OperatorFromContext(r.Context())
+		fmt.Fprintf(w, "%s/%s/%s/%v", op.Via, op.Name, op.TenantID, op.Deployment)
+	})
+	h := (&Auth{Bearer: actorBearer(actors), OperatorTenant: "ops", Logger: logger,
+		OperatorSubjects: []OperatorSubject{{Subject: "sub-ana"}, {Issuer: issuer, Subject: "sub-bo"}}}).Middleware(echo)
+	for _, tt := range []struct {
+		token      string
+		wantStatus int
+		wantBody   string
+	}{
+		{"opaque-ops", http.StatusOK, "bearer/oncall-ana/ops/true"},
+		{"opaque-acme", http.StatusOK, "bearer/acme-lead/acme/false"},
+		{"oauth-ops-listed", http.StatusOK, "oauth/ana@example.com/ops/true"},
+		{"oauth-acme-listed", http.StatusOK, "oauth/ana@example.com/acme/true"},
+		{"oauth-ops-other", http.StatusForbidden, "its subject is not an operator's"},
+		{"oauth-acme-other", http.StatusOK, "oauth/mallory/acme/false"},
+		// sub-bo is listed for another issuer only.
+		{"oauth-other-iss", http.StatusForbidden, "IDEMGATE_OPS_SUBJECTS"},
+		{"oauth-ops-noscope", http.StatusForbidden, "scope ops:admin"},
+	} {
+		t.Run(tt.token, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, "/ops/riverui/", nil)
+			req.Header.Set("Authorization", "Bearer "+tt.token)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			require.Equal(t, tt.wantStatus, rec.Code, rec.Body.String())
+			require.Contains(t, rec.Body.String(), tt.wantBody)
+			if tt.wantStatus == http.StatusForbidden {
+				require.Contains(t, rec.Body.String(), `"code":"forbidden"`)
+			}
+		})
+	}
+	require.Contains(t, logs.String(), "not an operator")
+	require.Contains(t, logs.String(), `"subject":"sub-mallory"`)
+	require.Contains(t, logs.String(), "subject not in IDEMGATE_OPS_SUBJECTS")
+}
+
+func TestOperatorChannel(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "riverui (oauth)", Operator{Name: "ana", Via: ViaOAuth}.Channel(ChannelRiverUI))
+	require.Equal(t, "/ops/redrive (basic)", Operator{Name: "oncall", Via: ViaBasic}.Channel(ChannelRedrive))
 }

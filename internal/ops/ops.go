@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
@@ -169,7 +170,10 @@ type RedriveParams struct {
 	Tool     string
 	Key      string
 	// Operator and Reason go to the redriven audit row. Required.
+	// Operator is the person; Via the channel ("idemctl", ChannelRedrive
+	// or ChannelRiverUI and how the operator authenticated).
 	Operator string
+	Via      string
 	Reason   string
 	// DryRun reports what would happen and changes nothing.
 	DryRun bool
@@ -195,7 +199,7 @@ func (r *Redriver) Redrive(ctx context.Context, p *RedriveParams) (*RedriveLine,
 	}
 	res, err := r.Gate.Redrive(ctx, &core.RedriveParams{
 		TenantID: p.TenantID, Tool: p.Tool, IdempotencyKey: p.Key,
-		Operator: p.Operator, Reason: p.Reason, DryRun: p.DryRun,
+		Operator: p.Operator, Via: p.Via, Reason: p.Reason, DryRun: p.DryRun,
 	}, r.Jobs)
 	if Refused(err) && res != nil && res.Claim != nil {
 		c := res.Claim
@@ -240,6 +244,7 @@ type RedriveSetParams struct {
 	// Default DefaultRedriveLimit, at most MaxRedriveLimit.
 	Limit    int
 	Operator string
+	Via      string
 	Reason   string
 	DryRun   bool
 }
@@ -292,7 +297,7 @@ func (r *Redriver) RedriveSet(ctx context.Context, p *RedriveSetParams, emit fun
 	for _, c := range claims {
 		line, err := r.Redrive(ctx, &RedriveParams{
 			TenantID: c.TenantID, Tool: c.Tool, Key: c.IdempotencyKey,
-			Operator: p.Operator, Reason: p.Reason, DryRun: p.DryRun,
+			Operator: p.Operator, Via: p.Via, Reason: p.Reason, DryRun: p.DryRun,
 		})
 		switch {
 		case Refused(err):
@@ -314,20 +319,33 @@ func (r *Redriver) RedriveSet(ctx context.Context, p *RedriveSetParams, emit fun
 	return res, nil
 }
 
-// Limits on the operator and reason of a re-drive.
+// Limits on the operator and reason of a re-drive. MaxOperatorLen bounds
+// the Basic user and idemctl's operator names; a token's user (an id the
+// identity provider issued, domain.CheckID's rule) may be longer.
 const (
 	MaxOperatorLen = 64
 	MaxReasonLen   = 500
 )
 
-// ValidateOperator checks an operator name: 1 to MaxOperatorLen characters
-// of [A-Za-z0-9_.:@+-].
+// ValidateOperator checks the person a re-drive names: an id by
+// domain.CheckID's rule (what identity providers issue: 1 to 255 bytes of
+// printable UTF-8, no space at either end).
 func ValidateOperator(s string) error {
 	if s == "" {
 		return errors.New("operator is required")
 	}
-	if len(s) > MaxOperatorLen {
-		return fmt.Errorf("operator is longer than %d characters", MaxOperatorLen)
+	if err := domain.CheckID(s); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	return nil
+}
+
+// validOperatorName reports whether s is a name people type for
+// themselves (the Basic user, idemctl's default from $USER): 1 to
+// MaxOperatorLen characters of [A-Za-z0-9_.:@+-].
+func validOperatorName(s string) bool {
+	if s == "" || len(s) > MaxOperatorLen {
+		return false
 	}
 	for _, r := range s {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
@@ -336,11 +354,22 @@ func ValidateOperator(s string) error {
 			ok = true
 		}
 		if !ok {
-			return fmt.Errorf("operator %q: use only letters, digits and _.:@+-", s)
+			return false
 		}
 	}
-	return nil
+	return true
 }
+
+// The channels operators act through, as audit rows name them (with how
+// the operator authenticated: Operator.Channel).
+const (
+	// ChannelIdemctl is idemctl's re-drives.
+	ChannelIdemctl = "idemctl"
+	// ChannelRedrive is POST /ops/redrive.
+	ChannelRedrive = RedrivePath
+	// ChannelRiverUI is River UI's Retry under /ops/riverui.
+	ChannelRiverUI = "riverui"
+)
 
 // ValidateReason checks a re-drive reason: 1 to MaxReasonLen characters,
 // printable.

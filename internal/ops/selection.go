@@ -50,8 +50,10 @@ type RedriveSelectionParams struct {
 	// Limit bounds a set, newest first: nil is DefaultRedriveLimit, else 1
 	// to MaxRedriveLimit. Only for a set.
 	Limit *int
-	// Operator and Reason go to the audit rows. Required.
+	// Operator and Reason go to the audit rows. Required. Via is the
+	// channel, named with the operator.
 	Operator string
+	Via      string
 	Reason   string
 	// DryRun reports what would happen and changes nothing.
 	DryRun bool
@@ -122,12 +124,12 @@ func (r *Redriver) RedriveSelection(ctx context.Context, p *RedriveSelectionPara
 		}
 		set, err := r.RedriveSet(ctx, &RedriveSetParams{
 			TenantID: p.TenantID, Tool: p.Tool, Since: p.Since, Limit: limit,
-			Operator: p.Operator, Reason: p.Reason, DryRun: p.DryRun,
+			Operator: p.Operator, Via: p.Via, Reason: p.Reason, DryRun: p.DryRun,
 		}, emit)
 		return &RedriveSelectionResult{Set: set}, err
 	}
 	line, err := r.Redrive(ctx, &RedriveParams{
-		TenantID: p.TenantID, Tool: p.Tool, Key: p.Key, Operator: p.Operator, Reason: p.Reason, DryRun: p.DryRun,
+		TenantID: p.TenantID, Tool: p.Tool, Key: p.Key, Operator: p.Operator, Via: p.Via, Reason: p.Reason, DryRun: p.DryRun,
 	})
 	res := &RedriveSelectionResult{Line: line}
 	if line != nil {

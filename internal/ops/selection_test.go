@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
 
 	"github.com/stretchr/testify/require"
 
@@ -219,7 +220,7 @@ func TestRedriveSelectionValidate(t *testing.T) {
 		}},
 		{name: "NoTenant", change: func(p *ops.RedriveSelectionParams) { p.TenantID = "" }, param: "tenant"},
 		{name: "NoReason", change: func(p *ops.RedriveSelectionParams) { p.Reason = "" }, param: "reason"},
-		{name: "BadOperator", change: func(p *ops.RedriveSelectionParams) { p.Operator = "a b" }, param: "operator"},
+		{name: "BadOperator", change: func(p *ops.RedriveSelectionParams) { p.Operator = "a\nb" }, param: "operator"},
 		{name: "KeyAndSet", change: func(p *ops.RedriveSelectionParams) { p.Status = vocab.StatusFailed }, wantErr: ops.ErrSelectionKeyAndSet},
 		{name: "Neither", change: func(p *ops.RedriveSelectionParams) { p.Key = "" }, wantErr: ops.ErrSelectionEmpty},
 		{name: "SucceededSet", change: func(p *ops.RedriveSelectionParams) {

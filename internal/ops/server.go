@@ -31,11 +31,13 @@ const (
 type Config struct {
 	// Auth authenticates operators. Required.
 	Auth *Auth
-	// Redriver serves POST /ops/redrive. Required.
+	// Redriver serves POST /ops/redrive, and River UI's Retry of a failed
+	// operation's job. Required.
 	Redriver *Redriver
-	// OperatorTenant is the tenant whose ops:admin tokens may open River UI
-	// (IDEMGATE_OPERATOR_TENANT). Empty: only the Basic credentials may.
-	OperatorTenant string
+	// JobClaims finds the operation a River job runs, so that River UI's
+	// Retry of a failed operation's job re-drives it through the gate in
+	// the operator's name. Required.
+	JobClaims JobClaims
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -45,18 +47,19 @@ type Config struct {
 // holding Basic credentials cannot be made to retry, cancel or re-drive by
 // another site).
 type Server struct {
-	ui       *riverui.Handler
-	redriver *Redriver
-	logger   *slog.Logger
-	handler  http.Handler
+	ui        *riverui.Handler
+	redriver  *Redriver
+	jobClaims JobClaims
+	logger    *slog.Logger
+	handler   http.Handler
 }
 
 // NewServer returns the operator routes. ui is River UI's endpoints on a
 // River client of its own (riverui.NewEndpoints): an insert-only one (no
 // queues, no workers) where the api's worker runs apart.
 func NewServer(cfg *Config, ui uiendpoints.Bundle) (*Server, error) {
-	if cfg.Auth == nil || cfg.Redriver == nil || ui == nil {
-		return nil, errors.New("ops: Config.Auth, Config.Redriver and River UI's endpoints are required")
+	if cfg.Auth == nil || cfg.Redriver == nil || cfg.JobClaims == nil || ui == nil {
+		return nil, errors.New("ops: Config.Auth, Config.Redriver, Config.JobClaims and River UI's endpoints are required")
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -70,37 +73,34 @@ func NewServer(cfg *Config, ui uiendpoints.Bundle) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ui: handler, redriver: cfg.Redriver, logger: logger}
+	s := &Server{ui: handler, redriver: cfg.Redriver, jobClaims: cfg.JobClaims, logger: logger}
 
 	r := chi.NewRouter()
 	r.Use(http.NewCrossOriginProtection().Handler, securityHeaders, cfg.Auth.Middleware, s.logMutations)
 	// River UI strips RiverUIPath itself and redirects RiverUIPath to
 	// RiverUIPath/.
-	deploymentOperator := deploymentOperator(cfg.OperatorTenant)
 	r.With(deploymentOperator).Handle("/riverui", handler)
 	r.With(deploymentOperator).Handle("/riverui/*", handler)
+	r.With(deploymentOperator).Post("/riverui/api/jobs/retry", s.retry)
 	r.Post("/redrive", s.redrive)
 	s.handler = r
 	return s, nil
 }
 
 // deploymentOperator refuses River UI to tenant operators: River UI shows
-// and changes every tenant's jobs, so it takes the Basic credentials or an
-// ops:admin token of the operator tenant (a setting, whose tokens idemctl
-// creates only with --operator). Other tenants' ops:admin tokens may
-// re-drive their own operations only.
-func deploymentOperator(operatorTenant string) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			op, ok := OperatorFromContext(r.Context())
-			if !ok || (op.Via != "basic" && (operatorTenant == "" || op.TenantID != operatorTenant)) {
-				writeProblem(w, r, http.StatusForbidden, vocab.CodeForbidden,
-					"River UI shows every tenant's jobs: it needs the operator Basic credentials or an "+tenancy.ScopeOpsAdmin+" token of the operator tenant")
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
+// and changes every tenant's jobs, so it takes a deployment operator
+// (Operator.Deployment). Other ops:admin tokens may re-drive their own
+// tenant's operations only.
+func deploymentOperator(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if op, ok := OperatorFromContext(r.Context()); !ok || !op.Deployment {
+			writeProblem(w, r, http.StatusForbidden, vocab.CodeForbidden,
+				"River UI shows every tenant's jobs: it needs the operator Basic credentials, an "+tenancy.ScopeOpsAdmin+
+					" token of the operator tenant, or an access token whose subject is listed in IDEMGATE_OPS_SUBJECTS")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Start starts River UI's background services (its cached job counts)
@@ -139,8 +139,9 @@ func (s *Server) logMutations(next http.Handler) http.Handler {
 
 // RedriveRequest is the body of POST /ops/redrive.
 type RedriveRequest struct {
-	// Tenant is required with Basic credentials; with a bearer token it is
-	// the token's tenant (another one is forbidden).
+	// Tenant is required for a deployment operator (Operator.Deployment);
+	// for a tenant's own ops:admin token it is the token's tenant (another
+	// one is forbidden).
 	Tenant         string `json:"tenant"`
 	Tool           string `json:"tool"`
 	IdempotencyKey string `json:"idempotency_key"`
@@ -161,9 +162,9 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case op.Via == "bearer" && req.Tenant == "":
+	case !op.Deployment && req.Tenant == "":
 		req.Tenant = op.TenantID
-	case op.Via == "bearer" && req.Tenant != op.TenantID:
+	case !op.Deployment && req.Tenant != op.TenantID:
 		writeProblem(w, r, http.StatusForbidden, vocab.CodeForbidden, "the token's tenant is "+op.TenantID)
 		return
 	case req.Tenant == "":
@@ -190,7 +191,7 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 	}
 	line, err := s.redriver.Redrive(r.Context(), &RedriveParams{
 		TenantID: req.Tenant, Tool: req.Tool, Key: req.IdempotencyKey,
-		Operator: op.Name, Reason: req.Reason, DryRun: req.DryRun,
+		Operator: op.Name, Via: op.Channel(ChannelRedrive), Reason: req.Reason, DryRun: req.DryRun,
 	})
 	switch {
 	case Refused(err):
@@ -201,7 +202,7 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 		s.logger.ErrorContext(r.Context(), "ops: re-drive failed", "tool", req.Tool, "error", err)
 		writeProblem(w, r, http.StatusServiceUnavailable, vocab.CodeUnavailable, "the re-drive did not complete; try again")
 	default:
-		s.logger.InfoContext(r.Context(), "ops: re-drive", "operator", op.Name, "tenant", req.Tenant, "tool", req.Tool,
+		s.logger.InfoContext(r.Context(), "ops: re-drive", "operator", op.Name, "via", op.Via, "tenant", req.Tenant, "tool", req.Tool,
 			"operation_id", line.OperationID, "action", line.Action, "next_generation", line.NextGeneration)
 		writeJSON(w, http.StatusOK, line)
 	}

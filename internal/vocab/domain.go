@@ -23,6 +23,12 @@ type Actor struct {
 	TokenID string
 	// Scopes are the permissions the token grants, such as "billing:refund".
 	Scopes []string
+	// Issuer and Subject are a verified OAuth access token's iss and sub,
+	// whatever claim UserID was read from; both empty for idemgate's own
+	// tokens. Operator rules match them (IDEMGATE_OPS_SUBJECTS), never the
+	// tenant claim.
+	Issuer  string
+	Subject string
 }
 
 // HasScope reports whether the actor holds scope.
