@@ -82,8 +82,10 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 		Enqueuer:     client,
 		Policies:     tools.Policies(),
 		Secret:       []byte(cfg.Secret),
-		DBTimeout:    EmbeddedDBTimeout,
-		Logger:       logger,
+
+		MaxPendingApprovals: maxPendingApprovals(cfg),
+		DBTimeout:           EmbeddedDBTimeout,
+		Logger:              logger,
 
 		TracerProvider: tp,
 	})
