@@ -92,7 +92,7 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
-	notices, err := approvalNoticeWorker(cfg, data, metrics, logger, tp)
+	notices, err := approvalNoticeWorker(cfg, data, metrics, logger, tp, workerOpts.NoticePeriod)
 	if err != nil {
 		return nil, err
 	}
