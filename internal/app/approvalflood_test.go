@@ -17,7 +17,7 @@ import (
 // TestApprovalFloodCappedAndGathered replays the red-team finding (a burst
 // of calls above the approval threshold: as many waiting operations and as
 // many mails): with IDEMGATE_APPROVALS_MAX_PENDING at 10, a first waiting
-// call mails the approvers at once; 60 concurrent calls then leave 9 more
+// call mails the approvers at once; 60 calls from four clients at once then leave 9 more
 // waiting and are otherwise refused with approvals_pending_limit; the 9
 // are gathered into one more mail, which links each of them. On both
 // engines.
@@ -63,6 +63,8 @@ func TestApprovalFloodCappedAndGathered(t *testing.T) {
 					require.Contains(t, res.Error.Message, fmt.Sprintf("%d calls of this tenant already await", maxPending))
 					require.Equal(t, time.Minute.Milliseconds(), res.RetryAfterMS)
 					refused++
+				case res == nil:
+					t.Fatalf("call %d failed", i)
 				default:
 					t.Fatalf("unexpected answer: %+v", res)
 				}
