@@ -91,6 +91,11 @@ type Config struct {
 	// RateBurst is how many calls per tenant and tool may come at once.
 	// Default 200. ($IDEMGATE_RATE_BURST)
 	RateBurst int
+	// ApprovalsMaxPending is the most calls of one tenant awaiting a
+	// person's approval at once; a further call that needs approval is
+	// refused with approvals_pending_limit. 0 turns the cap off. Default
+	// 50. ($IDEMGATE_APPROVALS_MAX_PENDING)
+	ApprovalsMaxPending int
 	// DBPooler is "none" or "transaction" (PgBouncer in transaction mode:
 	// River polls, no named prepared statements). Default "none".
 	// ($IDEMGATE_DB_POOLER)

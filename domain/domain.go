@@ -124,6 +124,10 @@ const (
 	// CodeApprovalAlreadyDecided: a decision on an operation that no
 	// longer awaits approval (decided already); nothing changed.
 	CodeApprovalAlreadyDecided Code = "approval_already_decided"
+	// CodeApprovalsPendingLimit: the call would wait for a person's
+	// approval while its tenant already has the most calls waiting that
+	// the deployment allows; nothing was claimed, retry later.
+	CodeApprovalsPendingLimit Code = "approvals_pending_limit"
 )
 
 // Error is an error with a stable code, the field it is about (if any), and

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/toolspec"
 	"log/slog"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,7 +38,8 @@ type callError struct {
 	// stored is set when the error is the operation's own outcome (a
 	// failed claim), not a refusal of the call.
 	stored bool
-	// retryAfter is set for rate_limited and unavailable.
+	// retryAfter is set for rate_limited, approvals_pending_limit and
+	// unavailable.
 	retryAfter time.Duration
 }
 
@@ -137,7 +139,11 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 	}
 	res, err := s.gate.Claim(ctx, params)
 	if err != nil {
-		return nil, s.internal(ctx, c, err)
+		cerr := s.internal(ctx, c, err)
+		if cerr.err.Code == vocab.CodeApprovalsPendingLimit {
+			cerr.retryAfter = core.ApprovalsPendingRetryAfter
+		}
+		return nil, cerr
 	}
 	s.metrics.outcome(c.tool.Name, res.Outcome)
 	ans, cerr = answer(res)

@@ -34,8 +34,11 @@ var codeStatus = map[vocab.Code]int{
 	vocab.CodeKeyExpired:             http.StatusUnprocessableEntity,
 	vocab.CodeNotFound:               http.StatusNotFound,
 	vocab.CodeRateLimited:            http.StatusTooManyRequests,
-	vocab.CodeUnavailable:            http.StatusServiceUnavailable,
-	vocab.CodeInternal:               http.StatusInternalServerError,
+	// Too many calls of the tenant wait for approval: like rate_limited,
+	// a wait clears it (not 409: in flight on this api).
+	vocab.CodeApprovalsPendingLimit: http.StatusTooManyRequests,
+	vocab.CodeUnavailable:           http.StatusServiceUnavailable,
+	vocab.CodeInternal:              http.StatusInternalServerError,
 	// A single-use token that existed and can no longer be used (a route
 	// the tools contribute, Config.Routes).
 	vocab.CodeResetTokenUsed:    http.StatusGone,

@@ -23,6 +23,7 @@ var wantStatus = map[vocab.Code]int{
 	vocab.CodeKeyExpired:                    422,
 	vocab.CodeNotFound:                      404,
 	vocab.CodeRateLimited:                   429,
+	vocab.CodeApprovalsPendingLimit:         429,
 	vocab.CodeUnavailable:                   503,
 	vocab.CodeInternal:                      500,
 	vocab.CodeResetTokenUsed:                410,

@@ -149,7 +149,7 @@ func (s *Server) taskCall(ctx context.Context, req *mcp.CallToolRequest, task []
 	case cerr != nil:
 		code := int64(jsonrpc.CodeInvalidParams)
 		switch cerr.err.Code {
-		case vocab.CodeInternal, vocab.CodeUnavailable, vocab.CodeRateLimited:
+		case vocab.CodeInternal, vocab.CodeUnavailable, vocab.CodeRateLimited, vocab.CodeApprovalsPendingLimit:
 			code = jsonrpc.CodeInternalError
 		}
 		return nil, rpcError(code, cerr)

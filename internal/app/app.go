@@ -122,12 +122,14 @@ func NewAPIWithOptions(cfg *config.Config, drv engine.Driver, logger *slog.Logge
 		return nil, err
 	}
 	g, err := core.New(&core.Config{
-		Store:        data,
-		Enqueuer:     riverClient,
-		Policies:     tools.Policies(),
-		Secret:       []byte(cfg.Secret),
-		Logger:       logger,
-		OnTransition: onTransition,
+		Store:    data,
+		Enqueuer: riverClient,
+		Policies: tools.Policies(),
+		Secret:   []byte(cfg.Secret),
+
+		MaxPendingApprovals: maxPendingApprovals(cfg),
+		Logger:              logger,
+		OnTransition:        onTransition,
 
 		TracerProvider: opts.TracerProvider,
 	})
@@ -238,6 +240,16 @@ func healthHandler(srv http.Handler, metrics http.Handler) http.Handler {
 	mux.Handle("GET /readyz", srv)
 	mux.Handle("GET /metrics", metrics)
 	return mux
+}
+
+// maxPendingApprovals is the gate's cap on a tenant's calls awaiting
+// approval: IDEMGATE_APPROVALS_MAX_PENDING, whose 0 (off) is the gate's
+// negative.
+func maxPendingApprovals(cfg *config.Config) int {
+	if cfg.ApprovalsMaxPending == 0 {
+		return -1
+	}
+	return cfg.ApprovalsMaxPending
 }
 
 // apiRateLimit is the limit for api.Config: the options' when set, else

@@ -52,6 +52,13 @@ const noticeFrom = "Idemgate <approvals@idemgate.test>"
 
 func setupNotices(t *testing.T, engineName string) *noticeBundle {
 	t.Helper()
+	return setupNoticesWith(t, engineName, nil, &app.WorkerOptions{MaxWorkers: 4})
+}
+
+// setupNoticesWith is setupNotices with tweak applied to the configuration
+// (when set) and the workers' options.
+func setupNoticesWith(t *testing.T, engineName string, tweak func(*config.Config), wopts *app.WorkerOptions) *noticeBundle {
+	t.Helper()
 	ctx := context.Background()
 	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
 	stripeSrv.AddCharge("ch_123", 5000, "usd")
@@ -74,6 +81,9 @@ func setupNotices(t *testing.T, engineName string) *noticeBundle {
 	cfg.MailFrom = noticeFrom
 	cfg.PublicURL = b.publicURL + "/" // a trailing slash is not doubled
 	cfg.Secret = strings.Repeat("n", 32)
+	if tweak != nil {
+		tweak(cfg)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	var stops []func() error
 	// Registered after the database below: cleanups run last first, so the
@@ -100,7 +110,7 @@ func setupNotices(t *testing.T, engineName string) *noticeBundle {
 		require.NoError(t, err)
 		run(func() error { a.Run(runCtx); return nil })
 		b.url = startHTTP(t, a)
-		w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil, &app.WorkerOptions{MaxWorkers: 4})
+		w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil, wopts)
 		require.NoError(t, err)
 		run(func() error { return w.Run(runCtx, 10*time.Second) })
 		workerSrv := httptest.NewServer(w.Handler)
@@ -117,7 +127,7 @@ func setupNotices(t *testing.T, engineName string) *noticeBundle {
 		_, err := sqliteengine.New(db).Seed(ctx, seed)
 		require.NoError(t, err)
 		cfg.DatabaseURL = "sqlite:" + path
-		e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, nil, &app.WorkerOptions{MaxWorkers: 4})
+		e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), nil, nil, wopts)
 		require.NoError(t, err)
 		run(func() error { return e.Run(runCtx, 10*time.Second) })
 		b.url = startHTTP(t, &app.API{Handler: e.Handler})

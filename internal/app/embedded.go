@@ -82,15 +82,17 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 		Enqueuer:     client,
 		Policies:     tools.Policies(),
 		Secret:       []byte(cfg.Secret),
-		DBTimeout:    EmbeddedDBTimeout,
-		Logger:       logger,
+
+		MaxPendingApprovals: maxPendingApprovals(cfg),
+		DBTimeout:           EmbeddedDBTimeout,
+		Logger:              logger,
 
 		TracerProvider: tp,
 	})
 	if err != nil {
 		return nil, err
 	}
-	notices, err := approvalNoticeWorker(cfg, data, metrics, logger, tp)
+	notices, err := approvalNoticeWorker(cfg, data, metrics, logger, tp, workerOpts.NoticePeriod)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -133,11 +134,13 @@ func approvalNotices() bool {
 
 // approvalNoticeWorker is the worker of approval notices on data, or nil
 // when no mailer is linked (approvalMailer).
-func approvalNoticeWorker(cfg *config.Config, data engine.Store, metrics *jobs.Metrics, logger *slog.Logger, tp trace.TracerProvider) (*jobs.ApprovalNoticeWorker, error) {
+func approvalNoticeWorker(cfg *config.Config, data engine.Store, metrics *jobs.Metrics, logger *slog.Logger, tp trace.TracerProvider,
+	period time.Duration,
+) (*jobs.ApprovalNoticeWorker, error) {
 	mailer, err := approvalMailer(cfg, tp)
 	if mailer == nil || err != nil {
 		return nil, err
 	}
-	return &jobs.ApprovalNoticeWorker{Store: data, Settings: data, Mailer: mailer, PublicURL: cfg.PublicURLOrDefault(),
+	return &jobs.ApprovalNoticeWorker{Store: data, Settings: data, Notices: data, Period: period, Mailer: mailer, PublicURL: cfg.PublicURLOrDefault(),
 		Metrics: metrics, Logger: logger}, nil
 }

@@ -63,6 +63,10 @@ type WorkerOptions struct {
 	// MaxGroup is jobs.RunnerConfig.MaxGroup: how many in-transaction jobs
 	// share a transaction (0: jobs.DefaultMaxGroup; 1: none).
 	MaxGroup int
+	// NoticePeriod is the least time between two approval notices of a
+	// tenant (jobs.ApprovalNoticeWorker.Period). Default
+	// jobs.DefaultNoticePeriod.
+	NoticePeriod time.Duration
 	// Fault, nil in production, is a test's hook at points of every claim
 	// job (jobs.RunnerConfig.Fault): package toolkit kills jobs with it.
 	Fault jobs.Fault
@@ -142,7 +146,7 @@ func newWorkerParts(cfg *config.Config, drv engine.Driver, logger *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	notices, err := approvalNoticeWorker(cfg, data, metrics, logger, opts.TracerProvider)
+	notices, err := approvalNoticeWorker(cfg, data, metrics, logger, opts.TracerProvider, opts.NoticePeriod)
 	if err != nil {
 		return nil, err
 	}

@@ -143,13 +143,17 @@ type approvalMailer struct{ m *approvalmail.Mailer }
 
 // MailApprovalNotice implements jobs.ApprovalMailer: resetmail's permanent
 // errors are jobs.ErrNoticeRejected.
-func (a approvalMailer) MailApprovalNotice(ctx context.Context, c *core.Claim, to []string, link string) error {
-	n := &approvalmail.Notice{To: to, TenantID: c.TenantID, Tool: c.Tool, OperationID: c.OperationID,
-		Args: c.Args, ArgsHash: c.ArgsHash, RequesterID: c.UserID, RequestedAt: c.CreatedAt, Link: link}
-	if c.ApprovalExpiresAt != nil {
-		n.ExpiresAt = *c.ApprovalExpiresAt
+func (a approvalMailer) MailApprovalNotice(ctx context.Context, cs []*core.Claim, to []string, links []string) error {
+	ns := make([]*approvalmail.Notice, len(cs))
+	for i, c := range cs {
+		n := &approvalmail.Notice{To: to, TenantID: c.TenantID, Tool: c.Tool, OperationID: c.OperationID,
+			Args: c.Args, ArgsHash: c.ArgsHash, RequesterID: c.UserID, RequestedAt: c.CreatedAt, Link: links[i]}
+		if c.ApprovalExpiresAt != nil {
+			n.ExpiresAt = *c.ApprovalExpiresAt
+		}
+		ns[i] = n
 	}
-	_, err := a.m.Send(ctx, n)
+	_, err := a.m.SendAll(ctx, ns)
 	if resetmail.Permanent(err) {
 		return fmt.Errorf("%w: %w", jobs.ErrNoticeRejected, err)
 	}

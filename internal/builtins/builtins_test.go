@@ -39,7 +39,7 @@ func TestApprovalMailerRefusals(t *testing.T) {
 			cfg.SMTPAddr = smtpAddr
 			m, err := builtins.ApprovalMailer(cfg, nil)
 			require.NoError(t, err)
-			err = m.MailApprovalNotice(t.Context(), c, []string{"finance@acme.example"}, "https://idemgate.example.com/approvals/"+c.OperationID)
+			err = m.MailApprovalNotice(t.Context(), []*core.Claim{c}, []string{"finance@acme.example"}, []string{"https://idemgate.example.com/approvals/" + c.OperationID})
 			require.Error(t, err)
 			require.Equal(t, tc.rejected, errors.Is(err, jobs.ErrNoticeRejected), "%v", err)
 			require.NotContains(t, err.Error(), "finance@acme.example")

@@ -117,6 +117,13 @@ type Config struct {
 	// limit is on; ignored when RateLimit is 0.
 	RateBurst int `name:"rate-burst" env:"IDEMGATE_RATE_BURST" default:"200" placeholder:"CALLS" help:"calls per tenant and tool allowed at once before the sustained rate applies; at least 1 unless the limit is off"`
 
+	// ApprovalsMaxPending caps each tenant's calls awaiting a person's
+	// approval: a call that would wait while the tenant already has this
+	// many waiting is refused with approvals_pending_limit (REST 429 with
+	// Retry-After), nothing claimed, one denied audit row. 0 turns the cap
+	// off.
+	ApprovalsMaxPending int `name:"approvals-max-pending" env:"IDEMGATE_APPROVALS_MAX_PENDING" default:"50" placeholder:"CALLS" help:"most calls of one tenant awaiting a person's approval at once; further calls that need approval are refused with approvals_pending_limit; 0 turns the cap off"`
+
 	// DBPooler says what DATABASE_URL connects through: PoolerNone (the
 	// default: Postgres itself, or a pooler in session mode) or
 	// PoolerTransaction (PgBouncer with pool_mode=transaction, or any pooler
@@ -237,8 +244,10 @@ const (
 	EnvOpsSubjects     = "IDEMGATE_OPS_SUBJECTS"
 	EnvRateLimit       = "IDEMGATE_RATE_LIMIT"
 	EnvRateBurst       = "IDEMGATE_RATE_BURST"
-	EnvDBPooler        = "IDEMGATE_DB_POOLER"
-	EnvAllowedOrigins  = "IDEMGATE_ALLOWED_ORIGINS"
+	// EnvApprovalsMaxPending names Config.ApprovalsMaxPending.
+	EnvApprovalsMaxPending = "IDEMGATE_APPROVALS_MAX_PENDING"
+	EnvDBPooler            = "IDEMGATE_DB_POOLER"
+	EnvAllowedOrigins      = "IDEMGATE_ALLOWED_ORIGINS"
 )
 
 // Defaults as constants, for packages that need one without a Config. The
@@ -257,7 +266,9 @@ const (
 	DefaultLogLevel        = slog.LevelInfo
 	DefaultRateLimit       = 50
 	DefaultRateBurst       = 200
-	DefaultDBPooler        = PoolerNone
+	// DefaultApprovalsMaxPending is Config.ApprovalsMaxPending's default.
+	DefaultApprovalsMaxPending = 50
+	DefaultDBPooler            = PoolerNone
 	// DefaultPooledExecMode is the pgx query execution mode used under
 	// PoolerTransaction when DATABASE_URL names none: statement
 	// descriptions are cached per connection, the statements themselves are
@@ -289,6 +300,9 @@ const (
 	// above what one api serves, low enough to catch a slipped digit.
 	MaxRateLimit = 1_000_000
 	MaxRateBurst = 1_000_000
+	// MaxApprovalsMaxPending bounds IDEMGATE_APPROVALS_MAX_PENDING: more
+	// waiting calls than people can read.
+	MaxApprovalsMaxPending = 100_000
 	// MaxPoolMaxConns bounds DATABASE_URL's pool_max_conns: far above any
 	// server's max_connections, low enough to catch a slipped digit.
 	MaxPoolMaxConns = 10_000

@@ -40,20 +40,21 @@ func TestLoadDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Defaults(), cfg)
 	require.Equal(t, &Config{
-		DatabaseURL:     "",
-		APIAddr:         "127.0.0.1:8080",
-		BuiltinSettings: BuiltinSettings{StripeAPIKey: "", StripeAPIBase: "https://api.stripe.com", SMTPAddr: "127.0.0.1:1025", MailFrom: "idemgate <no-reply@localhost>"},
-		InflightTimeout: 2 * time.Minute,
-		ReaperInterval:  30 * time.Second,
-		River:           "own",
-		Wait:            2 * time.Second,
-		Secret:          "",
-		WorkerAddr:      "127.0.0.1:9091",
-		OperatorTenant:  "ops",
-		RateLimit:       50,
-		RateBurst:       200,
-		DBPooler:        "none",
-		LogLevel:        slog.LevelInfo,
+		DatabaseURL:         "",
+		APIAddr:             "127.0.0.1:8080",
+		BuiltinSettings:     BuiltinSettings{StripeAPIKey: "", StripeAPIBase: "https://api.stripe.com", SMTPAddr: "127.0.0.1:1025", MailFrom: "idemgate <no-reply@localhost>"},
+		InflightTimeout:     2 * time.Minute,
+		ReaperInterval:      30 * time.Second,
+		River:               "own",
+		Wait:                2 * time.Second,
+		Secret:              "",
+		WorkerAddr:          "127.0.0.1:9091",
+		OperatorTenant:      "ops",
+		RateLimit:           50,
+		RateBurst:           200,
+		DBPooler:            "none",
+		ApprovalsMaxPending: 50,
+		LogLevel:            slog.LevelInfo,
 	}, cfg)
 	require.Equal(t, DriverSQLite, cfg.Driver())
 	require.Equal(t, "idemgate.db", cfg.SQLitePath())
@@ -70,18 +71,19 @@ func TestDefaultConstants(t *testing.T) {
 	t.Parallel()
 
 	require.Equal(t, &Config{
-		APIAddr:         DefaultAPIAddr,
-		InflightTimeout: DefaultInflightTimeout,
-		BuiltinSettings: BuiltinSettings{StripeAPIBase: DefaultStripeAPIBase, SMTPAddr: DefaultSMTPAddr, MailFrom: DefaultMailFrom},
-		ReaperInterval:  DefaultReaperInterval,
-		River:           DefaultRiver,
-		Wait:            DefaultWait,
-		WorkerAddr:      DefaultWorkerAddr,
-		OperatorTenant:  DefaultOperatorTenant,
-		RateLimit:       DefaultRateLimit,
-		RateBurst:       DefaultRateBurst,
-		DBPooler:        DefaultDBPooler,
-		LogLevel:        DefaultLogLevel,
+		APIAddr:             DefaultAPIAddr,
+		InflightTimeout:     DefaultInflightTimeout,
+		BuiltinSettings:     BuiltinSettings{StripeAPIBase: DefaultStripeAPIBase, SMTPAddr: DefaultSMTPAddr, MailFrom: DefaultMailFrom},
+		ReaperInterval:      DefaultReaperInterval,
+		River:               DefaultRiver,
+		Wait:                DefaultWait,
+		WorkerAddr:          DefaultWorkerAddr,
+		OperatorTenant:      DefaultOperatorTenant,
+		RateLimit:           DefaultRateLimit,
+		RateBurst:           DefaultRateBurst,
+		DBPooler:            DefaultDBPooler,
+		ApprovalsMaxPending: DefaultApprovalsMaxPending,
+		LogLevel:            DefaultLogLevel,
 	}, Defaults())
 }
 
@@ -106,6 +108,7 @@ var fullEnv = map[string]string{
 	EnvRateLimit:            "2.5",
 	EnvRateBurst:            "10",
 	EnvDBPooler:             "transaction",
+	EnvApprovalsMaxPending:  "7",
 }
 
 var precedenceTests = []struct {
@@ -119,22 +122,23 @@ var precedenceTests = []struct {
 		env:  fullEnv,
 		check: func(t *testing.T, cfg *Config) {
 			require.Equal(t, &Config{
-				DatabaseURL:     "postgres://u:pw@db:5432/idemgate",
-				APIAddr:         "0.0.0.0:9000",
-				BuiltinSettings: BuiltinSettings{StripeAPIKey: "sk_test_env", StripeAPIBase: "http://stripe-mock:12111", SMTPAddr: "mailpit:1025", MailFrom: "ops@example.com", ResetLinkBase: "https://app.example.com/reset"},
-				InflightTimeout: 5 * time.Minute,
-				ReaperInterval:  10 * time.Second,
-				River:           "own",
-				Wait:            0,
-				Secret:          testSecret,
-				WorkerAddr:      "0.0.0.0:9191",
-				OperatorTenant:  "operators",
-				OpsUser:         "oncall",
-				OpsPassword:     "s3cret-operator-password",
-				RateLimit:       2.5,
-				RateBurst:       10,
-				DBPooler:        "transaction",
-				LogLevel:        slog.LevelDebug,
+				DatabaseURL:         "postgres://u:pw@db:5432/idemgate",
+				APIAddr:             "0.0.0.0:9000",
+				BuiltinSettings:     BuiltinSettings{StripeAPIKey: "sk_test_env", StripeAPIBase: "http://stripe-mock:12111", SMTPAddr: "mailpit:1025", MailFrom: "ops@example.com", ResetLinkBase: "https://app.example.com/reset"},
+				InflightTimeout:     5 * time.Minute,
+				ReaperInterval:      10 * time.Second,
+				River:               "own",
+				Wait:                0,
+				Secret:              testSecret,
+				WorkerAddr:          "0.0.0.0:9191",
+				OperatorTenant:      "operators",
+				OpsUser:             "oncall",
+				OpsPassword:         "s3cret-operator-password",
+				RateLimit:           2.5,
+				RateBurst:           10,
+				DBPooler:            "transaction",
+				ApprovalsMaxPending: 7,
+				LogLevel:            slog.LevelDebug,
 			}, cfg)
 			require.Equal(t, DriverPostgres, cfg.Driver())
 			require.Empty(t, cfg.SQLitePath())
@@ -157,6 +161,7 @@ var precedenceTests = []struct {
 			"--worker-addr", "127.0.0.1:0",
 			"--operator-tenant", "root",
 			"--rate-limit", "0",
+			"--approvals-max-pending", "0",
 			"--rate-burst", "0",
 			"--db-pooler", "none",
 			"--log-level", "error",
@@ -396,6 +401,9 @@ var loadErrorTests = []struct {
 	{"RateBurstNegative", []string{"--rate-burst=-1"}, nil, EnvRateBurst, []string{"--rate-burst", "-1 is negative"}},
 	{"RateBurstTooHigh", nil, map[string]string{EnvRateBurst: "1000001"}, EnvRateBurst, []string{"above 1000000"}},
 	{"RateBurstZeroWhileLimited", nil, map[string]string{EnvRateBurst: "0"}, EnvRateBurst, []string{"refuse every call", EnvRateLimit + "=0"}},
+	{"ApprovalsMaxPendingNegative", nil, map[string]string{EnvApprovalsMaxPending: "-1"}, EnvApprovalsMaxPending, []string{"-1 is out of range", "0 to turn the cap off"}},
+	{"ApprovalsMaxPendingTooHigh", []string{"--approvals-max-pending", "100001"}, nil, EnvApprovalsMaxPending, []string{"--approvals-max-pending", "want 1 to 100000"}},
+	{"ApprovalsMaxPendingUnparseable", nil, map[string]string{EnvApprovalsMaxPending: "many"}, EnvApprovalsMaxPending, []string{`"many" is not a whole number`}},
 	{"DBPoolerUnknown", nil, map[string]string{EnvDBPooler: "session"}, EnvDBPooler, []string{`"session"`, "none or transaction"}},
 	{"DBPoolerOnSQLite", []string{"--db-pooler", "transaction"}, nil, EnvDBPooler, []string{"postgres://"}},
 	{"DBPoolerSimpleProtocol", nil, map[string]string{EnvDBPooler: "transaction",
@@ -609,7 +617,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 29)
+	require.Len(t, all, 30)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -629,7 +637,7 @@ func TestSettings(t *testing.T) {
 	}
 	for _, env := range []string{EnvDatabaseURL, EnvAPIAddr, EnvStripeAPIKey, EnvStripeAPIBase, EnvSMTPAddr,
 		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant,
-		EnvRateLimit, EnvRateBurst, EnvDBPooler, EnvOpsSubjects} {
+		EnvRateLimit, EnvRateBurst, EnvApprovalsMaxPending, EnvDBPooler, EnvOpsSubjects} {
 		require.True(t, envs[env], "Env constant %s names no setting", env)
 	}
 

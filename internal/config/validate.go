@@ -90,6 +90,10 @@ func (c *Config) Validate() error {
 	}
 	add(validateRateLimit(c.RateLimit))
 	add(validateRateBurst(c.RateLimit, c.RateBurst))
+	if c.ApprovalsMaxPending < 0 || c.ApprovalsMaxPending > MaxApprovalsMaxPending {
+		add(settingErr(EnvApprovalsMaxPending, "%d is out of range; want 1 to %d, or 0 to turn the cap off",
+			c.ApprovalsMaxPending, MaxApprovalsMaxPending))
+	}
 	switch c.LogLevel {
 	case slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError:
 	default:

@@ -113,6 +113,12 @@ type Config struct {
 	// in a sampled trace always claims on its own, so that its trace shows
 	// its own job insert.
 	MaxClaimBatch int
+	// MaxPendingApprovals caps the claims of a tenant awaiting approval: a
+	// call that would wait for a person while the tenant already has this
+	// many waiting is refused with vocab.CodeApprovalsPendingLimit,
+	// nothing claimed, one denied audit row. Default
+	// DefaultMaxPendingApprovals; negative: no cap.
+	MaxPendingApprovals int
 	// OnTransition, when set, is told of every transition the gate
 	// commits, by event (metrics).
 	OnTransition func(Event)
@@ -126,6 +132,14 @@ type Config struct {
 // DefaultDBTimeout is the default Config.DBTimeout.
 const DefaultDBTimeout = 2 * time.Second
 
+// DefaultMaxPendingApprovals is the default Config.MaxPendingApprovals.
+const DefaultMaxPendingApprovals = 50
+
+// ApprovalsPendingRetryAfter is what a call refused with
+// vocab.CodeApprovalsPendingLimit is told to wait before trying again:
+// the waiting calls clear as people decide, in minutes.
+const ApprovalsPendingRetryAfter = time.Minute
+
 // Gate claims intents and answers retries.
 type Gate struct {
 	store    Store
@@ -135,6 +149,8 @@ type Gate struct {
 	waiter   Waiter
 	timeout  time.Duration
 	logger   *slog.Logger
+	// maxPending is Config.MaxPendingApprovals; 0: no cap.
+	maxPending int
 	// onTransition is Config.OnTransition.
 	onTransition func(Event)
 	tracer       telemetry.Tracer
@@ -166,11 +182,18 @@ func New(cfg *Config) (*Gate, error) {
 		timeout:  cfg.DBTimeout,
 		logger:   cfg.Logger,
 
+		maxPending:   cfg.MaxPendingApprovals,
 		onTransition: cfg.OnTransition,
 		tracer:       telemetry.NewTracer(cfg.TracerProvider, "github.com/idemgate/idemgate/internal/core"),
 	}
 	if g.timeout == 0 {
 		g.timeout = DefaultDBTimeout
+	}
+	switch {
+	case g.maxPending == 0:
+		g.maxPending = DefaultMaxPendingApprovals
+	case g.maxPending < 0:
+		g.maxPending = 0
 	}
 	if g.logger == nil {
 		g.logger = slog.Default()
@@ -552,6 +575,19 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	// A claim that awaits approval has no job until it is approved.
 	operationID := newOperationID()
 	event, reason, jobID := EventInsert, "", int64(0)
+	if params.ApprovalWindow > 0 && g.maxPending > 0 {
+		// Only calls that would wait count the waiting ones, serialized
+		// per tenant until this transaction ends: concurrent calls cannot
+		// both see room for one.
+		n, err := tx.ApprovalPendingCount(ctx, &ApprovalPendingCountParams{TenantID: params.Actor.TenantID})
+		if err != nil {
+			return nil, nil, err
+		}
+		if n >= g.maxPending {
+			_ = tx.Rollback(ctx)
+			return nil, nil, g.refusePending(ctx, params, auditArgs, start, n)
+		}
+	}
 	if params.ApprovalWindow > 0 {
 		event, reason = EventAwait, fmt.Sprintf("awaiting approval for up to %s", params.ApprovalWindow)
 	} else {
@@ -603,6 +639,23 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 	}
 	g.observe(event)
 	return &ClaimResult{Outcome: vocab.OutcomeAccepted, Claim: claim}, nil, nil
+}
+
+// refusePending refuses a call that would wait for approval while its
+// tenant has n calls waiting, the cap or more: approvals_pending_limit,
+// nothing claimed, one denied audit row.
+func (g *Gate) refusePending(ctx context.Context, params *ClaimParams, auditArgs json.RawMessage, start time.Time, n int) error {
+	refusal := vocab.Errorf(vocab.CodeApprovalsPendingLimit, "",
+		"%d calls of this tenant already await a person's approval, the most allowed (%d); this call was not claimed: "+
+			"retry with the same idempotency_key once approvers have decided some", n, g.maxPending)
+	auditCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+	defer cancel()
+	ev := callAudit(ctx, params, auditArgs, start, vocab.DecisionDenied,
+		fmt.Sprintf("%s: %d awaiting approval, the most allowed is %d", vocab.CodeApprovalsPendingLimit, n, g.maxPending))
+	if err := g.audits.write(auditCtx, ev); err != nil {
+		return err
+	}
+	return refusal
 }
 
 // takeOverOrAnswer handles an insert that found the key taken, in tx: it

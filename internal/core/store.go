@@ -289,6 +289,14 @@ type Executor interface {
 	// ClaimListApprovalExpired lists claims awaiting approval whose window
 	// ended, oldest deadline first.
 	ClaimListApprovalExpired(ctx context.Context, params *ClaimListApprovalExpiredParams) ([]*Claim, error)
+	// ApprovalPendingCount counts the tenant's claims awaiting approval
+	// whose window is open. In a transaction it first waits for, and then
+	// holds until the transaction ends, the tenant's approval lock, which
+	// every such count in a transaction takes (Postgres: an advisory
+	// transaction lock; SQLite's write transaction holds the database
+	// already): a count and the claim written after it are never
+	// interleaved with another's.
+	ApprovalPendingCount(ctx context.Context, params *ApprovalPendingCountParams) (int, error)
 	// AuditInsert appends one audit row.
 	AuditInsert(ctx context.Context, params *AuditInsertParams) error
 	// AuditInsertMany appends rows, all or none, in one statement where
@@ -296,6 +304,14 @@ type Executor interface {
 	AuditInsertMany(ctx context.Context, rows []*AuditInsertParams) error
 	// AuditListByKey lists the audit rows of (tenant, tool, key), oldest first.
 	AuditListByKey(ctx context.Context, params *AuditListByKeyParams) ([]*AuditEvent, error)
+}
+
+// ApprovalPendingCountParams are the parameters of
+// Executor.ApprovalPendingCount.
+type ApprovalPendingCountParams struct {
+	TenantID string
+	// Now, when set, replaces the database's clock (tests).
+	Now *time.Time
 }
 
 // ClaimInsertParams are the parameters of Executor.ClaimInsert.

@@ -63,6 +63,7 @@ type Store interface {
 	store.Tokens
 	store.Seeder
 	store.TenantSettings
+	store.ApprovalNotices
 }
 
 // AppTable is the version table of a team's own migrations run through

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -59,39 +60,58 @@ func (e *Enqueuer[TTx]) SetApprovalNotices(on bool) { e.notices.Store(on) }
 // would fail the same way.
 var ErrNoticeRejected = errors.New("approval notice rejected")
 
-// ApprovalMailer mails a tenant's approvers the notice of a claim awaiting
+// ApprovalMailer mails a tenant's approvers the notice of claims awaiting
 // approval: the built-in tools' SMTP mailer (internal/vocab/approvalmail).
 type ApprovalMailer interface {
-	// MailApprovalNotice sends one message about c to all of to, linking
-	// to the approval page; every send for c has the same Message-ID. An
-	// error that wraps ErrNoticeRejected is permanent; others are
+	// MailApprovalNotice sends one message about all of cs to all of to,
+	// linking each claim to its approval page (links[i] is cs[i]'s); every
+	// send of a notice has the same Message-ID, which derives from cs[0].
+	// An error that wraps ErrNoticeRejected is permanent; others are
 	// transient.
-	MailApprovalNotice(ctx context.Context, c *core.Claim, to []string, link string) error
+	MailApprovalNotice(ctx context.Context, cs []*core.Claim, to []string, links []string) error
 }
+
+// DefaultNoticePeriod is ApprovalNoticeWorker.Period's default: a tenant's
+// approvers get at most one notice a minute.
+const DefaultNoticePeriod = time.Minute
 
 // The outcomes of an approval notice job (idemgate_approval_notices_total).
 const (
 	NoticeSent         = "sent"          // mailed
 	NoticeNoRecipients = "no_recipients" // the tenant has no approval_mail_to
 	NoticeNotAwaiting  = "not_awaiting"  // decided, expired or gone first
+	NoticeGathered     = "gathered"      // listed by another operation's notice
+	NoticeDeferred     = "deferred"      // waits for the tenant's next period
 	NoticeRejected     = "rejected"      // permanent error: not retried
 	NoticeRetry        = "retry"         // transient error: River retries
 	NoticeGaveUp       = "gave_up"       // transient error on the last attempt
 )
 
 // noticeOutcomes are every outcome, for the metric's series.
-var noticeOutcomes = []string{NoticeSent, NoticeNoRecipients, NoticeNotAwaiting, NoticeRejected, NoticeRetry, NoticeGaveUp}
+var noticeOutcomes = []string{NoticeSent, NoticeNoRecipients, NoticeNotAwaiting, NoticeGathered, NoticeDeferred,
+	NoticeRejected, NoticeRetry, NoticeGaveUp}
 
 // ApprovalNoticeWorker works ApprovalNoticeArgs: when the claim still
 // awaits approval and its tenant has approval_mail_to, it mails them one
-// notice linking to PublicURL/approvals/{operation id}. A transient
-// error retries the job; a permanent one cancels it, logged.
+// notice linking to PublicURL/approvals/{operation id}, gathered: a
+// tenant's approvers get at most one notice per Period. The first waiting
+// operation is mailed at once; the jobs of operations that wait within the
+// period snooze until it ends, and the first of them to run mails one
+// notice listing all of them (each with its link), the others completing
+// without a mail (Notices records which notice listed which operation). A
+// transient error retries the job, which sends the same notice again; a
+// permanent one cancels it, logged.
 type ApprovalNoticeWorker struct {
 	river.WorkerDefaults[ApprovalNoticeArgs]
 	// Store reads the claim. Required.
 	Store core.Store
 	// Settings reads the tenant's approval_mail_to. Required.
 	Settings store.TenantSettings
+	// Notices gathers the notices. Required.
+	Notices store.ApprovalNotices
+	// Period is the least time between two notices of a tenant. Default
+	// DefaultNoticePeriod.
+	Period time.Duration
 	// Mailer sends the notice. Required.
 	Mailer ApprovalMailer
 	// PublicURL is the api's base URL as people reach it, without a
@@ -144,7 +164,37 @@ func (w *ApprovalNoticeWorker) work(ctx context.Context, job *river.Job[Approval
 		log.InfoContext(ctx, "approval notice: the tenant has no approval_mail_to; nobody is mailed", "tool", c.Tool)
 		return NoticeNoRecipients, nil
 	}
-	err = w.Mailer.MailApprovalNotice(ctx, c, to, ApprovalLink(w.PublicURL, c.OperationID))
+	period := w.Period
+	if period <= 0 {
+		period = DefaultNoticePeriod
+	}
+	now := time.Now()
+	batch, err := w.Notices.ApprovalNoticeReserve(ctx, &store.ApprovalNoticeReserveParams{TenantID: a.TenantID,
+		OperationID: a.OperationID, Period: period, Now: now})
+	switch {
+	case err != nil:
+		return w.transient(ctx, job, log, err)
+	case batch.Gathered:
+		log.InfoContext(ctx, "approval notice: gathered into another operation's notice")
+		return NoticeGathered, nil
+	case !batch.Due.IsZero():
+		wait := batch.Due.Sub(now)
+		log.InfoContext(ctx, "approval notice: the tenant's approvers were mailed within the period; gathered into the next notice", "in", wait)
+		return NoticeDeferred, river.JobSnooze(wait)
+	}
+	cs, err := w.waiting(ctx, a, batch.OperationIDs, now)
+	if err != nil {
+		return w.transient(ctx, job, log, err)
+	}
+	if len(cs) == 0 {
+		log.InfoContext(ctx, "approval notice: no operation of it awaits approval any more; nobody is mailed")
+		return NoticeNotAwaiting, nil
+	}
+	links := make([]string, len(cs))
+	for i, c := range cs {
+		links[i] = ApprovalLink(w.PublicURL, c.OperationID)
+	}
+	err = w.Mailer.MailApprovalNotice(ctx, cs, to, links)
 	switch {
 	case errors.Is(err, ErrNoticeRejected):
 		log.ErrorContext(ctx, "approval notice rejected; it is not sent again", "tool", c.Tool, "error", err)
@@ -152,8 +202,36 @@ func (w *ApprovalNoticeWorker) work(ctx context.Context, job *river.Job[Approval
 	case err != nil:
 		return w.transient(ctx, job, log, err)
 	}
-	log.InfoContext(ctx, "approval notice sent", "tool", c.Tool, "recipients", len(to))
+	log.InfoContext(ctx, "approval notice sent", "tool", c.Tool, "recipients", len(to), "operations", len(cs))
 	return NoticeSent, nil
+}
+
+// waiting reads the claims of a notice's operations that still await
+// approval at now: the job's own first, then oldest first.
+func (w *ApprovalNoticeWorker) waiting(ctx context.Context, a ApprovalNoticeArgs, ids []string, now time.Time) ([]*core.Claim, error) {
+	var cs []*core.Claim
+	for _, id := range ids {
+		c, err := w.Store.ClaimGetByOperation(ctx, &core.ClaimGetByOperationParams{TenantID: a.TenantID, OperationID: id})
+		switch {
+		case errors.Is(err, vocab.ErrNotFound):
+			continue
+		case err != nil:
+			return nil, err
+		case c.Status != vocab.StatusAwaitingApproval, c.ApprovalExpiresAt != nil && !c.ApprovalExpiresAt.After(now):
+			continue
+		}
+		cs = append(cs, c)
+	}
+	slices.SortStableFunc(cs, func(x, y *core.Claim) int {
+		switch {
+		case x.OperationID == a.OperationID:
+			return -1
+		case y.OperationID == a.OperationID:
+			return 1
+		}
+		return x.CreatedAt.Compare(y.CreatedAt)
+	})
+	return cs, nil
 }
 
 // transient hands a transient error to River, which retries the job until

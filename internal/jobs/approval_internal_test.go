@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/core"
+	"github.com/idemgate/idemgate/internal/store"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
 
@@ -25,6 +26,7 @@ type noticeStore struct {
 	claim  *core.Claim
 	err    error
 	mailTo []string
+	batch  *store.ApprovalNoticeBatch
 }
 
 func (s *noticeStore) ClaimGetByOperation(_ context.Context, p *core.ClaimGetByOperationParams) (*core.Claim, error) {
@@ -35,6 +37,14 @@ func (s *noticeStore) ClaimGetByOperation(_ context.Context, p *core.ClaimGetByO
 		return nil, vocab.ErrNotFound
 	}
 	return s.claim, nil
+}
+
+// ApprovalNoticeReserve lists the one claim, or answers batch when set.
+func (s *noticeStore) ApprovalNoticeReserve(_ context.Context, p *store.ApprovalNoticeReserveParams) (*store.ApprovalNoticeBatch, error) {
+	if s.batch != nil {
+		return s.batch, nil
+	}
+	return &store.ApprovalNoticeBatch{OperationIDs: []string{p.OperationID}}, nil
 }
 
 func (s *noticeStore) TenantApprovalMailTo(context.Context, string) ([]string, error) {
@@ -50,8 +60,8 @@ type fakeMailer struct {
 	claim *core.Claim
 }
 
-func (m *fakeMailer) MailApprovalNotice(_ context.Context, c *core.Claim, to []string, link string) error {
-	m.claim, m.to, m.link = c, to, link
+func (m *fakeMailer) MailApprovalNotice(_ context.Context, cs []*core.Claim, to []string, links []string) error {
+	m.claim, m.to, m.link = cs[0], to, links[0]
 	if m.err != nil {
 		return m.err
 	}
@@ -108,13 +118,23 @@ func TestApprovalNoticeWorker(t *testing.T) {
 		{name: "TransientOnTheLastAttempt", store: &noticeStore{claim: waiting(), mailTo: []string{"fin@acme.example"}},
 			mailErr: errors.New("connection refused"), attempt: 10, outcome: NoticeGaveUp,
 			check: func(t *testing.T, err error) { require.ErrorContains(t, err, "connection refused") }},
+		{name: "Gathered", store: &noticeStore{claim: waiting(), mailTo: []string{"fin@acme.example"}, batch: &store.ApprovalNoticeBatch{Gathered: true}},
+			outcome: NoticeGathered},
+		{name: "Deferred", store: &noticeStore{claim: waiting(), mailTo: []string{"fin@acme.example"},
+			batch: &store.ApprovalNoticeBatch{Due: time.Now().Add(time.Minute)}}, outcome: NoticeDeferred,
+			check: func(t *testing.T, err error) {
+				var snooze *rivertype.JobSnoozeError
+				require.ErrorAs(t, err, &snooze, "snoozed until the period ends")
+				require.Positive(t, snooze.Duration)
+				require.LessOrEqual(t, snooze.Duration, time.Minute, "until Due, not longer")
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			metrics, err := NewMetrics(prometheus.NewRegistry())
 			require.NoError(t, err)
 			mailer := &fakeMailer{err: tc.mailErr}
-			w := &ApprovalNoticeWorker{Store: tc.store, Settings: tc.store, Mailer: mailer, PublicURL: "https://idemgate.example.com",
+			w := &ApprovalNoticeWorker{Store: tc.store, Settings: tc.store, Notices: tc.store, Mailer: mailer, PublicURL: "https://idemgate.example.com",
 				Metrics: metrics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			attempt := tc.attempt
 			if attempt == 0 {

@@ -110,6 +110,43 @@ type TenantSettings interface {
 	TenantApprovalMailTo(ctx context.Context, tenantID string) ([]string, error)
 }
 
+// ApprovalNotices gathers a tenant's approval notices: at most one per
+// period, listing every operation that began waiting since the last.
+type ApprovalNotices interface {
+	// ApprovalNoticeReserve decides, under the tenant's notice lock, what
+	// the notice job of OperationID does, and records it:
+	//   - OperationID was listed by another operation's notice: Gathered.
+	//   - OperationID leads a notice reserved before (a retried job): that
+	//     notice's operations again, to send with the same Message-ID.
+	//   - The tenant's last notice is less than Period old: Due, when the
+	//     next may go (nothing recorded).
+	//   - Otherwise: every operation of the tenant awaiting approval
+	//     (window open at Now) that no notice listed yet, oldest first,
+	//     recorded as listed by OperationID's notice at Now.
+	ApprovalNoticeReserve(ctx context.Context, p *ApprovalNoticeReserveParams) (*ApprovalNoticeBatch, error)
+}
+
+// ApprovalNoticeReserveParams are the parameters of
+// ApprovalNotices.ApprovalNoticeReserve.
+type ApprovalNoticeReserveParams struct {
+	TenantID    string
+	OperationID string
+	// Period is the least time between two notices of the tenant.
+	Period time.Duration
+	// Now is the clock reading of the decision.
+	Now time.Time
+}
+
+// ApprovalNoticeBatch is ApprovalNoticeReserve's decision.
+type ApprovalNoticeBatch struct {
+	// Gathered: another operation's notice lists this one.
+	Gathered bool
+	// Due, when set, is when the tenant's next notice may go.
+	Due time.Time
+	// OperationIDs are the operations the notice lists, oldest first.
+	OperationIDs []string
+}
+
 // Seeder loads a seed file.
 type Seeder interface {
 	// Seed validates f (SeedFile.Validate) and loads it in one transaction.

@@ -53,6 +53,10 @@ const (
 	// CodeApprovalAlreadyDecided refuses a decision on an operation that no
 	// longer awaits approval: another approver decided it first.
 	CodeApprovalAlreadyDecided Code = "approval_already_decided"
+	// CodeApprovalsPendingLimit refuses a call that would wait for a
+	// person's approval while its tenant already has the most calls
+	// waiting that the deployment allows; nothing is claimed.
+	CodeApprovalsPendingLimit Code = "approvals_pending_limit"
 )
 
 // Codes returns every code constant above, in declaration order. Tools may
@@ -64,7 +68,7 @@ func Codes() []Code {
 		CodeUnavailable, CodeRateLimited, CodeInternal, CodeResetTokenUsed, CodeResetTokenExpired,
 		CodeOutcomeUnknown, CodeCancelled, CodeDownstreamIdempotencyMismatch, CodeAmountExceedsRefundable,
 		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted, CodeJobCancelledByOperator, CodeJobVanished,
-		CodeApprovalDenied, CodeApprovalExpired, CodeApprovalAlreadyDecided,
+		CodeApprovalDenied, CodeApprovalExpired, CodeApprovalAlreadyDecided, CodeApprovalsPendingLimit,
 	}
 }
 

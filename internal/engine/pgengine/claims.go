@@ -193,6 +193,15 @@ func (e executor) ClaimListApprovalExpired(ctx context.Context, p *core.ClaimLis
 	return e.claimRows(ctx, sqlClaimListApprovalExpired, p.Limit, p.Now)
 }
 
+func (e executor) ApprovalPendingCount(ctx context.Context, p *core.ApprovalPendingCountParams) (int, error) {
+	if _, err := e.q.Exec(ctx, sqlApprovalLock, p.TenantID); err != nil {
+		return 0, translate(err)
+	}
+	var n int
+	err := e.q.QueryRow(ctx, sqlApprovalPendingCount, p.TenantID, p.Now).Scan(&n)
+	return n, translate(err)
+}
+
 func (e executor) ClaimListOrphaned(ctx context.Context, p *core.ClaimListOrphanedParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, p.Now)
 }

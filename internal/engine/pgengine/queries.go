@@ -417,6 +417,18 @@ WHERE status = 'awaiting_approval' AND approval_expires_at <= coalesce($2::times
 ORDER BY approval_expires_at
 LIMIT $1`
 
+// sqlApprovalLock takes the tenant's approval lock until the transaction
+// ends (core.Executor.ApprovalPendingCount); a hash collision between two
+// tenants only makes them wait for each other.
+const sqlApprovalLock = `SELECT pg_advisory_xact_lock(hashtextextended('idemgate.approvals_pending/' || $1, 0))`
+
+// sqlApprovalPendingCount counts a tenant's claims awaiting approval whose
+// window is open (idempotency_claims_approval_idx), in a statement after
+// the lock so that its snapshot sees every claim committed under it.
+const sqlApprovalPendingCount = `
+SELECT count(*) FROM idempotency_claims
+WHERE status = 'awaiting_approval' AND tenant_id = $1 AND approval_expires_at > coalesce($2::timestamptz, now())`
+
 // A claim is orphaned when it waits on a job that will never run it again.
 var sqlClaimListOrphaned = `
 SELECT ` + claimColumns + computed("$2") + `

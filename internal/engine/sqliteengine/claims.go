@@ -218,6 +218,12 @@ func (e executor) ClaimListApprovalExpired(ctx context.Context, p *core.ClaimLis
 	return e.claimRows(ctx, sqlClaimListApprovalExpired, p.Limit, nullTime(p.Now))
 }
 
+func (e executor) ApprovalPendingCount(ctx context.Context, p *core.ApprovalPendingCountParams) (int, error) {
+	var n int
+	err := e.queryRow(ctx, sqlApprovalPendingCount, p.TenantID, nullTime(p.Now)).Scan(&n)
+	return n, translate(err)
+}
+
 func (e executor) ClaimListOrphaned(ctx context.Context, p *core.ClaimListOrphanedParams) ([]*Claim, error) {
 	return e.claimRows(ctx, sqlClaimListOrphaned, p.Limit, nullTime(p.Now))
 }

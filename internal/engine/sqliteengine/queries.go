@@ -193,6 +193,13 @@ WHERE status = 'awaiting_approval' AND approval_expires_at <= ` + at("?2") + `
 ORDER BY approval_expires_at
 LIMIT ?1`
 
+// sqlApprovalPendingCount counts a tenant's claims awaiting approval whose
+// window is open (core.Executor.ApprovalPendingCount): a transaction holds
+// the write lock from BEGIN IMMEDIATE, which serializes the counts.
+var sqlApprovalPendingCount = `
+SELECT count(*) FROM idempotency_claims
+WHERE status = 'awaiting_approval' AND tenant_id = ?1 AND approval_expires_at > ` + at("?2")
+
 // A claim is orphaned when it waits on a job that will never run it again.
 var sqlClaimListOrphaned = `
 SELECT ` + claimColumns + computed("?2") + `
@@ -374,7 +381,7 @@ var allQueries = []string{
 	sqlClaimComplete, sqlClaimCompleteLocked, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
 	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimListTerminal, sqlClaimArchiveDelete, sqlClaimTakeOverHistory, sqlHistoryUpsert,
 	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlTombstonePurge, sqlAuditInsert,
-	sqlAuditListByKey, sqlClaimApprove, sqlClaimDecline, sqlClaimListApprovalExpired,
+	sqlAuditListByKey, sqlClaimApprove, sqlClaimDecline, sqlClaimListApprovalExpired, sqlApprovalPendingCount,
 }
 
 // Tokens, orders and seeding.

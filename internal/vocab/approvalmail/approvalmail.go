@@ -77,6 +77,27 @@ func Body(n *Notice) string {
 	return strings.Join(lines, "\r\n")
 }
 
+// DigestSubject is the subject line of a notice listing ns.
+func DigestSubject(ns []*Notice) string {
+	if len(ns) == 1 {
+		return Subject(ns[0])
+	}
+	return fmt.Sprintf("Approval needed: %d calls for %s", len(ns), ns[0].TenantID)
+}
+
+// Digest is the plain text of a notice listing ns, gathered within one
+// period: each one's Body, in order, under a line saying how many wait.
+func Digest(ns []*Notice) string {
+	if len(ns) == 1 {
+		return Body(ns[0])
+	}
+	parts := []string{fmt.Sprintf("%d calls for tenant %s wait for a person's approval; each is below, with its own link.\r\n", len(ns), ns[0].TenantID)}
+	for i, n := range ns {
+		parts = append(parts, fmt.Sprintf("---- %d of %d ----\r\n", i+1, len(ns)), Body(n))
+	}
+	return strings.Join(parts, "\r\n")
+}
+
 // visible writes the line and paragraph separators of the arguments as
 // their JSON escapes: raw, a reader would see a line break that is not in
 // the arguments (inside a JSON string the escape is the same value).
@@ -104,4 +125,25 @@ func (m *Mailer) Send(ctx context.Context, n *Notice) (*resetmail.Sent, error) {
 		return nil, errors.New("approvalmail: Mailer.Sender is nil")
 	}
 	return m.Sender.SendMessage(ctx, &resetmail.Message{To: n.To, Subject: Subject(n), Body: Body(n), Key: Key(n.OperationID)})
+}
+
+// SendAll sends one message listing ns (Digest) to ns[0].To; its
+// Message-ID derives from ns[0]'s operation, so the same notice sent again
+// has the same one. Its errors are Send's.
+func (m *Mailer) SendAll(ctx context.Context, ns []*Notice) (*resetmail.Sent, error) {
+	if len(ns) == 1 {
+		return m.Send(ctx, ns[0])
+	}
+	for _, n := range ns {
+		if n == nil || n.OperationID == "" || n.Link == "" {
+			return nil, fmt.Errorf("%w: approvalmail: a notice needs operations and their links", resetmail.ErrInvalidMail)
+		}
+	}
+	if len(ns) == 0 {
+		return nil, fmt.Errorf("%w: approvalmail: a notice needs an operation", resetmail.ErrInvalidMail)
+	}
+	if m.Sender == nil {
+		return nil, errors.New("approvalmail: Mailer.Sender is nil")
+	}
+	return m.Sender.SendMessage(ctx, &resetmail.Message{To: ns[0].To, Subject: DigestSubject(ns), Body: Digest(ns), Key: Key(ns[0].OperationID)})
 }
