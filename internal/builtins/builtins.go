@@ -145,7 +145,8 @@ type approvalMailer struct{ m *approvalmail.Mailer }
 // errors are jobs.ErrNoticeRejected.
 func (a approvalMailer) MailApprovalNotice(ctx context.Context, c *core.Claim, to []string, link string) error {
 	n := &approvalmail.Notice{To: to, TenantID: c.TenantID, Tool: c.Tool, OperationID: c.OperationID,
-		Args: c.Args, ArgsHash: c.ArgsHash, RequesterID: c.UserID, RequestedAt: c.CreatedAt, Link: link}
+		Args: c.Args, ArgsHash: c.ArgsHash, RequesterID: c.UserID, RequestedAt: c.CreatedAt, Link: link,
+		Summary: c.ApprovalSummary, NotFingerprinted: tools.VolatileFields(c.Tool)}
 	if c.ApprovalExpiresAt != nil {
 		n.ExpiresAt = *c.ApprovalExpiresAt
 	}
