@@ -230,7 +230,8 @@
       const dt = document.createElement('dt');
       dt.textContent = name;
       const dd = document.createElement('dd');
-      dd.textContent = typeof v === 'string' ? v : JSON.stringify(v);
+      dd.textContent = (typeof v === 'string' ? v : JSON.stringify(v))
+        .replace(/[\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
       words.append(dt, dd);
     }
     $('agent-words').hidden = words.childElementCount === 0;
