@@ -74,6 +74,11 @@ type Approval struct {
 	// ExpiresAt ends the window; after it the operation fails
 	// approval_expired.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Summary is the tool's account of the call for the approver, with
+	// facts read as it started waiting, such as "Refund 110.00 USD of order
+	// ord_9f2 (total 150.00 USD, 0.00 already refunded)"; empty if the tool
+	// gives none.
+	Summary string `json:"summary,omitempty"`
 }
 
 // ErrorInfo is an operation's stored error: a stable code and a message.

@@ -141,3 +141,81 @@ func ExampleEngineTx() {
 	fmt.Println(gate.NewRegistry().Add(issue))
 	// Output: <nil>
 }
+
+// A mutation that waits for approval reviews each call first, on a read
+// transaction: a summary for the approver with the facts it read, or the
+// effect's own refusal for a call that cannot succeed, so that nobody is
+// asked to approve it. The check is one function, shared with the effect.
+func ExampleMutation_review() {
+	type PayoutArgs struct {
+		AmountCents int64  `json:"amount_cents" idem:"cents"`
+		Note        string `json:"note,omitempty" idem:"text"`
+	}
+	type Payout struct {
+		AmountCents int64 `json:"amount_cents"`
+	}
+	// payable reads the tenant's balance and refuses more than it.
+	payable := func(ctx context.Context, tx gate.Tx, tenantID string, a *PayoutArgs) (int64, error) {
+		var balance int64
+		if err := tx.QueryRow(ctx, `SELECT balance_cents FROM wallets WHERE tenant_id = $1`, tenantID).Scan(&balance); err != nil {
+			return 0, err
+		}
+		if a.AmountCents > balance {
+			return 0, gate.NothingHappened("insufficient_balance", "amount_cents %d exceeds the balance %d", a.AmountCents, balance)
+		}
+		return balance, nil
+	}
+	payout := &gate.Mutation[PayoutArgs, Payout]{
+		Name:        "pay_out",
+		Title:       "Pay out",
+		Description: "Pay the tenant's balance out, once per idempotency_key.",
+		Scope:       "payouts:create",
+		Policy:      gate.Policy{VolatileFields: []string{"note"}},
+		Approval: func(_ context.Context, _ gate.Tx, _ domain.Caller, a *PayoutArgs) (bool, error) {
+			return a.AmountCents > 100_00, nil
+		},
+		Review: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *PayoutArgs) (string, error) {
+			balance, err := payable(ctx, tx, caller.TenantID, a)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("Pay out %d.%02d EUR of the %d.%02d EUR balance",
+				a.AmountCents/100, a.AmountCents%100, balance/100, balance%100), nil
+		},
+		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[PayoutArgs]) (*Payout, error) {
+			if _, err := payable(ctx, tx, op.TenantID, &op.Args); err != nil {
+				return nil, err
+			}
+			_, err := tx.Exec(ctx, `UPDATE wallets SET balance_cents = balance_cents - $2 WHERE tenant_id = $1`,
+				op.TenantID, op.Args.AmountCents)
+			return &Payout{AmountCents: op.Args.AmountCents}, err
+		},
+	}
+	fmt.Println(gate.NewRegistry().Add(payout))
+
+	// What the gate does when a call is to wait, on a tenant with 500.00.
+	ctx, caller, tx := context.Background(), domain.Caller{TenantID: "acme"}, walletTx{balance: 500_00}
+	summary, err := payout.Review(ctx, tx, caller, &PayoutArgs{AmountCents: 200_00, Note: "monthly"})
+	fmt.Printf("%q %v\n", summary, err)
+	_, err = payout.Review(ctx, tx, caller, &PayoutArgs{AmountCents: 900_00})
+	fmt.Println(err)
+	// Output:
+	// <nil>
+	// "Pay out 200.00 EUR of the 500.00 EUR balance" <nil>
+	// insufficient_balance: amount_cents 90000 exceeds the balance 50000
+}
+
+// walletTx stands in for the read transaction: every row is a balance.
+type walletTx struct {
+	gate.Tx
+	balance int64
+}
+
+func (t walletTx) QueryRow(context.Context, string, ...any) gate.Row { return walletRow(t.balance) }
+
+type walletRow int64
+
+func (r walletRow) Scan(dest ...any) error {
+	*dest[0].(*int64) = int64(r)
+	return nil
+}

@@ -33,7 +33,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/internal/core"
@@ -148,7 +151,20 @@ type Mutation[A, R any] struct {
 	// caller approves its exact arguments (or denies it, or
 	// Policy.ApprovalWindow passes).
 	Approval func(ctx context.Context, tx Tx, caller domain.Caller, args *A) (bool, error)
+	// Review, optional with Approval, runs on Approval's read-only tx when
+	// a call is to wait, before anyone is asked. It returns a one-line
+	// summary for the approver with the facts it read (a refund's currency,
+	// the order's total and what is already refunded), shown on the
+	// approval page and in the notice mail as of the request, at most
+	// 500 characters (a longer one is cut). Or it refuses a call that cannot succeed with
+	// the error its effect would give (NothingHappened, Invalid, NotFound):
+	// the caller gets that code at once and nothing waits. Share the check
+	// with the effect so the two cannot drift.
+	Review func(ctx context.Context, tx Tx, caller domain.Caller, args *A) (summary string, err error)
 }
+
+// maxSummary bounds a Review's summary, in characters: a longer one is cut.
+const maxSummary = 500
 
 // Read declares a read tool: a scope, arguments A, a result R, no key.
 type Read[A, R any] struct {
@@ -241,6 +257,22 @@ func (m *Mutation[A, R]) spec() (*toolspec.Spec, error) {
 			return m.Approval(ctx, tx, caller, &a)
 		}
 	}
+	if m.Review != nil {
+		if m.Approval == nil {
+			return nil, fmt.Errorf("tool %s: Review is set but Approval is not: no call would wait to be reviewed", m.Name)
+		}
+		spec.Review = func(ctx context.Context, tx toolspec.Tx, caller toolspec.Caller, raw json.RawMessage) (string, error) {
+			var a A
+			if err := json.Unmarshal(raw, &a); err != nil {
+				return "", vocab.Errorf(vocab.CodeInvalidArgument, "arguments", "%v", err)
+			}
+			summary, err := m.Review(ctx, tx, caller, &a)
+			if err != nil {
+				return "", err
+			}
+			return oneLine(summary, maxSummary), nil
+		}
+	}
 	spec.Check = func(args map[string]any) error {
 		if err := in.validate(args); err != nil {
 			return err
@@ -291,6 +323,23 @@ func (r *Read[A, R]) spec() (*toolspec.Spec, error) {
 			return res, nil
 		},
 	}, nil
+}
+
+// oneLine is s as printable text on one line of at most n characters:
+// invalid UTF-8 replaced, control characters (line breaks included) made
+// spaces, the rest cut with an ellipsis.
+func oneLine(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, strings.TrimSpace(s))
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
 }
 
 func checkNames(name, title, description, scope string) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -229,4 +230,34 @@ func TestApprovalDeclaration(t *testing.T) {
 	spec, err = gate.SpecOf(issueCoupon())
 	require.NoError(t, err)
 	require.Nil(t, spec.NeedsApproval, "no Approval: no call waits")
+}
+
+// A Review stands only with Approval; its summary is one line of printable
+// text, at most 500 characters, and its error is the effect's.
+func TestReviewDeclaration(t *testing.T) {
+	t.Parallel()
+	m := issueCoupon()
+	m.Review = func(_ context.Context, _ gate.Tx, caller domain.Caller, a *couponArgs) (string, error) {
+		if a.PercentOff > 90 {
+			return "", gate.Invalid("percent_off", "at most 90 for %s", caller.TenantID)
+		}
+		return fmt.Sprintf("  %d%% off for %s\n\x00next line\u2028%s", a.PercentOff, a.CustomerID, strings.Repeat("x", 600)), nil
+	}
+	_, err := gate.SpecOf(m)
+	require.ErrorContains(t, err, "Review is set but Approval is not")
+
+	m.Approval = func(context.Context, gate.Tx, domain.Caller, *couponArgs) (bool, error) { return true, nil }
+	spec, err := gate.SpecOf(m)
+	require.NoError(t, err)
+	summary, err := spec.Review(context.Background(), nil, toolspecCaller("acme"), json.RawMessage(`{"customer_id":"cus_1","percent_off":60}`))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(summary, "60% off for cus_1  next line "), summary)
+	require.Equal(t, 500, utf8.RuneCountInString(summary))
+	require.True(t, strings.HasSuffix(summary, "x…"))
+	require.NotContains(t, summary, "\n")
+	_, err = spec.Review(context.Background(), nil, toolspecCaller("acme"), json.RawMessage(`{"customer_id":"cus_1","percent_off":95}`))
+	require.ErrorContains(t, err, "at most 90 for acme")
+	spec, err = gate.SpecOf(issueCoupon())
+	require.NoError(t, err)
+	require.Nil(t, spec.Review)
 }

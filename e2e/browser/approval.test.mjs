@@ -13,6 +13,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer } from 'node:http';
 import { before, test } from 'node:test';
 
@@ -113,6 +114,16 @@ test(`a person approves a large refund on the page, and it runs once (${engine})
       assert.deepEqual(shown.not_fingerprinted, ['reason']);
       assert.match(await page.locator('#not-fingerprinted').textContent(), /every argument but reason/);
       assert.ok((await page.locator('#expires-at').textContent()).includes(shown.approval_expires_at));
+      // The tool's summary as of the request, and the agent's reason apart,
+      // as its words: visible, and in the screenshot.
+      const summary = 'Refund 250.00 USD of order ord_approval (total 5000.00 USD, ';
+      assert.ok(shown.summary?.startsWith(summary), JSON.stringify(shown.summary));
+      assert.ok(await page.locator('#summary').isVisible(), 'the summary is visible');
+      assert.equal(await page.locator('#summary').textContent(), shown.summary);
+      assert.match(shown.summary, /\d+\.\d\d already refunded\)$/);
+      assert.ok(await page.locator('#agent-words').isVisible(), "the agent's words are visible");
+      assert.equal(await page.locator('#agent-words-list dd').textContent(), 'goodwill\\u2028for the delay');
+      await page.screenshot({ path: `${process.env.E2E_SCREENSHOTS || tmpdir()}/approval-page-${engine}.png`, fullPage: true });
       // The token is kept in this tab's sessionStorage, not in the form.
       assert.equal(await page.getByLabel('Your token').inputValue(), '');
       assert.equal(await page.evaluate(() => window.sessionStorage.getItem('idemgate.approvals.token')), approver);

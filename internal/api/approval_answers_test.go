@@ -22,6 +22,10 @@ func TestApprovalAnswers(t *testing.T) {
 	p := mcpPairSetup(t)
 	_, err := p.pool.Exec(t.Context(), `INSERT INTO approval_thresholds (tenant_id, tool, amount_cents) VALUES ('acme', 'apply_credit', 1000)`)
 	require.NoError(t, err)
+	// apply_credit's Review refuses a credit to an unknown customer before
+	// it waits: the customer exists.
+	_, err = p.pool.Exec(t.Context(), `INSERT INTO customers (tenant_id, customer_id, currency) VALUES ('acme', 'cus_1', 'usd') ON CONFLICT DO NOTHING`)
+	require.NoError(t, err)
 	args := func(key string) string {
 		return `{"customer_id":"cus_1","amount_cents":5000,"currency":"usd","idempotency_key":"` + key + `"}`
 	}
@@ -49,11 +53,25 @@ func TestApprovalAnswers(t *testing.T) {
 				require.Equal(t, "fuzz", approval["requested_by"])
 				require.Equal(t, "a person of tenant acme with scope approvals:decide who is not fuzz", approval["may_decide"])
 				require.NotEmpty(t, approval["expires_at"])
+				require.Equal(t, "Credit 50.00 USD to customer cus_1", approval["summary"], "apply_credit's Review")
 				if i == 0 {
 					opID = op["operation_id"].(string)
 				}
 				require.Equal(t, opID, op["operation_id"], "a retry gets the same waiting operation")
 			}
+
+			// A credit in another currency than the customer's can never
+			// succeed: refused at once with the effect's own code; nothing
+			// waits.
+			wrong := resultOf(t, p.send(t, srv.s, mcpRequest{header: legacy,
+				body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"apply_credit","arguments":{"customer_id":"cus_1","amount_cents":5000,"currency":"eur","idempotency_key":"approve-eur-` + srv.name + `"}}}`}))
+			require.Equal(t, true, wrong["isError"], "%v", wrong)
+			wrongErr := wrong["structuredContent"].(map[string]any)["error"].(map[string]any)
+			require.Equal(t, "invalid_argument", wrongErr["code"], "%v", wrong)
+			require.Contains(t, wrongErr["message"], `is not customer cus_1's currency "usd"`)
+			var waiting int
+			require.NoError(t, p.pool.QueryRow(t.Context(), `SELECT count(*) FROM idempotency_claims WHERE idempotency_key = $1`, "approve-eur-"+srv.name).Scan(&waiting))
+			require.Zero(t, waiting, "no claim of the refused call")
 
 			// get_operation shows it the same way.
 			got := resultOf(t, p.send(t, srv.s, mcpRequest{header: legacy,

@@ -36,6 +36,9 @@ type Approval struct {
 	// fingerprint (its policy's volatile fields, such as a refund's free-
 	// text reason): shown with Args, but a decision does not bind them.
 	NotFingerprinted []string `json:"not_fingerprinted,omitempty"`
+	// Summary is the tool's account of the call, with facts read as it
+	// started waiting (gate.Mutation.Review); empty if it gives none.
+	Summary string `json:"summary,omitempty"`
 	// URL is the operation's approval page.
 	URL string `json:"url"`
 }
@@ -98,7 +101,8 @@ func decider(w http.ResponseWriter, r *http.Request) (vocab.Actor, bool) {
 // approvalOf is c as an approver sees it.
 func (s *Server) approvalOf(c *core.Claim) *Approval {
 	a := &Approval{OperationID: c.OperationID, Tool: c.Tool, Args: c.Args, ArgsHash: c.ArgsHash, RequestedBy: c.UserID,
-		RequestedAt: c.CreatedAt, Status: c.Status, ApprovalExpiresAt: c.ApprovalExpiresAt, URL: s.approvalURL(c.OperationID)}
+		RequestedAt: c.CreatedAt, Status: c.Status, ApprovalExpiresAt: c.ApprovalExpiresAt, Summary: c.ApprovalSummary,
+		URL: s.approvalURL(c.OperationID)}
 	if spec, ok := s.tools.Get(c.Tool); ok && spec.Policy != nil {
 		a.NotFingerprinted = spec.Policy.VolatileFields
 	}

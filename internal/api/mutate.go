@@ -135,9 +135,15 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 	}
 	params := &core.ClaimParams{Actor: c.actor, RequestID: c.requestID, ClientRequestID: c.clientRequestID, Intent: intent, Wait: wait}
 	if c.tool.NeedsApproval != nil {
-		params.Approval = func(ctx context.Context) (time.Duration, error) { return s.approvalWindow(ctx, c, intent.Canonical) }
+		params.Approval = func(ctx context.Context) (time.Duration, string, error) {
+			return s.approvalWindow(ctx, c, intent.Canonical)
+		}
 	}
 	res, err := s.gate.Claim(ctx, params)
+	var refused *reviewRefusal
+	if errors.As(err, &refused) {
+		return nil, s.deny(ctx, c, key, refused.err, start)
+	}
 	if err != nil {
 		cerr := s.internal(ctx, c, err)
 		if cerr.err.Code == vocab.CodeApprovalsPendingLimit {
@@ -156,19 +162,49 @@ func (s *Server) mutate(ctx context.Context, c *call) (ans *Answer, cerr *callEr
 
 // approvalWindow is how long c's call waits for a person's approval, or 0
 // when its tool asks none for these arguments (gate.Mutation.Approval, run
-// on a read-only transaction with the caller). The gate asks it only for a
-// call that writes a new intent (core.ClaimParams.Approval).
-func (s *Server) approvalWindow(ctx context.Context, c *call, canonical json.RawMessage) (time.Duration, error) {
+// on a read-only transaction with the caller), and the tool's summary for
+// the approver (gate.Mutation.Review, on the same transaction). The gate
+// asks it only for a call that writes a new intent
+// (core.ClaimParams.Approval). A call the Review refuses is a
+// *reviewRefusal: nobody is asked and no claim is written.
+func (s *Server) approvalWindow(ctx context.Context, c *call, canonical json.RawMessage) (time.Duration, string, error) {
 	// The canonical arguments, as the claim stores them and the effect
 	// will see them (1e3 is 1000).
 	raw := canonical
 	tx := &readTx{store: s.gate.Store()}
 	defer tx.end(ctx)
-	needs, err := c.tool.NeedsApproval(ctx, tx, toolspec.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID, Scopes: c.actor.Scopes}, raw)
+	caller := toolspec.Caller{TenantID: c.actor.TenantID, UserID: c.actor.UserID, Scopes: c.actor.Scopes}
+	needs, err := c.tool.NeedsApproval(ctx, tx, caller, raw)
 	if err != nil || !needs {
-		return 0, err
+		return 0, "", err
 	}
-	return c.tool.ApprovalWindow, nil
+	summary := ""
+	if c.tool.Review != nil {
+		if summary, err = c.tool.Review(ctx, tx, caller, raw); err != nil {
+			return 0, "", reviewed(err)
+		}
+	}
+	return c.tool.ApprovalWindow, summary, nil
+}
+
+// reviewRefusal is a call its tool's Review refused before anyone was
+// asked: the code its effect would have failed with.
+type reviewRefusal struct{ err *vocab.Error }
+
+func (r *reviewRefusal) Error() string { return r.err.Error() }
+
+// reviewed is the error of a Review: a refusal for a *vocab.Error or a
+// definitive effect error (its code and message), err itself otherwise
+// (the database, or a transient failure: the call may be retried).
+func reviewed(err error) error {
+	var derr *vocab.Error
+	if errors.As(err, &derr) {
+		return &reviewRefusal{err: derr}
+	}
+	if te, ok := toolspec.AsError(err); ok && te.Definitive() {
+		return &reviewRefusal{err: &vocab.Error{Code: te.Info.Code, Message: te.Info.Message}}
+	}
+	return err
 }
 
 // answer is how a claim's result is answered: an Answer, or the tool

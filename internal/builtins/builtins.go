@@ -147,7 +147,8 @@ func (a approvalMailer) MailApprovalNotice(ctx context.Context, cs []*core.Claim
 	ns := make([]*approvalmail.Notice, len(cs))
 	for i, c := range cs {
 		n := &approvalmail.Notice{To: to, TenantID: c.TenantID, Tool: c.Tool, OperationID: c.OperationID,
-			Args: c.Args, ArgsHash: c.ArgsHash, RequesterID: c.UserID, RequestedAt: c.CreatedAt, Link: links[i]}
+			Args: c.Args, ArgsHash: c.ArgsHash, RequesterID: c.UserID, RequestedAt: c.CreatedAt, Link: links[i],
+			Summary: c.ApprovalSummary, NotFingerprinted: tools.VolatileFields(c.Tool)}
 		if c.ApprovalExpiresAt != nil {
 			n.ExpiresAt = *c.ApprovalExpiresAt
 		}

@@ -291,11 +291,24 @@ type ClaimParams struct {
 	// (EventAwait). A retry of the same intent answers the same waiting
 	// operation; the window does not change an existing claim.
 	ApprovalWindow time.Duration
-	// Approval, when set, gives ApprovalWindow (or 0) and is asked only
-	// once the gate knows the call writes a new intent (no claim of its
-	// key, or one to take over), outside any transaction: retries and
-	// replays, the common case, never pay for it.
-	Approval func(ctx context.Context) (time.Duration, error)
+	// ApprovalSummary is the tool's summary for the approver, stored with
+	// a claim that waits.
+	ApprovalSummary string
+	// Approval, when set, gives ApprovalWindow (or 0) and ApprovalSummary,
+	// and is asked only once the gate knows the call writes a new intent
+	// (no claim of its key, or one to take over), outside any transaction:
+	// retries and replays, the common case, never pay for it. Its error
+	// ends the call with no claim written.
+	Approval func(ctx context.Context) (window time.Duration, summary string, err error)
+}
+
+// approvalSummary is the summary to store: none for a call that does not
+// wait.
+func (p *ClaimParams) approvalSummary() string {
+	if p.ApprovalWindow <= 0 {
+		return ""
+	}
+	return p.ApprovalSummary
 }
 
 // ClaimResult is the answer to a mutation call.
@@ -406,12 +419,12 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 		return nil, err
 	}
 	if params.Approval != nil && params.ApprovalWindow <= 0 {
-		window, aerr := params.Approval(ctx)
+		window, summary, aerr := params.Approval(ctx)
 		if aerr != nil {
 			return nil, aerr
 		}
 		p := *params
-		p.ApprovalWindow, p.Approval = window, nil
+		p.ApprovalWindow, p.ApprovalSummary, p.Approval = window, summary, nil
 		params = &p
 	}
 	// A new key joins the next group of new claims; an expired claim of
@@ -604,7 +617,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 		OperationID: operationID, TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 		UserID: params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
 		IntentKey: g.intentKey(params), TTL: policy.TTL, Retention: policy.retention(), JobID: jobID,
-		ApprovalWindow: params.ApprovalWindow, Audit: ev,
+		ApprovalWindow: params.ApprovalWindow, ApprovalSummary: params.approvalSummary(), Audit: ev,
 	})
 	switch {
 	case err == nil:
@@ -700,6 +713,7 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 		ID: existing.ID, OperationID: operationID, UserID: params.Actor.UserID,
 		Args: in.Canonical, ArgsHash: in.ArgsHash, IntentKey: g.intentKey(params), TTL: policy.TTL,
 		Retention: policy.retention(), JobID: jobID, ApprovalWindow: params.ApprovalWindow,
+		ApprovalSummary: params.approvalSummary(),
 	})
 	if errors.Is(err, vocab.ErrStateChanged) || errors.Is(err, vocab.ErrNotFound) {
 		return nil, nil, nil, nil // another intent took it over first: loop

@@ -50,6 +50,9 @@ type Claim struct {
 	// ApprovalExpiresAt is the end of the approval window while the claim
 	// awaits approval; nil otherwise. The requester is UserID.
 	ApprovalExpiresAt *time.Time
+	// ApprovalSummary is the tool's summary of the call for its approver
+	// (gate.Mutation.Review), written when it started waiting; "" if none.
+	ApprovalSummary string
 
 	// Expired is computed by the store against the database's clock: the
 	// claim is terminal and past ExpiresAt.
@@ -82,7 +85,7 @@ func (c *Claim) Operation() *vocab.Operation {
 		op.LeaseExpiresAt = c.LeaseExpiresAt
 	}
 	if c.Status == vocab.StatusAwaitingApproval {
-		op.Approval = &vocab.Approval{RequestedBy: c.UserID, ExpiresAt: c.ApprovalExpiresAt,
+		op.Approval = &vocab.Approval{RequestedBy: c.UserID, ExpiresAt: c.ApprovalExpiresAt, Summary: c.ApprovalSummary,
 			MayDecide: fmt.Sprintf("a person of tenant %s with scope %s who is not %s", c.TenantID, tokenspec.ScopeApprovalsDecide, c.UserID)}
 	}
 	return op
@@ -335,6 +338,9 @@ type ClaimInsertParams struct {
 	// ApprovalWindow, when positive, inserts the claim awaiting approval
 	// (no job) until the database's now() plus it.
 	ApprovalWindow time.Duration
+	// ApprovalSummary is the tool's summary for the approver, stored with
+	// a claim that waits ("" stores none).
+	ApprovalSummary string
 	// Audit is the accepted row, written only if the claim is.
 	Audit *AuditInsertParams
 }
@@ -380,6 +386,8 @@ type ClaimTakeOverParams struct {
 	JobID int64
 	// ApprovalWindow is ClaimInsertParams.ApprovalWindow.
 	ApprovalWindow time.Duration
+	// ApprovalSummary is ClaimInsertParams.ApprovalSummary.
+	ApprovalSummary string
 	// Now overrides the database clock; tests only.
 	Now *time.Time
 }

@@ -411,8 +411,9 @@ func (h *harness) call(tenant, toolName, key string, args map[string]any) (*core
 	actor := vocab.Actor{TenantID: tenant, UserID: requester, TokenID: requester, Scopes: []string{"billing:credit", "billing:refund"}}
 	params := &core.ClaimParams{Actor: actor, RequestID: "model", Intent: in}
 	if spec, ok := h.tools.Get(toolName); ok && spec.NeedsApproval != nil {
-		params.Approval = func(ctx context.Context) (time.Duration, error) {
-			return h.approvalWindow(ctx, spec, actor, in.Canonical)
+		params.Approval = func(ctx context.Context) (time.Duration, string, error) {
+			window, err := h.approvalWindow(ctx, spec, actor, in.Canonical)
+			return window, "", err
 		}
 	}
 	var res *core.ClaimResult

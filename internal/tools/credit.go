@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/idemgate/idemgate/domain"
 	"github.com/idemgate/idemgate/gate"
@@ -43,15 +44,19 @@ func ApplyCredit(*Deps) *gate.Mutation[CreditArgs, Credit] {
 		Approval: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *CreditArgs) (bool, error) {
 			return overThreshold(ctx, tx, caller.TenantID, "apply_credit", a.AmountCents)
 		},
+		// Before a call waits, the approver's summary; a credit to an
+		// unknown customer or in another currency fails at once, with the
+		// effect's own check.
+		Review: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *CreditArgs) (string, error) {
+			if err := creditable(ctx, tx, caller.TenantID, a); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("Credit %s to customer %s", money(a.AmountCents, a.Currency), a.CustomerID), nil
+		},
 		InTx: func(ctx context.Context, tx gate.Tx, op *gate.Op[CreditArgs]) (*Credit, error) {
 			a := op.Args
-			var currency string
-			err := tx.QueryRow(ctx, `SELECT currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`, op.TenantID, a.CustomerID).Scan(&currency)
-			if err != nil {
-				return nil, notFound(err, "customer_id", a.CustomerID)
-			}
-			if currency != a.Currency {
-				return nil, gate.NothingHappened(vocab.CodeInvalidArgument, "currency %q is not customer %s's currency %q", a.Currency, a.CustomerID, currency)
+			if err := creditable(ctx, tx, op.TenantID, &a); err != nil {
+				return nil, err
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (tenant_id, customer_id, operation_id, amount_cents, currency, memo)
 				VALUES ($1, $2, $3, $4, $5, $6)`, op.TenantID, a.CustomerID, op.OperationID, a.AmountCents, a.Currency, a.Memo); err != nil {
@@ -60,4 +65,19 @@ func ApplyCredit(*Deps) *gate.Mutation[CreditArgs, Credit] {
 			return &Credit{LedgerEntryID: op.OperationID, CustomerID: a.CustomerID, AmountCents: a.AmountCents, Currency: a.Currency}, nil
 		},
 	}
+}
+
+// creditable refuses a credit to a customer the tenant does not have, or in
+// another currency than the customer's: the effect's check, and the
+// Review's before a call waits for approval.
+func creditable(ctx context.Context, tx gate.Tx, tenantID string, a *CreditArgs) error {
+	var currency string
+	err := tx.QueryRow(ctx, `SELECT currency FROM customers WHERE tenant_id = $1 AND customer_id = $2`, tenantID, a.CustomerID).Scan(&currency)
+	if err != nil {
+		return notFound(err, "customer_id", a.CustomerID)
+	}
+	if currency != a.Currency {
+		return gate.NothingHappened(vocab.CodeInvalidArgument, "currency %q is not customer %s's currency %q", a.Currency, a.CustomerID, currency)
+	}
+	return nil
 }

@@ -72,14 +72,28 @@ func RefundOrderAt(d *Deps, now func() time.Time) *gate.Mutation[RefundArgs, Ref
 		Approval: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *RefundArgs) (bool, error) {
 			return overThreshold(ctx, tx, caller.TenantID, "refund_order", a.AmountCents)
 		},
+		// Before a call waits, the approver's summary as of the request;
+		// a refund that could never succeed fails at once, with the
+		// effect's own check.
+		Review: func(ctx context.Context, tx gate.Tx, caller domain.Caller, a *RefundArgs) (string, error) {
+			order, err := orderRead(ctx, tx, caller.TenantID, a.OrderID)
+			if err != nil {
+				return "", notFound(err, "order_id", a.OrderID)
+			}
+			if err := refundable(order, a); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("Refund %s of order %s (total %s, %s already refunded)", money(a.AmountCents, order.Currency),
+				a.OrderID, money(order.AmountCents, order.Currency), amount(order.RefundedCents, order.Currency)), nil
+		},
 		Call: func(ctx context.Context, op *gate.Op[RefundArgs]) (*Refund, error) {
 			a := op.Args
 			order, err := orderGet(ctx, d.DB, op.TenantID, a.OrderID)
 			if err != nil {
 				return nil, notFound(err, "order_id", a.OrderID)
 			}
-			if remaining := order.AmountCents - order.RefundedCents; a.AmountCents > remaining {
-				return nil, gate.NothingHappened(vocab.CodeAmountExceedsRefundable, "amount_cents %d exceeds the %d still refundable on order %s", a.AmountCents, remaining, a.OrderID)
+			if err := refundable(order, &a); err != nil {
+				return nil, err
 			}
 			var re *refunds.Refund
 			if op.FirstCalledAt != nil && now().Sub(*op.FirstCalledAt) > ReconcileAfter {
@@ -123,6 +137,17 @@ func RefundOrderAt(d *Deps, now func() time.Time) *gate.Mutation[RefundArgs, Ref
 			return refundRecord(ctx, tx, op, r)
 		},
 	}
+}
+
+// refundable refuses a refund of more than the order still has (its total
+// minus what is already refunded): the check the effect makes before
+// calling Stripe, and the Review's before a call waits for approval.
+func refundable(o *order, a *RefundArgs) error {
+	if remaining := o.AmountCents - o.RefundedCents; a.AmountCents > remaining {
+		return gate.NothingHappened(vocab.CodeAmountExceedsRefundable, "amount_cents %d exceeds the %d still refundable on order %s",
+			a.AmountCents, remaining, a.OrderID)
+	}
+	return nil
 }
 
 // refundRecord stores a Stripe refund and adds it to the order's refunded

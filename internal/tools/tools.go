@@ -75,6 +75,19 @@ func Scopes() []string {
 	return toolspec.Of(reg).Scopes()
 }
 
+// VolatileFields returns the built-in tool's arguments left out of its
+// fingerprint (refund_order's reason), nil for another tool.
+func VolatileFields(tool string) []string {
+	reg := gate.NewRegistry()
+	if err := add(reg, &Deps{}); err != nil {
+		panic(err) // the declarations are fixed at compile time
+	}
+	if spec, ok := toolspec.Of(reg).Get(tool); ok && spec.Policy != nil {
+		return spec.Policy.VolatileFields
+	}
+	return nil
+}
+
 func add(reg *gate.Registry, d *Deps) error {
 	return reg.Add(
 		RefundOrder(d),

@@ -77,6 +77,11 @@ type Spec struct {
 	// a read-only transaction. ApprovalWindow is how long it may wait.
 	NeedsApproval  func(ctx context.Context, tx Tx, caller Caller, args json.RawMessage) (bool, error)
 	ApprovalWindow time.Duration
+	// Review, set for a mutation with a Review, runs on the same read-only
+	// transaction once NeedsApproval said yes: the summary the approver
+	// reads, or the error that refuses the call before anyone is asked (a
+	// *vocab.Error or a definitive *Error refuses it with its code).
+	Review func(ctx context.Context, tx Tx, caller Caller, args json.RawMessage) (string, error)
 }
 
 // Validate checks decoded arguments (core.DecodeArgs) against the tool's

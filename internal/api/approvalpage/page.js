@@ -217,7 +217,24 @@
     // would show as a line break that is not in the arguments.
     const shownArgs = raw === null ? JSON.stringify(a.args, null, 2) : indent(raw);
     $('args').textContent = shownArgs.replace(/[\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
+    $('summary').hidden = !a.summary;
+    $('summary').textContent = a.summary || '';
     const free = a.not_fingerprinted || [];
+    // The agent's own words (its volatile arguments, such as a refund's
+    // reason), apart from the summary: each as text, never as markup.
+    const words = $('agent-words-list');
+    words.replaceChildren();
+    for (const name of free) {
+      const v = a.args && Object.hasOwn(a.args, name) ? a.args[name] : undefined;
+      if (v === undefined || v === null || v === '') continue;
+      const dt = document.createElement('dt');
+      dt.textContent = name;
+      const dd = document.createElement('dd');
+      dd.textContent = (typeof v === 'string' ? v : JSON.stringify(v))
+        .replace(/[\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
+      words.append(dt, dd);
+    }
+    $('agent-words').hidden = words.childElementCount === 0;
     $('not-fingerprinted').hidden = free.length === 0;
     $('not-fingerprinted').textContent = free.length === 0 ? ''
       : `The fingerprint covers every argument but ${free.join(', ')}, which a retry may change without asking again.`;

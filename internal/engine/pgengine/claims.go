@@ -44,7 +44,7 @@ func audited(audit *core.AuditInsertParams, plain, withAudit string, args ...any
 func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*Claim, error) {
 	sql, args := audited(p.Audit, sqlClaimInsert, sqlClaimInsertAudited, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey,
 		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID, p.IntentKey,
-		p.ApprovalWindow.Seconds())
+		p.ApprovalWindow.Seconds(), p.ApprovalSummary)
 	return e.claimWrite(ctx, vocab.ErrAlreadyExists, sql, args...)
 }
 
@@ -58,7 +58,8 @@ func (e executor) ClaimGetByID(ctx context.Context, p *core.ClaimGetByIDParams) 
 
 func (e executor) ClaimTakeOver(ctx context.Context, p *core.ClaimTakeOverParams) (*Claim, error) {
 	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, []byte(p.Args), p.ArgsHash,
-		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID, p.IntentKey, p.ApprovalWindow.Seconds())
+		int(p.TTL/time.Second), p.Now, int(p.Retention/time.Second), p.JobID, p.IntentKey, p.ApprovalWindow.Seconds(),
+		p.ApprovalSummary)
 }
 
 func (e executor) ClaimLease(ctx context.Context, p *core.ClaimLeaseParams) (*Claim, error) {

@@ -24,7 +24,8 @@ func computed(p string) string {
 // parameter.
 const claimColumns = `id, operation_id::text, tenant_id, tool, idempotency_key, user_id, args, args_hash,
 	status, epoch, lease_expires_at, attempts, coalesce(job_id, 0), generation, downstream_key, ttl_seconds,
-	result, error, last_error, first_called_at, created_at, updated_at, expires_at, approval_expires_at`
+	result, error, last_error, first_called_at, created_at, updated_at, expires_at, approval_expires_at,
+	approval_summary`
 
 // claimComputed must follow claimColumns; %[1]s is the clock expression.
 const claimComputed = `,
@@ -35,11 +36,12 @@ const claimComputed = `,
 // this very intent (same fingerprint) already ran.
 const sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at, incarnation)
+	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at, approval_summary, incarnation)
 SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::text,
 	CASE WHEN $12::double precision > 0 THEN 'awaiting_approval' ELSE 'queued' END, $8::integer, $9::integer,
 	nullif($10::bigint, 0), nullif($11::text, ''),
 	CASE WHEN $12::double precision > 0 THEN now() + make_interval(secs => $12::double precision) END,
+	nullif($13::text, ''),
 	coalesce((SELECT t.incarnation + 1 FROM idempotency_tombstones t
 		WHERE t.tenant_id = $2 AND t.tool = $3 AND t.idempotency_key = $4 AND t.args_hash = $7), 0)
 WHERE NOT EXISTS (
@@ -163,6 +165,7 @@ UPDATE idempotency_claims SET
 	status = CASE WHEN $11::double precision > 0 THEN 'awaiting_approval' ELSE 'queued' END,
 	approval_expires_at = CASE WHEN $11::double precision > 0
 		THEN coalesce($7::timestamptz, now()) + make_interval(secs => $11::double precision) END,
+	approval_summary = nullif($12::text, ''),
 	lease_expires_at = NULL, attempts = 0, job_id = nullif($9::bigint, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = now(), updated_at = now(), expires_at = NULL
@@ -363,7 +366,7 @@ func withAudit(claimSQL string, n int, fromClaim map[int]string) string {
 
 // The writes that take their audit row along.
 var (
-	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 12, nil)
+	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 13, nil)
 	// The lease's row names the attempt and the epoch (enginesql.LeaseReason)
 	// and the claim's fingerprint, which the job does not carry.
 	sqlClaimLeaseAudited = withAudit(sqlClaimLease, 4, map[int]string{

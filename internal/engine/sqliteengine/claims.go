@@ -72,7 +72,7 @@ func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*
 	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
 		return e.claimWrite(ctx, vocab.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
 			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
-			approvalWindow(p.ApprovalWindow))
+			approvalWindow(p.ApprovalWindow), p.ApprovalSummary)
 	})
 }
 
@@ -122,7 +122,7 @@ func (e executor) ClaimTakeOver(ctx context.Context, p *core.ClaimTakeOverParams
 		}
 		c, err := e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimTakeOver, p.ID, p.OperationID, p.UserID, string(p.Args), p.ArgsHash,
 			int64(p.TTL/time.Second), nullTime(p.Now), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
-			approvalWindow(p.ApprovalWindow))
+			approvalWindow(p.ApprovalWindow), p.ApprovalSummary)
 		if err != nil {
 			return err
 		}

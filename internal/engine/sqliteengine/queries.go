@@ -31,7 +31,8 @@ func plus(t, m string) string { return "strftime('%Y-%m-%dT%H:%M:%fZ', " + t + "
 // last two, expired and lease_live, follow: computed, or false.
 const claimColumns = `id, operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash,
 	status, epoch, lease_expires_at, attempts, coalesce(job_id, 0), generation, downstream_key, ttl_seconds,
-	result, error, last_error, first_called_at, created_at, updated_at, expires_at, approval_expires_at`
+	result, error, last_error, first_called_at, created_at, updated_at, expires_at, approval_expires_at,
+	approval_summary`
 
 // computed returns the expired and lease_live columns against the clock
 // parameter p, which may be NULL.
@@ -49,9 +50,9 @@ const notComputed = `, 0, 0`
 // window as a strftime modifier, ” for a claim that does not wait.
 var sqlClaimInsert = `
 INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
-	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at, incarnation)
+	ttl_seconds, retention_seconds, job_id, intent_key, approval_expires_at, approval_summary, incarnation)
 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?12 <> '' THEN 'awaiting_approval' ELSE 'queued' END, ?8, ?9,
-	nullif(?10, 0), nullif(?11, ''), CASE WHEN ?12 <> '' THEN ` + plus(sqlNow, "?12") + ` END,
+	nullif(?10, 0), nullif(?11, ''), CASE WHEN ?12 <> '' THEN ` + plus(sqlNow, "?12") + ` END, nullif(?13, ''),
 	coalesce((SELECT t.incarnation + 1 FROM idempotency_tombstones t
 		WHERE t.tenant_id = ?2 AND t.tool = ?3 AND t.idempotency_key = ?4 AND t.args_hash = ?7), 0)
 WHERE NOT EXISTS (
@@ -82,7 +83,7 @@ UPDATE idempotency_claims SET
 		WHERE t.tenant_id = idempotency_claims.tenant_id AND t.tool = idempotency_claims.tool
 			AND t.idempotency_key = idempotency_claims.idempotency_key AND t.args_hash = ?5
 			AND (t.retain_until <= ` + at("?7") + ` OR t.forgotten_at IS NOT NULL)), 0) END,
-	approval_expires_at = CASE WHEN ?11 <> '' THEN ` + plus(at("?7"), "?11") + ` END,
+	approval_expires_at = CASE WHEN ?11 <> '' THEN ` + plus(at("?7"), "?11") + ` END, approval_summary = nullif(?12, ''),
 	lease_expires_at = NULL, attempts = 0, job_id = nullif(?9, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
 	created_at = ` + sqlNow + `, updated_at = ` + sqlNow + `, expires_at = NULL

@@ -38,6 +38,12 @@ type Notice struct {
 	ExpiresAt time.Time
 	// Link is the page where an approver decides.
 	Link string
+	// Summary is the tool's account of the call as of the request
+	// (gate.Mutation.Review); "" if none.
+	Summary string
+	// NotFingerprinted are the tool's volatile arguments (a refund's
+	// reason): quoted apart from the summary as the agent's words.
+	NotFingerprinted []string
 }
 
 // Key is the Message-ID's left part of the notice of operationID.
@@ -58,13 +64,16 @@ func Body(n *Notice) string {
 		"Requested at:  " + stamp(n.RequestedAt),
 		"Decide before: " + stamp(n.ExpiresAt) + " (then it expires and nothing is done)",
 		"Operation:     " + n.OperationID,
+	}
+	lines = append(lines, said(n)...)
+	lines = append(lines,
 		"",
 		"Arguments (the fingerprint covers them all but a tool's free-text",
 		"fields, such as a refund's reason, which a retry may change):",
 		"",
 		visible(string(n.Args)),
 		"",
-		"Fingerprint:   " + n.ArgsHash,
+		"Fingerprint:   "+n.ArgsHash,
 		"",
 		"To approve or deny it, open:",
 		"",
@@ -73,7 +82,7 @@ func Body(n *Notice) string {
 		"The page must show the same fingerprint. The requester cannot approve",
 		"their own call; nothing is done until someone else approves it.",
 		"",
-	}
+	)
 	return strings.Join(lines, "\r\n")
 }
 
@@ -96,6 +105,31 @@ func Digest(ns []*Notice) string {
 		parts = append(parts, fmt.Sprintf("---- %d of %d ----\r\n", i+1, len(ns)), Body(n))
 	}
 	return strings.Join(parts, "\r\n")
+}
+
+// said is the notice's summary line and the agent's own words (its volatile
+// arguments, as JSON: a line break in them cannot start a line of the mail).
+func said(n *Notice) []string {
+	var lines []string
+	if n.Summary != "" {
+		lines = append(lines, "", "Summary:       "+visible(n.Summary))
+	}
+	var args map[string]json.RawMessage
+	if json.Unmarshal(n.Args, &args) != nil {
+		return lines
+	}
+	heading := false
+	for _, f := range n.NotFingerprinted {
+		v, ok := args[f]
+		if !ok {
+			continue
+		}
+		if !heading {
+			lines, heading = append(lines, "", "The agent's words (not fingerprinted, not checked):"), true
+		}
+		lines = append(lines, "  "+f+": "+visible(string(v)))
+	}
+	return lines
 }
 
 // visible writes the line and paragraph separators of the arguments as

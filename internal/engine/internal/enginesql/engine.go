@@ -61,17 +61,21 @@ func ScanClaim(row Row, t Times) (*core.Claim, error) {
 		status                         string
 		ttlSeconds                     int64
 		args, result, errJSON, lastErr []byte
+		summary                        *string
 	)
 	if err := row.Scan(&c.ID, &c.OperationID, &c.TenantID, &c.Tool, &c.IdempotencyKey, &c.UserID, &args,
 		&c.ArgsHash, &status, &c.Epoch, t.NullTime(&c.LeaseExpiresAt), &c.Attempts, &c.JobID, &c.Generation,
 		&c.DownstreamKey, &ttlSeconds, &result, &errJSON, &lastErr, t.NullTime(&c.FirstCalledAt),
 		t.Time(&c.CreatedAt), t.Time(&c.UpdatedAt), t.NullTime(&c.ExpiresAt), t.NullTime(&c.ApprovalExpiresAt),
-		&c.Expired, &c.LeaseLive); err != nil {
+		&summary, &c.Expired, &c.LeaseLive); err != nil {
 		return nil, err
 	}
 	c.Args = args
 	c.Status = vocab.Status(status)
 	c.TTL = time.Duration(ttlSeconds) * time.Second
+	if summary != nil {
+		c.ApprovalSummary = *summary
+	}
 	if len(result) > 0 {
 		c.Result = result
 	}
