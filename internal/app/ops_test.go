@@ -30,6 +30,7 @@ import (
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/tools"
 	"github.com/idemgate/idemgate/internal/vocab"
+	"github.com/idemgate/idemgate/jobs"
 )
 
 // The operator tests run on both engines: on Postgres the api (and the
@@ -83,7 +84,7 @@ func snapshot(t *testing.T, d *enginetest.DB) []string {
 	t.Helper()
 	rows := d.Rows(t, `SELECT * FROM idempotency_claims ORDER BY id`)
 	rows = append(rows, d.Rows(t, `SELECT id, CAST(state AS TEXT), attempt, max_attempts FROM river_job
-		WHERE queue <> 'maintenance' ORDER BY id`)...)
+		WHERE queue <> '`+jobs.MaintenanceQueue+`' ORDER BY id`)...)
 	return append(rows, strconv.Itoa(d.Count(t, `SELECT count(*) FROM audit_events`)))
 }
 

@@ -66,5 +66,5 @@ func TestHotLookupsUseTheUniqueIndexesWithoutStatistics(t *testing.T) {
 	_, err = conn.Exec(ctx, "SET enable_seqscan = off")
 	require.NoError(t, err)
 	require.Equal(t, []string{"idempotency_claims_tenant_newest_idx"},
-		planIndexes(ctx, t, c, pgengine.SQLClaimListNewest, "acme", "", "", nil, int64(0), 50))
+		planIndexes(ctx, t, c, pgengine.SQLClaimListNewest, "acme", "", "", nil, int64(0), 50, "", ""))
 }
