@@ -70,8 +70,8 @@ type SeedRows interface {
 	Decode(sections map[string]json.RawMessage) error
 	// Validate checks every entry and reports the first problem, naming
 	// the entry and field, as in "orders[0].amount_cents: must be
-	// positive". tenants are the file's tenants.
-	Validate(tenants []SeedTenant) error
+	// positive".
+	Validate() error
 	// Empty reports whether there is nothing to load.
 	Empty() bool
 	// Load loads the rows in the seed's transaction tx, in file order,
@@ -201,7 +201,7 @@ func (f *SeedFile) Validate() error {
 		}
 	}
 	if f.Rows != nil {
-		return f.Rows.Validate(f.Tenants)
+		return f.Rows.Validate()
 	}
 	return nil
 }

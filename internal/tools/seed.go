@@ -103,7 +103,7 @@ func (s *Seed) Decode(sections map[string]json.RawMessage) error {
 
 // Validate implements store.SeedRows: every entry checked, and entries
 // with the same row refused (the second would be silently ignored).
-func (s *Seed) Validate([]store.SeedTenant) error {
+func (s *Seed) Validate() error {
 	seen := map[[3]string]string{}
 	dup := func(name string, k [3]string) error {
 		if prev, ok := seen[k]; ok {

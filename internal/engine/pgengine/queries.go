@@ -158,10 +158,9 @@ WITH old AS (
 UPDATE idempotency_claims SET
 	operation_id = $2::uuid, user_id = $3, args = $4, args_hash = $5, ttl_seconds = $6, retention_seconds = $8,
 	intent_key = nullif($10::text, ''),
-	incarnation = CASE WHEN old.o_args_hash = $5 THEN old.o_incarnation + 1 ELSE coalesce((
-		SELECT t.incarnation + 1 FROM idempotency_tombstones t
+	incarnation = coalesce((SELECT t.incarnation + 1 FROM idempotency_tombstones t
 		WHERE t.tenant_id = old.o_tenant_id AND t.tool = old.o_tool AND t.idempotency_key = old.o_key
-			AND t.args_hash = $5 AND (t.retain_until <= coalesce($7::timestamptz, now()) OR t.forgotten_at IS NOT NULL)), 0) END,
+			AND t.args_hash = $5), 0),
 	status = CASE WHEN $11::double precision > 0 THEN 'awaiting_approval' ELSE 'queued' END,
 	approval_expires_at = CASE WHEN $11::double precision > 0
 		THEN coalesce($7::timestamptz, now()) + make_interval(secs => $11::double precision) END,

@@ -78,11 +78,9 @@ var sqlClaimTakeOver = `
 UPDATE idempotency_claims SET
 	operation_id = ?2, user_id = ?3, args = ?4, args_hash = ?5, ttl_seconds = ?6, retention_seconds = ?8,
 	intent_key = nullif(?10, ''), status = CASE WHEN ?11 <> '' THEN 'awaiting_approval' ELSE 'queued' END,
-	incarnation = CASE WHEN args_hash = ?5 THEN incarnation + 1 ELSE coalesce((
-		SELECT t.incarnation + 1 FROM idempotency_tombstones t
+	incarnation = coalesce((SELECT t.incarnation + 1 FROM idempotency_tombstones t
 		WHERE t.tenant_id = idempotency_claims.tenant_id AND t.tool = idempotency_claims.tool
-			AND t.idempotency_key = idempotency_claims.idempotency_key AND t.args_hash = ?5
-			AND (t.retain_until <= ` + at("?7") + ` OR t.forgotten_at IS NOT NULL)), 0) END,
+			AND t.idempotency_key = idempotency_claims.idempotency_key AND t.args_hash = ?5), 0),
 	approval_expires_at = CASE WHEN ?11 <> '' THEN ` + plus(at("?7"), "?11") + ` END, approval_summary = nullif(?12, ''),
 	lease_expires_at = NULL, attempts = 0, job_id = nullif(?9, 0), generation = 0,
 	result = NULL, error = NULL, last_error = NULL, first_called_at = NULL,
