@@ -133,6 +133,11 @@ const (
 	// approval while its tenant already has the most calls waiting that
 	// the deployment allows; nothing was claimed, retry later.
 	CodeApprovalsPendingLimit Code = "approvals_pending_limit"
+	// CodePossibleDuplicate: the same arguments as a recent or live
+	// operation of the tool under another idempotency key (a re-minted
+	// key); nothing was claimed. Retry the same intent with that
+	// operation's key, or confirm a new intent beside it.
+	CodePossibleDuplicate Code = "possible_duplicate"
 )
 
 // Error is an error with a stable code, the field it is about (if any), and

@@ -41,7 +41,10 @@ const (
 const keyField = "idempotency_key"
 
 // keyDescription is the idempotency key's published description.
-const keyDescription = "Client-chosen key, 8 to 128 characters of [A-Za-z0-9._:-]. Retrying with the same key and arguments returns the first outcome; never reuse a key for another intent."
+const keyDescription = "Client-chosen key, 8 to 128 characters of [A-Za-z0-9._:-], one per intent. When you retry the same intent (after a timeout, an error, or in a later turn), send the same key again: it returns the first outcome and never runs twice. Never reuse a key for another intent."
+
+// confirmDescription is the confirmation argument's published description.
+const confirmDescription = "Leave out. Only after this tool answered possible_duplicate, and only when the person confirms that this call is a new, separate intent, set it to the operation_id that answer named. When retrying the same intent, reuse its idempotency_key instead."
 
 // objectSchema is a tool's argument schema, ready to validate.
 type objectSchema struct {
@@ -71,8 +74,9 @@ var typeSchemas = map[reflect.Type]*jsonschema.Schema{
 
 // inputSchema derives A's schema: jsonschema-go's inference (types,
 // `jsonschema` descriptions, required unless omitempty) plus the
-// constraints of `idem` tags, and for a mutation the idempotency key.
-func inputSchema[A any](mutating bool) (*objectSchema, error) {
+// constraints of `idem` tags, for a mutation the idempotency key, and for
+// a guarded one (Policy.DuplicateWindow) the confirmation argument.
+func inputSchema[A any](mutating, guarded bool) (*objectSchema, error) {
 	t := reflect.TypeFor[A]()
 	if t.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("%s must be a struct", t)
@@ -90,8 +94,8 @@ func inputSchema[A any](mutating bool) (*objectSchema, error) {
 		if name == "" {
 			continue
 		}
-		if name == keyField && mutating {
-			return nil, fmt.Errorf("field %s: %s is added by idemgate; do not declare it", f.Name, keyField)
+		if (name == keyField || name == core.ConfirmField) && mutating {
+			return nil, fmt.Errorf("field %s: %s is added by idemgate; do not declare it", f.Name, name)
 		}
 		ps, ok := s.Properties[name]
 		if !ok {
@@ -111,6 +115,10 @@ func inputSchema[A any](mutating bool) (*objectSchema, error) {
 		}
 		s.Required = append(s.Required, keyField)
 		s.PropertyOrder = append(s.PropertyOrder, keyField)
+	}
+	if mutating && guarded {
+		s.Properties[core.ConfirmField] = &jsonschema.Schema{Type: "string", Format: "uuid", Description: confirmDescription}
+		s.PropertyOrder = append(s.PropertyOrder, core.ConfirmField)
 	}
 	s.AdditionalProperties = &jsonschema.Schema{Not: &jsonschema.Schema{}}
 	published, err := json.Marshal(s)
@@ -422,7 +430,7 @@ func compile(s *jsonschema.Schema, published json.RawMessage) (*objectSchema, er
 	}
 	for name, ps := range s.Properties {
 		p := &prop{name: name, typ: ps.Type, required: required[name], minLen: ps.MinLength, maxLen: ps.MaxLength,
-			min: ps.Minimum, max: ps.Maximum, isKey: name == keyField}
+			min: ps.Minimum, max: ps.Maximum, isKey: name == keyField || name == core.ConfirmField}
 		if ps.Pattern != "" {
 			re, err := regexp.Compile(ps.Pattern)
 			if err != nil {
@@ -483,8 +491,11 @@ func (o *objectSchema) validate(args map[string]any) error {
 
 func (p *prop) check(v any) error {
 	if p.isKey {
-		// The gate checks a string key with its own codes.
-		if _, ok := v.(string); !ok {
+		// The gate checks a string key (and a confirmation) with its own
+		// codes.
+		if _, ok := v.(string); !ok && p.name == core.ConfirmField {
+			return vocab.Errorf(vocab.CodeInvalidArgument, p.name, "must be the operation_id (a UUID) that a possible_duplicate answer named")
+		} else if !ok {
 			return vocab.Errorf(vocab.CodeInvalidIdempotencyKey, p.name, "must be a string")
 		}
 		return nil

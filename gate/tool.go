@@ -82,6 +82,14 @@ type Policy struct {
 	// Approval) waits for a decision before it fails approval_expired.
 	// Default the smaller of DefaultApprovalWindow and TTL; at most TTL.
 	ApprovalWindow time.Duration
+	// DuplicateWindow guards the tool against agents that re-mint keys:
+	// a call with the same fingerprint as an operation of the tenant
+	// claimed under another key less than DuplicateWindow ago, or still
+	// waiting or running, is refused with possible_duplicate naming it,
+	// and runs only when it confirms a new intent beside that operation
+	// (the argument confirm_duplicate_of, or an elicitation a person
+	// answers). Zero: off. At most 24h.
+	DuplicateWindow time.Duration
 }
 
 // DefaultApprovalWindow is a Policy's default ApprovalWindow.
@@ -198,7 +206,7 @@ func (m *Mutation[A, R]) spec() (*toolspec.Spec, error) {
 	case m.InTx != nil && m.Record != nil:
 		return nil, fmt.Errorf("tool %s: Record goes with Call; an InTx effect writes its rows itself", m.Name)
 	}
-	in, err := inputSchema[A](true)
+	in, err := inputSchema[A](true, m.Policy.DuplicateWindow > 0)
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: arguments: %w", m.Name, err)
 	}
@@ -229,7 +237,7 @@ func (m *Mutation[A, R]) spec() (*toolspec.Spec, error) {
 	policy := &core.Policy{
 		Tool: m.Name, TTL: p.TTL, VolatileFields: p.VolatileFields, AuditArgFields: p.AuditFields,
 		ResultFields: p.ResultFields, InflightTimeout: p.Lease, ReclaimBudget: p.ReclaimBudget, Retention: p.Retention,
-		FailUnknownOutcome: p.FailUnknownOutcome,
+		FailUnknownOutcome: p.FailUnknownOutcome, DuplicateWindow: p.DuplicateWindow,
 	}
 	if err := policy.Validate(); err != nil {
 		return nil, err
@@ -300,7 +308,7 @@ func (r *Read[A, R]) spec() (*toolspec.Spec, error) {
 	if r.Handle == nil {
 		return nil, fmt.Errorf("tool %s: Handle is required", r.Name)
 	}
-	in, err := inputSchema[A](false)
+	in, err := inputSchema[A](false, false)
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: arguments: %w", r.Name, err)
 	}

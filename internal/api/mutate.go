@@ -216,6 +216,8 @@ func answer(res *core.ClaimResult) (*Answer, *callError) {
 		return nil, &callError{err: res.Conflict, operation: op}
 	case res.Outcome == vocab.OutcomeExpired:
 		return nil, &callError{err: res.Expired, operation: op}
+	case res.Outcome == vocab.OutcomeDuplicate:
+		return nil, &callError{err: res.Duplicate, operation: op}
 	case res.Claim.Status == vocab.StatusFailed && res.Claim.Error != nil:
 		// A failed outcome is a tool error carrying the stored code, for the
 		// call that saw it happen and for every replay.

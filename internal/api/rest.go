@@ -42,6 +42,9 @@ func (s *Server) restTool(w http.ResponseWriter, r *http.Request) {
 	s.restMutate(w, r, c)
 }
 
+// confirmHeader carries core.ConfirmField on REST calls.
+const confirmHeader = "Idempotency-Confirm-Duplicate-Of"
+
 // restMutate runs a mutation call: the key travels in the header and is
 // merged into the arguments, so that one validation and one fingerprint
 // serve MCP and REST alike.
@@ -60,6 +63,20 @@ func (s *Server) restMutate(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	args["idempotency_key"] = key
+	// A confirmation of a new intent beside a possible duplicate may
+	// travel as a header too, bound to the operation it names.
+	if confirm, present := r.Header[confirmHeader]; present {
+		if len(confirm) != 1 {
+			s.rejectREST(w, r, c, key, vocab.Errorf(vocab.CodeInvalidArgument, confirmHeader, "the header must appear once"))
+			return
+		}
+		if body, ok := args[core.ConfirmField]; ok && body != confirm[0] {
+			s.rejectREST(w, r, c, key, vocab.Errorf(vocab.CodeInvalidArgument, core.ConfirmField,
+				"the body's %s differs from the %s header; send it once", core.ConfirmField, confirmHeader))
+			return
+		}
+		args[core.ConfirmField] = confirm[0]
+	}
 	c.raw = mustJSON(args)
 
 	ans, cerr := s.mutate(r.Context(), c)

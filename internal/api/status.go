@@ -37,6 +37,7 @@ var codeStatus = map[vocab.Code]int{
 	// Too many calls of the tenant wait for approval: like rate_limited,
 	// a wait clears it (not 409: in flight on this api).
 	vocab.CodeApprovalsPendingLimit: http.StatusTooManyRequests,
+	vocab.CodePossibleDuplicate:     http.StatusConflict,
 	vocab.CodeUnavailable:           http.StatusServiceUnavailable,
 	vocab.CodeInternal:              http.StatusInternalServerError,
 	// A single-use token that existed and can no longer be used (a route

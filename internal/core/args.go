@@ -364,7 +364,7 @@ func CanonicalArgs(args map[string]any) ([]byte, error) {
 func canonicalMembers(args map[string]any, exclude []string) ([]byte, error) {
 	kept := make(map[string]any, len(args))
 	for name, v := range args {
-		if name == keyField || slices.Contains(exclude, name) {
+		if name == keyField || name == ConfirmField || slices.Contains(exclude, name) {
 			continue
 		}
 		kept[name] = v
@@ -396,7 +396,7 @@ func canonicalJSON(v any) ([]byte, error) {
 func DiffFields(a, b map[string]any, exclude []string) []string {
 	var diff []string
 	consider := func(name string) bool {
-		return name != keyField && !slices.Contains(exclude, name)
+		return name != keyField && name != ConfirmField && !slices.Contains(exclude, name)
 	}
 	for name, av := range a {
 		if !consider(name) {

@@ -71,6 +71,8 @@ type stage struct {
 	accepted *ClaimResult
 	existing *Claim
 	expired  *Claim
+	// duplicate is a guarded call refused as a possible duplicate.
+	duplicate *ClaimResult
 }
 
 // forFollower is the stage a follower answers from: the claim the leader

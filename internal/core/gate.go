@@ -248,6 +248,9 @@ type Intent struct {
 	// ArgsHash is the hex sha256 of the canonical arguments without the
 	// tool's volatile fields.
 	ArgsHash string
+	// ConfirmDuplicateOf is the operation id the call's ConfirmField
+	// names: the caller confirmed a new intent beside that operation.
+	ConfirmDuplicateOf string
 }
 
 // NewIntent validates the idempotency key in args and fingerprints them
@@ -265,6 +268,10 @@ func (g *Gate) NewIntent(tool string, args map[string]any) (*Intent, error) {
 	if err := ValidateKey(key, present); err != nil {
 		return nil, err
 	}
+	confirm, err := confirmation(p, args)
+	if err != nil {
+		return nil, err
+	}
 	_, hash, err := Fingerprint(args, p.VolatileFields)
 	if err != nil {
 		return nil, err
@@ -273,7 +280,26 @@ func (g *Gate) NewIntent(tool string, args map[string]any) (*Intent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Intent{Tool: tool, Key: key, Args: args, Canonical: canonical, ArgsHash: hash}, nil
+	return &Intent{Tool: tool, Key: key, Args: args, Canonical: canonical, ArgsHash: hash, ConfirmDuplicateOf: confirm}, nil
+}
+
+// confirmation is the operation id of args' ConfirmField ("" without
+// one): an operation id, on a tool that guards duplicates.
+func confirmation(p *Policy, args map[string]any) (string, error) {
+	raw, present := args[ConfirmField]
+	if !present {
+		return "", nil
+	}
+	if p.DuplicateWindow <= 0 {
+		return "", vocab.Errorf(vocab.CodeInvalidArgument, ConfirmField,
+			"%s does not hold calls as possible duplicates: leave %s out", p.Tool, ConfirmField)
+	}
+	id, ok := raw.(string)
+	if _, err := uuid.Parse(id); !ok || err != nil || len(id) != 36 {
+		return "", vocab.Errorf(vocab.CodeInvalidArgument, ConfirmField,
+			"must be the operation_id (a UUID) that a possible_duplicate answer named")
+	}
+	return strings.ToLower(id), nil
 }
 
 // ClaimParams are the parameters of Gate.Claim.
@@ -327,6 +353,9 @@ type ClaimResult struct {
 	// naming the original operation and its outcome; Claim then holds what
 	// is known of that operation.
 	Expired *vocab.Error
+	// Duplicate is set for possible_duplicate answers (a guarded tool),
+	// naming the earlier operation; Claim then holds that operation.
+	Duplicate *vocab.Error
 }
 
 // Claim claims the intent for the actor's tenant, or answers from the
@@ -392,6 +421,8 @@ func (g *Gate) claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 		return g.accepted(ctx, params, st.accepted)
 	case st.expired != nil:
 		return g.refuseExpired(ctx, params, start, st.expired, auditArgs)
+	case st.duplicate != nil:
+		return g.refuseDuplicate(ctx, params, policy, start, st.duplicate, auditArgs)
 	}
 	return g.answerExisting(ctx, params, policy, st.existing, auditArgs, start)
 }
@@ -430,7 +461,11 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 	// A new key joins the next group of new claims; an expired claim of
 	// other arguments is taken over on the single path, where it is read
 	// and replaced in one transaction.
-	if g.batch != nil && err != nil && params.ApprovalWindow <= 0 && !trace.SpanContextFromContext(ctx).IsSampled() {
+	// A guarded tool's claim upserts its duplicate guard in the claiming
+	// statement, which the group's statement does not: it claims on its
+	// own.
+	if g.batch != nil && err != nil && params.ApprovalWindow <= 0 && policy.DuplicateWindow <= 0 &&
+		!trace.SpanContextFromContext(ctx).IsSampled() {
 		claim, err := g.batch.claim(ctx, params, policy, auditArgs, start)
 		if err != nil {
 			return nil, err
@@ -446,6 +481,8 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 			return nil, err
 		case res != nil && res.Outcome == vocab.OutcomeExpired:
 			return &stage{expired: res.Claim}, nil
+		case res != nil && res.Outcome == vocab.OutcomeDuplicate:
+			return &stage{duplicate: res}, nil
 		case res != nil:
 			return &stage{accepted: res}, nil
 		case current != nil:
@@ -611,6 +648,9 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 			return nil, nil, fmt.Errorf("gate: insert job: %w", err)
 		}
 	}
+	if in.ConfirmDuplicateOf != "" {
+		reason = joinReason(reason, "confirmed as a new intent beside operation "+in.ConfirmDuplicateOf)
+	}
 	ev := callAudit(ctx, params, auditArgs, start, vocab.DecisionAccepted, reason)
 	ev.OperationID, ev.JobID = operationID, jobID
 	claim, err := apply(ctx, tx, event, nil, Facts{}, &ClaimInsertParams{
@@ -618,6 +658,7 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 		UserID: params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
 		IntentKey: g.intentKey(params), TTL: policy.TTL, Retention: policy.retention(), JobID: jobID,
 		ApprovalWindow: params.ApprovalWindow, ApprovalSummary: params.approvalSummary(), Audit: ev,
+		DuplicateWindow: policy.DuplicateWindow, ConfirmDuplicateOf: in.ConfirmDuplicateOf,
 	})
 	switch {
 	case err == nil:
@@ -628,10 +669,9 @@ func (g *Gate) claimOnce(ctx context.Context, params *ClaimParams, policy *Polic
 		if claim == nil {
 			return res, existing, err
 		}
-		ev.Reason = "took over expired operation " + existing.OperationID
+		ev.Reason = joinReason("took over expired operation "+existing.OperationID, reason)
 		event = EventTakeOver
 		if params.ApprovalWindow > 0 {
-			ev.Reason += "; " + reason
 			event = EventAwaitTakeOver
 		}
 		if err := tx.AuditInsert(ctx, ev); err != nil {
@@ -682,10 +722,14 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 	existing, err = tx.ClaimGetByKey(ctx, &ClaimGetByKeyParams{TenantID: params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key})
 	if errors.Is(err, vocab.ErrNotFound) {
 		// No claim: a tombstone of this very intent refused the insert, or
-		// the claim was archived between the insert and the read.
+		// the duplicate guard did, or the claim was archived between the
+		// insert and the read.
 		prior, terr := g.history(ctx, tx, params)
 		if prior != nil || terr != nil {
 			return nil, prior, nil, terr
+		}
+		if dup, derr := g.guarded(ctx, tx, params, policy, operationID); dup != nil || derr != nil {
+			return nil, dup, nil, derr
 		}
 		return nil, nil, nil, nil // loop
 	}
@@ -705,6 +749,11 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 	if prior, err := g.history(ctx, tx, params); prior != nil || err != nil {
 		return nil, prior, nil, err
 	}
+	// The insert upserted the duplicate guard before it found the key
+	// taken: the take-over is this claim only if the guard let it.
+	if dup, err := g.guarded(ctx, tx, params, policy, operationID); dup != nil || err != nil {
+		return nil, dup, nil, err
+	}
 	event := EventTakeOver
 	if params.ApprovalWindow > 0 {
 		event = EventAwaitTakeOver
@@ -722,6 +771,80 @@ func (g *Gate) takeOverOrAnswer(ctx context.Context, tx Tx, params *ClaimParams,
 		return nil, nil, nil, err
 	}
 	return claim, nil, existing, nil
+}
+
+// guarded reads, after an insert of a guarded tool wrote no claim, whether
+// its duplicate guard refused it: the guard names the operation the insert
+// was to create (operationID) when it let the call through. A refusal is
+// a possible_duplicate result naming the guard's operation, as the tenant
+// sees it now (or as the guard row knows it, once archived).
+func (g *Gate) guarded(ctx context.Context, tx Tx, params *ClaimParams, policy *Policy, operationID string) (*ClaimResult, error) {
+	if policy.DuplicateWindow <= 0 {
+		return nil, nil
+	}
+	in := params.Intent
+	guard, err := tx.FingerprintGuardGet(ctx, &FingerprintGuardGetParams{TenantID: params.Actor.TenantID, Tool: in.Tool, ArgsHash: in.ArgsHash})
+	switch {
+	case errors.Is(err, vocab.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case guard.OperationID == operationID:
+		return nil, nil
+	}
+	earlier, err := tx.ClaimGetByOperation(ctx, &ClaimGetByOperationParams{TenantID: params.Actor.TenantID, OperationID: guard.OperationID})
+	switch {
+	case errors.Is(err, vocab.ErrNotFound):
+		earlier = &Claim{OperationID: guard.OperationID, TenantID: params.Actor.TenantID, Tool: in.Tool,
+			IdempotencyKey: guard.IdempotencyKey, ArgsHash: in.ArgsHash, Status: vocab.StatusSucceeded}
+	case err != nil:
+		return nil, err
+	}
+	return &ClaimResult{Outcome: vocab.OutcomeDuplicate, Claim: earlier, Duplicate: duplicateError(earlier, policy)}, nil
+}
+
+// duplicateError is the possible_duplicate refusal naming earlier.
+func duplicateError(earlier *Claim, policy *Policy) *vocab.Error {
+	when := ""
+	if !earlier.CreatedAt.IsZero() {
+		when = " at " + earlier.CreatedAt.UTC().Format(time.RFC3339)
+	}
+	return vocab.Errorf(vocab.CodePossibleDuplicate, ConfirmField,
+		"these arguments were claimed%s by operation %s under idempotency_key %q (status %s) less than %s ago or are still in progress, "+
+			"so this call may be a retry with a new key: nothing was claimed. To retry the same intent, use idempotency_key %q. "+
+			"Only if the person confirms that this is a new, separate %s, call again with %s set to %q.",
+		when, earlier.OperationID, earlier.IdempotencyKey, earlier.Status, policy.DuplicateWindow, earlier.IdempotencyKey,
+		policy.Tool, ConfirmField, earlier.OperationID)
+}
+
+// refuseDuplicate answers a guarded call refused as a possible duplicate:
+// the refusal naming the earlier operation, one denied audit row, nothing
+// claimed.
+func (g *Gate) refuseDuplicate(ctx context.Context, params *ClaimParams, policy *Policy, start time.Time, dup *ClaimResult, auditArgs json.RawMessage) (*ClaimResult, error) {
+	auditCtx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	reason := fmt.Sprintf("%s: same arguments as operation %s (idempotency_key %q) within %s",
+		vocab.CodePossibleDuplicate, dup.Claim.OperationID, dup.Claim.IdempotencyKey, policy.DuplicateWindow)
+	if c := params.Intent.ConfirmDuplicateOf; c != "" {
+		reason += "; the call confirmed operation " + c + ", not this one"
+	}
+	ev := callAudit(ctx, params, auditArgs, start, vocab.DecisionDenied, reason)
+	ev.OperationID = dup.Claim.OperationID
+	if err := g.audits.write(auditCtx, ev); err != nil {
+		return nil, err
+	}
+	return dup, nil
+}
+
+// joinReason joins audit reasons with "; ", leaving out empty ones.
+func joinReason(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
 }
 
 // intentKey is the intent key of the call's (tenant, tool, key,

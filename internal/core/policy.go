@@ -28,7 +28,16 @@ const (
 	// DefaultReclaimBudget is how many times the reaper re-enqueues a claim
 	// whose lease expired before it fails it with outcome_unknown.
 	DefaultReclaimBudget = 5
+	// MaxDuplicateWindow is the longest DuplicateWindow a tool may configure.
+	MaxDuplicateWindow = 24 * time.Hour
 )
+
+// ConfirmField is the argument with which a call of a guarded tool
+// confirms that it is a new intent beside the operation a
+// possible_duplicate answer named: that operation's id. Like the
+// idempotency key, it is neither fingerprinted nor stored with the
+// arguments.
+const ConfirmField = "confirm_duplicate_of"
 
 // Policy is what the gate knows about one mutating tool. A mutating tool
 // without a policy cannot be registered: nothing mutates outside the gate.
@@ -62,6 +71,12 @@ type Policy struct {
 	// downstream that cannot deduplicate (SMTP) when the operator prefers a
 	// human to decide.
 	FailUnknownOutcome bool
+	// DuplicateWindow, when positive, guards the tool against re-minted
+	// keys: a call whose fingerprint matches an intent of the same tenant
+	// and tool claimed under another key less than DuplicateWindow ago (or
+	// still waiting or running) is refused with possible_duplicate naming
+	// it, unless it confirms that operation (ConfirmField). Zero: off.
+	DuplicateWindow time.Duration
 }
 
 // Validate checks the policy's fields and names the field that is wrong.
@@ -80,6 +95,12 @@ func (p *Policy) Validate() error {
 	}
 	if p.ReclaimBudget < 0 {
 		return fmt.Errorf("gate: policy %s: ReclaimBudget must not be negative", p.Tool)
+	}
+	if p.DuplicateWindow < 0 || p.DuplicateWindow > MaxDuplicateWindow {
+		return fmt.Errorf("gate: policy %s: DuplicateWindow %s is outside 0..%s", p.Tool, p.DuplicateWindow, MaxDuplicateWindow)
+	}
+	if slices.Contains(p.VolatileFields, ConfirmField) {
+		return fmt.Errorf("gate: policy %s: VolatileFields must not name %s", p.Tool, ConfirmField)
 	}
 	if slices.Contains(p.VolatileFields, "idempotency_key") {
 		return fmt.Errorf("gate: policy %s: VolatileFields must not name idempotency_key", p.Tool)

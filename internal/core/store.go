@@ -188,6 +188,9 @@ type Executor interface {
 	ClaimInsertMany(ctx context.Context, rows []*ClaimInsertParams) (claims []*Claim, err error)
 	// ClaimGetByKey returns the claim of (tenant, tool, key).
 	ClaimGetByKey(ctx context.Context, params *ClaimGetByKeyParams) (*Claim, error)
+	// FingerprintGuardGet returns the duplicate guard's row of (tenant,
+	// tool, fingerprint), or vocab.ErrNotFound.
+	FingerprintGuardGet(ctx context.Context, params *FingerprintGuardGetParams) (*FingerprintGuard, error)
 	// ClaimGetByOperation returns the tenant's claim of an operation id,
 	// which must be a UUID.
 	ClaimGetByOperation(ctx context.Context, params *ClaimGetByOperationParams) (*Claim, error)
@@ -343,6 +346,32 @@ type ClaimInsertParams struct {
 	ApprovalSummary string
 	// Audit is the accepted row, written only if the claim is.
 	Audit *AuditInsertParams
+	// DuplicateWindow, when positive, writes the claim only if the duplicate
+	// guard of (TenantID, Tool, ArgsHash) lets it, in the same statement:
+	// the guard row is upserted to name this claim (OperationID,
+	// IdempotencyKey) until now() plus DuplicateWindow unless it names
+	// another key's operation that is within its window or still waiting
+	// or running, and is not ConfirmDuplicateOf. A refused insert returns
+	// vocab.ErrAlreadyExists like a taken key; FingerprintGuardGet tells
+	// which, in the same transaction.
+	DuplicateWindow    time.Duration
+	ConfirmDuplicateOf string
+}
+
+// FingerprintGuard is the duplicate guard's row of a (tenant, tool,
+// fingerprint): the intent that last claimed those arguments.
+type FingerprintGuard struct {
+	OperationID    string
+	IdempotencyKey string
+	GuardedUntil   time.Time
+}
+
+// FingerprintGuardGetParams are the parameters of
+// Executor.FingerprintGuardGet.
+type FingerprintGuardGetParams struct {
+	TenantID string
+	Tool     string
+	ArgsHash string
 }
 
 // ClaimGetByKeyParams are the parameters of Executor.ClaimGetByKey.

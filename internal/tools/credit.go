@@ -35,9 +35,10 @@ func ApplyCredit(*Deps) *gate.Mutation[CreditArgs, Credit] {
 		Scope:       "billing:credit",
 		Provider:    "ledger",
 		Policy: gate.Policy{
-			TTL:            MoneyTTL,
-			VolatileFields: []string{"memo"},
-			AuditFields:    []string{"customer_id", "amount_cents", "currency"},
+			TTL:             MoneyTTL,
+			VolatileFields:  []string{"memo"},
+			DuplicateWindow: DuplicateWindow,
+			AuditFields:     []string{"customer_id", "amount_cents", "currency"},
 		},
 		// Above the tenant's threshold (tenants[].approval_thresholds), a
 		// person approves first.

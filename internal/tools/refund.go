@@ -63,9 +63,10 @@ func RefundOrderAt(d *Deps, now func() time.Time) *gate.Mutation[RefundArgs, Ref
 		Scope:       "billing:refund",
 		Provider:    "stripe",
 		Policy: gate.Policy{
-			TTL:            MoneyTTL,
-			VolatileFields: []string{"reason"},
-			AuditFields:    []string{"order_id", "amount_cents"},
+			TTL:             MoneyTTL,
+			VolatileFields:  []string{"reason"},
+			DuplicateWindow: DuplicateWindow,
+			AuditFields:     []string{"order_id", "amount_cents"},
 		},
 		// Above the tenant's threshold (tenants[].approval_thresholds), a
 		// person approves first.

@@ -75,6 +75,10 @@ const (
 	// OutcomeExpired means the same key and arguments ran before and their
 	// replay window ended: refused with idempotency_key_expired, not run.
 	OutcomeExpired Outcome = "expired"
+	// OutcomeDuplicate means the same arguments as a recent or live intent
+	// under another key (a guarded tool): refused with possible_duplicate,
+	// nothing claimed.
+	OutcomeDuplicate Outcome = "possible_duplicate"
 )
 
 // Decision is the kind of an audit row.

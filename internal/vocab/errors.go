@@ -57,6 +57,10 @@ const (
 	// person's approval while its tenant already has the most calls
 	// waiting that the deployment allows; nothing is claimed.
 	CodeApprovalsPendingLimit Code = "approvals_pending_limit"
+	// CodePossibleDuplicate refuses a call of a guarded tool whose
+	// arguments match a recent or live intent under another key: nothing
+	// is claimed until the caller confirms a new intent.
+	CodePossibleDuplicate Code = "possible_duplicate"
 )
 
 // Codes returns every code constant above, in declaration order. Tools may
@@ -69,6 +73,7 @@ func Codes() []Code {
 		CodeOutcomeUnknown, CodeCancelled, CodeDownstreamIdempotencyMismatch, CodeAmountExceedsRefundable,
 		CodeCardDeclined, CodeDownstreamRejected, CodeRetriesExhausted, CodeJobCancelledByOperator, CodeJobVanished,
 		CodeApprovalDenied, CodeApprovalExpired, CodeApprovalAlreadyDecided, CodeApprovalsPendingLimit,
+		CodePossibleDuplicate,
 	}
 }
 

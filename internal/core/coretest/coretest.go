@@ -65,6 +65,7 @@ func Exercise(t *testing.T, newBundle func(t *testing.T) *Bundle) {
 	maps.Copy(all, approvalTests)
 	maps.Copy(all, noticeTests)
 	maps.Copy(all, pendingTests)
+	maps.Copy(all, duplicateTests)
 	for name, test := range all {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

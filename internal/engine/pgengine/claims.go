@@ -45,7 +45,22 @@ func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*
 	sql, args := audited(p.Audit, sqlClaimInsert, sqlClaimInsertAudited, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey,
 		p.UserID, []byte(p.Args), p.ArgsHash, int(p.TTL/time.Second), int(p.Retention/time.Second), p.JobID, p.IntentKey,
 		p.ApprovalWindow.Seconds(), p.ApprovalSummary)
+	if p.DuplicateWindow > 0 {
+		if p.Audit == nil {
+			return nil, fmt.Errorf("pgengine: a guarded claim insert needs its audit row")
+		}
+		sql, args = sqlClaimInsertGuarded, append(args, p.DuplicateWindow.Seconds(), p.ConfirmDuplicateOf)
+	}
 	return e.claimWrite(ctx, vocab.ErrAlreadyExists, sql, args...)
+}
+
+func (e executor) FingerprintGuardGet(ctx context.Context, p *core.FingerprintGuardGetParams) (*core.FingerprintGuard, error) {
+	var g core.FingerprintGuard
+	err := e.q.QueryRow(ctx, sqlGuardGet, p.TenantID, p.Tool, p.ArgsHash).Scan(&g.OperationID, &g.IdempotencyKey, &g.GuardedUntil)
+	if err != nil {
+		return nil, translate(err)
+	}
+	return &g, nil
 }
 
 func (e executor) ClaimGetByKey(ctx context.Context, p *core.ClaimGetByKeyParams) (*Claim, error) {

@@ -292,7 +292,9 @@ FROM idempotency_tombstones
 WHERE tenant_id = $1 AND tool = $2 AND idempotency_key = $3 AND args_hash = $4
 	AND retain_until > coalesce($5::timestamptz, now()) AND forgotten_at IS NULL`
 
-// sqlTombstoneDeleteExpired forgets history rows past their retention,
+// sqlTombstoneDeleteExpired forgets history rows past their retention
+// (and deletes duplicate guards past their window whose operation no
+// longer waits or runs),
 // with a forgotten audit row each (it affects one audit row per row
 // forgotten): the row stays, marked, to number the fingerprint's next
 // intent (its incarnation) until core.KeyMemory after its retention, when
@@ -315,6 +317,17 @@ WITH gone AS (
 		WHERE forgotten_at IS NOT NULL
 			AND retain_until <= coalesce($2::timestamptz, now()) - make_interval(secs => ` + fmt.Sprint(int64(core.KeyMemory/time.Second)) + `)
 		ORDER BY retain_until
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED
+	)
+), guards AS (
+	DELETE FROM fingerprint_guards
+	WHERE ctid IN (
+		SELECT f.ctid FROM fingerprint_guards f
+		WHERE f.guarded_until <= coalesce($2::timestamptz, now())
+			AND NOT EXISTS (SELECT 1 FROM idempotency_claims c
+				WHERE c.operation_id = f.operation_id AND c.status IN ('awaiting_approval', 'queued', 'running'))
+		ORDER BY f.guarded_until
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
 	)
@@ -363,8 +376,42 @@ func withAudit(claimSQL string, n int, fromClaim map[int]string) string {
 		strings.Join(values, ", ") + " FROM c)\nSELECT * FROM c"
 }
 
+// withGuard is an audited sqlClaimInsert behind the duplicate guard
+// (core.ClaimInsertParams.DuplicateWindow): the guard row of the claim's
+// (tenant, tool, fingerprint) is upserted first, to name this claim until
+// now() plus $30 seconds, unless it names another key's operation that is
+// within its window or still waits or runs, and is not the confirmed one
+// ($31); the claim is inserted only if the guard let it. A refused upsert
+// still locks the guard row, so FingerprintGuardGet reads it as it stands
+// in the same transaction. Postgres's ON CONFLICT waits for a concurrent
+// claim of the same fingerprint and judges its committed row: two such
+// calls at once cannot both pass.
+func withGuard() string {
+	audited := withAudit(sqlClaimInsert, 13, nil)
+	claim := strings.Replace(audited, "WHERE NOT EXISTS (", "WHERE EXISTS (SELECT 1 FROM g) AND NOT EXISTS (", 1)
+	return "WITH g AS (" + sqlGuardUpsert + "),\n" + strings.TrimPrefix(claim, "WITH ")
+}
+
+const sqlGuardUpsert = `
+INSERT INTO fingerprint_guards AS f (tenant_id, tool, args_hash, operation_id, idempotency_key, guarded_until)
+VALUES ($2, $3, $7, $1::uuid, $4, now() + make_interval(secs => $30::double precision))
+ON CONFLICT (tenant_id, tool, args_hash) DO UPDATE SET
+	operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key, guarded_until = EXCLUDED.guarded_until
+WHERE f.idempotency_key = EXCLUDED.idempotency_key
+	OR f.operation_id = nullif($31::text, '')::uuid
+	OR (f.guarded_until <= now() AND NOT EXISTS (
+		SELECT 1 FROM idempotency_claims c
+		WHERE c.operation_id = f.operation_id AND c.status IN ('awaiting_approval', 'queued', 'running')))
+RETURNING 1`
+
+const sqlGuardGet = `
+SELECT operation_id::text, idempotency_key, guarded_until
+FROM fingerprint_guards
+WHERE tenant_id = $1 AND tool = $2 AND args_hash = $3`
+
 // The writes that take their audit row along.
 var (
+	sqlClaimInsertGuarded = withGuard()
 	sqlClaimInsertAudited = withAudit(sqlClaimInsert, 13, nil)
 	// The lease's row names the attempt and the epoch (enginesql.LeaseReason)
 	// and the claim's fingerprint, which the job does not carry.

@@ -70,10 +70,36 @@ func (e executor) audited(ctx context.Context, audit *core.AuditInsertParams, fi
 
 func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*Claim, error) {
 	return e.audited(ctx, p.Audit, nil, func(e executor) (*Claim, error) {
+		if p.DuplicateWindow > 0 {
+			// The guard first, in the same transaction (SQLite's one
+			// writer serializes claims): no row back means it refused.
+			var one int
+			err := e.queryRow(ctx, sqlGuardUpsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash,
+				seconds(p.DuplicateWindow), p.ConfirmDuplicateOf).Scan(&one)
+			if err := translate(err); errors.Is(err, vocab.ErrNotFound) {
+				return nil, vocab.ErrAlreadyExists
+			} else if err != nil {
+				return nil, err
+			}
+		}
 		return e.claimWrite(ctx, vocab.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
 			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
 			approvalWindow(p.ApprovalWindow), p.ApprovalSummary)
 	})
+}
+
+func (e executor) FingerprintGuardGet(ctx context.Context, p *core.FingerprintGuardGetParams) (*core.FingerprintGuard, error) {
+	var g core.FingerprintGuard
+	var until string
+	if err := e.queryRow(ctx, sqlGuardGet, p.TenantID, p.Tool, p.ArgsHash).Scan(&g.OperationID, &g.IdempotencyKey, &until); err != nil {
+		return nil, translate(err)
+	}
+	t, err := time.Parse(TimeFormat, until)
+	if err != nil {
+		return nil, fmt.Errorf("sqliteengine: guard's guarded_until %q: %w", until, err)
+	}
+	g.GuardedUntil = t
+	return &g, nil
 }
 
 // ClaimInsertMany inserts row by row: SQLite has one writer, and the
@@ -346,7 +372,10 @@ func (e executor) TombstoneDeleteExpired(ctx context.Context, p *core.TombstoneD
 		if err := e.AuditInsertMany(ctx, gone); err != nil {
 			return err
 		}
-		_, err = e.exec(ctx, sqlTombstonePurge, p.Limit, nullTime(p.Now))
+		if _, err := e.exec(ctx, sqlTombstonePurge, p.Limit, nullTime(p.Now)); err != nil {
+			return translate(err)
+		}
+		_, err = e.exec(ctx, sqlGuardPrune, p.Limit, nullTime(p.Now))
 		return translate(err)
 	})
 	return n, err

@@ -62,6 +62,29 @@ WHERE NOT EXISTS (
 ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
 RETURNING ` + claimColumns + notComputed
 
+// sqlGuardUpsert is the duplicate guard of a claim insert
+// (core.ClaimInsertParams.DuplicateWindow), run before it in the same
+// transaction: the guard row of (tenant, tool, fingerprint) names the new
+// claim until now plus ?6 (a modifier), unless it names another key's
+// operation that is within its window or still waits or runs, and is not
+// the confirmed one (?7). It returns a row only when it let the claim in.
+var sqlGuardUpsert = `
+INSERT INTO fingerprint_guards AS f (tenant_id, tool, args_hash, operation_id, idempotency_key, guarded_until)
+VALUES (?2, ?3, ?5, ?1, ?4, ` + plus(sqlNow, "?6") + `)
+ON CONFLICT (tenant_id, tool, args_hash) DO UPDATE SET
+	operation_id = excluded.operation_id, idempotency_key = excluded.idempotency_key, guarded_until = excluded.guarded_until
+WHERE f.idempotency_key = excluded.idempotency_key
+	OR f.operation_id = ?7
+	OR (f.guarded_until <= ` + sqlNow + ` AND NOT EXISTS (
+		SELECT 1 FROM idempotency_claims c
+		WHERE c.operation_id = f.operation_id AND c.status IN ('awaiting_approval', 'queued', 'running')))
+RETURNING 1`
+
+const sqlGuardGet = `
+SELECT operation_id, idempotency_key, guarded_until
+FROM fingerprint_guards
+WHERE tenant_id = ?1 AND tool = ?2 AND args_hash = ?3`
+
 var sqlClaimGetByKey = `
 SELECT ` + claimColumns + computed("?4") + `
 FROM idempotency_claims
@@ -358,6 +381,19 @@ WHERE rowid IN (
 	WHERE forgotten_at IS NOT NULL
 		AND retain_until <= strftime('%Y-%m-%dT%H:%M:%fZ', ` + at("?2") + `, '-` + fmt.Sprint(int64(core.KeyMemory/time.Second)) + ` seconds')
 	ORDER BY retain_until
+	LIMIT ?1
+)`
+
+// sqlGuardPrune deletes duplicate guards past their window whose
+// operation no longer waits or runs.
+var sqlGuardPrune = `
+DELETE FROM fingerprint_guards
+WHERE rowid IN (
+	SELECT f.rowid FROM fingerprint_guards f
+	WHERE f.guarded_until <= ` + at("?2") + `
+		AND NOT EXISTS (SELECT 1 FROM idempotency_claims c
+			WHERE c.operation_id = f.operation_id AND c.status IN ('awaiting_approval', 'queued', 'running'))
+	ORDER BY f.guarded_until
 	LIMIT ?1
 )`
 
