@@ -130,7 +130,26 @@ func (s *Server) toolHandler(def *toolspec.Spec) mcp.ToolHandler {
 			cerr *callError
 		)
 		if def.Mutating {
-			out, cerr = s.mutate(ctx, c)
+			// A 2026-07-28 call: a retry's requestState is checked (and a
+			// confirmed duplicate question confirms), and an answer that
+			// needs a person may become input_required (mrtr.go).
+			m := mrtrFrom(ctx)
+			if m != nil {
+				raw, err := s.mrtrConfirm(c, m)
+				if err != nil {
+					return nil, err
+				}
+				c.raw = raw
+			}
+			ans, mcerr := s.mutate(ctx, c)
+			if m != nil {
+				if ext, _ := ctx.Value(taskExtCallKey{}).(bool); !ext || mcerr != nil {
+					if r := s.mrtrAnswer(c, m, ans, mcerr); r != nil {
+						return r, nil
+					}
+				}
+			}
+			out, cerr = ans, mcerr
 		} else {
 			out, cerr = s.read(ctx, c)
 		}

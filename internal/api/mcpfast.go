@@ -9,6 +9,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -172,6 +173,7 @@ func (f *fastPath) serve(w http.ResponseWriter, r *http.Request, env *envelope) 
 			return false
 		}
 		stateless = true
+		r = r.WithContext(context.WithValue(r.Context(), mrtrKey{}, readMRTR(env.call, env.params)))
 	case isLegacyVersion(v):
 		if msg.meta != nil {
 			return false
@@ -260,7 +262,11 @@ func appendResult(out []byte, res *mcp.CallToolResult, impl *mcp.Implementation,
 			return out, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "api: unexpected tools/call result JSON"}
 		}
 		out = append(out, b[:len(b)-1]...)
-		out = append(out, `,"resultType":"complete"}`...)
+		if res.InputRequests != nil || res.RequestState != "" {
+			out = append(out, `,"resultType":"input_required"}`...) // mrtr.go
+		} else {
+			out = append(out, `,"resultType":"complete"}`...)
+		}
 	} else {
 		out = append(out, b...)
 	}

@@ -101,6 +101,11 @@ type Config struct {
 	// server's own origin, the one whose host and port are the request's
 	// Host. New refuses an entry that is not an http(s) origin.
 	AllowedOrigins []string
+	// StateSecret keys the requestState of 2026-07-28 input_required
+	// answers (IDEMGATE_SECRET). Empty: a random key of the process, so
+	// that a state does not cross replicas or restarts (the client is
+	// asked again).
+	StateSecret []byte
 }
 
 // Server serves MCP, REST and health routes.
@@ -134,6 +139,8 @@ type Server struct {
 	methods map[string]int
 	// mcp serves /mcp, without the router's middleware.
 	mcp http.Handler
+	// states signs and verifies MRTR requestState (mrtr.go).
+	states *stateSigner
 }
 
 // New returns a Server. It refuses to start when a mutating tool has no gate
@@ -204,6 +211,7 @@ func checkConfig(cfg *Config) error {
 // left unset; the built-in tools, metrics and routes are New's.
 func newServer(cfg *Config) *Server {
 	s := &Server{
+		states:    newStateSigner(cfg.StateSecret),
 		gate:      cfg.Gate,
 		auth:      cfg.Auth,
 		tools:     cfg.Tools,

@@ -64,6 +64,7 @@ func (s *Server) taskLayer(next http.Handler) func(http.ResponseWriter, *http.Re
 			if declaresTasksExtension(env.call) {
 				r = r.WithContext(context.WithValue(r.Context(), taskExtCallKey{}, true))
 			}
+			r = r.WithContext(context.WithValue(r.Context(), mrtrKey{}, readMRTR(env.call, env.params)))
 			next.ServeHTTP(w, r)
 		case env.method == methodToolsCall && env.call.isTask():
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), taskCallKey{}, env.call.task)))

@@ -211,6 +211,7 @@ func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, 
 		Logger:     logger,
 
 		AllowedOrigins: cfg.Origins(),
+		StateSecret:    []byte(cfg.Secret),
 		TracerProvider: opts.TracerProvider,
 		Ready: func(ctx context.Context) error {
 			ok, err := migrated(ctx)
