@@ -96,6 +96,11 @@ type Config struct {
 	// refused with approvals_pending_limit. 0 turns the cap off. Default
 	// 50. ($IDEMGATE_APPROVALS_MAX_PENDING)
 	ApprovalsMaxPending int
+	// DuplicateWindow is how long the built-in money and mail tools hold
+	// the same arguments under a new idempotency key as possible_duplicate
+	// until the caller confirms a new intent; 0 turns the guard off.
+	// Default 10m. ($IDEMGATE_DUPLICATE_WINDOW)
+	DuplicateWindow time.Duration
 	// DBPooler is "none" or "transaction" (PgBouncer in transaction mode:
 	// River polls, no named prepared statements). Default "none".
 	// ($IDEMGATE_DB_POOLER)

@@ -106,7 +106,11 @@ func traced(cfg *config.Config, data toolData, tp trace.TracerProvider) (*toolsp
 	if err != nil {
 		return nil, err
 	}
-	deps := &tools.Deps{DB: StoreDB(data), Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret)}
+	deps := &tools.Deps{DB: StoreDB(data), Stripe: stripeClient, Mail: sender, Secret: []byte(cfg.Secret),
+		DuplicateWindow: cfg.DuplicateWindow}
+	if cfg.DuplicateWindow == 0 {
+		deps.DuplicateWindow = -1 // IDEMGATE_DUPLICATE_WINDOW=0: off
+	}
 	if a, ok := data.(tools.Auditor); ok { // the engines' stores are
 		deps.Audit = a
 	}

@@ -122,6 +122,12 @@ type Config struct {
 	// many waiting is refused with approvals_pending_limit (REST 429 with
 	// Retry-After), nothing claimed, one denied audit row. 0 turns the cap
 	// off.
+	// DuplicateWindow is how long the built-in money and mail tools hold a
+	// call with the same arguments as a recent operation under another key
+	// as a possible duplicate (gate.Policy.DuplicateWindow); 0 turns the
+	// guard off.
+	DuplicateWindow time.Duration `name:"duplicate-window" env:"IDEMGATE_DUPLICATE_WINDOW" default:"10m" placeholder:"DURATION" help:"how long the built-in money and mail tools hold the same arguments under a new idempotency key as possible_duplicate until the caller confirms a new intent; 0 turns the guard off; at most 24h"`
+
 	ApprovalsMaxPending int `name:"approvals-max-pending" env:"IDEMGATE_APPROVALS_MAX_PENDING" default:"50" placeholder:"CALLS" help:"most calls of one tenant awaiting a person's approval at once; further calls that need approval are refused with approvals_pending_limit; 0 turns the cap off"`
 
 	// DBPooler says what DATABASE_URL connects through: PoolerNone (the
@@ -246,6 +252,8 @@ const (
 	EnvRateBurst       = "IDEMGATE_RATE_BURST"
 	// EnvApprovalsMaxPending names Config.ApprovalsMaxPending.
 	EnvApprovalsMaxPending = "IDEMGATE_APPROVALS_MAX_PENDING"
+	// EnvDuplicateWindow names Config.DuplicateWindow.
+	EnvDuplicateWindow = "IDEMGATE_DUPLICATE_WINDOW"
 	EnvDBPooler            = "IDEMGATE_DB_POOLER"
 	EnvAllowedOrigins      = "IDEMGATE_ALLOWED_ORIGINS"
 )

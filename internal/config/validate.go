@@ -90,6 +90,9 @@ func (c *Config) Validate() error {
 	}
 	add(validateRateLimit(c.RateLimit))
 	add(validateRateBurst(c.RateLimit, c.RateBurst))
+	if c.DuplicateWindow < 0 || c.DuplicateWindow > 24*time.Hour {
+		add(settingErr(EnvDuplicateWindow, "%s is out of range; want up to 24h, or 0 to turn the guard off", c.DuplicateWindow))
+	}
 	if c.ApprovalsMaxPending < 0 || c.ApprovalsMaxPending > MaxApprovalsMaxPending {
 		add(settingErr(EnvApprovalsMaxPending, "%d is out of range; want 1 to %d, or 0 to turn the cap off",
 			c.ApprovalsMaxPending, MaxApprovalsMaxPending))

@@ -27,7 +27,7 @@ type Credit struct {
 
 // ApplyCredit adds a credit to a customer's ledger, in the transaction
 // that completes the operation.
-func ApplyCredit(*Deps) *gate.Mutation[CreditArgs, Credit] {
+func ApplyCredit(d *Deps) *gate.Mutation[CreditArgs, Credit] {
 	return &gate.Mutation[CreditArgs, Credit]{
 		Name:        "apply_credit",
 		Title:       "Apply account credit",
@@ -37,7 +37,7 @@ func ApplyCredit(*Deps) *gate.Mutation[CreditArgs, Credit] {
 		Policy: gate.Policy{
 			TTL:             MoneyTTL,
 			VolatileFields:  []string{"memo"},
-			DuplicateWindow: DuplicateWindow,
+			DuplicateWindow: d.duplicateWindow(),
 			AuditFields:     []string{"customer_id", "amount_cents", "currency"},
 		},
 		// Above the tenant's threshold (tenants[].approval_thresholds), a

@@ -43,7 +43,7 @@ func SendPasswordReset(d *Deps) *gate.Mutation[MailArgs, Mail] {
 		Provider:    "smtp",
 		Policy: gate.Policy{
 			TTL:                MailTTL,
-			DuplicateWindow:    DuplicateWindow,
+			DuplicateWindow:    d.duplicateWindow(),
 			AuditFields:        []string{"user_id"},
 			FailUnknownOutcome: d.MailFailUnknownOutcome,
 		},

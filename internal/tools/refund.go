@@ -65,7 +65,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *gate.Mutation[RefundArgs, Ref
 		Policy: gate.Policy{
 			TTL:             MoneyTTL,
 			VolatileFields:  []string{"reason"},
-			DuplicateWindow: DuplicateWindow,
+			DuplicateWindow: d.duplicateWindow(),
 			AuditFields:     []string{"order_id", "amount_cents"},
 		},
 		// Above the tenant's threshold (tenants[].approval_thresholds), a

@@ -50,6 +50,21 @@ type Deps struct {
 	// sending it again with the same Message-ID (the default). It applies
 	// to the reaper's expired leases too (gate.Policy.FailUnknownOutcome).
 	MailFailUnknownOutcome bool
+	// DuplicateWindow is the money and mail tools' gate.Policy.
+	// DuplicateWindow: zero means the default (DuplicateWindow), negative
+	// turns the guard off (IDEMGATE_DUPLICATE_WINDOW=0).
+	DuplicateWindow time.Duration
+}
+
+// duplicateWindow is d's window for the money and mail tools.
+func (d *Deps) duplicateWindow() time.Duration {
+	switch {
+	case d.DuplicateWindow == 0:
+		return DuplicateWindow
+	case d.DuplicateWindow < 0:
+		return 0
+	}
+	return d.DuplicateWindow
 }
 
 // Auditor appends audit rows (core.Executor's AuditInsert).
