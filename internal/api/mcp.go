@@ -29,8 +29,16 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 		Instructions: "Mutating tools take an idempotency_key: reuse it when you retry the same intent, " +
 			"never for a different one. An in_flight answer carries the operation handle: poll get_operation, " +
 			"or call the tool as an MCP task (the task id is the operation id; the same key is the same task).",
-		// The tool list never changes while the server runs.
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}},
+		// The tool list never changes while the server runs. The SDK
+		// answers prompts/list and resources/list (empty lists, no
+		// subscriptions) whatever is declared; a server MUST declare what
+		// it serves (2026-07-28's server/discover as initialize), so the
+		// two capabilities say so, without listChanged.
+		Capabilities: &mcp.ServerCapabilities{
+			Tools:     &mcp.ToolCapabilities{ListChanged: false},
+			Prompts:   &mcp.PromptCapabilities{ListChanged: false},
+			Resources: &mcp.ResourceCapabilities{ListChanged: false},
+		},
 	})
 	fastTools, schemas, err := s.addTools(server)
 	if err != nil {

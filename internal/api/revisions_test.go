@@ -93,3 +93,27 @@ func TestPollIntervalIsOneValue(t *testing.T) {
 	list := resultOf(t, p.send(t, p.fast, mcpRequest{header: legacy, body: `{"jsonrpc":"2.0","id":3,"method":"tasks/list"}`}))
 	require.Equal(t, task["pollInterval"], list["tasks"].([]any)[0].(map[string]any)["pollInterval"])
 }
+
+// The server declares what it serves: prompts/list and resources/list
+// answer (empty lists), so server/discover and initialize declare prompts
+// and resources, without listChanged; nothing is subscribable.
+func TestCapabilitiesDeclareWhatIsServed(t *testing.T) {
+	t.Parallel()
+	p := mcpPairSetup(t)
+	for _, srv := range []*httptest.Server{p.fast, p.sdk} {
+		h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
+		disc := resultOf(t, p.send(t, srv, mcpRequest{header: h, body: `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{` + sessionlessMeta + `}}`}))
+		init := resultOf(t, p.send(t, srv, mcpRequest{header: map[string]string{"Mcp-Protocol-Version": ""},
+			body: `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`}))
+		for _, caps := range []map[string]any{disc["capabilities"].(map[string]any), init["capabilities"].(map[string]any)} {
+			require.Equal(t, map[string]any{}, caps["prompts"], "%v", caps)
+			require.Equal(t, map[string]any{}, caps["resources"], "%v", caps)
+			require.Equal(t, map[string]any{}, caps["tools"], "%v", caps)
+		}
+		for _, m := range []struct{ method, member string }{{"prompts/list", "prompts"}, {"resources/list", "resources"}} {
+			h["Mcp-Method"] = m.method
+			list := resultOf(t, p.send(t, srv, mcpRequest{header: h, body: `{"jsonrpc":"2.0","id":3,"method":"` + m.method + `","params":{` + sessionlessMeta + `}}`}))
+			require.Equal(t, []any{}, list[m.member], "%s: %v", m.method, list)
+		}
+	}
+}

@@ -32,6 +32,9 @@ import (
 //     terminal within the call's wait (IDEMGATE_WAIT) answers the plain
 //     result, one that is not answers CreateTaskResult (resultType
 //     "task"); a request without the declaration never gets a task;
+//   - tasks/get, tasks/update and tasks/cancel need the declaration on the
+//     request as well: without it they are refused with -32021 (missing
+//     required client capability, HTTP 400), before any task is looked up;
 //   - tasks/get answers the task with resultType "complete", and once it
 //     is terminal the result inlined: what a plain call with the key
 //     answers (a failed operation is a tool error, isError true, so its
@@ -82,6 +85,35 @@ func declaresTasksExtension(c *callParams) bool {
 	}
 	v, ok := meta.Caps.Extensions[tasksExtension]
 	return ok && len(v) > 0 && v[0] == '{'
+}
+
+// needsTasksExtension wraps the handler of tasks/get, tasks/update or
+// tasks/cancel: on 2026-07-28, a request whose _meta client capabilities
+// do not name the extension is refused with SEP-2575's
+// MissingRequiredClientCapabilityError (-32021, which the SDK answers with
+// HTTP 400), its data the capability the method needs, before any task is
+// looked up. The SDK has checked the _meta triple itself before.
+func needsTasksExtension(h func(context.Context, *mcp.ServerSession, *taskIDParams) (mcp.Result, error)) func(context.Context, *mcp.ServerSession, *taskIDParams) (mcp.Result, error) {
+	return func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
+		if !statelessRevision(ctx) || p.declaresTasksExtension() {
+			return h(ctx, ss, p)
+		}
+		return nil, &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities,
+			Message: "missing required client capability: the extension " + tasksExtension + " in the request's client capabilities",
+			Data:    json.RawMessage(`{"requiredCapabilities":{"extensions":{"` + tasksExtension + `":{}}}}`)}
+	}
+}
+
+// declaresTasksExtension reports whether the request's _meta client
+// capabilities name the tasks extension (its value an object).
+func (p *taskIDParams) declaresTasksExtension() bool {
+	if p == nil {
+		return false
+	}
+	caps, _ := p.Meta[metaClientCapabilities].(map[string]any)
+	ext, _ := caps["extensions"].(map[string]any)
+	_, ok := ext[tasksExtension].(map[string]any)
+	return ok
 }
 
 // extTask is a task as the extension shapes it: CreateTaskResult

@@ -4,7 +4,9 @@ package api_test
 // meaning they share with 2025-11-25's: the task id is the operation id.
 
 import (
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -158,4 +160,46 @@ func TestTasksExtension(t *testing.T) {
 	a = p.send(t, p.fast, mcpRequest{header: legacy, body: `{"jsonrpc":"2.0","id":18,"method":"tasks/update","params":{"taskId":"` + qid + `"}}`})
 	code, _ = rpcErrorOf(t, a)
 	require.EqualValues(t, -32601, code)
+}
+
+// tasks/get, tasks/update and tasks/cancel on 2026-07-28 need the
+// extension declared on that request: without it, -32021 with the
+// capability needed, HTTP 400, and nothing done (the refused cancel leaves
+// the task working).
+func TestTasksMethodsNeedTheExtension(t *testing.T) {
+	t.Parallel()
+	p := mcpPairSetup(t)
+	created := resultOf(t, p.send(t, p.fast, mcpRequest{header: extHeaders("tools/call", "apply_credit"),
+		body: extCall("1", "apply_credit", `{"customer_id":"cus_1","amount_cents":5,"currency":"usd","idempotency_key":"ext-undeclared-1"}`, extMeta)}))
+	require.Equal(t, "task", created["resultType"], "%v", created)
+	taskID := created["taskId"].(string)
+	const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"},"io.modelcontextprotocol/clientCapabilities":`
+	undeclared := map[string]string{
+		"NoExtensions":   meta + `{}}`,
+		"OtherExtension": meta + `{"extensions":{"io.example/other":{}}}}`,
+		"NotAnObject":    meta + `{"extensions":{"io.modelcontextprotocol/tasks":true}}}`,
+	}
+	for _, srv := range []*httptest.Server{p.fast, p.sdk} {
+		for name, m := range undeclared {
+			for _, method := range []string{"tasks/get", "tasks/update", "tasks/cancel"} {
+				r := extTaskRequest("2", method, taskID, m)
+				if method == "tasks/update" {
+					r.body = strings.Replace(r.body, `"taskId"`, `"inputResponses":{},"taskId"`, 1)
+				}
+				a := p.send(t, srv, r)
+				require.Equal(t, http.StatusBadRequest, a.status, "%s %s: %s", name, method, a)
+				var msg struct {
+					Error struct {
+						Code int64           `json:"code"`
+						Data json.RawMessage `json:"data"`
+					} `json:"error"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(a.body), &msg), "%s", a)
+				require.EqualValues(t, -32021, msg.Error.Code, "%s %s: %s", name, method, a)
+				require.JSONEq(t, `{"requiredCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`, string(msg.Error.Data))
+			}
+		}
+	}
+	got := resultOf(t, p.send(t, p.sdk, extTaskRequest("3", "tasks/get", taskID, extMeta)))
+	require.Equal(t, "working", got["status"], "%v", got)
 }

@@ -189,7 +189,7 @@ var (
 // addTaskMethods serves tasks/get, tasks/result, tasks/list and
 // tasks/cancel on server.
 func (s *Server) addTaskMethods(server *mcp.Server) error {
-	if err := mcp.AddReceivingCustomMethod(server, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
+	if err := mcp.AddReceivingCustomMethod(server, "tasks/get", needsTasksExtension(func(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
 		c, _, err := s.taskClaim(ctx, p.id(), false)
 		if err != nil {
 			return nil, err
@@ -198,10 +198,10 @@ func (s *Server) addTaskMethods(server *mcp.Server) error {
 			return s.extTaskGet(ctx, c)
 		}
 		return &taskResult{Task: s.taskOf(s.describe(ctx, c))}, nil
-	}); err != nil {
+	})); err != nil {
 		return err
 	}
-	if err := mcp.AddReceivingCustomMethod(server, "tasks/update", s.extTaskUpdate); err != nil {
+	if err := mcp.AddReceivingCustomMethod(server, "tasks/update", needsTasksExtension(s.extTaskUpdate)); err != nil {
 		return err
 	}
 	if err := mcp.AddReceivingCustomMethod(server, "tasks/result", s.taskPayload); err != nil {
@@ -210,12 +210,12 @@ func (s *Server) addTaskMethods(server *mcp.Server) error {
 	if err := mcp.AddReceivingCustomMethod(server, "tasks/list", s.listTasks); err != nil {
 		return err
 	}
-	return mcp.AddReceivingCustomMethod(server, "tasks/cancel", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
+	return mcp.AddReceivingCustomMethod(server, "tasks/cancel", needsTasksExtension(func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
 		if statelessRevision(ctx) {
 			return s.extTaskCancel(ctx, p)
 		}
 		return s.cancelTask(ctx, ss, p)
-	})
+	}))
 }
 
 // taskClaim finds the caller's task by id. A reader needs operations:read
