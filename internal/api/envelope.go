@@ -641,8 +641,9 @@ func depth(v []byte) int {
 // readEnvelope refuses, offers the rest to the fast path and otherwise
 // passes it on to next with the envelope (nil for other methods and for
 // a body over the SDK's limit, which the SDK refuses); r.Body reads the
-// body again.
-func singleCall(m *metrics, fast *fastPath, next func(w http.ResponseWriter, r *http.Request, env *envelope)) http.Handler {
+// body again. tel records each message it read (mcpspan.go): its span is
+// the current one of the context the fast path and the SDK serve it in.
+func singleCall(m *metrics, tel *mcpTelemetry, fast *fastPath, next func(w http.ResponseWriter, r *http.Request, env *envelope)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next(w, r, nil)
@@ -664,6 +665,11 @@ func singleCall(m *metrics, fast *fastPath, next func(w http.ResponseWriter, r *
 			m.mcpSDK.Inc()
 			writeEnvelopeError(w, http.StatusBadRequest, rerr)
 			return
+		}
+		if call, traced := tel.start(r, env); call != nil {
+			cw := &mcpWriter{ResponseWriter: w, call: call}
+			defer call.end(cw)
+			w, r = cw, traced
 		}
 		if fast.serve(w, r, env) {
 			m.mcpFast.Inc()

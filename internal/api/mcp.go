@@ -98,9 +98,10 @@ func (s *Server) addTools(server *mcp.Server) (map[string]mcp.MethodHandler, map
 }
 
 // serveMCP serves server over Streamable HTTP (stateless, JSON answers)
-// behind singleCall and the task layer, with fast in front when set.
+// behind singleCall (which also records each message's MCP span and
+// duration, mcpspan.go) and the task layer, with fast in front when set.
 func (s *Server) serveMCP(server *mcp.Server, fast *fastPath) http.Handler {
-	return singleCall(s.metrics, fast, s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+	return singleCall(s.metrics, s.mcpTelemetry, fast, s.taskLayer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
 		Logger:       s.logger,

@@ -217,6 +217,9 @@ func (f *fastPath) serve(w http.ResponseWriter, r *http.Request, env *envelope) 
 			b = []byte(`{"code":-32603,"message":"internal error"}`)
 		}
 		out = append(out, b...)
+		mcpCallFrom(r.Context()).rpcError(werr)
+	} else {
+		mcpCallFrom(r.Context()).toolResult(result.IsError)
 	}
 	out = append(out, '}')
 	w.Header().Set("Cache-Control", "no-cache, no-transform")

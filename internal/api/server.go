@@ -20,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
@@ -83,9 +84,15 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Registerer receives the api's metrics. Nil means a private registry.
 	Registerer prometheus.Registerer
-	// TracerProvider receives a server span per request. Nil or a no-op
-	// provider: no spans, no tracing middleware.
+	// TracerProvider receives a server span per request, and one per MCP
+	// message inside it (OpenTelemetry's MCP conventions: "tools/call
+	// refund_order"). Nil or a no-op provider: no spans, no tracing
+	// middleware.
 	TracerProvider trace.TracerProvider
+	// MeterProvider receives the OpenTelemetry MCP metric
+	// mcp.server.operation.duration. Nil or a no-op provider: not
+	// recorded. The api's other metrics are Prometheus's (Registerer).
+	MeterProvider metric.MeterProvider
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// SDKOnlyMCP sends every MCP request through the MCP SDK's handler.
@@ -137,6 +144,8 @@ type Server struct {
 	// methods are the MCP methods served: the SDK's and the custom ones,
 	// with their flags (checkRequest).
 	methods map[string]int
+	// mcpTelemetry records the MCP spans and metric; nil when off.
+	mcpTelemetry *mcpTelemetry
 	// mcp serves /mcp, without the router's middleware.
 	mcp http.Handler
 	// states signs and verifies MRTR requestState (mrtr.go).
@@ -177,6 +186,9 @@ func New(cfg *Config) (*Server, error) {
 	}
 	for _, m := range taskMethods {
 		s.methods[m] = methodParamsOptional
+	}
+	if s.mcpTelemetry, err = newMCPTelemetry(cfg.TracerProvider, cfg.MeterProvider, s.methods, s.allTools()); err != nil {
+		return nil, err
 	}
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/api"
@@ -68,6 +69,9 @@ type APIOptions struct {
 	// TracerProvider receives the api's spans (requests, claims, River
 	// inserts), and its log lines get trace ids. Nil: no tracing.
 	TracerProvider trace.TracerProvider
+	// MeterProvider receives the api's OpenTelemetry MCP metric
+	// (mcp.server.operation.duration). Nil: not recorded.
+	MeterProvider metric.MeterProvider
 	// Auth authenticates every request. Nil: the configuration's, which
 	// is OAuth's resource server when IDEMGATE_OAUTH_ISSUER is set, else
 	// idemgate's own bearer tokens.
@@ -213,6 +217,7 @@ func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, 
 		AllowedOrigins: cfg.Origins(),
 		StateSecret:    []byte(cfg.Secret),
 		TracerProvider: opts.TracerProvider,
+		MeterProvider:  opts.MeterProvider,
 		Ready: func(ctx context.Context) error {
 			ok, err := migrated(ctx)
 			if err != nil {

@@ -20,7 +20,7 @@ import (
 
 // refundTrace is the spans of one refund, from the MCP request to Stripe.
 type refundTrace struct {
-	request, claim, insert, work, stripe sdktrace.ReadOnlySpan
+	request, call, claim, insert, work, stripe sdktrace.ReadOnlySpan
 }
 
 // findRefundTrace finds, among the ended spans, the trace of the call
@@ -45,6 +45,8 @@ func findRefundTrace(spans []sdktrace.ReadOnlySpan, key string) *refundTrace {
 		switch sp.Name() {
 		case "POST /mcp":
 			rt.request = sp
+		case "tools/call refund_order":
+			rt.call = sp
 		case "river.insert_many":
 			rt.insert = sp
 		case "river.work/idemgate.refund_order":
@@ -53,7 +55,7 @@ func findRefundTrace(spans []sdktrace.ReadOnlySpan, key string) *refundTrace {
 			rt.stripe = sp
 		}
 	}
-	if rt.request == nil || rt.insert == nil || rt.work == nil || rt.stripe == nil {
+	if rt.request == nil || rt.call == nil || rt.insert == nil || rt.work == nil || rt.stripe == nil {
 		return nil
 	}
 	return rt
@@ -70,8 +72,9 @@ func hasAttr(attrs []attribute.KeyValue, want attribute.KeyValue) bool {
 
 // TestOneTraceFromTheMCPRequestToStripe makes a refund over MCP with an
 // in-memory span recorder (synchronous: a span is recorded when it ends)
-// and follows it: the api's request span, the claim, the River insert and
-// work, and the Stripe call are one trace, parent to child; the
+// and follows it: the api's request span, the MCP call's span, the claim,
+// the River insert and work, and the Stripe call are one trace, parent to
+// child; the
 // operation's audit rows and its log lines carry that trace id.
 func TestOneTraceFromTheMCPRequestToStripe(t *testing.T) {
 	t.Parallel()
@@ -94,7 +97,10 @@ func TestOneTraceFromTheMCPRequestToStripe(t *testing.T) {
 
 	require.Equal(t, trace.SpanKindServer, rt.request.SpanKind())
 	require.True(t, hasAttr(rt.request.Attributes(), attribute.String("http.route", "/mcp")))
-	require.Equal(t, rt.request.SpanContext().SpanID(), rt.claim.Parent().SpanID(), "claim in the request")
+	require.Equal(t, trace.SpanKindServer, rt.call.SpanKind())
+	require.True(t, hasAttr(rt.call.Attributes(), attribute.String("gen_ai.tool.name", "refund_order")))
+	require.Equal(t, rt.request.SpanContext().SpanID(), rt.call.Parent().SpanID(), "MCP call in the request")
+	require.Equal(t, rt.call.SpanContext().SpanID(), rt.claim.Parent().SpanID(), "claim in the MCP call")
 	require.Equal(t, rt.claim.SpanContext().SpanID(), rt.insert.Parent().SpanID(), "River insert in the claim")
 	require.Equal(t, rt.insert.SpanContext().SpanID(), rt.work.Parent().SpanID(), "job worked under its insert")
 	require.Len(t, rt.work.Links(), 1, "and linked to it, as otelriver does")

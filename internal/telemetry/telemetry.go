@@ -17,6 +17,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -125,6 +127,16 @@ func (t *Traces) Shutdown(ctx context.Context) error {
 func On(tp trace.TracerProvider) bool {
 	switch tp.(type) {
 	case nil, noop.TracerProvider, *noop.TracerProvider:
+		return false
+	}
+	return true
+}
+
+// MetricsOn reports whether mp records measurements: false for nil and for
+// a no-op provider, which the api takes as "no OpenTelemetry metrics".
+func MetricsOn(mp metric.MeterProvider) bool {
+	switch mp.(type) {
+	case nil, metricnoop.MeterProvider, *metricnoop.MeterProvider:
 		return false
 	}
 	return true

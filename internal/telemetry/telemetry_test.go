@@ -10,6 +10,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -31,6 +34,25 @@ func TestNoVariablesMeanANoOpProvider(t *testing.T) {
 	require.False(t, span.SpanContext().IsValid())
 	require.Nil(t, RiverMiddleware(tp))
 	require.NoError(t, tr.Shutdown(context.Background()))
+}
+
+func TestMetricsOnTellsANoOpProvider(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		mp   metric.MeterProvider
+		on   bool
+	}{
+		{"Nil", nil, false},
+		{"NoOp", metricnoop.NewMeterProvider(), false},
+		{"NoOpPointer", &metricnoop.MeterProvider{}, false},
+		{"SDK", sdkmetric.NewMeterProvider(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.on, MetricsOn(tc.mp))
+		})
+	}
 }
 
 func TestEnabledReadsTheStandardVariables(t *testing.T) {
