@@ -140,6 +140,10 @@ func (b *fuzzBundle) checkRows(t *testing.T, before fuzzRows, status int, out ma
 	switch outcome, _ := out["outcome"].(string); {
 	case status == http.StatusBadRequest || status == http.StatusForbidden:
 		want = fuzzRows{audit: 1, denied: 1}
+	case status == http.StatusConflict && strings.Contains(body, `"code":"possible_duplicate"`):
+		// The same arguments as a recent operation under a fresh key:
+		// refused, nothing claimed.
+		want = fuzzRows{audit: 1, denied: 1}
 	case status == http.StatusUnauthorized || status == http.StatusNotFound || status == http.StatusRequestEntityTooLarge:
 	case outcome == "accepted":
 		want = fuzzRows{claims: 1, jobs: 1, audit: 1}

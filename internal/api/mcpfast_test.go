@@ -50,7 +50,17 @@ type mcpPair struct {
 	metrics *prometheus.Registry
 }
 
+// mcpPairSetup is mcpPairSetupWith with the duplicate guard off: the
+// pair's tests send the same arguments under fresh keys on purpose (the
+// fast path against the SDK); the guard's own tests turn it on.
 func mcpPairSetup(tb testing.TB) *mcpPair {
+	tb.Helper()
+	return mcpPairSetupWith(tb, func(cfg *config.Config) { cfg.DuplicateWindow = 0 })
+}
+
+// mcpPairSetupWith is the api twice on one database (the fast path and
+// the SDK alone), its configuration changed by edit.
+func mcpPairSetupWith(tb testing.TB, edit func(*config.Config)) *mcpPair {
 	tb.Helper()
 	ctx := context.Background()
 	dbURL, pool := pgtest.NewDB(tb)
@@ -66,6 +76,7 @@ func mcpPairSetup(tb testing.TB) *mcpPair {
 	cfg := config.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.Wait = 0
+	edit(cfg)
 	discard := slog.New(slog.DiscardHandler)
 	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), discard, &app.APIOptions{RateLimit: -1})
 	require.NoError(tb, err)

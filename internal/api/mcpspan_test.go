@@ -211,12 +211,14 @@ func TestMCPToolCallSpansFollowTheConventions(t *testing.T) {
 	}{{"FastPath", fast, true}, {"SDK", sdk, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			for _, version := range []string{"2025-11-25", "2026-07-28"} {
+			for i, version := range []string{"2025-11-25", "2026-07-28"} {
 				cs := connectOTel(t, tc.s, version)
 				before := tc.s.fastCalls(t)
 				key := "otel-" + strings.ToLower(tc.name) + "-" + version
 				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "refund_order",
-					Arguments: map[string]any{"order_id": "ord_9f2", "amount_cents": 100, "idempotency_key": key}})
+					// An amount of each call's own: the same refund under
+					// another key would be held as a possible duplicate.
+					Arguments: map[string]any{"order_id": "ord_9f2", "amount_cents": 100 + 10*i + len(tc.name), "idempotency_key": key}})
 				require.NoError(t, err)
 				require.False(t, res.IsError, "%v", res.Content)
 				bad, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "refund_order",

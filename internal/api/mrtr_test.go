@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/vocab"
 )
@@ -49,7 +50,7 @@ func rpcError(t *testing.T, a mcpAnswer) *struct {
 
 func TestMRTRInputRequired(t *testing.T) {
 	t.Parallel()
-	p := mcpPairSetup(t)
+	p := mcpPairSetupWith(t, func(*config.Config) {}) // the default duplicate window
 	ctx := context.Background()
 	_, err := p.pool.Exec(ctx, `INSERT INTO approval_thresholds (tenant_id, tool, amount_cents) VALUES ('acme', 'apply_credit', 1000)`)
 	require.NoError(t, err)

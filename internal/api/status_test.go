@@ -24,6 +24,7 @@ var wantStatus = map[vocab.Code]int{
 	vocab.CodeNotFound:                      404,
 	vocab.CodeRateLimited:                   429,
 	vocab.CodeApprovalsPendingLimit:         429,
+	vocab.CodePossibleDuplicate:             409,
 	vocab.CodeUnavailable:                   503,
 	vocab.CodeInternal:                      500,
 	vocab.CodeResetTokenUsed:                410,
@@ -79,6 +80,9 @@ func TestStatusOfToolCodes(t *testing.T) {
 func TestStoredFailuresAreErrorStatuses(t *testing.T) {
 	for code, status := range codeStatus {
 		require.GreaterOrEqual(t, status, 400, code)
+		if code == vocab.CodePossibleDuplicate {
+			continue // a refusal, never stored: 409 names the earlier operation
+		}
 		require.NotEqual(t, http.StatusConflict, status, "%s: 409 means in flight on this api", code)
 	}
 }
