@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/app"
+	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
@@ -48,6 +49,7 @@ func setupEdges(t *testing.T, engine string) *edgeStack {
 	_, err := d.Store.Seed(context.Background(), seed)
 	require.NoError(t, err)
 	cfg := opsConfig(d, opsEnv)
+	cfg.DuplicateWindow = config.Defaults().DuplicateWindow // the built-ins' default guard
 	cfg.StripeAPIBase = stripeHTTP.URL
 	cfg.InflightTimeout = 10 * time.Second
 
@@ -113,10 +115,13 @@ func TestKeyChangingHandsTwiceRunsEachIntentOnce(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, engine string) {
 		s := setupEdges(t, engine)
 		s.startWorker()
-		for _, prune := range []bool{false, true} {
+		for i, prune := range []bool{false, true} {
 			key := fmt.Sprintf("hands-twice-prune-%v", prune)
 			run := func(amount int) *vocab.Operation {
 				t.Helper()
+				// Amounts of each round's own: the same refund under
+				// the other round's key would be a possible duplicate.
+				amount += i
 				callPatiently(t, s.session, "refund_order", refund(key, amount))
 				op := awaitPatiently(t, s.session, key, vocab.StatusSucceeded)
 				s.endWindow(t, key)
@@ -132,7 +137,7 @@ func TestKeyChangingHandsTwiceRunsEachIntentOnce(t *testing.T) {
 				amount int
 				op     *vocab.Operation
 			}{{100, a}, {200, b}} {
-				text := callPatiently(t, s.session, "refund_order", refund(key, again.amount))
+				text := callPatiently(t, s.session, "refund_order", refund(key, again.amount+i))
 				var body struct {
 					Error struct {
 						Code    vocab.Code `json:"code"`
@@ -144,16 +149,16 @@ func TestKeyChangingHandsTwiceRunsEachIntentOnce(t *testing.T) {
 				require.Contains(t, body.Error.Message, again.op.OperationID, "names the operation that ran these arguments")
 			}
 			// Every refund the test Stripe made, whatever operation made it:
-			// one of 100 and one of 200 per key so far.
+			// one of A's amount and one of B's per key so far.
 			byAmount := map[int64]int{}
 			for _, r := range s.stripe.Refunds() {
 				byAmount[r.Amount]++
 			}
-			runs := 1
+			want := map[int64]int{100: 1, 200: 1}
 			if prune {
-				runs = 2
+				want = map[int64]int{100: 1, 200: 1, 101: 1, 201: 1}
 			}
-			require.Equal(t, map[int64]int{100: runs, 200: runs}, byAmount, "one refund for A and one for B per key (prune %v)", prune)
+			require.Equal(t, want, byAmount, "one refund for A and one for B per key (prune %v)", prune)
 		}
 	})
 }

@@ -140,6 +140,10 @@ func (b *batcher) write(group []*claimReq) ([]*Claim, error) {
 			OperationID: refs[i].OperationID, TenantID: r.params.Actor.TenantID, Tool: in.Tool, IdempotencyKey: in.Key,
 			UserID: r.params.Actor.UserID, Args: in.Canonical, ArgsHash: in.ArgsHash,
 			IntentKey: b.g.intentKey(r.params), TTL: r.policy.TTL, Retention: r.policy.retention(), JobID: jobIDs[i], Audit: ev,
+			DuplicateWindow: r.policy.DuplicateWindow, ConfirmDuplicateOf: in.ConfirmDuplicateOf,
+		}
+		if in.ConfirmDuplicateOf != "" {
+			ev.Reason = "confirmed as a new intent beside operation " + in.ConfirmDuplicateOf
 		}
 	}
 	claims, err := tx.ClaimInsertMany(ctx, rows)
@@ -150,9 +154,20 @@ func (b *batcher) write(group []*claimReq) ([]*Claim, error) {
 		return nil, fmt.Errorf("gate: %d claims for %d rows", len(claims), len(rows))
 	}
 	var orphans []int64
+	var unguarded []string
 	for i, c := range claims {
 		if c == nil {
 			orphans = append(orphans, jobIDs[i])
+			if rows[i].DuplicateWindow > 0 {
+				unguarded = append(unguarded, rows[i].OperationID)
+			}
+		}
+	}
+	if len(unguarded) > 0 {
+		// A row whose guard was upserted but whose key was taken
+		// meanwhile: its guard would name an operation that never was.
+		if err := tx.FingerprintGuardDelete(ctx, unguarded); err != nil {
+			return nil, err
 		}
 	}
 	if len(orphans) > 0 {

@@ -461,11 +461,7 @@ func (g *Gate) stage(ctx context.Context, params *ClaimParams, policy *Policy, a
 	// A new key joins the next group of new claims; an expired claim of
 	// other arguments is taken over on the single path, where it is read
 	// and replaced in one transaction.
-	// A guarded tool's claim upserts its duplicate guard in the claiming
-	// statement, which the group's statement does not: it claims on its
-	// own.
-	if g.batch != nil && err != nil && params.ApprovalWindow <= 0 && policy.DuplicateWindow <= 0 &&
-		!trace.SpanContextFromContext(ctx).IsSampled() {
+	if g.batch != nil && err != nil && params.ApprovalWindow <= 0 && !trace.SpanContextFromContext(ctx).IsSampled() {
 		claim, err := g.batch.claim(ctx, params, policy, auditArgs, start)
 		if err != nil {
 			return nil, err
@@ -795,8 +791,17 @@ func (g *Gate) guarded(ctx context.Context, tx Tx, params *ClaimParams, policy *
 	earlier, err := tx.ClaimGetByOperation(ctx, &ClaimGetByOperationParams{TenantID: params.Actor.TenantID, OperationID: guard.OperationID})
 	switch {
 	case errors.Is(err, vocab.ErrNotFound):
+		// Archived meanwhile: what the key's history knows of it.
 		earlier = &Claim{OperationID: guard.OperationID, TenantID: params.Actor.TenantID, Tool: in.Tool,
-			IdempotencyKey: guard.IdempotencyKey, ArgsHash: in.ArgsHash, Status: vocab.StatusSucceeded}
+			IdempotencyKey: guard.IdempotencyKey, ArgsHash: in.ArgsHash}
+		ts, terr := tx.TombstoneGetByKey(ctx, &TombstoneGetByKeyParams{TenantID: params.Actor.TenantID, Tool: in.Tool,
+			IdempotencyKey: guard.IdempotencyKey, ArgsHash: in.ArgsHash})
+		switch {
+		case terr == nil && ts.OperationID == guard.OperationID:
+			earlier = ts.claim()
+		case terr != nil && !errors.Is(terr, vocab.ErrNotFound):
+			return nil, terr
+		}
 	case err != nil:
 		return nil, err
 	}

@@ -191,6 +191,10 @@ type Executor interface {
 	// FingerprintGuardGet returns the duplicate guard's row of (tenant,
 	// tool, fingerprint), or vocab.ErrNotFound.
 	FingerprintGuardGet(ctx context.Context, params *FingerprintGuardGetParams) (*FingerprintGuard, error)
+	// FingerprintGuardDelete deletes the duplicate guards that name these
+	// operations: a group's rows whose guard was upserted but whose claim
+	// was not written (ClaimInsertMany), in the same transaction.
+	FingerprintGuardDelete(ctx context.Context, operationIDs []string) error
 	// ClaimGetByOperation returns the tenant's claim of an operation id,
 	// which must be a UUID.
 	ClaimGetByOperation(ctx context.Context, params *ClaimGetByOperationParams) (*Claim, error)

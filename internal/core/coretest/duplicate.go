@@ -141,6 +141,51 @@ var duplicateTests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, waiting.Claim.OperationID, kept.OperationID)
 	},
 
+	// The group's statement guards too: of two rows with one fingerprint
+	// under two keys, the first is written; a row whose key is taken
+	// leaves a guard naming its unwritten operation, which the gate
+	// deletes in the same transaction (FingerprintGuardDelete).
+	"ClaimInsertManyGuardsFingerprints": func(t *testing.T, s *suite) {
+		ctx := context.Background()
+		taken := Claim(ctx, t, s.gate, &ClaimOpts{Key: "guard-many-taken", Args: refund("ord_t", 10, "")}).Claim
+		row := func(key, hash string) *core.ClaimInsertParams {
+			return &core.ClaimInsertParams{OperationID: uuid.NewString(), TenantID: "acme", Tool: "refund_order",
+				IdempotencyKey: key, UserID: "u1", Args: json.RawMessage(`{"amount_cents":1}`), ArgsHash: hash,
+				TTL: time.Hour, Retention: 2 * time.Hour, DuplicateWindow: time.Hour,
+				Audit: &core.AuditInsertParams{TenantID: "acme", UserID: "u1", Tool: "refund_order", IdempotencyKey: key,
+					Decision: vocab.DecisionAccepted, ArgsHash: hash}}
+		}
+		rows := []*core.ClaimInsertParams{
+			row("guard-many-0001", "fp-x"),
+			row("guard-many-0002", "fp-x"), // the same arguments under another key
+			row("guard-many-taken", "fp-y"),
+			row("guard-many-0003", "fp-z"),
+		}
+		tx, err := s.Store.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		claims, err := tx.ClaimInsertMany(ctx, rows)
+		require.NoError(t, err)
+		require.NotNil(t, claims[0])
+		require.Nil(t, claims[1], "held: the first row of the fingerprint was written")
+		require.Nil(t, claims[2], "the key is taken")
+		require.NotNil(t, claims[3])
+		require.NoError(t, tx.FingerprintGuardDelete(ctx, []string{rows[1].OperationID, rows[2].OperationID}))
+		require.NoError(t, tx.Commit(ctx))
+		for hash, want := range map[string]string{"fp-x": rows[0].OperationID, "fp-z": rows[3].OperationID} {
+			g, err := s.Store.FingerprintGuardGet(ctx, &core.FingerprintGuardGetParams{TenantID: "acme", Tool: "refund_order", ArgsHash: hash})
+			require.NoError(t, err, hash)
+			require.Equal(t, want, g.OperationID, hash)
+		}
+		g, err := s.Store.FingerprintGuardGet(ctx, &core.FingerprintGuardGetParams{TenantID: "acme", Tool: "refund_order", ArgsHash: "fp-y"})
+		if err == nil {
+			require.NotEqual(t, rows[2].OperationID, g.OperationID, "no guard names an operation that never was")
+		} else {
+			require.ErrorIs(t, err, vocab.ErrNotFound)
+		}
+		require.NotEqual(t, taken.OperationID, rows[2].OperationID)
+	},
+
 	// Race-safe: many re-minted keys at once, one claim.
 	"ConcurrentReMintedKeysClaimOnce": func(t *testing.T, s *suite) {
 		ctx := context.Background()

@@ -54,6 +54,11 @@ func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*
 	return e.claimWrite(ctx, vocab.ErrAlreadyExists, sql, args...)
 }
 
+func (e executor) FingerprintGuardDelete(ctx context.Context, operationIDs []string) error {
+	_, err := e.q.Exec(ctx, sqlGuardDelete, operationIDs)
+	return translate(err)
+}
+
 func (e executor) FingerprintGuardGet(ctx context.Context, p *core.FingerprintGuardGetParams) (*core.FingerprintGuard, error) {
 	var g core.FingerprintGuard
 	err := e.q.QueryRow(ctx, sqlGuardGet, p.TenantID, p.Tool, p.ArgsHash).Scan(&g.OperationID, &g.IdempotencyKey, &g.GuardedUntil)
@@ -365,13 +370,15 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*core.ClaimInsertP
 		jobIDs = make([]int64, len(rows))
 		audits = make([]*core.AuditInsertParams, 0, len(rows))
 		intent = make([]string, len(rows))
+		window = make([]float64, len(rows))
+		confirm = make([]string, len(rows))
 	)
 	for i, r := range rows {
 		for j, v := range []string{r.OperationID, r.TenantID, r.Tool, r.IdempotencyKey, r.UserID, string(r.Args), r.ArgsHash} {
 			text[j] = append(text[j], v)
 		}
 		ttl[i], retain[i], jobIDs[i] = int32(r.TTL/time.Second), int32(r.Retention/time.Second), r.JobID
-		intent[i] = r.IntentKey
+		intent[i], window[i], confirm[i] = r.IntentKey, r.DuplicateWindow.Seconds(), r.ConfirmDuplicateOf
 		if r.Audit != nil {
 			a := *r.Audit // the row's own operation: the statement pairs them by it
 			a.OperationID, a.JobID = r.OperationID, r.JobID
@@ -380,7 +387,7 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*core.ClaimInsertP
 	}
 	args := append([]any{text[0], text[1], text[2], text[3], text[4], text[5], text[6], ttl, retain, jobIDs},
 		auditArrays(audits)...)
-	args = append(args, intent)
+	args = append(args, intent, window, confirm)
 	written, err := list(ctx, e.q, scanClaim, sqlClaimInsertMany, args...)
 	if err != nil {
 		return nil, err

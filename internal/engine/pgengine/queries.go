@@ -52,16 +52,33 @@ ON CONFLICT (tenant_id, tool, idempotency_key) DO NOTHING
 RETURNING ` + claimColumns + `, false, false`
 
 // sqlClaimInsertMany is sqlClaimInsert for many rows (one array per
-// column, $1-$10 in sqlClaimInsert's order, the intent keys $27), inserted
+// column, $1-$10 in sqlClaimInsert's order, the intent keys $27, the
+// duplicate windows $28 and confirmations $29: the guard of withGuard, the
+// first row of a fingerprint in the group upserting it), inserted
 // in the order given, with the audit rows ($11-$26, one array per column in
 // enginesql.AuditArgs's order) of the claims it wrote only. A row whose key is taken, by a claim
 // or by an earlier row, is skipped, as is one a tombstone refuses.
 var sqlClaimInsertMany = `
 WITH i AS (
 	SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]::jsonb[],
-		$7::text[], $8::integer[], $9::integer[], $10::bigint[], $27::text[]) WITH ORDINALITY
+		$7::text[], $8::integer[], $9::integer[], $10::bigint[], $27::text[], $28::double precision[], $29::text[]) WITH ORDINALITY
 		AS i(operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, ttl_seconds, retention_seconds, job_id,
-			intent_key, n)
+			intent_key, dup_window, confirm, n)
+),
+g AS (
+	INSERT INTO fingerprint_guards AS f (tenant_id, tool, args_hash, operation_id, idempotency_key, guarded_until)
+	SELECT DISTINCT ON (i.tenant_id, i.tool, i.args_hash) i.tenant_id, i.tool, i.args_hash, i.operation_id, i.idempotency_key,
+		now() + make_interval(secs => i.dup_window)
+	FROM i WHERE i.dup_window > 0
+	ORDER BY i.tenant_id, i.tool, i.args_hash, i.n
+	ON CONFLICT (tenant_id, tool, args_hash) DO UPDATE SET
+		operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key, guarded_until = EXCLUDED.guarded_until
+	WHERE f.idempotency_key = EXCLUDED.idempotency_key
+		OR f.operation_id = (SELECT nullif(i2.confirm, '')::uuid FROM i i2 WHERE i2.operation_id = EXCLUDED.operation_id)
+		OR (f.guarded_until <= now() AND NOT EXISTS (
+			SELECT 1 FROM idempotency_claims c
+			WHERE c.operation_id = f.operation_id AND c.status IN ('awaiting_approval', 'queued', 'running')))
+	RETURNING f.operation_id
 ),
 c AS (
 	INSERT INTO idempotency_claims (operation_id, tenant_id, tool, idempotency_key, user_id, args, args_hash, status,
@@ -72,7 +89,8 @@ c AS (
 			WHERE t.tenant_id = i.tenant_id AND t.tool = i.tool AND t.idempotency_key = i.idempotency_key
 				AND t.args_hash = i.args_hash), 0)
 	FROM i
-	WHERE NOT EXISTS (
+	WHERE (i.dup_window <= 0 OR i.operation_id IN (SELECT g.operation_id FROM g))
+	AND NOT EXISTS (
 		SELECT 1 FROM idempotency_tombstones t
 		WHERE t.tenant_id = i.tenant_id AND t.tool = i.tool AND t.idempotency_key = i.idempotency_key
 			AND t.args_hash = i.args_hash AND t.retain_until > now() AND t.forgotten_at IS NULL
@@ -403,6 +421,10 @@ WHERE f.idempotency_key = EXCLUDED.idempotency_key
 		SELECT 1 FROM idempotency_claims c
 		WHERE c.operation_id = f.operation_id AND c.status IN ('awaiting_approval', 'queued', 'running')))
 RETURNING 1`
+
+// sqlGuardDelete deletes the guards that name operations whose claims a
+// group did not write (their keys were taken meanwhile).
+const sqlGuardDelete = `DELETE FROM fingerprint_guards WHERE operation_id = ANY($1::text[]::uuid[])`
 
 const sqlGuardGet = `
 SELECT operation_id::text, idempotency_key, guarded_until

@@ -88,6 +88,15 @@ func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*
 	})
 }
 
+func (e executor) FingerprintGuardDelete(ctx context.Context, operationIDs []string) error {
+	for _, id := range operationIDs {
+		if _, err := e.exec(ctx, `DELETE FROM fingerprint_guards WHERE operation_id = ?1`, id); err != nil {
+			return translate(err)
+		}
+	}
+	return nil
+}
+
 func (e executor) FingerprintGuardGet(ctx context.Context, p *core.FingerprintGuardGetParams) (*core.FingerprintGuard, error) {
 	var g core.FingerprintGuard
 	var until string
