@@ -36,6 +36,9 @@ type costTracer struct {
 	// tokenReads counts the round trips (included above) that read a
 	// token: one per token every five seconds (the authenticator's cache).
 	tokenReads int
+	// guardStatements counts the statements that touch the duplicate
+	// guard (fingerprint_guards): each probes its primary key once.
+	guardStatements int
 }
 
 type txCost struct {
@@ -83,6 +86,9 @@ func (c *costTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data p
 	// The reaper writes no claim of a healthy operation.
 	if containsAny(sql, []string{"insert into idempotency_claims", "update idempotency_claims"}) {
 		c.claimVersions++
+	}
+	if strings.Contains(sql, "fingerprint_guards") && !containsAny(sql, maintenance) {
+		c.guardStatements++
 	}
 	tx := c.open[conn]
 	switch {
@@ -203,10 +209,26 @@ func TestCostPerCall(t *testing.T) {
 	require.NoError(t, err)
 	url := serveAPI(ctx, t, a)
 
+	// credit credits an amount of key's own (its kind's base plus its
+	// number): apply_credit guards against re-minted keys, and the same
+	// credit under two keys would be held as a possible duplicate.
+	base := map[string]int{"warmup": 1000, "accept": 2000, "group": 3000, "lone": 4000}
 	credit := func(key string) int {
+		var kind string
+		var n int
+		_, err := fmt.Sscanf(strings.ReplaceAll(strings.TrimPrefix(key, "cost-"), "-", " "), "%s %d", &kind, &n)
+		require.NoError(t, err, key)
 		r := doHTTP(t, http.MethodPost, url+"/v1/tools/apply_credit", tokenAcme,
-			[]byte(`{"customer_id":"cus_1","amount_cents":100,"currency":"usd"}`), false, "Idempotency-Key", key)
+			fmt.Appendf(nil, `{"customer_id":"cus_1","amount_cents":%d,"currency":"usd"}`, base[kind]+n), false, "Idempotency-Key", key)
+		require.False(t, r.status == http.StatusConflict && r.code() == "possible_duplicate", r.raw)
 		return r.status
+	}
+	guards := func() int {
+		tracer.mu.Lock()
+		defer tracer.mu.Unlock()
+		n := tracer.guardStatements
+		tracer.guardStatements = 0
+		return n
 	}
 	_, err = seedPool.Exec(ctx, `INSERT INTO customers (tenant_id, customer_id, currency) VALUES ('acme', 'cus_1', 'usd')`)
 	require.NoError(t, err)
@@ -217,6 +239,7 @@ func TestCostPerCall(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, credit("cost-warmup-0001"))
 	tracer.take()
 	tracer.takeVersions()
+	guards()
 
 	const n = 5
 	for i := range n {
@@ -224,11 +247,13 @@ func TestCostPerCall(t *testing.T) {
 	}
 	acceptTrips, acceptCommits := tracer.take()
 	acceptVersions := tracer.takeVersions()
+	acceptGuards := guards()
 	for i := range n {
 		require.Equal(t, http.StatusConflict, credit(fmt.Sprintf("cost-accept-%04d", i)), "in flight: the handle")
 	}
 	inFlightTrips, inFlightCommits := tracer.take()
 	inFlightVersions := tracer.takeVersions()
+	inFlightGuards := guards()
 
 	// The worker's built-in tools need their settings; apply_credit calls
 	// none of them.
@@ -252,12 +277,23 @@ func TestCostPerCall(t *testing.T) {
 	work(2, n+1)
 	workTrips, workCommits := tracer.take()
 	workVersions := tracer.takeVersions()
+	workGuards := guards()
 
 	for i := range n {
 		require.Equal(t, http.StatusOK, credit(fmt.Sprintf("cost-accept-%04d", i)), "replayed")
 	}
 	replayTrips, replayCommits := tracer.take()
 	replayVersions := tracer.takeVersions()
+	replayGuards := guards()
+	// The duplicate guard: one statement touches it per accept (the
+	// claiming statement itself, one probe of its primary key and one row
+	// written: no round trip of its own); none per retry, replay or
+	// worker operation.
+	t.Logf("duplicate guard statements: accept %d, in flight %d, replay %d, worker %d", acceptGuards, inFlightGuards, replayGuards, workGuards)
+	require.Equal(t, n, acceptGuards, "the guard is in the claiming statement, once per accept")
+	require.Zero(t, inFlightGuards, "no guard work on an in-flight retry")
+	require.Zero(t, replayGuards, "no guard work on a replay")
+	require.Zero(t, workGuards, "no guard work in the worker")
 
 	t.Logf("totals: accept %d/%d, in flight %d/%d, replay %d/%d, worker %d/%d", acceptTrips, acceptCommits, inFlightTrips, inFlightCommits, replayTrips, replayCommits, workTrips, workCommits)
 	t.Logf("per accept: %d round trips, %d commits; per in-flight retry: %d, %d; per replay: %d, %d; worker per operation: %d, %d",
