@@ -254,8 +254,8 @@ const (
 	EnvApprovalsMaxPending = "IDEMGATE_APPROVALS_MAX_PENDING"
 	// EnvDuplicateWindow names Config.DuplicateWindow.
 	EnvDuplicateWindow = "IDEMGATE_DUPLICATE_WINDOW"
-	EnvDBPooler            = "IDEMGATE_DB_POOLER"
-	EnvAllowedOrigins      = "IDEMGATE_ALLOWED_ORIGINS"
+	EnvDBPooler        = "IDEMGATE_DB_POOLER"
+	EnvAllowedOrigins  = "IDEMGATE_ALLOWED_ORIGINS"
 )
 
 // Defaults as constants, for packages that need one without a Config. The

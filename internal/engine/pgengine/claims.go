@@ -364,13 +364,13 @@ func auditArrays(rows []*core.AuditInsertParams) []any {
 
 func (e executor) ClaimInsertMany(ctx context.Context, rows []*core.ClaimInsertParams) ([]*Claim, error) {
 	var (
-		text   [7][]string // operation id, tenant, tool, key, user, args, fingerprint
-		ttl    = make([]int32, len(rows))
-		retain = make([]int32, len(rows))
-		jobIDs = make([]int64, len(rows))
-		audits = make([]*core.AuditInsertParams, 0, len(rows))
-		intent = make([]string, len(rows))
-		window = make([]float64, len(rows))
+		text    [7][]string // operation id, tenant, tool, key, user, args, fingerprint
+		ttl     = make([]int32, len(rows))
+		retain  = make([]int32, len(rows))
+		jobIDs  = make([]int64, len(rows))
+		audits  = make([]*core.AuditInsertParams, 0, len(rows))
+		intent  = make([]string, len(rows))
+		window  = make([]float64, len(rows))
 		confirm = make([]string, len(rows))
 	)
 	for i, r := range rows {
