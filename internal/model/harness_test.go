@@ -188,7 +188,7 @@ func newPostgres(t *testing.T) *harness {
 	data := pgengine.New(pool)
 	seedCustomers(t, data)
 	f := &faults{}
-	reg := registry(t, tools.Deps{DB: builtins.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
+	reg := registry(t, tools.Deps{DB: builtins.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL), DuplicateWindow: duplicateWindow}, f)
 	cfg := newConfig(dbURL, stripeHTTP.URL)
 	w, err := app.NewWorker(cfg, pgengine.NewDriver(pool, cfg.Pooled()), quietLogger(), &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)
@@ -253,7 +253,7 @@ func newSQLite(t *testing.T) *harness {
 	data := sqliteengine.New(db)
 	seedCustomers(t, data)
 	f := &faults{}
-	reg := registry(t, tools.Deps{DB: builtins.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL)}, f)
+	reg := registry(t, tools.Deps{DB: builtins.StoreDB(data), Stripe: stripeClient(t, stripeHTTP.URL), DuplicateWindow: duplicateWindow}, f)
 	cfg := newConfig("sqlite:"+path, stripeHTTP.URL)
 	e, err := app.NewEmbedded(cfg, sqliteengine.NewDriver(db), quietLogger(), &app.APIOptions{Tools: reg, RateLimit: -1}, &app.WorkerOptions{Tools: reg, MaxWorkers: 4})
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/google/uuid"
 
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/ops"
@@ -247,12 +250,29 @@ type machine struct {
 	// repeat.
 	trail []string
 	out   *testing.T
+	// guards name, per fingerprint (a key's argument set), the operation
+	// the duplicate guard names: the fingerprint's first intent, then the
+	// last confirmed one of a re-minted key.
+	guards map[string]string
+	// extra counts, per fingerprint, the effects of confirmed intents
+	// under re-minted keys.
+	extra map[string]int
+	// remints numbers the re-minted keys.
+	remints int
 }
 
 const keysPerTool = 2
 
+// duplicateWindow is the built-in tools' duplicate window in the model:
+// longer than any run, so that every fingerprint stays guarded.
+const duplicateWindow = 24 * time.Hour
+
+// fingerprint names argument set a of k.
+func fingerprint(k *keyModel, a int) string { return k.id() + "/" + strconv.Itoa(a) }
+
 func newMachine(t *rapid.T, h *harness, n int) *machine {
-	m := &machine{t: t, h: h, n: n, start: time.Now().Add(-10 * time.Millisecond), ops: map[string]bool{}, opNames: map[string]string{}}
+	m := &machine{t: t, h: h, n: n, start: time.Now().Add(-10 * time.Millisecond), ops: map[string]bool{}, opNames: map[string]string{},
+		guards: map[string]string{}, extra: map[string]int{}}
 	h.setPaused(t, false)
 	rows := &tools.Seed{}
 	seed := &store.SeedFile{Rows: rows}
@@ -405,6 +425,9 @@ func (m *machine) allActions() map[string]func(*rapid.T) {
 		"approve_":        m.approve,
 		"deny":            m.deny,
 		"expire_approval": m.expireApproval,
+		// An agent that re-mints its key, and its confirmations.
+		"remint":  m.remint,
+		"confirm": m.confirm,
 	}
 }
 
@@ -542,6 +565,9 @@ func (m *machine) answer(t *rapid.T, k *keyModel, a int, results []*core.ClaimRe
 	}
 	m.ops[op] = true
 	m.opName(op)
+	if _, ok := m.guards[fingerprint(k, a)]; !ok {
+		m.guards[fingerprint(k, a)] = op
+	}
 	if k.cur != nil {
 		k.history = append(k.history, k.cur) // taken over
 	}
@@ -1307,6 +1333,114 @@ func (m *machine) expireApproval(t *rapid.T) {
 	m.logf("model: expire approval of %s (all %v)", strings.Join(names, ", "), all)
 }
 
+// remint: an agent re-mints its key: one of a key's known argument sets
+// under a fresh key (sometimes with another volatile field), once or by
+// two callers at once. The duplicate guard refuses it, naming the
+// operation the model says it names; nothing is claimed or takes effect.
+func (m *machine) remint(t *rapid.T) {
+	k, a := m.guarded(t)
+	n := rapid.IntRange(1, 2).Draw(t, "callers")
+	volatile := rapid.SampledFrom([]string{"", "the agent's new turn"}).Draw(t, "volatile")
+	results := make([]*core.ClaimResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		m.remints++
+		key := fmt.Sprintf("model-%04d-remint-%d", m.n, m.remints)
+		wg.Go(func() { results[i], errs[i] = m.h.call(k.tenant, k.tool, key, m.args(k, a, volatile)) })
+	}
+	wg.Wait()
+	for i, r := range results {
+		m.expectDuplicate(t, k, a, r, errs[i], "remint")
+	}
+	m.h.seen.add("(re-minted key held)")
+	m.logf("model: remint %s args %d x%d: held, naming %s", k, a, n, m.opName(m.guards[fingerprint(k, a)]))
+}
+
+// confirm: a re-minted key's call that confirms an operation: another
+// operation than the guard names (a guess, a stale answer) is refused
+// like a re-mint; the one it names is a new intent, claimed once and
+// awaited, which then takes effect (once) unless the key's downstream is
+// failing. Only while the queue runs and for arguments that need no
+// approval: the model counts the new intent's effect when it ends.
+func (m *machine) confirm(t *rapid.T) {
+	k, a := m.guarded(t)
+	m.remints++
+	key := fmt.Sprintf("model-%04d-remint-%d", m.n, m.remints)
+	held := m.guards[fingerprint(k, a)]
+	right := rapid.Bool().Draw(t, "right") && !m.h.paused && !needsApproval(a)
+	confirmed := uuid.NewString()
+	if right {
+		confirmed = held
+	} else if ops := slices.Collect(maps.Keys(m.ops)); len(ops) > 0 && rapid.Bool().Draw(t, "seen") {
+		slices.Sort(ops)
+		if other := rapid.SampledFrom(ops).Draw(t, "other"); other != held {
+			confirmed = other
+		}
+	}
+	args := m.args(k, a, "")
+	args[core.ConfirmField] = confirmed
+	r, err := m.h.call(k.tenant, k.tool, key, args)
+	if !right {
+		m.expectDuplicate(t, k, a, r, err, "confirm of another operation")
+		m.logf("model: confirm %s args %d of %s: held", k, a, m.opName(confirmed))
+		return
+	}
+	if err != nil || r.Outcome != vocab.OutcomeAccepted {
+		m.fatalf(t, "confirm %s args %d of %s: want accepted, got %+v, %v", k, a, m.opName(held), r, err)
+	}
+	op := r.Claim.OperationID
+	if m.ops[op] {
+		m.fatalf(t, "confirm accepted an operation seen before: %s", m.opName(op))
+	}
+	m.ops[op] = true
+	m.guards[fingerprint(k, a)] = op
+	again, err := m.h.call(k.tenant, k.tool, key, args)
+	if err != nil || again.Claim == nil || again.Claim.OperationID != op {
+		m.fatalf(t, "confirm %s: its retry is not its operation %s: %+v, %v", k, m.opName(op), again, err)
+	}
+	c := m.h.await(t, k.tenant, k.tool, key)
+	if c.Status == vocab.StatusSucceeded {
+		m.extra[fingerprint(k, a)]++
+	}
+	m.h.seen.add("(confirmed new intent " + string(c.Status) + ")")
+	m.logf("model: confirm %s args %d of %s: %s %s", k, a, m.opName(held), m.opName(op), c.Status)
+}
+
+// guarded draws a key and one of its argument sets that an intent has
+// claimed, or skips the action.
+func (m *machine) guarded(t *rapid.T) (*keyModel, int) {
+	k := m.pick(t, "key", func(k *keyModel) bool {
+		for a := range argSets {
+			if _, ok := m.guards[fingerprint(k, a)]; ok {
+				return true
+			}
+		}
+		return false
+	})
+	var sets []int
+	for a := range argSets {
+		if _, ok := m.guards[fingerprint(k, a)]; ok {
+			sets = append(sets, a)
+		}
+	}
+	return k, rapid.SampledFrom(sets).Draw(t, "args")
+}
+
+// expectDuplicate checks a possible_duplicate refusal naming the
+// operation the model's guard of (k, a) names.
+func (m *machine) expectDuplicate(t *rapid.T, k *keyModel, a int, r *core.ClaimResult, err error, what string) {
+	held := m.guards[fingerprint(k, a)]
+	switch {
+	case err != nil:
+		m.fatalf(t, "%s %s args %d: %v", what, k, a, err)
+	case r.Outcome != vocab.OutcomeDuplicate || r.Duplicate == nil || r.Duplicate.Code != vocab.CodePossibleDuplicate:
+		m.fatalf(t, "%s %s args %d: want possible_duplicate naming %s, got %s", what, k, a, m.opName(held), r.Outcome)
+	case r.Claim == nil || r.Claim.OperationID != held:
+		m.fatalf(t, "%s %s args %d: names %s, the model says %s", what, k, a, m.opName(r.Claim.OperationID), m.opName(held))
+	}
+}
+
 // check: effects counted where they land agree with the model. A
 // fingerprint takes effect at most once; a pending one may have, a
 // succeeded one has exactly once, a failed, cancelled, denied or
@@ -1331,9 +1465,9 @@ func (m *machine) check(t *rapid.T) {
 			} else {
 				got = ledger[ledgerKey{tenant: k.tenant, amount: m.amount(k, a)}]
 			}
-			want := k.effects[a]
+			want := k.effects[a] + m.extra[fingerprint(k, a)]
 			maybe := k.pending() && k.cur.args == a
-			if got == want || maybe && got == want+1 && want == 0 {
+			if got == want || maybe && got == want+1 && k.effects[a] == 0 {
 				continue
 			}
 			var intents []*intent

@@ -55,6 +55,9 @@ func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*
 }
 
 func (e executor) FingerprintGuardDelete(ctx context.Context, operationIDs []string) error {
+	if _, err := e.q.Exec(ctx, sqlGuardRepoint, operationIDs); err != nil {
+		return translate(err)
+	}
 	_, err := e.q.Exec(ctx, sqlGuardDelete, operationIDs)
 	return translate(err)
 }

@@ -70,6 +70,13 @@ g AS (
 	SELECT DISTINCT ON (i.tenant_id, i.tool, i.args_hash) i.tenant_id, i.tool, i.args_hash, i.operation_id, i.idempotency_key,
 		now() + make_interval(secs => i.dup_window)
 	FROM i WHERE i.dup_window > 0
+		-- only rows the claims insert below can write, as far as this
+		-- snapshot knows: the key free, no history row refusing it
+		AND NOT EXISTS (SELECT 1 FROM idempotency_claims c
+			WHERE c.tenant_id = i.tenant_id AND c.tool = i.tool AND c.idempotency_key = i.idempotency_key)
+		AND NOT EXISTS (SELECT 1 FROM idempotency_tombstones t
+			WHERE t.tenant_id = i.tenant_id AND t.tool = i.tool AND t.idempotency_key = i.idempotency_key
+				AND t.args_hash = i.args_hash AND t.retain_until > now() AND t.forgotten_at IS NULL)
 	ORDER BY i.tenant_id, i.tool, i.args_hash, i.n
 	ON CONFLICT (tenant_id, tool, args_hash) DO UPDATE SET
 		operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key, guarded_until = EXCLUDED.guarded_until
@@ -422,9 +429,18 @@ WHERE f.idempotency_key = EXCLUDED.idempotency_key
 		WHERE c.operation_id = f.operation_id AND c.status IN ('awaiting_approval', 'queued', 'running')))
 RETURNING 1`
 
-// sqlGuardDelete deletes the guards that name operations whose claims a
-// group did not write (their keys were taken meanwhile).
-const sqlGuardDelete = `DELETE FROM fingerprint_guards WHERE operation_id = ANY($1::text[]::uuid[])`
+// sqlGuardRepoint and sqlGuardDelete mend the guards that name operations
+// whose claims a group did not write (their keys were taken meanwhile): a
+// guard whose key's claim has its fingerprint names that claim, and the
+// others are deleted.
+const (
+	sqlGuardRepoint = `
+UPDATE fingerprint_guards f SET operation_id = c.operation_id
+FROM idempotency_claims c
+WHERE f.operation_id = ANY($1::text[]::uuid[])
+	AND c.tenant_id = f.tenant_id AND c.tool = f.tool AND c.idempotency_key = f.idempotency_key AND c.args_hash = f.args_hash`
+	sqlGuardDelete = `DELETE FROM fingerprint_guards WHERE operation_id = ANY($1::text[]::uuid[])`
+)
 
 const sqlGuardGet = `
 SELECT operation_id::text, idempotency_key, guarded_until

@@ -73,19 +73,46 @@ func (e executor) ClaimInsert(ctx context.Context, p *core.ClaimInsertParams) (*
 		if p.DuplicateWindow > 0 {
 			// The guard first, in the same transaction (SQLite's one
 			// writer serializes claims): no row back means it refused.
-			var one int
-			err := e.queryRow(ctx, sqlGuardUpsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash,
-				seconds(p.DuplicateWindow), p.ConfirmDuplicateOf).Scan(&one)
-			if err := translate(err); errors.Is(err, vocab.ErrNotFound) {
-				return nil, vocab.ErrAlreadyExists
-			} else if err != nil {
-				return nil, err
-			}
+			// When the claim is then not written, the gate's transaction
+			// either takes the key over under this operation or rolls
+			// back; a group's row puts it back (ClaimInsertMany).
+			return e.guardedInsert(ctx, p)
 		}
 		return e.claimWrite(ctx, vocab.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
 			string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
 			approvalWindow(p.ApprovalWindow), p.ApprovalSummary)
 	})
+}
+
+// guardedInsert upserts the duplicate guard and, if it let the claim in,
+// inserts the claim: vocab.ErrAlreadyExists when either wrote nothing.
+func (e executor) guardedInsert(ctx context.Context, p *core.ClaimInsertParams) (*Claim, error) {
+	var one int
+	err := e.queryRow(ctx, sqlGuardUpsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.ArgsHash,
+		seconds(p.DuplicateWindow), p.ConfirmDuplicateOf).Scan(&one)
+	if err := translate(err); errors.Is(err, vocab.ErrNotFound) {
+		return nil, vocab.ErrAlreadyExists
+	} else if err != nil {
+		return nil, err
+	}
+	return e.claimWrite(ctx, vocab.ErrAlreadyExists, sqlClaimInsert, p.OperationID, p.TenantID, p.Tool, p.IdempotencyKey, p.UserID,
+		string(p.Args), p.ArgsHash, int64(p.TTL/time.Second), int64(p.Retention/time.Second), p.JobID, p.IntentKey,
+		approvalWindow(p.ApprovalWindow), p.ApprovalSummary)
+}
+
+// guardRestore puts the guard of p's fingerprint back as it was (old, or
+// none) when it names p's unwritten claim.
+func (e executor) guardRestore(ctx context.Context, p *core.ClaimInsertParams, old *core.FingerprintGuard) error {
+	var err error
+	if old == nil {
+		_, err = e.exec(ctx, `DELETE FROM fingerprint_guards WHERE tenant_id = ?1 AND tool = ?2 AND args_hash = ?3 AND operation_id = ?4`,
+			p.TenantID, p.Tool, p.ArgsHash, p.OperationID)
+	} else {
+		_, err = e.exec(ctx, `UPDATE fingerprint_guards SET operation_id = ?4, idempotency_key = ?5, guarded_until = ?6
+			WHERE tenant_id = ?1 AND tool = ?2 AND args_hash = ?3 AND operation_id = ?7`,
+			p.TenantID, p.Tool, p.ArgsHash, old.OperationID, old.IdempotencyKey, FormatTime(old.GuardedUntil), p.OperationID)
+	}
+	return translate(err)
 }
 
 func (e executor) FingerprintGuardDelete(ctx context.Context, operationIDs []string) error {
@@ -122,7 +149,21 @@ func (e executor) ClaimInsertMany(ctx context.Context, rows []*core.ClaimInsertP
 			row.Audit = &audit
 			r = &row
 		}
+		var old *core.FingerprintGuard
+		if r.DuplicateWindow > 0 {
+			var err error
+			old, err = e.FingerprintGuardGet(ctx, &core.FingerprintGuardGetParams{TenantID: r.TenantID, Tool: r.Tool, ArgsHash: r.ArgsHash})
+			if err != nil && !errors.Is(err, vocab.ErrNotFound) {
+				return nil, err
+			}
+		}
 		c, err := e.ClaimInsert(ctx, r)
+		if errors.Is(err, vocab.ErrAlreadyExists) && r.DuplicateWindow > 0 {
+			// A row not written leaves the guard as it was.
+			if rerr := e.guardRestore(ctx, r, old); rerr != nil {
+				return nil, rerr
+			}
+		}
 		switch {
 		case errors.Is(err, vocab.ErrAlreadyExists):
 		case err != nil:
