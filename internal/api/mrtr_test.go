@@ -99,7 +99,7 @@ func TestMRTRInputRequired(t *testing.T) {
 
 			// Forged, altered, or presented with another call: refused,
 			// nothing claimed.
-			before := claims(5000+i)
+			before := claims(5000 + i)
 			for name, bad := range map[string]string{
 				"forged":  `"eyJ2IjoxfQ.AAAA"`,
 				"altered": `"` + strings.Replace(strings.Trim(string(state), `"`), ".", "A.", 1) + `"`,

@@ -138,7 +138,7 @@ func TestGoSDKClientMRTR(t *testing.T) {
 		ctx := context.Background()
 		s := setupEdges(t, engine)
 		_, err := s.db.Store.Seed(ctx, &store.SeedFile{
-			Rows: &tools.Seed{},
+			Rows:    &tools.Seed{},
 			Tenants: []store.SeedTenant{{Tenant: "acme", ApprovalThresholds: map[string]int64{"refund_order": 1000}}},
 			Tokens:  []store.SeedToken{{Tenant: "acme", User: "fin-lead", Scopes: []string{"approvals:decide"}, Token: tokenAcmeApprover}},
 		})
