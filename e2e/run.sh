@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # e2e/run.sh: end-to-end tests of the api's MCP endpoint, with the official
-# MCP TypeScript SDK as the client. Runs from any directory.
+# MCP TypeScript SDK as the client (1.x on 2025-11-25, v2 on 2026-07-28).
+# Runs from any directory.
 #
 #   e2e/run.sh                                  every e2e/*.test.mjs
 #   e2e/run.sh --test-name-pattern=conflict     extra arguments go to `node --test`
@@ -13,8 +14,9 @@
 #   3. runs `idemctl migrate` and `idemctl seed --file e2e/seed.json`;
 #   4. starts the api on a free loopback port (IDEMGATE_WAIT=200ms, no worker)
 #      and waits for /readyz; starts the test Stripe (internal/stripetest)
-#      and exports what e2e/tasks.test.mjs needs to run a worker of its own
-#      (IDEMGATE_WORKER_BIN, IDEMGATE_TEST_STRIPE_URL, E2E_WORKER_*);
+#      and exports what e2e/tasks.test.mjs and e2e/v2.test.mjs need to run
+#      a worker of their own (IDEMGATE_WORKER_BIN, IDEMGATE_TEST_STRIPE_URL,
+#      E2E_WORKER_*);
 #   5. runs `npm ci` in e2e/ when node_modules is missing or stale, then
 #      `node --test e2e/*.test.mjs` (one file at a time) with IDEMGATE_URL and the seeded tokens
 #      (IDEMGATE_TOKEN_ACME, IDEMGATE_TOKEN_ACME_READONLY, IDEMGATE_TOKEN_GLOBEX);
@@ -178,7 +180,8 @@ log "api ready at $IDEMGATE_URL"
 
 # ---------------------------------------------------------------------------
 # 4b. the test Stripe (counts refunds per downstream key) and what a test
-#     needs to start and stop a worker of its own (e2e/tasks.test.mjs)
+#     needs to start and stop a worker of its own (e2e/tasks.test.mjs,
+#     e2e/v2.test.mjs)
 # ---------------------------------------------------------------------------
 : >"$tmp/teststripe.out"
 "$tmp/teststripe" -auto-charge-amount 1000000 >"$tmp/teststripe.out" 2>"$tmp/teststripe.log" &

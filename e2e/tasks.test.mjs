@@ -10,7 +10,6 @@
 // The files run one at a time (--test-concurrency=1): the worker this file
 // starts must not meet mcp.test.mjs's operations, which stay queued.
 
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -19,17 +18,10 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { EmptyResultSchema, ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 
-function requiredEnv(name) {
-  const v = process.env[name];
-  if (!v) {
-    throw new Error(`${name} is not set: run the e2e tests with e2e/run.sh`);
-  }
-  return v;
-}
+import { eventually, requiredEnv, startWorker, stopWorker, stripeStats } from './worker.mjs';
 
 const baseURL = requiredEnv('IDEMGATE_URL');
 const token = requiredEnv('IDEMGATE_TOKEN_ACME');
-const workerBin = requiredEnv('IDEMGATE_WORKER_BIN');
 const stripeURL = requiredEnv('IDEMGATE_TEST_STRIPE_URL');
 
 function freshKey(label) {
@@ -47,37 +39,6 @@ async function connect() {
   return client;
 }
 
-/** Starts cmd/worker; resolves once it logs that it is running. */
-function startWorker() {
-  const proc = spawn(workerBin, [], {
-    env: {
-      ...process.env,
-      STRIPE_API_KEY: 'sk_test_e2e',
-      STRIPE_API_BASE: requiredEnv('E2E_WORKER_STRIPE_API_BASE'),
-      IDEMGATE_SECRET: requiredEnv('E2E_WORKER_SECRET'),
-      IDEMGATE_WORKER_ADDR: '127.0.0.1:0',
-      IDEMGATE_REAPER_INTERVAL: '1s',
-      IDEMGATE_LOG_LEVEL: 'info',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let log = '';
-  proc.stdout.on('data', (d) => { log += d; });
-  proc.stderr.on('data', (d) => { log += d; });
-  proc.log = () => log;
-  proc.exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  return proc;
-}
-
-/** Stops a worker with SIGTERM and waits for it to exit. */
-async function stopWorker(proc) {
-  if (proc.exitCode !== null || proc.signalCode !== null) {
-    return;
-  }
-  proc.kill('SIGTERM');
-  await proc.exited;
-}
-
 async function stripeControl(method, path, body) {
   const resp = await fetch(new URL(path, stripeURL), {
     method,
@@ -85,12 +46,6 @@ async function stripeControl(method, path, body) {
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   assert.equal(resp.status, 200, `${method} ${path}`);
-  return resp.json();
-}
-
-async function stripeStats() {
-  const resp = await fetch(new URL('/_stats', stripeURL));
-  assert.equal(resp.status, 200);
   return resp.json();
 }
 
@@ -118,20 +73,6 @@ async function createTask(client, args) {
     }
   }
   throw new Error('the stream ended without a task');
-}
-
-async function eventually(fn, what, timeoutMs = 60_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) {
-      return v;
-    }
-    if (Date.now() > deadline) {
-      throw new Error(`timed out waiting for ${what}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 describe('MCP tasks', () => {

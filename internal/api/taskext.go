@@ -8,9 +8,11 @@ package api
 // task store (go-sdk issue #626).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -52,8 +54,12 @@ import (
 //     found: an answer to the elicitation (the user saying "done") is not
 //     the decision, only the client's cue to poll tasks/get, which reads
 //     the decision from the database;
-//   - ttlSeconds and pollIntervalMilliseconds, not ttl and pollInterval;
-//     no tasks/result and no tasks/list (-32601 on 2026-07-28).
+//   - ttlMs and pollIntervalMs, not ttl and pollInterval, as the
+//     extension's specification and its official client
+//     (@modelcontextprotocol/ext-tasks, which requires ttlMs) name them;
+//     ttlSeconds and pollIntervalMilliseconds beside them, the names of
+//     the SEP-2663 text, for clients built to it;
+//   - no tasks/result and no tasks/list (-32601 on 2026-07-28).
 
 // taskExtCallKey marks a tools/call whose client declared the extension.
 type taskExtCallKey struct{}
@@ -127,10 +133,13 @@ type extTask struct {
 	StatusMessage            string `json:"statusMessage,omitempty"`
 	CreatedAt                string `json:"createdAt"`
 	LastUpdatedAt            string `json:"lastUpdatedAt"`
+	TTLMs                    *int64 `json:"ttlMs"`
+	PollIntervalMs           int64  `json:"pollIntervalMs,omitempty"`
 	TTLSeconds               *int64 `json:"ttlSeconds"`
 	PollIntervalMilliseconds int64  `json:"pollIntervalMilliseconds,omitempty"`
-	// Result is the outcome of a completed task: a CallToolResult.
-	Result *mcp.CallToolResult `json:"result,omitempty"`
+	// Result is the outcome of a completed task: a CallToolResult of
+	// 2026-07-28, with its resultType (completeResult).
+	Result json.RawMessage `json:"result,omitempty"`
 	// InputRequests are an input_required task's requests to the client,
 	// by key: here the approval page as a URL-mode elicitation.
 	InputRequests map[string]*inputRequest `json:"inputRequests,omitempty"`
@@ -166,10 +175,10 @@ func (s *Server) extTaskOf(op *vocab.Operation, resultType string) *extTask {
 	t := s.taskOf(op)
 	e := &extTask{
 		ResultType: resultType, TaskID: t.TaskID, Status: t.Status, StatusMessage: t.StatusMessage,
-		CreatedAt: t.CreatedAt, LastUpdatedAt: t.LastUpdatedAt, PollIntervalMilliseconds: t.PollInterval,
+		CreatedAt: t.CreatedAt, LastUpdatedAt: t.LastUpdatedAt, PollIntervalMs: t.PollInterval, PollIntervalMilliseconds: t.PollInterval,
 	}
 	if t.TTL != nil {
-		e.TTLSeconds = ptr(*t.TTL / 1000)
+		e.TTLMs, e.TTLSeconds = ptr(*t.TTL), ptr(*t.TTL/1000)
 	}
 	if e.Status == TaskFailed {
 		e.Status = TaskCompleted // a tool error is a result (see above)
@@ -211,9 +220,24 @@ func (s *Server) extTaskGet(ctx context.Context, c *core.Claim) (mcp.Result, err
 	}
 	if c.Status.Terminal() && t.Status == TaskCompleted {
 		ans, cerr := answer(&core.ClaimResult{Outcome: vocab.OutcomeReplayed, Replayed: true, Claim: c})
-		t.Result = callResult(ans, cerr)
+		t.Result = completeResult(callResult(ans, cerr))
 	}
 	return t, nil
+}
+
+// completeResult is r as a 2026-07-28 CallToolResult, which carries
+// resultType "complete" (the SDK writes it only on the results it answers
+// itself, not on one inlined in a task): the extension's official client
+// refuses a completed task's result without it.
+func completeResult(r *mcp.CallToolResult) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(mustJSON(r)))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		panic(fmt.Sprintf("api: a CallToolResult is not a JSON object: %v", err))
+	}
+	m["resultType"] = "complete"
+	return mustJSON(m)
 }
 
 // extTaskUpdate is tasks/update: an acknowledgement for the caller's task.

@@ -43,6 +43,10 @@ func TestTasksExtension(t *testing.T) {
 	require.Equal(t, "working", created["status"])
 	require.EqualValues(t, 3600*24, created["ttlSeconds"])
 	require.EqualValues(t, 1000, created["pollIntervalMilliseconds"])
+	// The names of the extension's specification and its official client
+	// (@modelcontextprotocol/ext-tasks requires ttlMs), beside the SEP's.
+	require.EqualValues(t, 3600*24*1000, created["ttlMs"])
+	require.EqualValues(t, 1000, created["pollIntervalMs"])
 	for _, m := range []string{"task", "ttl", "pollInterval", "result", "error", "inputRequests", "content"} {
 		require.NotContains(t, created, m)
 	}
@@ -116,7 +120,10 @@ func TestTasksExtension(t *testing.T) {
 	require.Equal(t, "completed", got["status"], "%v", got)
 	result := got["result"].(map[string]any)
 	require.Equal(t, "replayed", result["structuredContent"].(map[string]any)["outcome"])
+	require.Equal(t, "complete", result["resultType"], "a 2026-07-28 CallToolResult names its resultType")
 	require.NotContains(t, got, "pollIntervalMilliseconds")
+	require.NotContains(t, got, "pollIntervalMs")
+	require.EqualValues(t, 3600*24*1000, got["ttlMs"])
 	plain := resultOf(t, p.send(t, p.fast, mcpRequest{header: extHeaders("tools/call", "apply_credit"), body: extCall("9", "apply_credit", args, extMeta)}))
 	require.Equal(t, "complete", plain["resultType"])
 	require.Equal(t, "replayed", plain["structuredContent"].(map[string]any)["outcome"])
