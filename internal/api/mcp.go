@@ -143,15 +143,16 @@ func (s *Server) toolHandler(def *toolspec.Spec) mcp.ToolHandler {
 			// confirmed duplicate question confirms), and an answer that
 			// needs a person may become input_required (mrtr.go).
 			m := mrtrFrom(ctx)
+			answered := false
 			if m != nil {
-				raw, err := s.mrtrConfirm(c, m)
+				raw, a, err := s.mrtrConfirm(c, m)
 				if err != nil {
 					return nil, err
 				}
-				c.raw = raw
+				c.raw, answered = raw, a
 			}
 			ans, mcerr := s.mutate(ctx, c)
-			if m != nil {
+			if m != nil && !(answered && mcerr != nil && mcerr.err.Code == vocab.CodePossibleDuplicate) {
 				if ext, _ := ctx.Value(taskExtCallKey{}).(bool); !ext || mcerr != nil {
 					if r := s.mrtrAnswer(c, m, ans, mcerr); r != nil {
 						return r, nil

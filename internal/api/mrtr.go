@@ -174,35 +174,42 @@ func stateError(err error) *jsonrpc.Error {
 // mrtrConfirm checks a retry's requestState against the call (the
 // principal, tool, key and fingerprint it was issued for) and, for a
 // duplicate question the person answered yes, returns the call's
-// arguments with the confirmation of the operation the state names. A
-// call without state returns c.raw as it is.
-func (s *Server) mrtrConfirm(c *call, m *mrtrCall) (json.RawMessage, error) {
+// arguments with the confirmation of the operation the state names;
+// answered says the person answered the duplicate question (yes or no),
+// which is then not asked again: a "no" gets the possible_duplicate
+// answer naming the earlier operation. A call without state returns c.raw
+// as it is.
+func (s *Server) mrtrConfirm(c *call, m *mrtrCall) (raw json.RawMessage, answered bool, err error) {
 	if m.requestState == nil {
-		return c.raw, nil
+		return c.raw, false, nil
 	}
 	st, err := s.states.verify(*m.requestState, time.Now())
 	if err != nil {
-		return nil, stateError(err)
+		return nil, false, stateError(err)
 	}
 	args, err := core.DecodeArgs(c.raw)
 	if err != nil {
-		return c.raw, nil // the gate refuses the arguments with its code
+		return c.raw, false, nil // the gate refuses the arguments with its code
 	}
 	in, err := s.gate.NewIntent(c.tool.Name, args)
 	if err != nil {
-		return c.raw, nil
+		return c.raw, false, nil
 	}
 	switch {
 	case st.Tenant != c.actor.TenantID || st.User != c.actor.UserID:
-		return nil, stateError(fmt.Errorf("%w was issued to another caller", errState))
+		return nil, false, stateError(fmt.Errorf("%w was issued to another caller", errState))
 	case st.Tool != c.tool.Name || st.Key != in.Key || st.ArgsHash != in.ArgsHash:
-		return nil, stateError(fmt.Errorf("%w was issued for another call (tool, idempotency_key or arguments differ)", errState))
+		return nil, false, stateError(fmt.Errorf("%w was issued for another call (tool, idempotency_key or arguments differ)", errState))
 	}
-	if st.Kind != stateDuplicate || !accepted(m.inputResponses[duplicateInput]) {
-		return c.raw, nil
+	response, ok := m.inputResponses[duplicateInput]
+	if st.Kind != stateDuplicate || !ok {
+		return c.raw, false, nil
+	}
+	if !accepted(response) {
+		return c.raw, true, nil
 	}
 	args[core.ConfirmField] = st.Operation
-	return mustJSON(args), nil
+	return mustJSON(args), true, nil
 }
 
 // accepted reports whether an elicitation's answer is accept with the

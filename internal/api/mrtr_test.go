@@ -148,7 +148,9 @@ func TestMRTRInputRequired(t *testing.T) {
 			// Declined: still held, nothing claimed.
 			declined := resultOf(t, p.send(t, srv.s, mcpRequest{header: hdr,
 				body: retryCall("10", "apply_credit", dupArgs, string(dupState), `{"confirm_new_intent":{"action":"decline"}}`)}))
-			require.Equal(t, "input_required", declined["resultType"], "asked again: %v", declined)
+			require.Equal(t, "complete", declined["resultType"], "not asked again: %v", declined)
+			require.Equal(t, true, declined["isError"])
+			require.Contains(t, declined["content"].([]any)[0].(map[string]any)["text"], "possible_duplicate")
 			require.Equal(t, 1, claims(301+i))
 			// The state on another key is refused.
 			e = rpcError(t, p.send(t, srv.s, mcpRequest{header: hdr,

@@ -212,19 +212,22 @@ func TestGoSDKClientMRTR(t *testing.T) {
 		}
 		require.Len(t, s.stripe.Refunds(), 2, "the first and the confirmed one")
 
-		// Re-minted and declined: asked on every round until the middleware
-		// gives up (10 requests, 9 answered); nothing claimed, no refund.
+		// Re-minted and declined: asked once; the retry with the person's
+		// "no" gets the tool error possible_duplicate naming the earlier
+		// operation; nothing claimed, no refund.
 		e.reset(func(context.Context, *mcp.ElicitParams) (*mcp.ElicitResult, error) {
 			return &mcp.ElicitResult{Action: "decline"}, nil
 		})
-		_, _, err = call(args("mrtr-gosdk-k3"))
-		require.ErrorContains(t, err, "exceeded maximum retries")
+		_ = rt.sent()
+		declined, isErr, err := call(args("mrtr-gosdk-k3"))
+		require.NoError(t, err)
+		require.True(t, isErr)
+		require.Equal(t, vocab.CodePossibleDuplicate, declined.Error.Code)
+		require.Equal(t, second.Operation.OperationID, declined.Operation.OperationID, "names the latest intent of these arguments")
 		asked = e.reset(noQuestion)
-		require.Len(t, asked, 9)
-		for _, a := range asked {
-			require.Equal(t, "form", a.Mode)
-		}
-		require.Len(t, rt.sent(), 10)
+		require.Len(t, asked, 1)
+		require.Equal(t, "form", asked[0].Mode)
+		require.Len(t, rt.sent(), 2, "the call and its one retry")
 		missing, isErr := callTool(t, s.session, "get_operation", map[string]any{"tool": "refund_order", "idempotency_key": "mrtr-gosdk-k3"})
 		require.True(t, isErr)
 		require.Equal(t, vocab.CodeNotFound, missing.Error.Code)
