@@ -52,6 +52,7 @@ func TestAPIHoldsAtMostPoolMaxConns(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	cfg := config.Defaults()
+	cfg.DuplicateWindow = 0 // the same refund under many keys at once, on purpose
 	cfg.DatabaseURL = u.String()
 	cfg.APIAddr = addr
 	cfg.Wait = 200 * time.Millisecond // waiting calls poll their claims too

@@ -45,7 +45,8 @@ func TestRunbookCommands(t *testing.T) {
 		refund := func(key, order string) *coretest.ClaimOpts {
 			return &coretest.ClaimOpts{Key: key, Args: map[string]any{"order_id": order, "amount_cents": json.Number("1500")}}
 		}
-		// ord_9f2 twice: the agent minted a second key for the same refund.
+		// ord_9f2 twice: the agent minted a second key for the same refund
+		// (a deployment without the duplicate guard, or a confirmed one).
 		twiceA := coretest.Claim(ctx, t, b.ops.Gate, refund("runbook-key-a", "ord_9f2")).Claim
 		coretest.Claim(ctx, t, b.ops.Gate, refund("runbook-key-b", "ord_9f2"))
 		// ord_once once, its call retried three times under its key.

@@ -276,7 +276,9 @@ const (
 	DefaultRateBurst       = 200
 	// DefaultApprovalsMaxPending is Config.ApprovalsMaxPending's default.
 	DefaultApprovalsMaxPending = 50
-	DefaultDBPooler            = PoolerNone
+	// DefaultDuplicateWindow is Config.DuplicateWindow's default.
+	DefaultDuplicateWindow = 10 * time.Minute
+	DefaultDBPooler        = PoolerNone
 	// DefaultPooledExecMode is the pgx query execution mode used under
 	// PoolerTransaction when DATABASE_URL names none: statement
 	// descriptions are cached per connection, the statements themselves are

@@ -54,6 +54,7 @@ func TestLoadDefaults(t *testing.T) {
 		RateBurst:           200,
 		DBPooler:            "none",
 		ApprovalsMaxPending: 50,
+		DuplicateWindow:     10 * time.Minute,
 		LogLevel:            slog.LevelInfo,
 	}, cfg)
 	require.Equal(t, DriverSQLite, cfg.Driver())
@@ -83,6 +84,7 @@ func TestDefaultConstants(t *testing.T) {
 		RateBurst:           DefaultRateBurst,
 		DBPooler:            DefaultDBPooler,
 		ApprovalsMaxPending: DefaultApprovalsMaxPending,
+		DuplicateWindow:     DefaultDuplicateWindow,
 		LogLevel:            DefaultLogLevel,
 	}, Defaults())
 }
@@ -109,6 +111,7 @@ var fullEnv = map[string]string{
 	EnvRateBurst:            "10",
 	EnvDBPooler:             "transaction",
 	EnvApprovalsMaxPending:  "7",
+	EnvDuplicateWindow:      "90s",
 }
 
 var precedenceTests = []struct {
@@ -138,6 +141,7 @@ var precedenceTests = []struct {
 				RateBurst:           10,
 				DBPooler:            "transaction",
 				ApprovalsMaxPending: 7,
+				DuplicateWindow:     90 * time.Second,
 				LogLevel:            slog.LevelDebug,
 			}, cfg)
 			require.Equal(t, DriverPostgres, cfg.Driver())
@@ -162,6 +166,7 @@ var precedenceTests = []struct {
 			"--operator-tenant", "root",
 			"--rate-limit", "0",
 			"--approvals-max-pending", "0",
+			"--duplicate-window", "0",
 			"--rate-burst", "0",
 			"--db-pooler", "none",
 			"--log-level", "error",
@@ -401,6 +406,8 @@ var loadErrorTests = []struct {
 	{"RateBurstNegative", []string{"--rate-burst=-1"}, nil, EnvRateBurst, []string{"--rate-burst", "-1 is negative"}},
 	{"RateBurstTooHigh", nil, map[string]string{EnvRateBurst: "1000001"}, EnvRateBurst, []string{"above 1000000"}},
 	{"RateBurstZeroWhileLimited", nil, map[string]string{EnvRateBurst: "0"}, EnvRateBurst, []string{"refuse every call", EnvRateLimit + "=0"}},
+	{"DuplicateWindowTooLong", nil, map[string]string{EnvDuplicateWindow: "25h"}, EnvDuplicateWindow, []string{"25h0m0s is out of range", "0 to turn the guard off"}},
+	{"DuplicateWindowNegative", []string{"--duplicate-window=-1m"}, nil, EnvDuplicateWindow, []string{"--duplicate-window", "out of range"}},
 	{"ApprovalsMaxPendingNegative", nil, map[string]string{EnvApprovalsMaxPending: "-1"}, EnvApprovalsMaxPending, []string{"-1 is out of range", "0 to turn the cap off"}},
 	{"ApprovalsMaxPendingTooHigh", []string{"--approvals-max-pending", "100001"}, nil, EnvApprovalsMaxPending, []string{"--approvals-max-pending", "want 1 to 100000"}},
 	{"ApprovalsMaxPendingUnparseable", nil, map[string]string{EnvApprovalsMaxPending: "many"}, EnvApprovalsMaxPending, []string{`"many" is not a whole number`}},
@@ -617,7 +624,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 30)
+	require.Len(t, all, 31)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -637,7 +644,7 @@ func TestSettings(t *testing.T) {
 	}
 	for _, env := range []string{EnvDatabaseURL, EnvAPIAddr, EnvStripeAPIKey, EnvStripeAPIBase, EnvSMTPAddr,
 		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant,
-		EnvRateLimit, EnvRateBurst, EnvApprovalsMaxPending, EnvDBPooler, EnvOpsSubjects} {
+		EnvRateLimit, EnvRateBurst, EnvApprovalsMaxPending, EnvDuplicateWindow, EnvDBPooler, EnvOpsSubjects} {
 		require.True(t, envs[env], "Env constant %s names no setting", env)
 	}
 
