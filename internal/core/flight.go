@@ -19,6 +19,9 @@ import (
 // flightKey names identical calls.
 type flightKey struct {
 	tenant, tool, key, argsHash string
+	// confirm is the call's confirmation of a possible duplicate: a call
+	// that confirms never shares the stage of one that does not.
+	confirm string
 }
 
 // flight is one leader's claim, shared with the calls that joined it.

@@ -396,7 +396,7 @@ func (g *Gate) claim(ctx context.Context, params *ClaimParams) (*ClaimResult, er
 	if err != nil {
 		return nil, fmt.Errorf("gate: marshal audit args: %w", err)
 	}
-	key := flightKey{tenant: params.Actor.TenantID, tool: in.Tool, key: in.Key, argsHash: in.ArgsHash}
+	key := flightKey{tenant: params.Actor.TenantID, tool: in.Tool, key: in.Key, argsHash: in.ArgsHash, confirm: in.ConfirmDuplicateOf}
 	f, leader := g.flights.join(key)
 	var st *stage
 	if leader {

@@ -288,7 +288,26 @@ type Answer struct {
 // Idempotency-Key and args (without the key) as the body. An "unavailable"
 // answer (the database busy, as SQLite's one writer can be under load) is
 // retried with the same key, as the answer asks a client to.
+//
+// A tool that guards against re-minted keys (gate.Policy.DuplicateWindow)
+// answers possible_duplicate when the arguments match an earlier call's
+// under another key: the guarantees call the same arguments under a fresh
+// key of their own on purpose, so Call confirms the new intent, as the
+// person would (the Idempotency-Confirm-Duplicate-Of header naming the
+// operation the answer named). CallUnconfirmed does not.
 func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) *Answer {
+	t.Helper()
+	ans := h.CallUnconfirmed(t, toolName, key, args, "")
+	if ans.Error != nil && ans.Error.Code == vocab.CodePossibleDuplicate && ans.Operation != nil && ans.Operation.IdempotencyKey != key {
+		ans = h.CallUnconfirmed(t, toolName, key, args, ans.Operation.OperationID)
+	}
+	return ans
+}
+
+// CallUnconfirmed is Call without the confirmation of a possible
+// duplicate; confirm, when set, is sent as the confirmation of that
+// operation.
+func (h *Harness) CallUnconfirmed(t testing.TB, toolName, key string, args map[string]any, confirm string) *Answer {
 	t.Helper()
 	body, err := json.Marshal(args)
 	require.NoError(t, err)
@@ -299,6 +318,9 @@ func (h *Harness) Call(t testing.TB, toolName, key string, args map[string]any) 
 		req.Header.Set("Authorization", "Bearer "+h.token)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
+		if confirm != "" {
+			req.Header.Set("Idempotency-Confirm-Duplicate-Of", confirm)
+		}
 		ans = h.do(t, req)
 		return ans.Error == nil || ans.Error.Code != vocab.CodeUnavailable
 	})
@@ -467,6 +489,9 @@ func Check(t *testing.T, h *Harness, c *Case) {
 		}})
 	}
 	guarantees = append(guarantees, guarantee{"ExpiredKeyIsNotRunAgain", CheckExpiredKeyIsNotRunAgain})
+	if spec, ok := h.specs.Get(c.Tool); ok && spec.Policy != nil && spec.Policy.DuplicateWindow > 0 {
+		guarantees = append(guarantees, guarantee{"ReMintedKeyIsHeld", CheckReMintedKeyIsHeld})
+	}
 	if c.Failing != nil {
 		guarantees = append(guarantees, guarantee{"RedriveAfterDefinitiveFailure", CheckRedriveAfterDefinitiveFailure})
 	}
@@ -490,6 +515,27 @@ func CheckDuplicate(t *testing.T, h *Harness, c *Case, prefix string) {
 	require.Equal(t, op.OperationID, again.Operation.OperationID)
 	require.JSONEq(t, string(op.Result), string(again.Operation.Result), "the replay answers the stored result")
 	require.Equal(t, 1, c.Effects(t, h, op), "one effect for two calls")
+}
+
+// CheckReMintedKeyIsHeld checks, for a tool that guards against re-minted
+// keys, that the same arguments under a new key are refused with
+// possible_duplicate naming the earlier operation and take no effect, and
+// that the retry under the earlier key replays it.
+func CheckReMintedKeyIsHeld(t *testing.T, h *Harness, c *Case, prefix string) {
+	t.Helper()
+	first := h.Call(t, c.Tool, prefix+"-remint-a", c.Args)
+	require.Nil(t, first.Error, "first call")
+	op := h.Await(t, c.Tool, prefix+"-remint-a")
+	require.Equal(t, vocab.StatusSucceeded, op.Status, "%+v", op.Error)
+	held := h.CallUnconfirmed(t, c.Tool, prefix+"-remint-b", c.Args, "")
+	require.NotNil(t, held.Error, "the same arguments under a new key")
+	require.Equal(t, vocab.CodePossibleDuplicate, held.Error.Code, held.Error.Message)
+	require.Equal(t, http.StatusConflict, held.Status)
+	require.NotNil(t, held.Operation)
+	require.Equal(t, op.OperationID, held.Operation.OperationID, "names the earlier operation")
+	again := h.Call(t, c.Tool, prefix+"-remint-a", c.Args)
+	require.Equal(t, string(vocab.OutcomeReplayed), again.Outcome)
+	require.Equal(t, 1, c.Effects(t, h, op), "one effect: the re-minted key ran nothing")
 }
 
 // CheckConcurrent checks that concurrent identical calls share one operation and one effect.
