@@ -575,33 +575,39 @@ if ((bench_mod)); then
 	run_step "go test (cmd/bench module)" step_bench_test "$@"
 fi
 
+# The steps after the Go tests start processes and mostly wait on them:
+# they run in lanes, side by side, each lane's steps one after the other,
+# its output kept in a log of its own and printed when every lane is done
+# (so the run's output stays readable); each step still gets its verdict
+# and its time. A build step first puts the binaries the lanes build into
+# Go's cache, so that they do not compile the same packages side by side.
+#
 # (f) MCP end-to-end tests with the official TypeScript SDK: e2e/run.sh.
 # (f2) River UI in a real browser: e2e/browser/run.sh installs Debian's
 # Chromium when it is missing, builds once, and on each engine starts the
 # api, the worker (on SQLite, inside the api) and the test Stripe on a fresh
 # database and retries a failed refund's job in River UI with
-# playwright-core. Gating: E2E=auto/1/0.
-if ((e2e_run)); then
-	run_step e2e bash e2e/run.sh
-	run_step "e2e browser" bash e2e/browser/run.sh postgres sqlite
-fi
-
-# (f3) The official MCP conformance suite, 0.1.16 and then 0.2.0-alpha.12
-# (2026-07-28), on the pinned Node 22 it installs into .tmp/conformance/,
-# against the api on a fresh database (idemgate_e2e_*, through e2e/run.sh
-# --exec), behind a token-adding proxy: scripts/conformance.sh. Fails on any
-# failure that a version's e2e/conformance/expected-failures*.yml does not
-# list and on a listed one that passes. Same gating as e2e.
-if ((e2e_run)); then
-	run_step conformance bash scripts/conformance.sh
-fi
-
+# playwright-core.
+# (f3) The official MCP conformance suite (0.1.16 and the 0.2.0 alpha, on
+# the pinned Node 22 it installs into .tmp/conformance/) against the api on
+# a fresh database (idemgate_e2e_*, through e2e/run.sh --exec), behind a
+# token-adding proxy: scripts/conformance.sh. Fails on any failure that
+# e2e/conformance/expected-failures*.yml does not list and on a listed one
+# that passes.
+# Gating of (f)-(f3), (h) and (i): E2E=auto/1/0.
+#
 # (g) Chaos: scripts/chaos.sh --short runs its own Postgres, test Stripe,
 # Mailpit, two api replicas and three workers killed with SIGKILL, and counts
 # effects; then the same through a PgBouncer in transaction pooling mode
 # (--pgbouncer: installed with apt-get when missing, started by the script).
 # CHAOS=auto (default) runs it when the whole repo is tested (no arguments,
 # PKGS unset); CHAOS=1 always; CHAOS=0 never.
+#
+# (h) quickstart, (i) the example service (examples/coupon), as a team would
+# run its own: built, started on a fresh SQLite file and a fresh Postgres
+# database, and called. (h2) the README's runnable blocks, each run as
+# written against a fresh quickstart (scripts/dev.sh on free ports and a
+# fresh DEV_DIR), twice in a row, as a newcomer runs a block again.
 chaos_run=0
 case ${CHAOS:-auto} in
 0) log "CHAOS=0: not running the chaos step (scripts/chaos.sh --short)" ;;
@@ -614,22 +620,92 @@ case ${CHAOS:-auto} in
 	fi
 	;;
 esac
-if ((chaos_run)); then
-	run_step chaos bash scripts/chaos.sh --short
-	run_step "chaos pgbouncer" bash scripts/chaos.sh --short --pgbouncer
-fi
 
-# (h) quickstart, (i) the example service (examples/coupon), as a team would
-# run its own: built, started on a fresh SQLite file and a fresh Postgres
-# database, and called. Same gating as e2e.
+# lane_step FILE NAME FUNCTION [ARGS]: run_step for a lane (a background
+# subshell): runs FUNCTION with set -e and appends NAME, its exit status
+# and its seconds to FILE, whatever it returned.
+lane_step() {
+	local file=$1 name=$2 rc t0=$SECONDS
+	shift 2
+	log "step '$name': start"
+	set +e
+	(
+		set -e
+		"$@"
+	)
+	rc=$?
+	set -e
+	printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" >>"$file"
+	log "step '$name': exit $rc after $((SECONDS - t0))s"
+	return 0
+}
+
+lane_browser() {
+	lane_step "$1" "e2e browser" bash e2e/browser/run.sh postgres sqlite
+	lane_step "$1" example bash scripts/example.sh
+}
+lane_mcp() {
+	lane_step "$1" e2e bash e2e/run.sh
+	lane_step "$1" conformance bash scripts/conformance.sh
+	lane_step "$1" quickstart dev_smoke
+	lane_step "$1" "quickstart on Postgres" step_quickstart_postgres
+	lane_step "$1" "README blocks" env README_RUNS=2 bash scripts/readme.sh
+}
+lane_chaos() {
+	lane_step "$1" chaos bash scripts/chaos.sh --short
+	lane_step "$1" "chaos pgbouncer" bash scripts/chaos.sh --short --pgbouncer
+}
+
+# run_lanes LANE...: runs each lane function in the background with a
+# results file and a log of its own, waits for all of them, then prints
+# each lane's log and records its steps' verdicts and times in order.
+run_lanes() {
+	local lane i name rc secs t0=$SECONDS
+	local pids=() logs=() results=()
+	for lane in "$@"; do
+		logs+=("$(mktemp "$run_tmp/lane-$lane.XXXXXX")")
+		results+=("$(mktemp "$run_tmp/lane-$lane-results.XXXXXX")")
+		("$lane" "${results[-1]}") >"${logs[-1]}" 2>&1 &
+		pids+=($!)
+		log "lane $lane: started (pid $!, log ${logs[-1]})"
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || true
+	done
+	i=0
+	for lane in "$@"; do
+		log "---- lane $lane: its output ----"
+		cat "${logs[$i]}" >&2
+		log "---- lane $lane: end ----"
+		while IFS=$'\t' read -r name rc secs; do
+			timings+=("$name: ${secs}s (lane $lane)")
+			if ((rc == 0)); then
+				verdicts+=("$name: PASS (${secs}s)")
+			else
+				verdicts+=("$name: FAIL, exit $rc (${secs}s)")
+				failed=$((failed + 1))
+			fi
+		done <"${results[$i]}"
+		i=$((i + 1))
+	done
+	timings+=("the lanes side by side ($*): $((SECONDS - t0))s")
+}
+
+step_build() {
+	go build ./cmd/... ./internal/stripetest/cmd/... ./e2e/goclient ./examples/...
+}
+
+lanes=()
 if ((e2e_run)); then
-	run_step quickstart dev_smoke
-	run_step "quickstart on Postgres" step_quickstart_postgres
-	# (h2) the README's runnable blocks, each run as written against a fresh
-	# quickstart (scripts/dev.sh on free ports and a fresh DEV_DIR), twice
-	# in a row, as a newcomer runs a block again.
-	run_step "README blocks" env README_RUNS=2 bash scripts/readme.sh
-	run_step example bash scripts/example.sh
+	lanes+=(lane_browser lane_mcp)
+fi
+if ((chaos_run)); then
+	lanes+=(lane_chaos)
+fi
+if ((${#lanes[@]})); then
+	run_step "build (for the lanes)" step_build
+	step="lanes"
+	run_lanes "${lanes[@]}"
 fi
 run_step "no test database left" step_leftovers
 run_lock_release

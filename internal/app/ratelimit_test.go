@@ -27,6 +27,7 @@ func setupRateEnv(t *testing.T, env map[string]string) *testBundle {
 	require.NoError(t, err)
 	env[config.EnvDatabaseURL] = dbURL
 	env[config.EnvWait] = "0"
+	env[config.EnvDuplicateWindow] = "0" // the same refund under many keys, on purpose
 	cfg, err := config.Load(nil, func(k string) string { return env[k] })
 	require.NoError(t, err)
 	a, err := app.NewAPIWithOptions(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil, nil)

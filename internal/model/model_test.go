@@ -36,8 +36,8 @@ const (
 	defaultSteps  = 40
 	longChecks    = 200
 	longSteps     = 80
-	seedSQLite    = 25_001
-	seedPostgres  = 25_001
+	// seed is both engines' fixed seed.
+	seed = 25_001
 	// shrinkTime bounds rapid's minimisation of a failing sequence (every
 	// attempt replays it against the real system).
 	shrinkTime = 60 * time.Second
@@ -91,16 +91,22 @@ func configure(t *testing.T, seed uint64) {
 	t.Logf("model: %s", strings.Join(got, " "))
 }
 
+// configureOnce sets rapid's flags once for both engines (one seed):
+// rapid reads them as process-wide flags, so they are set before either
+// test runs and never while one does, and the two run side by side.
+var configureOnce sync.Once
+
 // TestModelSQLite runs the model against the embedded deployment.
-// Not parallel: rapid's settings are process-wide flags.
 func TestModelSQLite(t *testing.T) {
-	configure(t, seedSQLite)
+	configureOnce.Do(func() { configure(t, seed) })
+	t.Parallel()
 	run(t, newSQLite(t))
 }
 
 // TestModelPostgres runs the model against Postgres.
 func TestModelPostgres(t *testing.T) {
-	configure(t, seedPostgres)
+	configureOnce.Do(func() { configure(t, seed) })
+	t.Parallel()
 	run(t, newPostgres(t))
 }
 
