@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -17,17 +18,19 @@ import (
 // TestApprovalFloodCappedAndGathered replays the red-team finding (a burst
 // of calls above the approval threshold: as many waiting operations and as
 // many mails): with IDEMGATE_APPROVALS_MAX_PENDING at 10, a first waiting
-// call mails the approvers at once; 60 calls from four clients at once then leave 9 more
-// waiting and are otherwise refused with approvals_pending_limit; the 9
-// are gathered into one more mail, which links each of them. On both
-// engines.
+// call mails the approvers at once; 150 calls at once (the finding's
+// burst) then leave 9 more waiting and are otherwise refused with
+// approvals_pending_limit; the 9 are gathered into one more mail, which
+// links each of them. A call the api sheds under the burst (503, the
+// database pool busy past its bound) is sent again with its key, as a
+// client does. On both engines.
 func TestApprovalFloodCappedAndGathered(t *testing.T) {
 	t.Parallel()
 	for _, engineName := range []string{"postgres", "sqlite"} {
 		t.Run(engineName, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			const maxPending, flood = 10, 60
+			const maxPending, flood = 10, 150
 			b := setupNoticesWith(t, engineName, func(cfg *config.Config) { cfg.ApprovalsMaxPending = maxPending },
 				&app.WorkerOptions{MaxWorkers: 4, NoticePeriod: 10 * time.Second})
 			acme := connect(t, b.url, tokenAcme)
@@ -49,7 +52,10 @@ func TestApprovalFloodCappedAndGathered(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range flood {
 				wg.Go(func() {
-					answers[i], errs[i] = callTool(t, acme, "refund_order", refund(fmt.Sprintf("flood-key-%03d", i), 1500))
+					text := callPatiently(t, acme, "refund_order", refund(fmt.Sprintf("flood-key-%03d", i), 1500))
+					var out result
+					require.NoError(t, json.Unmarshal([]byte(text), &out), text)
+					answers[i], errs[i] = &out, out.Error != nil
 				})
 			}
 			wg.Wait()
