@@ -14,6 +14,9 @@ import (
 	"net/http"
 	"time"
 
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/idemgate/idemgate/internal/engine/drivers"
 	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/toolspec"
@@ -70,7 +73,9 @@ type APIOptions struct {
 	// inserts), and its log lines get trace ids. Nil: no tracing.
 	TracerProvider trace.TracerProvider
 	// MeterProvider receives the api's OpenTelemetry MCP metric
-	// (mcp.server.operation.duration). Nil: not recorded.
+	// (mcp.server.operation.duration). Nil: the api's own, exported on
+	// its /metrics through OpenTelemetry's Prometheus exporter
+	// (mcp_server_operation_duration_seconds).
 	MeterProvider metric.MeterProvider
 	// Auth authenticates every request. Nil: the configuration's, which
 	// is OAuth's resource server when IDEMGATE_OAUTH_ISSUER is set, else
@@ -194,6 +199,12 @@ func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, 
 	opts *APIOptions, reg *prometheus.Registry, logger *slog.Logger,
 ) (srv *api.Server, health http.Handler, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	meters := opts.MeterProvider
+	if meters == nil {
+		if meters, err = prometheusMeters(reg); err != nil {
+			return nil, nil, err
+		}
+	}
 	rateLimit, rateBurst := apiRateLimit(cfg, opts)
 	auth := opts.Auth
 	if auth == nil {
@@ -217,7 +228,7 @@ func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, 
 		AllowedOrigins: cfg.Origins(),
 		StateSecret:    []byte(cfg.Secret),
 		TracerProvider: opts.TracerProvider,
-		MeterProvider:  opts.MeterProvider,
+		MeterProvider:  meters,
 		Ready: func(ctx context.Context) error {
 			ok, err := migrated(ctx)
 			if err != nil {
@@ -307,3 +318,14 @@ func configuredAuth(cfg *config.Config, data store.Tokens) (api.Authenticator, e
 // DefaultOAuthTenantClaim is the claim that holds the tenant id when
 // IDEMGATE_OAUTH_TENANT_CLAIM is empty.
 const DefaultOAuthTenantClaim = "tenant"
+
+// prometheusMeters is an OpenTelemetry meter provider whose instruments
+// reg exports on /metrics (OpenTelemetry's Prometheus exporter; no
+// target_info, and no scope labels on the series).
+func prometheusMeters(reg *prometheus.Registry) (metric.MeterProvider, error) {
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutTargetInfo(), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, fmt.Errorf("app: OpenTelemetry Prometheus exporter: %w", err)
+	}
+	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)), nil
+}

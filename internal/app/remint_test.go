@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -99,5 +100,23 @@ func TestReMintedKeyMakesNoSecondRefund(t *testing.T) {
 		for k, n := range byKey {
 			require.Equal(t, 1, n, fmt.Sprintf("downstream key %s", k))
 		}
+
+		// The MCP calls' duration, after OpenTelemetry's MCP conventions,
+		// on the api's /metrics: the held ones as tool errors.
+		metrics := doHTTP(t, http.MethodGet, s.url+"/metrics", "", nil, false)
+		require.Equal(t, http.StatusOK, metrics.status)
+		var heldSeries, runSeries bool
+		for _, line := range strings.Split(metrics.raw, "\n") {
+			if !strings.HasPrefix(line, "mcp_server_operation_duration_seconds_count{") ||
+				!strings.Contains(line, `gen_ai_tool_name="refund_order"`) || !strings.Contains(line, `mcp_method_name="tools/call"`) {
+				continue
+			}
+			if strings.Contains(line, `error_type="tool_error"`) {
+				heldSeries = true
+			} else {
+				runSeries = true
+			}
+		}
+		require.True(t, heldSeries && runSeries, "no mcp_server_operation_duration_seconds series for refund_order's calls, held and run:\n%s", metrics.raw)
 	})
 }
