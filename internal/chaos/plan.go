@@ -113,8 +113,11 @@ func NewPlan(seed int64, n int, duration time.Duration) (*Plan, *store.SeedFile)
 			nRefund++
 		case r < 65:
 			op.Tool = ToolCredit
+			// An amount of the operation's own (its index plus a random
+			// multiple of n): apply_credit holds the same credit under
+			// another key as a possible duplicate.
 			op.Args = map[string]any{"customer_id": fmt.Sprintf("cus_c%d", rng.IntN(Customers)),
-				"amount_cents": 1 + rng.Int64N(50_000), "currency": "usd"}
+				"amount_cents": int64(i+1) + int64(n)*rng.Int64N(max(1, 50_000/int64(n))), "currency": "usd"}
 			op.Volatile = "memo"
 			nCredit++
 		case r < 85:
