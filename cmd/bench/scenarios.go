@@ -14,6 +14,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/builtins"
@@ -225,17 +226,30 @@ func (r *runner) statements(name string) func() {
 
 func randomKey() string { return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()) }
 
+// argSeq numbers the arguments the runs make: each call's (order or
+// customer, amount) pair is its own, since the built-in money tools hold
+// the same arguments under another key as a possible duplicate, as
+// agents' distinct intents would be.
+var argSeq atomic.Int64
+
+// nextArgs returns the next (row, amount) pair: row in [0, rows), amount
+// in [1, 10000], distinct for the first rows*10000 calls.
+func nextArgs(rows int) (int, int64) {
+	n := argSeq.Add(1) - 1
+	return int(n % int64(rows)), 1 + (n/int64(rows))%10_000
+}
+
 // refundArgs are refund_order's arguments for one of the seeded orders.
 func refundArgs(key string) (order string, amount int64, raw []byte) {
-	order = orderID(rand.IntN(orders))
-	amount = int64(1 + rand.IntN(10_000))
+	row, amount := nextArgs(orders)
+	order = orderID(row)
 	raw = fmt.Appendf(nil, `{"order_id":%q,"amount_cents":%d,"reason":"bench","idempotency_key":%q}`, order, amount, key)
 	return order, amount, raw
 }
 
 func creditArgs(key string) (customer string, amount int64, raw []byte) {
-	customer = customerID(rand.IntN(customers))
-	amount = int64(1 + rand.IntN(10_000))
+	row, amount := nextArgs(customers)
+	customer = customerID(row)
 	raw = fmt.Appendf(nil, `{"customer_id":%q,"amount_cents":%d,"currency":"usd","idempotency_key":%q}`, customer, amount, key)
 	return customer, amount, raw
 }
