@@ -568,19 +568,13 @@ fi
 run_step gofmt step_gofmt
 run_step compose step_compose
 run_step "script --help" step_help
-run_step "go vet" step_vet
-[[ ${TEST_HOG:-0} == 1 ]] && hog_start
-run_step "go test" step_go_test "$@"
-if ((bench_mod)); then
-	run_step "go test (cmd/bench module)" step_bench_test "$@"
-fi
-
-# The steps after the Go tests start processes and mostly wait on them:
-# they run in lanes, side by side, each lane's steps one after the other,
-# its output kept in a log of its own and printed when every lane is done
-# (so the run's output stays readable); each step still gets its verdict
-# and its time. A build step first puts the binaries the lanes build into
-# Go's cache, so that they do not compile the same packages side by side.
+# The end-to-end steps start processes and mostly wait on them: they run
+# in lanes, side by side and beside go vet and the Go tests, each lane's
+# steps one after the other, its output kept in a log of its own and
+# printed once the Go tests are done (so the run's output stays
+# readable); each step still gets its verdict and its time. A build step
+# first puts the binaries the lanes build into Go's cache, so that they do
+# not compile the same packages side by side.
 #
 # (f) MCP end-to-end tests with the official TypeScript SDK: e2e/run.sh.
 # (f2) River UI in a real browser: e2e/browser/run.sh installs Debian's
@@ -656,39 +650,49 @@ lane_chaos() {
 	lane_step "$1" "chaos pgbouncer" bash scripts/chaos.sh --short --pgbouncer
 }
 
-# run_lanes LANE...: runs each lane function in the background with a
-# results file and a log of its own, waits for all of them, then prints
-# each lane's log and records its steps' verdicts and times in order.
-run_lanes() {
-	local lane i name rc secs t0=$SECONDS
-	local pids=() logs=() results=()
-	for lane in "$@"; do
-		logs+=("$(mktemp "$run_tmp/lane-$lane.XXXXXX")")
-		results+=("$(mktemp "$run_tmp/lane-$lane-results.XXXXXX")")
-		("$lane" "${results[-1]}") >"${logs[-1]}" 2>&1 &
-		pids+=($!)
-		log "lane $lane: started (pid $!, log ${logs[-1]})"
-	done
-	for i in "${!pids[@]}"; do
-		wait "${pids[$i]}" || true
-	done
-	i=0
-	for lane in "$@"; do
-		log "---- lane $lane: its output ----"
-		cat "${logs[$i]}" >&2
-		log "---- lane $lane: end ----"
+# lanes_start LANE...: in the background, the build step and then every
+# lane side by side, each with its results file and its log in a
+# directory of this run; the Go tests run meanwhile. lanes_finish waits
+# for them, prints each log and records the steps' verdicts and times in
+# order.
+lanes_dir="" lanes_pid="" lanes_t0=0
+lanes_start() {
+	local lane
+	lanes_dir=$(mktemp -d "$run_tmp/lanes.XXXXXX")
+	printf '%s\n' build "$@" >"$lanes_dir/order"
+	(
+		lane_step "$lanes_dir/build.res" "build (for the lanes)" step_build >"$lanes_dir/build.log" 2>&1
+		for lane in "$@"; do
+			("$lane" "$lanes_dir/$lane.res") >"$lanes_dir/$lane.log" 2>&1 &
+		done
+		wait
+	) &
+	lanes_pid=$!
+	lanes_t0=$SECONDS
+	log "lanes ($*): started in the background (pid $lanes_pid, logs in $lanes_dir); their output follows the Go tests'"
+}
+lanes_finish() {
+	local part name rc secs
+	[[ -n $lanes_pid ]] || return 0
+	step="lanes"
+	wait "$lanes_pid" || true
+	while read -r part; do
+		log "---- $part: its output ----"
+		cat "$lanes_dir/$part.log" >&2 2>/dev/null || true
+		log "---- $part: end ----"
+		[[ -f $lanes_dir/$part.res ]] || continue
 		while IFS=$'\t' read -r name rc secs; do
-			timings+=("$name: ${secs}s (lane $lane)")
+			timings+=("$name: ${secs}s ($part)")
 			if ((rc == 0)); then
 				verdicts+=("$name: PASS (${secs}s)")
 			else
 				verdicts+=("$name: FAIL, exit $rc (${secs}s)")
 				failed=$((failed + 1))
 			fi
-		done <"${results[$i]}"
-		i=$((i + 1))
-	done
-	timings+=("the lanes side by side ($*): $((SECONDS - t0))s")
+		done <"$lanes_dir/$part.res"
+	done <"$lanes_dir/order"
+	timings+=("the lanes, beside go vet and the Go tests: $((SECONDS - lanes_t0))s")
+	lanes_pid=""
 }
 
 step_build() {
@@ -703,10 +707,15 @@ if ((chaos_run)); then
 	lanes+=(lane_chaos)
 fi
 if ((${#lanes[@]})); then
-	run_step "build (for the lanes)" step_build
-	step="lanes"
-	run_lanes "${lanes[@]}"
+	lanes_start "${lanes[@]}"
 fi
+run_step "go vet" step_vet
+[[ ${TEST_HOG:-0} == 1 ]] && hog_start
+run_step "go test" step_go_test "$@"
+if ((bench_mod)); then
+	run_step "go test (cmd/bench module)" step_bench_test "$@"
+fi
+lanes_finish
 run_step "no test database left" step_leftovers
 run_lock_release
 drop_templates "this run's"
