@@ -32,6 +32,28 @@
 //	POST /_drop?n=1              DropNext(n)
 //	POST /_fail?n=1&status=500   FailNext(n, status)
 //	POST /_expire_keys[?key=K]   ExpireKey(K), or ExpireAllKeys: {"expired": n}
+//	POST /_pend?n=1              PendNext(n)
+//	POST /_dashboard_refund?charge=ch_x[&amount=cents]
+//	                             DashboardRefund: the Refund
+//	POST /_fail_refund?id=re_x[&reason=expired_or_canceled_card]
+//	                             FailRefund
+//	POST /_succeed_refund?id=re_x
+//	                             SucceedRefund
+//	POST /_webhooks              body: a WebhookConfig; EnableWebhooks
+//	GET  /_webhooks              WebhookStats
+//	GET  /_webhook_events        WebhookEvents
+//	POST /_webhooks/flush?timeout=60s
+//	                             FlushWebhooks: WebhookStats (504 on timeout)
+//	POST /_webhooks/resend?id=evt_x
+//	                             ResendWebhook
+//
+// Webhooks (EnableWebhooks) are real, signed Stripe events, shaped as the
+// API version stripe-go v76 pins and verifiable with its webhook package:
+// charge.refunded when a refund is created, charge.refund.updated when its
+// status changes (SucceedRefund, FailRefund), and with
+// WebhookOptions.RefundEvents also refund.created, refund.updated and
+// refund.failed. Their faults (delay, duplicate, reorder, drop, endpoint
+// errors retried with backoff) are drawn from Options.Seed too.
 package stripetest
 
 import (
