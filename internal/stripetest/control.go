@@ -2,11 +2,15 @@ package stripetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/stripe/stripe-go/v76"
 )
 
 // ChargeSpec is one charge for POST /_charges. Fail, when set, is applied
@@ -89,6 +93,64 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 			n = s.ExpireAllKeys()
 		}
 		ctlJSON(w, http.StatusOK, map[string]int{"expired": n})
+	case "POST /_pend":
+		n, ok := ctlInt(w, q.Get("n"), 1)
+		if ok {
+			s.PendNext(n)
+			ctlJSON(w, http.StatusOK, map[string]int{"pend_next": n})
+		}
+	case "POST /_dashboard_refund":
+		var amount int64
+		if v := q.Get("amount"); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				ctlJSON(w, http.StatusBadRequest, map[string]string{"error": "amount: not a non-negative integer: " + v})
+				return
+			}
+			amount = n
+		}
+		ref, err := s.DashboardRefund(r.Context(), q.Get("charge"), amount)
+		if err != nil {
+			ctlJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		ctlJSON(w, http.StatusOK, ref)
+	case "POST /_fail_refund":
+		if err := s.FailRefund(r.Context(), q.Get("id"), stripe.RefundFailureReason(q.Get("reason"))); err != nil {
+			ctlJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		ctlJSON(w, http.StatusOK, map[string]string{"failed": q.Get("id")})
+	case "POST /_succeed_refund":
+		if err := s.SucceedRefund(r.Context(), q.Get("id")); err != nil {
+			ctlJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		ctlJSON(w, http.StatusOK, map[string]string{"succeeded": q.Get("id")})
+	case "POST /_webhooks":
+		s.ctlWebhooks(w, r)
+	case "GET /_webhooks":
+		ctlJSON(w, http.StatusOK, s.WebhookStats())
+	case "GET /_webhook_events":
+		ctlJSON(w, http.StatusOK, s.WebhookEvents())
+	case "POST /_webhooks/flush":
+		timeout, ok := ctlDuration(w, q.Get("timeout"), 60*time.Second)
+		if !ok {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		if err := s.FlushWebhooks(ctx); err != nil {
+			ctlJSON(w, http.StatusGatewayTimeout, map[string]string{"error": "deliveries still pending: " + err.Error()})
+			return
+		}
+		ctlJSON(w, http.StatusOK, s.WebhookStats())
+	case "POST /_webhooks/resend":
+		if err := s.ResendWebhook(r.Context(), q.Get("id")); err != nil {
+			ctlJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		ctlJSON(w, http.StatusOK, map[string]string{"resent": q.Get("id")})
 	default:
 		ctlJSON(w, http.StatusNotFound, map[string]string{"error": "unknown control endpoint " + route})
 	}
@@ -192,4 +254,75 @@ func (s *Server) ctlHeld(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+func ctlDuration(w http.ResponseWriter, v string, def time.Duration) (time.Duration, bool) {
+	if v == "" {
+		return def, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		ctlJSON(w, http.StatusBadRequest, map[string]string{"error": "want a positive duration such as 30s, got " + v})
+		return 0, false
+	}
+	return d, true
+}
+
+// WebhookConfig is the body of POST /_webhooks: WebhookOptions in JSON,
+// durations as Go duration strings ("250ms").
+type WebhookConfig struct {
+	URL            string  `json:"url"`
+	Secret         string  `json:"secret"`
+	PreviousSecret string  `json:"previous_secret,omitempty"`
+	RefundEvents   bool    `json:"refund_events,omitempty"`
+	Delay          string  `json:"delay,omitempty"`
+	DuplicateRate  float64 `json:"duplicate_rate,omitempty"`
+	ReorderRate    float64 `json:"reorder_rate,omitempty"`
+	DropRate       float64 `json:"drop_rate,omitempty"`
+	Synchronous    bool    `json:"synchronous,omitempty"`
+	MaxAttempts    int     `json:"max_attempts,omitempty"`
+	Backoff        string  `json:"backoff,omitempty"`
+}
+
+// Options converts the configuration; durations must parse.
+func (c WebhookConfig) Options() (WebhookOptions, error) {
+	o := WebhookOptions{
+		URL: c.URL, Secret: c.Secret, PreviousSecret: c.PreviousSecret, RefundEvents: c.RefundEvents,
+		DuplicateRate: c.DuplicateRate, ReorderRate: c.ReorderRate, DropRate: c.DropRate,
+		Synchronous: c.Synchronous, MaxAttempts: c.MaxAttempts,
+	}
+	for _, d := range []struct {
+		name string
+		v    string
+		to   *time.Duration
+	}{{"delay", c.Delay, &o.Delay}, {"backoff", c.Backoff, &o.Backoff}} {
+		if d.v == "" {
+			continue
+		}
+		x, err := time.ParseDuration(d.v)
+		if err != nil {
+			return WebhookOptions{}, fmt.Errorf("%s: %w", d.name, err)
+		}
+		*d.to = x
+	}
+	return o, nil
+}
+
+func (s *Server) ctlWebhooks(w http.ResponseWriter, r *http.Request) {
+	var c WebhookConfig
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		ctlJSON(w, http.StatusBadRequest, map[string]string{"error": "body: " + err.Error()})
+		return
+	}
+	o, err := c.Options()
+	if err == nil {
+		err = s.EnableWebhooks(o)
+	}
+	if err != nil {
+		ctlJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	ctlJSON(w, http.StatusOK, map[string]string{"webhooks": c.URL})
 }

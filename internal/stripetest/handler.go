@@ -305,6 +305,10 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request, reqID stri
 
 	s.mu.Lock()
 	status, body, ref := s.executeLocked(p, key)
+	var events []*delivery
+	if ref != nil {
+		events = s.emitRefundCreatedLocked(ref, reqID, key)
+	}
 	var h *hold
 	if ref != nil && len(s.holds) > 0 {
 		h, s.holds = s.holds[0], s.holds[1:]
@@ -313,6 +317,7 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request, reqID stri
 		close(h.appliedDone)
 	}
 	s.mu.Unlock()
+	s.waitDeliveries(r.Context(), events)
 
 	if h != nil {
 		h.applied <- ref.ID // buffered, sent once
@@ -389,7 +394,7 @@ func (s *Server) executeLocked(p *createParams, key string) (int, []byte, *refun
 	}
 	c := s.charges[p.charge]
 	if c == nil && s.opts.AutoChargeAmount > 0 && strings.HasPrefix(p.charge, "ch_") {
-		c = &charge{id: p.charge, amount: s.opts.AutoChargeAmount, currency: "usd"}
+		c = newCharge(p.charge, s.opts.AutoChargeAmount, "usd")
 		s.charges[p.charge] = c
 	}
 	if c == nil {
@@ -422,9 +427,14 @@ func (s *Server) executeLocked(p *createParams, key string) (int, []byte, *refun
 		Metadata:       p.metadata,
 		IdempotencyKey: key,
 		Created:        time.Now().Unix(),
+		Status:         stripe.RefundStatusSucceeded,
 		receipt:        newDigits(4) + "-" + newDigits(4),
 		arn:            newDigits(23),
 		txn:            newID("txn_"),
+	}
+	if s.pendNext > 0 {
+		s.pendNext--
+		ref.Status = stripe.RefundStatusPending
 	}
 	c.refunded += amount
 	s.refunds = append(s.refunds, ref)
@@ -462,6 +472,9 @@ type refundObject struct {
 	SourceTransferReversal *string           `json:"source_transfer_reversal"`
 	Status                 string            `json:"status"`
 	TransferReversal       *string           `json:"transfer_reversal"`
+	// Present only on a failed refund, as in Stripe's API.
+	FailureBalanceTransaction string `json:"failure_balance_transaction,omitempty"`
+	FailureReason             string `json:"failure_reason,omitempty"`
 }
 
 func (r *refund) object() refundObject {
@@ -487,8 +500,10 @@ func (r *refund) object() refundObject {
 			"type": "card",
 			"card": map[string]any{"last4": "4242", "brand": "visa", "fingerprint": "fp_secret"},
 		},
-		ReceiptNumber: r.receipt,
-		Status:        "succeeded",
+		ReceiptNumber:             r.receipt,
+		Status:                    string(r.Status),
+		FailureBalanceTransaction: r.failureTxn,
+		FailureReason:             string(r.FailureReason),
 	}
 	if r.Reason != "" {
 		o.Reason = &r.Reason

@@ -32,6 +32,28 @@
 //	POST /_drop?n=1              DropNext(n)
 //	POST /_fail?n=1&status=500   FailNext(n, status)
 //	POST /_expire_keys[?key=K]   ExpireKey(K), or ExpireAllKeys: {"expired": n}
+//	POST /_pend?n=1              PendNext(n)
+//	POST /_dashboard_refund?charge=ch_x[&amount=cents]
+//	                             DashboardRefund: the Refund
+//	POST /_fail_refund?id=re_x[&reason=expired_or_canceled_card]
+//	                             FailRefund
+//	POST /_succeed_refund?id=re_x
+//	                             SucceedRefund
+//	POST /_webhooks              body: a WebhookConfig; EnableWebhooks
+//	GET  /_webhooks              WebhookStats
+//	GET  /_webhook_events        WebhookEvents
+//	POST /_webhooks/flush?timeout=60s
+//	                             FlushWebhooks: WebhookStats (504 on timeout)
+//	POST /_webhooks/resend?id=evt_x
+//	                             ResendWebhook
+//
+// Webhooks (EnableWebhooks) are real, signed Stripe events, shaped as the
+// API version stripe-go v76 pins and verifiable with its webhook package:
+// charge.refunded when a refund is created, charge.refund.updated when its
+// status changes (SucceedRefund, FailRefund), and with
+// WebhookOptions.RefundEvents also refund.created, refund.updated and
+// refund.failed. Their faults (delay, duplicate, reorder, drop, endpoint
+// errors retried with backoff) are drawn from Options.Seed too.
 package stripetest
 
 import (
@@ -98,6 +120,7 @@ type Server struct {
 	refundByID map[string]*refund
 
 	dropNext    int
+	pendNext    int
 	failNext    []int // statuses, consumed front first
 	holds       []*hold
 	remoteHolds []*hold
@@ -115,13 +138,18 @@ type Server struct {
 	held           int
 	refundsByKey   map[string]int
 	refundsByChg   map[string]int
+
+	wh webhooks
 }
 
 type charge struct {
 	id       string
 	amount   int64
 	currency string
-	refunded int64
+	refunded int64 // by refunds not failed
+	created  int64
+	txn      string
+	pm       string
 }
 
 // ChargeError is the error a charge answers every refund create with.
@@ -149,6 +177,9 @@ type refund struct {
 	Metadata       map[string]string
 	IdempotencyKey string
 	Created        int64
+	Status         stripe.RefundStatus
+	FailureReason  stripe.RefundFailureReason
+	failureTxn     string
 	receipt        string
 	arn            string
 	txn            string
@@ -217,7 +248,10 @@ func Backends(baseURL string, httpClient *http.Client) *stripe.Backends {
 }
 
 // Close releases every hold and makes waiting handlers (delays, holds,
-// /_held polls) return. The handler keeps serving; Close is idempotent.
+// /_held polls) return, then waits until the webhook deliveries queued or
+// held back are done (remaining retries without backoff) and the delivery
+// goroutine has exited. The handler keeps serving; events emitted after
+// Close are recorded but not delivered. Close is idempotent.
 func (s *Server) Close() {
 	s.once.Do(func() { close(s.closed) })
 	s.mu.Lock()
@@ -226,6 +260,7 @@ func (s *Server) Close() {
 	for _, h := range holds {
 		h.doRelease()
 	}
+	s.closeWebhooks()
 }
 
 // AddCharge registers a charge that refunds can be made against. Adding an
@@ -241,7 +276,12 @@ func (s *Server) AddCharge(id string, amountCents int64, currency string) {
 		c.amount, c.currency = amountCents, strings.ToLower(currency)
 		return
 	}
-	s.charges[id] = &charge{id: id, amount: amountCents, currency: strings.ToLower(currency)}
+	s.charges[id] = newCharge(id, amountCents, currency)
+}
+
+func newCharge(id string, amount int64, currency string) *charge {
+	return &charge{id: id, amount: amount, currency: strings.ToLower(currency),
+		created: time.Now().Unix(), txn: newID("txn_"), pm: newID("pm_")}
 }
 
 // SetChargeError makes every refund create on charge id answer httpStatus
@@ -337,9 +377,14 @@ type Refund struct {
 	Currency string            `json:"currency"`
 	Reason   string            `json:"reason,omitempty"`
 	Metadata map[string]string `json:"metadata"`
-	// IdempotencyKey is the key of the request that created it ("" if none).
+	// IdempotencyKey is the key of the request that created it ("" if none,
+	// as for DashboardRefund).
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	Created        time.Time `json:"created"`
+	// Status is "succeeded", "pending" (PendNext) or "failed" (FailRefund);
+	// FailureReason is set when failed.
+	Status        string `json:"status"`
+	FailureReason string `json:"failure_reason,omitempty"`
 }
 
 // Refunds returns every refund created, oldest first.
@@ -348,11 +393,7 @@ func (s *Server) Refunds() []Refund {
 	defer s.mu.Unlock()
 	out := make([]Refund, 0, len(s.refunds))
 	for _, r := range s.refunds {
-		out = append(out, Refund{
-			ID: r.ID, Charge: r.Charge, Amount: r.Amount, Currency: r.Currency, Reason: r.Reason,
-			Metadata: cloneMap(r.Metadata), IdempotencyKey: r.IdempotencyKey,
-			Created: time.Unix(r.Created, 0),
-		})
+		out = append(out, r.snapshot())
 	}
 	return out
 }
@@ -387,13 +428,14 @@ func (s *Server) RefundsByMetadata(field string) map[string]int {
 	return out
 }
 
-// RefundedAmount returns the total refunded on charge, in cents.
+// RefundedAmount returns the total refunded on charge, in cents (failed
+// refunds excluded).
 func (s *Server) RefundedAmount(chargeID string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var sum int64
 	for _, r := range s.refunds {
-		if r.Charge == chargeID {
+		if r.Charge == chargeID && r.Status != stripe.RefundStatusFailed {
 			sum += r.Amount
 		}
 	}
@@ -449,11 +491,19 @@ type Stats struct {
 	PendingFails int `json:"pending_fails"`
 	PendingHolds int `json:"pending_holds"`
 
-	RefundsByKey    map[string]int   `json:"refunds_by_key"`
-	RefundsByCharge map[string]int   `json:"refunds_by_charge"`
-	RefundedAmount  map[string]int64 `json:"refunded_amount"`
+	// PendingPends counts refunds still to be created pending (PendNext).
+	PendingPends int `json:"pending_pends"`
+
+	RefundsByKey    map[string]int `json:"refunds_by_key"`
+	RefundsByCharge map[string]int `json:"refunds_by_charge"`
+	// RefundedAmount sums refunds per charge, failed ones excluded.
+	RefundedAmount map[string]int64 `json:"refunded_amount"`
 	// RefundsByMetadata counts created refunds per metadata field, per value.
 	RefundsByMetadata map[string]map[string]int `json:"refunds_by_metadata"`
+	// RefundsByStatus counts created refunds per current status.
+	RefundsByStatus map[string]int `json:"refunds_by_status"`
+
+	Webhooks WebhookStats `json:"webhooks"`
 }
 
 // Stats returns a snapshot of all counters.
@@ -476,16 +526,22 @@ func (s *Server) Stats() Stats {
 		PendingDrops:      s.dropNext,
 		PendingFails:      len(s.failNext),
 		PendingHolds:      len(s.holds),
+		PendingPends:      s.pendNext,
 		RefundsByKey:      cloneMap(s.refundsByKey),
 		RefundsByCharge:   cloneMap(s.refundsByChg),
 		RefundedAmount:    map[string]int64{},
 		RefundsByMetadata: map[string]map[string]int{},
+		RefundsByStatus:   map[string]int{},
+		Webhooks:          s.webhookStatsLocked(),
 	}
 	if st.ForeignKeys == nil {
 		st.ForeignKeys = []string{}
 	}
 	for _, r := range s.refunds {
-		st.RefundedAmount[r.Charge] += r.Amount
+		st.RefundsByStatus[string(r.Status)]++
+		if r.Status != stripe.RefundStatusFailed {
+			st.RefundedAmount[r.Charge] += r.Amount
+		}
 		for k, v := range r.Metadata {
 			m := st.RefundsByMetadata[k]
 			if m == nil {

@@ -3,10 +3,27 @@
 // STRIPE_API_BASE) alone on the first line of stdout, logs to stderr, and
 // serves Stripe's refund endpoints plus the control endpoints under /_
 // (GET /_stats, POST /_charges, POST /_clear_charge_error, POST /_hold, GET /_held, POST /_release,
-// POST /_drop, POST /_fail, POST /_expire_keys) until SIGINT or SIGTERM.
+// POST /_drop, POST /_fail, POST /_expire_keys, POST /_pend,
+// POST /_dashboard_refund, POST /_fail_refund, POST /_succeed_refund,
+// POST /_webhooks, GET /_webhooks, GET /_webhook_events, POST /_webhooks/flush,
+// POST /_webhooks/resend) until SIGINT or SIGTERM.
 //
 //	teststripe -addr 127.0.0.1:12111 -drop-rate 0.2 -error-rate 0.1 -seed 42 \
 //	    -charge ch_123:5000:usd -auto-charge-amount 100000
+//
+// With -webhook-url and a signing secret it sends signed Stripe webhooks
+// there (see package stripetest), with their own faults:
+//
+//	TESTSTRIPE_WEBHOOK_SECRET=whsec_dev teststripe -seed 42 \
+//	    -webhook-url http://127.0.0.1:8080/stripe/webhook -webhook-refund-events \
+//	    -webhook-duplicate-rate 0.1 -webhook-reorder-rate 0.1 -webhook-drop-rate 0.05
+//
+// Every -webhook-* flag not given defaults to the environment variable
+// TESTSTRIPE_WEBHOOK_* of the same name (-webhook-drop-rate:
+// TESTSTRIPE_WEBHOOK_DROP_RATE); prefer the environment for the secrets.
+// Webhooks can also be turned on later with POST /_webhooks, when the
+// endpoint's address is known only after this process started. On shutdown
+// the queued deliveries are made first (retries without backoff).
 package main
 
 import (
@@ -53,7 +70,31 @@ func run() error {
 		charges    chargeFlags
 	)
 	flag.Var(&charges, "charge", "a charge, id:amount_cents[:currency] (repeatable)")
+	var (
+		whURL      = flag.String("webhook-url", "", "send signed Stripe webhooks to this URL (off when empty)")
+		whSecret   = flag.String("webhook-secret", "", "the endpoint's signing secret, whsec_... (required with -webhook-url)")
+		whPrevious = flag.String("webhook-previous-secret", "", "also sign with this secret (a second v1 signature, as while a rolled secret is still valid)")
+		whRefund   = flag.Bool("webhook-refund-events", false, "also send refund.created, refund.updated and refund.failed (Stripe API 2024-10-28 and later); default: charge.refunded and charge.refund.updated only")
+		whDelay    = flag.Duration("webhook-delay", 0, "delay before the first attempt of each delivery")
+		whDup      = flag.Float64("webhook-duplicate-rate", 0, "probability in [0,1] that an event is delivered twice")
+		whReorder  = flag.Float64("webhook-reorder-rate", 0, "probability in [0,1] that an event is held back and delivered after the next one")
+		whDrop     = flag.Float64("webhook-drop-rate", 0, "probability in [0,1] that an event is never delivered (listed in GET /_webhooks)")
+		whSync     = flag.Bool("webhook-sync", false, "deliver an action's events before it returns (a refund create: before its response)")
+		whAttempts = flag.Int("webhook-max-attempts", stripetest.DefaultWebhookMaxAttempts, "attempts per delivery; non-2xx or unreachable is retried")
+		whBackoff  = flag.Duration("webhook-backoff", stripetest.DefaultWebhookBackoff, "wait before the first retry, doubled for each next one (negative: none)")
+	)
+	flag.Usage = func() {
+		out := flag.CommandLine.Output()
+		fmt.Fprintf(out, "Usage: teststripe [flags]\n\n"+
+			"Serves a counting test Stripe (refunds, with fault injection) and prints its base URL on stdout.\n"+
+			"Each -webhook-* flag not given defaults to $TESTSTRIPE_WEBHOOK_<NAME> (e.g. -webhook-secret:\n"+
+			"$TESTSTRIPE_WEBHOOK_SECRET, -webhook-drop-rate: $TESTSTRIPE_WEBHOOK_DROP_RATE); prefer it for secrets.\n\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
+	if err := webhookFlagsFromEnv(); err != nil {
+		return err
+	}
 
 	if *dropRate < 0 || *dropRate > 1 {
 		return fmt.Errorf("-drop-rate must be within [0,1], got %v", *dropRate)
@@ -85,6 +126,19 @@ func run() error {
 		s.AddCharge(parts[0], amount, currency)
 	}
 
+	if *whURL != "" {
+		err := s.EnableWebhooks(stripetest.WebhookOptions{
+			URL: *whURL, Secret: *whSecret, PreviousSecret: *whPrevious, RefundEvents: *whRefund,
+			Delay: *whDelay, DuplicateRate: *whDup, ReorderRate: *whReorder, DropRate: *whDrop,
+			Synchronous: *whSync, MaxAttempts: *whAttempts, Backoff: *whBackoff,
+		})
+		if err != nil {
+			return err
+		}
+	} else if *whSecret != "" || *whPrevious != "" {
+		return errors.New("-webhook-secret without -webhook-url")
+	}
+
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("-addr %s: %w", *addr, err)
@@ -96,6 +150,10 @@ func run() error {
 	}
 	fmt.Printf("http://%s\n", net.JoinHostPort(host, strconv.Itoa(tcp.Port)))
 	log.Printf("listening on %s (seed %d, drop-rate %v, error-rate %v)", ln.Addr(), s.Stats().Seed, *dropRate, *errorRate)
+	if *whURL != "" {
+		log.Printf("webhooks to %s (refund events %v, duplicate-rate %v, reorder-rate %v, drop-rate %v, sync %v)",
+			*whURL, *whRefund, *whDup, *whReorder, *whDrop, *whSync)
+	}
 
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
@@ -116,4 +174,24 @@ func run() error {
 		return err
 	}
 	return nil
+}
+
+// webhookFlagsFromEnv sets each -webhook-* flag not given on the command line
+// from TESTSTRIPE_WEBHOOK_<NAME>, parsed as the flag would be.
+func webhookFlagsFromEnv() error {
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	flag.VisitAll(func(f *flag.Flag) {
+		if err != nil || given[f.Name] || !strings.HasPrefix(f.Name, "webhook-") {
+			return
+		}
+		env := "TESTSTRIPE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok && v != "" {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("$%s: %w", env, e)
+			}
+		}
+	})
+	return err
 }
