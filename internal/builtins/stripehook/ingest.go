@@ -27,9 +27,6 @@ type Source string
 const (
 	// SourceWebhook: a signed delivery to POST /v1/webhooks/stripe.
 	SourceWebhook Source = "webhook"
-	// SourcePoll: the periodic list of Stripe's refunds, which catches
-	// what a missed webhook would have said.
-	SourcePoll Source = "poll"
 )
 
 // Outcome is what became of an event.
@@ -156,8 +153,7 @@ func moved(status string) bool {
 	return false
 }
 
-// Ingester applies Stripe's events to the database, once each. The
-// webhook route and the periodic list share it.
+// Ingester applies Stripe's events to the database, once each.
 type Ingester struct {
 	store  core.Store
 	logger *slog.Logger
@@ -173,7 +169,7 @@ type Ingester struct {
 func NewIngester(st core.Store, logger *slog.Logger) *Ingester {
 	return &Ingester{store: st, logger: logger,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idemgate_stripe_events_total",
-			Help: "Stripe events received, by source (webhook, poll) and outcome (applied, duplicate, ignored, stale)."},
+			Help: "Stripe events received, by source (webhook) and outcome (applied, duplicate, ignored, stale)."},
 			[]string{"source", "outcome"}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idemgate_refund_drift_total",
 			Help: "Refunds at Stripe that no operation explains, by kind (unexplained, second_for_operation, operation_failed)."},
@@ -210,10 +206,6 @@ func (in *Ingester) register(reg prometheus.Registerer) error {
 	}
 	return nil
 }
-
-// Register is register for a process other than the api (the worker's
-// periodic list).
-func (in *Ingester) Register(reg prometheus.Registerer) error { return in.register(reg) }
 
 // effects are what one ingest did, counted once it committed.
 type effects struct {

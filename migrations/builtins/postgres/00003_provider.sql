@@ -1,16 +1,15 @@
 -- +goose Up
 -- The provider's side of refund_order: what Stripe reported about refunds
--- (signed webhooks and the periodic list), applied once per event, and
+-- (signed webhooks), applied once per event, and
 -- the refunds no operation explains.
 
 -- One row per Stripe event applied (or acknowledged and ignored): the
 -- event id is the key, so a redelivery or a concurrent delivery of the
--- same event finds it and changes nothing. Rows of the periodic list are
--- named by the refund and the status it saw (poll_<refund>_<status>).
+-- same event finds it and changes nothing.
 CREATE TABLE IF NOT EXISTS provider_events (
     event_id      text   PRIMARY KEY,
     type          text   NOT NULL,
-    source        text   NOT NULL CHECK (source IN ('webhook', 'poll')),
+    source        text   NOT NULL CHECK (source IN ('webhook')),
     event_created bigint NOT NULL,
     received_at   timestamptz NOT NULL DEFAULT now()
 );
@@ -59,15 +58,8 @@ CREATE INDEX IF NOT EXISTS refund_drift_order_idx ON refund_drift (tenant_id, or
 -- A refund's order is found from its charge.
 CREATE INDEX IF NOT EXISTS orders_charge_idx ON orders (charge_id);
 
--- Where the periodic list of Stripe's refunds got to.
-CREATE TABLE IF NOT EXISTS provider_cursors (
-    name       text PRIMARY KEY,
-    value      text NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now()
-);
 
 -- +goose Down
-DROP TABLE provider_cursors;
 DROP INDEX orders_charge_idx;
 DROP TABLE refund_drift;
 DROP TABLE provider_refunds;

@@ -1,12 +1,12 @@
 -- +goose Up
 -- The provider's side of refund_order: what Stripe reported about refunds
--- (signed webhooks and the periodic list), applied once per event, and
+-- (signed webhooks), applied once per event, and
 -- the refunds no operation explains. See the Postgres file for each
 -- table's meaning.
 CREATE TABLE IF NOT EXISTS provider_events (
     event_id      TEXT    PRIMARY KEY,
     type          TEXT    NOT NULL,
-    source        TEXT    NOT NULL CHECK (source IN ('webhook', 'poll')),
+    source        TEXT    NOT NULL CHECK (source IN ('webhook')),
     event_created INTEGER NOT NULL,
     received_at   TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 ) STRICT;
@@ -46,14 +46,8 @@ CREATE INDEX IF NOT EXISTS refund_drift_order_idx ON refund_drift (tenant_id, or
 
 CREATE INDEX IF NOT EXISTS orders_charge_idx ON orders (charge_id);
 
-CREATE TABLE IF NOT EXISTS provider_cursors (
-    name       TEXT PRIMARY KEY,
-    value      TEXT NOT NULL,
-    updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-) STRICT;
 
 -- +goose Down
-DROP TABLE provider_cursors;
 DROP INDEX orders_charge_idx;
 DROP TABLE refund_drift;
 DROP TABLE provider_refunds;
