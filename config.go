@@ -51,6 +51,11 @@ type Config struct {
 	// ResetLinkBase is the page password-reset mails link to. Default "":
 	// http://<APIAddr>/reset-password. ($IDEMGATE_RESET_LINK_BASE)
 	ResetLinkBase string
+	// StripeWebhookSecrets are the signing secrets (whsec_…,
+	// comma-separated while one is rolled) of the Stripe webhook endpoint
+	// POST /v1/webhooks/stripe. Default "": the endpoint is not served.
+	// ($IDEMGATE_STRIPE_WEBHOOK_SECRETS)
+	StripeWebhookSecrets string
 
 	// InflightTimeout is a worker's lease on a claim, 1s to 24h. Default
 	// 2m. ($IDEMGATE_INFLIGHT_TIMEOUT)

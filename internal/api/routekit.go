@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/internal/vocab"
 )
@@ -31,6 +32,10 @@ func (k *RouteKit) Logger() *slog.Logger { return k.s.logger }
 
 // DBTimeout returns the bound on one database call (Config.DBTimeout).
 func (k *RouteKit) DBTimeout() time.Duration { return k.s.dbTimeout }
+
+// Registerer returns the registry the api's metrics are in, for a route's
+// own metrics (served on /metrics with the api's).
+func (k *RouteKit) Registerer() prometheus.Registerer { return k.s.registerer }
 
 // Problem answers err as application/problem+json (docs/errors.md) with
 // status, or, when status is 0, the status the api's REST routes answer

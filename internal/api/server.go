@@ -133,8 +133,11 @@ type Server struct {
 	ready     func(ctx context.Context) error
 	limiter   *limiter
 	metrics   *metrics
-	logger    *slog.Logger
-	router    chi.Router
+	// registerer receives the api's metrics and those of the routes it
+	// was given (RouteKit.Registerer).
+	registerer prometheus.Registerer
+	logger     *slog.Logger
+	router     chi.Router
 	// tracerProvider is Config.TracerProvider.
 	tracerProvider trace.TracerProvider
 	// sdkOnlyMCP is Config.SDKOnlyMCP.
@@ -177,6 +180,7 @@ func New(cfg *Config) (*Server, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	s.registerer = reg
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
 	}

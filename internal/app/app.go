@@ -221,7 +221,7 @@ func newAPIServer(cfg *config.Config, g *core.Gate, jobControl core.JobControl, 
 		PublicURL:  cfg.PublicURLOrDefault(),
 		RateLimit:  rateLimit,
 		RateBurst:  rateBurst,
-		Routes:     builtinRoutes(tools, data),
+		Routes:     builtinRoutes(cfg, tools, data),
 		Registerer: reg,
 		Logger:     logger,
 

@@ -35,11 +35,12 @@ type edgeStack struct {
 	url         string
 	db          *enginetest.DB
 	stripe      *stripetest.Server
+	stripeURL   string
 	session     *mcp.ClientSession
 	startWorker func()
 }
 
-func setupEdges(t *testing.T, engine string) *edgeStack {
+func setupEdges(t *testing.T, engine string, tune ...func(cfg *config.Config)) *edgeStack {
 	t.Helper()
 	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
 	stripeSrv.AddCharge("ch_123", 5000, "usd")
@@ -52,6 +53,9 @@ func setupEdges(t *testing.T, engine string) *edgeStack {
 	cfg.DuplicateWindow = config.Defaults().DuplicateWindow // the built-ins' default guard
 	cfg.StripeAPIBase = stripeHTTP.URL
 	cfg.InflightTimeout = 10 * time.Second
+	for _, f := range tune {
+		f(cfg)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
@@ -87,7 +91,7 @@ func setupEdges(t *testing.T, engine string) *edgeStack {
 			require.NoError(t, <-done)
 		}
 	})
-	return &edgeStack{url: srv.URL, db: d, stripe: stripeSrv, session: connect(t, srv.URL, tokenAcme), startWorker: startWorker}
+	return &edgeStack{url: srv.URL, db: d, stripe: stripeSrv, stripeURL: stripeHTTP.URL, session: connect(t, srv.URL, tokenAcme), startWorker: startWorker}
 }
 
 // endWindow ends the replay window of the refund with key now (its TTL is

@@ -35,7 +35,7 @@ type Builtins struct {
 	Migrate func(ctx context.Context, drv engine.Driver, logger *slog.Logger) (int, error)
 	// Routes are the unauthenticated api routes the built-in tools of
 	// tools contribute on a store (api.Config.Routes), nil for none.
-	Routes func(tools *toolspec.Registry, st core.Store) api.Routes
+	Routes func(cfg *config.Config, tools *toolspec.Registry, st core.Store) api.Routes
 	// ApprovalMailer mails approval notices, its calls traced with tp:
 	// with it, claims awaiting approval insert a notice job and workers
 	// work them.
@@ -97,12 +97,12 @@ func MigrateBuiltins(ctx context.Context, drv engine.Driver, logger *slog.Logger
 
 // builtinRoutes are the api routes the built-ins contribute for the tools
 // served on data, or nil when they are not linked.
-func builtinRoutes(tools *toolspec.Registry, data core.Store) api.Routes {
+func builtinRoutes(cfg *config.Config, tools *toolspec.Registry, data core.Store) api.Routes {
 	b, err := LinkedBuiltins()
 	if err != nil || b.Routes == nil {
 		return nil
 	}
-	return b.Routes(tools, data)
+	return b.Routes(cfg, tools, data)
 }
 
 // builtinTools is Builtins.Tools, or ErrNoBuiltins.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/toolspec"
 
+	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +26,7 @@ import (
 	"github.com/idemgate/idemgate/internal/api"
 	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/builtins/resetroute"
+	"github.com/idemgate/idemgate/internal/builtins/stripehook"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
 	"github.com/idemgate/idemgate/internal/engine"
@@ -167,12 +169,29 @@ func (a approvalMailer) MailApprovalNotice(ctx context.Context, cs []*core.Claim
 
 // Routes are the api routes of the built-in tools served in reg, on st
 // (api.Config.Routes): when reg serves send_password_reset, the page its
-// links open and the route that redeems them (resetroute); else nil.
-func Routes(reg *toolspec.Registry, st core.Store) api.Routes {
-	if _, ok := reg.Get("send_password_reset"); !ok {
+// links open and the route that redeems them (resetroute); when it serves
+// refund_order and IDEMGATE_STRIPE_WEBHOOK_SECRETS is set, Stripe's
+// webhook endpoint (stripehook); nil for none.
+func Routes(cfg *config.Config, reg *toolspec.Registry, st core.Store) api.Routes {
+	var routes []api.Routes
+	if _, ok := reg.Get("send_password_reset"); ok {
+		routes = append(routes, resetroute.Routes(&resetroute.Config{Resets: &tools.ResetTokens{DB: StoreDB(st)}}))
+	}
+	if _, ok := reg.Get("refund_order"); ok && len(cfg.WebhookSecrets()) > 0 {
+		routes = append(routes, stripehook.Routes(&stripehook.Config{Secrets: cfg.WebhookSecrets(),
+			Ingest: stripehook.NewIngester(st, nil)}))
+	}
+	if len(routes) == 0 {
 		return nil
 	}
-	return resetroute.Routes(&resetroute.Config{Resets: &tools.ResetTokens{DB: StoreDB(st)}})
+	return func(r chi.Router, kit *api.RouteKit) error {
+		for _, add := range routes {
+			if err := add(r, kit); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // Migrate applies the built-in tools' migrations for drv's engine

@@ -206,6 +206,24 @@ type BuiltinSettings struct {
 	// (tenant_settings.reset_link_base) wins over it. Empty means
 	// ResetLinkBaseOrDefault's.
 	ResetLinkBase string `name:"reset-link-base" env:"IDEMGATE_RESET_LINK_BASE" placeholder:"URL" help:"absolute http(s) URL of the page password-reset mails link to (URL?token=…); empty: http://<api addr>/reset-password, 127.0.0.1 standing in for an all-interfaces address"`
+
+	// StripeWebhookSecrets are the signing secrets (whsec_…,
+	// comma-separated) of the Stripe webhook endpoint POST
+	// /v1/webhooks/stripe: an event signed with any of them is accepted,
+	// so that a secret can be rolled (both listed until Stripe stops
+	// signing with the old one). Empty: the endpoint is not served.
+	StripeWebhookSecrets string `name:"stripe-webhook-secrets" env:"IDEMGATE_STRIPE_WEBHOOK_SECRETS" envonly:"" secret:"" placeholder:"SECRETS" help:"signing secrets (whsec_…, comma-separated while one is rolled) of the Stripe webhook endpoint POST /v1/webhooks/stripe; empty: the endpoint is not served"`
+}
+
+// WebhookSecrets returns StripeWebhookSecrets as a list, without blanks.
+func (b *BuiltinSettings) WebhookSecrets() []string {
+	var out []string
+	for _, s := range strings.Split(b.StripeWebhookSecrets, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // builtinSettings is whether Load reads BuiltinSettings.
@@ -229,27 +247,29 @@ const (
 // Environment variables of the settings that other packages and the
 // checks name. Every setting's variable is its field's env tag.
 const (
-	EnvDatabaseURL     = "DATABASE_URL"
-	EnvOAuthIssuer     = "IDEMGATE_OAUTH_ISSUER"
-	EnvOAuthAudience   = "IDEMGATE_OAUTH_AUDIENCE"
-	EnvAPIAddr         = "IDEMGATE_API_ADDR"
-	EnvPublicURL       = "IDEMGATE_PUBLIC_URL"
-	EnvStripeAPIKey    = "STRIPE_API_KEY"
-	EnvStripeAPIBase   = "STRIPE_API_BASE"
-	EnvSMTPAddr        = "SMTP_ADDR"
-	EnvMailFrom        = "MAIL_FROM"
-	EnvResetLinkBase   = "IDEMGATE_RESET_LINK_BASE"
-	EnvInflightTimeout = "IDEMGATE_INFLIGHT_TIMEOUT"
-	EnvReaperInterval  = "IDEMGATE_REAPER_INTERVAL"
-	EnvRiver           = "IDEMGATE_RIVER"
-	EnvWait            = "IDEMGATE_WAIT"
-	EnvSecret          = "IDEMGATE_SECRET"
-	EnvLogLevel        = "IDEMGATE_LOG_LEVEL"
-	EnvWorkerAddr      = "IDEMGATE_WORKER_ADDR"
-	EnvOperatorTenant  = "IDEMGATE_OPERATOR_TENANT"
-	EnvOpsSubjects     = "IDEMGATE_OPS_SUBJECTS"
-	EnvRateLimit       = "IDEMGATE_RATE_LIMIT"
-	EnvRateBurst       = "IDEMGATE_RATE_BURST"
+	EnvDatabaseURL   = "DATABASE_URL"
+	EnvOAuthIssuer   = "IDEMGATE_OAUTH_ISSUER"
+	EnvOAuthAudience = "IDEMGATE_OAUTH_AUDIENCE"
+	EnvAPIAddr       = "IDEMGATE_API_ADDR"
+	EnvPublicURL     = "IDEMGATE_PUBLIC_URL"
+	EnvStripeAPIKey  = "STRIPE_API_KEY"
+	EnvStripeAPIBase = "STRIPE_API_BASE"
+	EnvSMTPAddr      = "SMTP_ADDR"
+	EnvMailFrom      = "MAIL_FROM"
+	EnvResetLinkBase = "IDEMGATE_RESET_LINK_BASE"
+	// EnvStripeWebhookSecrets names BuiltinSettings.StripeWebhookSecrets.
+	EnvStripeWebhookSecrets = "IDEMGATE_STRIPE_WEBHOOK_SECRETS"
+	EnvInflightTimeout      = "IDEMGATE_INFLIGHT_TIMEOUT"
+	EnvReaperInterval       = "IDEMGATE_REAPER_INTERVAL"
+	EnvRiver                = "IDEMGATE_RIVER"
+	EnvWait                 = "IDEMGATE_WAIT"
+	EnvSecret               = "IDEMGATE_SECRET"
+	EnvLogLevel             = "IDEMGATE_LOG_LEVEL"
+	EnvWorkerAddr           = "IDEMGATE_WORKER_ADDR"
+	EnvOperatorTenant       = "IDEMGATE_OPERATOR_TENANT"
+	EnvOpsSubjects          = "IDEMGATE_OPS_SUBJECTS"
+	EnvRateLimit            = "IDEMGATE_RATE_LIMIT"
+	EnvRateBurst            = "IDEMGATE_RATE_BURST"
 	// EnvApprovalsMaxPending names Config.ApprovalsMaxPending.
 	EnvApprovalsMaxPending = "IDEMGATE_APPROVALS_MAX_PENDING"
 	// EnvDuplicateWindow names Config.DuplicateWindow.

@@ -112,6 +112,7 @@ var fullEnv = map[string]string{
 	EnvDBPooler:             "transaction",
 	EnvApprovalsMaxPending:  "7",
 	EnvDuplicateWindow:      "90s",
+	EnvStripeWebhookSecrets: "whsec_test_old_0001,whsec_test_new_0002",
 }
 
 var precedenceTests = []struct {
@@ -125,9 +126,10 @@ var precedenceTests = []struct {
 		env:  fullEnv,
 		check: func(t *testing.T, cfg *Config) {
 			require.Equal(t, &Config{
-				DatabaseURL:         "postgres://u:pw@db:5432/idemgate",
-				APIAddr:             "0.0.0.0:9000",
-				BuiltinSettings:     BuiltinSettings{StripeAPIKey: "sk_test_env", StripeAPIBase: "http://stripe-mock:12111", SMTPAddr: "mailpit:1025", MailFrom: "ops@example.com", ResetLinkBase: "https://app.example.com/reset"},
+				DatabaseURL: "postgres://u:pw@db:5432/idemgate",
+				APIAddr:     "0.0.0.0:9000",
+				BuiltinSettings: BuiltinSettings{StripeAPIKey: "sk_test_env", StripeAPIBase: "http://stripe-mock:12111", SMTPAddr: "mailpit:1025", MailFrom: "ops@example.com", ResetLinkBase: "https://app.example.com/reset",
+					StripeWebhookSecrets: "whsec_test_old_0001,whsec_test_new_0002"},
 				InflightTimeout:     5 * time.Minute,
 				ReaperInterval:      10 * time.Second,
 				River:               "own",
@@ -173,9 +175,10 @@ var precedenceTests = []struct {
 		},
 		check: func(t *testing.T, cfg *Config) {
 			require.Equal(t, &Config{
-				DatabaseURL:     "sqlite:/tmp/x.db",
-				APIAddr:         ":0",
-				BuiltinSettings: BuiltinSettings{StripeAPIKey: "sk_test_flag", StripeAPIBase: "https://stripe.internal", SMTPAddr: "smtp.example.com:25", MailFrom: "Ops <ops@example.org>", ResetLinkBase: "http://reset.internal:8080/r?lang=en"},
+				DatabaseURL: "sqlite:/tmp/x.db",
+				APIAddr:     ":0",
+				BuiltinSettings: BuiltinSettings{StripeAPIKey: "sk_test_flag", StripeAPIBase: "https://stripe.internal", SMTPAddr: "smtp.example.com:25", MailFrom: "Ops <ops@example.org>", ResetLinkBase: "http://reset.internal:8080/r?lang=en",
+					StripeWebhookSecrets: "whsec_test_old_0001,whsec_test_new_0002"},
 				InflightTimeout: time.Hour,
 				ReaperInterval:  time.Minute,
 				River:           "own",
@@ -356,6 +359,9 @@ var loadErrorTests = []struct {
 	{"StripeAPIBaseEmptyQuery", nil, map[string]string{EnvStripeAPIBase: "https://api.stripe.com?"}, EnvStripeAPIBase, []string{"query"}},
 	{"StripeAPIBaseFragment", nil, map[string]string{EnvStripeAPIBase: "https://api.stripe.com#x"}, EnvStripeAPIBase, []string{"fragment"}},
 	{"StripeAPIBaseUnparseable", nil, map[string]string{EnvStripeAPIBase: "http://[::1"}, EnvStripeAPIBase, nil},
+	{"StripeWebhookSecretsPrefix", nil, map[string]string{EnvStripeWebhookSecrets: "sk_test_notawebhooksecret"}, EnvStripeWebhookSecrets, []string{"item 1", "whsec_"}},
+	{"StripeWebhookSecretsEmptyItem", nil, map[string]string{EnvStripeWebhookSecrets: "whsec_test_old_0001,,whsec_test_new_0002"}, EnvStripeWebhookSecrets, []string{"item 2", "empty"}},
+	{"StripeWebhookSecretsRepeated", nil, map[string]string{EnvStripeWebhookSecrets: "whsec_test_old_0001, whsec_test_old_0001"}, EnvStripeWebhookSecrets, []string{"item 2", "repeats"}},
 	{"SMTPAddrNoPort", nil, map[string]string{EnvSMTPAddr: "mailpit"}, EnvSMTPAddr, []string{`"mailpit"`}},
 	{"SMTPAddrNoHost", nil, map[string]string{EnvSMTPAddr: ":25"}, EnvSMTPAddr, []string{"no host"}},
 	{"SMTPAddrPortZero", nil, map[string]string{EnvSMTPAddr: "mailpit:0"}, EnvSMTPAddr, []string{"port 0"}},
@@ -624,7 +630,7 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 
 	all := Settings()
-	require.Len(t, all, 31)
+	require.Len(t, all, 32)
 	flags, envs := map[string]bool{}, map[string]bool{}
 	for _, s := range all {
 		require.Regexp(t, `^[A-Z][A-Z0-9_]+$`, s.Env, s.Field)
@@ -637,14 +643,14 @@ func TestSettings(t *testing.T) {
 			flags[s.Flag] = true
 		}
 	}
-	for _, env := range []string{EnvSecret, "IDEMGATE_OPS_USER", "IDEMGATE_OPS_PASSWORD"} {
+	for _, env := range []string{EnvSecret, "IDEMGATE_OPS_USER", "IDEMGATE_OPS_PASSWORD", EnvStripeWebhookSecrets} {
 		s, ok := LookupSetting(env)
 		require.True(t, ok)
 		require.Empty(t, s.Flag, "%s must stay off command lines", env)
 	}
 	for _, env := range []string{EnvDatabaseURL, EnvAPIAddr, EnvStripeAPIKey, EnvStripeAPIBase, EnvSMTPAddr,
 		EnvMailFrom, EnvResetLinkBase, EnvInflightTimeout, EnvReaperInterval, EnvWait, EnvSecret, EnvLogLevel, EnvWorkerAddr, EnvOperatorTenant,
-		EnvRateLimit, EnvRateBurst, EnvApprovalsMaxPending, EnvDuplicateWindow, EnvDBPooler, EnvOpsSubjects} {
+		EnvRateLimit, EnvRateBurst, EnvApprovalsMaxPending, EnvDuplicateWindow, EnvDBPooler, EnvOpsSubjects, EnvStripeWebhookSecrets} {
 		require.True(t, envs[env], "Env constant %s names no setting", env)
 	}
 

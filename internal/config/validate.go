@@ -55,6 +55,7 @@ func (c *Config) Validate() error {
 				add(settingErr(EnvResetLinkBase, "%q %v (example: https://app.example.com/reset-password)", c.ResetLinkBase, err))
 			}
 		}
+		add(validateWebhookSecrets(c.StripeWebhookSecrets))
 	}
 	for _, o := range c.Origins() {
 		if !validOrigin(o) {
@@ -397,4 +398,27 @@ func validOrigin(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil &&
 		u.Opaque == "" && (u.Path == "" || u.Path == "/") && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery
+}
+
+// validateWebhookSecrets checks IDEMGATE_STRIPE_WEBHOOK_SECRETS: empty, or
+// Stripe signing secrets (whsec_…) separated by commas, each once. The
+// secrets themselves are never named in the message.
+func validateWebhookSecrets(v string) *SettingError {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	seen := map[string]bool{}
+	for i, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		switch {
+		case s == "":
+			return settingErr(EnvStripeWebhookSecrets, "item %d is empty; want whsec_… secrets separated by commas", i+1)
+		case !strings.HasPrefix(s, "whsec_") || len(s) < len("whsec_")+8:
+			return settingErr(EnvStripeWebhookSecrets, "item %d is not a Stripe webhook signing secret (want whsec_…, as the endpoint's page at Stripe shows it)", i+1)
+		case seen[s]:
+			return settingErr(EnvStripeWebhookSecrets, "item %d repeats an earlier secret", i+1)
+		}
+		seen[s] = true
+	}
+	return nil
 }

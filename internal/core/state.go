@@ -65,6 +65,14 @@ const (
 	// EventApprovalExpire: the approval window ends with no decision
 	// (approval_expired).
 	EventApprovalExpire Event = "approval_expire"
+	// EventSettle: the provider reports that the effect of a claim whose
+	// outcome was unknown (failed with outcome_unknown, or running past
+	// its lease) happened: the claim succeeds with the provider's result,
+	// and nothing is called again.
+	EventSettle Event = "settle"
+	// EventSettleFailed: the provider reports that such a claim's effect
+	// failed: the claim fails with the provider's reason.
+	EventSettleFailed Event = "settle_failed"
 
 	// EventExpire: a terminal claim's replay window ends. Nothing is
 	// written: the store computes it against the database's clock
@@ -111,6 +119,10 @@ var (
 	ErrApprovalSelf = errors.New("gate: the requester may not approve or deny their own call")
 	// ErrApprovalExpired: the approval window ended.
 	ErrApprovalExpired = errors.New("gate: the approval window has ended")
+
+	// ErrSettleKnown: the provider's report settles only an unknown
+	// outcome; this claim's outcome is known (or still being worked).
+	ErrSettleKnown = errors.New("gate: the operation's outcome is not unknown; the provider's report does not settle it")
 )
 
 // Facts are what the gate knows of a call besides the claim, for the
@@ -239,6 +251,12 @@ var Transitions = []Transition{
 	{Event: EventApprovalExpire, From: awaiting, To: vocab.StatusFailed, Decision: vocab.DecisionFailed, Store: Executor.ClaimDecline,
 		Condition: "awaiting approval, the window ended (database clock); approval_expired",
 		Refused:   notAwaiting()},
+	{Event: EventSettle, From: settleable, To: vocab.StatusSucceeded, Decision: vocab.DecisionSucceeded, Store: Executor.ClaimSettle,
+		Condition: "failed with outcome_unknown, or running with an expired lease; epoch held (and bumped: a late worker is fenced); the provider's result",
+		Refused:   settleRefusals(), Guard: unknownOutcome},
+	{Event: EventSettleFailed, From: settleable, To: vocab.StatusFailed, Decision: vocab.DecisionFailed, Store: Executor.ClaimSettle,
+		Condition: "as settle; the provider's failure",
+		Refused:   settleRefusals(), Guard: unknownOutcome},
 	{Event: EventExpire, From: terminal, To: "",
 		Condition: "expires_at <= the database's now(); no write (computed as Claim.Expired)"},
 	{Event: EventArchive, From: terminal, To: "", Decision: vocab.DecisionArchived, Store: Executor.ClaimArchiveExpired,
@@ -246,6 +264,29 @@ var Transitions = []Transition{
 		Guard:     expiredOnly},
 	{Event: EventForget, To: "", Decision: vocab.DecisionForgotten, Store: Executor.TombstoneDeleteExpired,
 		Condition: "a history row past its retention"},
+}
+
+// settleable are the statuses an unknown outcome is in: failed with
+// outcome_unknown, or running past its lease (unknownOutcome says which).
+var settleable = []vocab.Status{vocab.StatusRunning, vocab.StatusFailed}
+
+// settleRefusals refuse a provider's settlement of a claim whose outcome
+// is not unknown.
+func settleRefusals() map[vocab.Status]error {
+	return map[vocab.Status]error{vocab.StatusAwaitingApproval: ErrSettleKnown, vocab.StatusQueued: ErrSettleKnown,
+		vocab.StatusSucceeded: ErrSettleKnown}
+}
+
+// unknownOutcome allows a settlement of a failed claim only with
+// outcome_unknown, and of a running one only when its lease expired.
+func unknownOutcome(c *Claim, _ Facts) error {
+	switch {
+	case c.Status == vocab.StatusFailed && (c.Error == nil || c.Error.Code != vocab.CodeOutcomeUnknown):
+		return ErrSettleKnown
+	case c.Status == vocab.StatusRunning && c.LeaseLive:
+		return fmt.Errorf("%w: a live worker holds the lease", ErrSettleKnown)
+	}
+	return nil
 }
 
 // notAwaiting refuses a decision on a claim that does not await one.

@@ -56,8 +56,9 @@ func TestTransitionsTable(t *testing.T) {
 		for _, from := range tr.From {
 			require.True(t, vocab.ValidStatus(from), "%s", tr.Event)
 			if from.Terminal() {
-				require.Contains(t, []core.Event{core.EventTakeOver, core.EventAwaitTakeOver, core.EventRedrive, core.EventExpire, core.EventArchive}, tr.Event,
-					"only a take-over, a re-drive or the clock and the pruner leave a terminal status")
+				require.Contains(t, []core.Event{core.EventTakeOver, core.EventAwaitTakeOver, core.EventRedrive, core.EventExpire, core.EventArchive,
+					core.EventSettle, core.EventSettleFailed}, tr.Event,
+					"only a take-over, a re-drive, the clock and the pruner, or the provider's settlement of an unknown outcome leave a terminal status")
 			}
 		}
 		require.Equal(t, tr.Event, core.TransitionOf(tr.Event).Event)
@@ -89,6 +90,17 @@ func TestTransitionCheck(t *testing.T) {
 	require.NoError(t, cancel.Check(&core.Claim{Status: vocab.StatusQueued, Attempts: 1}, core.Facts{AttemptsLeaveNoEffect: true}))
 	require.ErrorIs(t, cancel.Check(&core.Claim{Status: vocab.StatusRunning}, core.Facts{}), core.ErrCancelStarted)
 	require.ErrorIs(t, cancel.Check(&core.Claim{Status: vocab.StatusFailed}, core.Facts{}), core.ErrCancelTerminal)
+
+	for _, e := range []core.Event{core.EventSettle, core.EventSettleFailed} {
+		settle := core.TransitionOf(e)
+		require.NoError(t, settle.Check(&core.Claim{Status: vocab.StatusFailed, Error: &vocab.ErrorInfo{Code: vocab.CodeOutcomeUnknown}}, core.Facts{}), e)
+		require.NoError(t, settle.Check(&core.Claim{Status: vocab.StatusRunning}, core.Facts{}), "%s: a running claim past its lease", e)
+		require.ErrorIs(t, settle.Check(&core.Claim{Status: vocab.StatusRunning, LeaseLive: true}, core.Facts{}), core.ErrSettleKnown, e)
+		require.ErrorIs(t, settle.Check(declined, core.Facts{}), core.ErrSettleKnown, "%s: a known failure stays", e)
+		require.ErrorIs(t, settle.Check(cancelled, core.Facts{}), core.ErrSettleKnown, e)
+		require.ErrorIs(t, settle.Check(&core.Claim{Status: vocab.StatusSucceeded}, core.Facts{}), core.ErrSettleKnown, e)
+		require.ErrorIs(t, settle.Check(&core.Claim{Status: vocab.StatusQueued}, core.Facts{}), core.ErrSettleKnown, e)
+	}
 
 	takeOver := core.TransitionOf(core.EventTakeOver)
 	require.ErrorIs(t, takeOver.Check(&core.Claim{Status: vocab.StatusSucceeded}, core.Facts{}), core.ErrStateRefused, "the replay window is open")

@@ -238,6 +238,11 @@ type Executor interface {
 	// back to queued and points it at a fresh job, or returns
 	// vocab.ErrLeaseLost.
 	ClaimReclaim(ctx context.Context, params *ClaimReclaimParams) (*Claim, error)
+	// ClaimSettle stores the provider's outcome of a claim whose outcome
+	// was unknown: failed with outcome_unknown, or running with an expired
+	// lease, at the epoch read (bumped, fencing a late worker).
+	// vocab.ErrStateChanged when it no longer is.
+	ClaimSettle(ctx context.Context, params *ClaimSettleParams) (*Claim, error)
 	// ClaimRedrive sets a failed claim back to queued for an operator, or
 	// returns vocab.ErrStateChanged when it is not failed.
 	ClaimRedrive(ctx context.Context, params *ClaimRedriveParams) (*Claim, error)
@@ -481,6 +486,17 @@ type ClaimReclaimParams struct {
 	Epoch int64
 	// JobID is the fresh job that takes over.
 	JobID int64
+	// Now overrides the database clock; tests only.
+	Now *time.Time
+}
+
+// ClaimSettleParams are the parameters of Executor.ClaimSettle.
+type ClaimSettleParams struct {
+	ID    int64
+	Epoch int64
+	// Result succeeds the claim; Error (when set) fails it instead.
+	Result json.RawMessage
+	Error  *vocab.ErrorInfo
 	// Now overrides the database clock; tests only.
 	Now *time.Time
 }

@@ -37,7 +37,7 @@ var Layers = [][]string{
 	{"gate"},
 	// The product's parts, built on the tool API, and the built-in tools'
 	// routes, contributed to the api.
-	{"internal/tools/", "internal/jobs", "internal/ops", "internal/api", "internal/builtins/resetroute"},
+	{"internal/tools/", "internal/jobs", "internal/ops", "internal/api", "internal/builtins/resetroute", "internal/builtins/stripehook"},
 	// The glue that opens a driver from the configuration and a River
 	// client on it.
 	{"internal/engine/drivers"},

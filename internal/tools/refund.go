@@ -135,7 +135,7 @@ func RefundOrderAt(d *Deps, now func() time.Time) *gate.Mutation[RefundArgs, Ref
 			return &Refund{RefundID: re.ID, OrderID: a.OrderID, AmountCents: re.AmountCents, Currency: currency, Status: re.Status}, nil
 		},
 		Record: func(ctx context.Context, tx gate.Tx, op *gate.Op[RefundArgs], r *Refund) error {
-			return refundRecord(ctx, tx, op, r)
+			return RecordRefund(ctx, tx, op.TenantID, op.OperationID, r)
 		},
 	}
 }
@@ -151,10 +151,12 @@ func refundable(o *order, a *RefundArgs) error {
 	return nil
 }
 
-// refundRecord stores a Stripe refund and adds it to the order's refunded
-// amount, together; recording the same Stripe refund twice is a no-op.
-func refundRecord(ctx context.Context, tx gate.Tx, op *gate.Op[RefundArgs], r *Refund) error {
-	args := []any{op.TenantID, r.OrderID, op.OperationID, r.RefundID, r.AmountCents, r.Currency, r.Status}
+// RecordRefund stores a Stripe refund of operation operationID and adds it
+// to the order's refunded amount, together; recording the same Stripe
+// refund twice is a no-op. refund_order's Record, and the provider's
+// settlement of an operation whose outcome was unknown.
+func RecordRefund(ctx context.Context, tx gate.Tx, tenantID, operationID string, r *Refund) error {
+	args := []any{tenantID, r.OrderID, operationID, r.RefundID, r.AmountCents, r.Currency, r.Status}
 	if tx.Engine() == gate.Postgres {
 		_, err := tx.Exec(ctx, `
 WITH ins AS (
@@ -178,7 +180,7 @@ ON CONFLICT (stripe_refund_id) DO NOTHING`, args...)
 		return err // recorded before: nothing to add
 	}
 	_, err = tx.Exec(ctx, `UPDATE orders SET refunded_cents = refunded_cents + $3 WHERE tenant_id = $1 AND order_id = $2`,
-		op.TenantID, r.OrderID, r.AmountCents)
+		tenantID, r.OrderID, r.AmountCents)
 	return err
 }
 

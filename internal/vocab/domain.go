@@ -102,6 +102,10 @@ const (
 	// DecisionForgotten: a history row's retention ended and the pruner
 	// deleted it (the fingerprint may run again under that key).
 	DecisionForgotten Decision = "forgotten"
+	// DecisionDrift: the provider reported an effect no operation
+	// explains (a refund made outside idemgate, a second refund of one
+	// operation); a drift record names it.
+	DecisionDrift Decision = "drift"
 )
 
 // Operation is the client-visible view of a claim (domain.Operation).

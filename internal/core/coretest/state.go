@@ -156,6 +156,39 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 		require.Equal(t, 1, res.Abandoned)
 		check(core.EventAbandon, c, n)
 
+		// settle: the provider reports the effect of a claim whose outcome
+		// was unknown (failed with outcome_unknown; running past its lease).
+		c = newClaim("state-settle-001")
+		leased = enter(c)
+		_, err = s.Store.ClaimFail(ctx, &core.ClaimFailParams{ID: leased.ID, Epoch: leased.Epoch,
+			Error: vocab.ErrorInfo{Code: vocab.CodeOutcomeUnknown, Message: "lost"}})
+		require.NoError(t, err)
+		unknown, err := s.Store.ClaimGetByID(ctx, &core.ClaimGetByIDParams{ID: c.ID})
+		require.NoError(t, err)
+		n = nAudit(c)
+		tx, err = s.Store.Begin(ctx)
+		require.NoError(t, err)
+		settled, err := core.Settle(ctx, tx, unknown, &core.Settlement{Result: json.RawMessage(`{"refund_id":"re_settled"}`), Reason: "re_settled succeeded"})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		require.Greater(t, settled.Epoch, unknown.Epoch, "a late worker is fenced")
+		require.JSONEq(t, `{"refund_id":"re_settled"}`, string(settled.Result))
+		check(core.EventSettle, unknown, n)
+		c = newClaim("state-settle-002")
+		lease(ctx, t, s.Store, c, c.JobID, -time.Second)
+		leased, err = s.Store.ClaimGetByID(ctx, &core.ClaimGetByIDParams{ID: c.ID}) // its lease expired, as read now
+		require.NoError(t, err)
+		n = nAudit(c)
+		tx, err = s.Store.Begin(ctx)
+		require.NoError(t, err)
+		_, err = core.Settle(ctx, tx, leased, &core.Settlement{Error: &vocab.ErrorInfo{Code: vocab.CodeDownstreamRejected, Message: "expired_or_canceled_card"}, Reason: "re_x failed"})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		got = check(core.EventSettleFailed, leased, n)
+		require.Equal(t, vocab.CodeDownstreamRejected, got.Error.Code)
+		settleAudit := audit(ctx, t, s.Store, got.TenantID, got.Tool, got.IdempotencyKey)
+		require.Contains(t, settleAudit[len(settleAudit)-1].Reason, core.SettledByProvider)
+
 		// cancel.
 		c = newClaim("state-cancel-001")
 		n = nAudit(c)
@@ -236,6 +269,7 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 		}
 		declined := &vocab.ErrorInfo{Code: vocab.CodeCardDeclined, Message: "declined"}
 		cancelled := &vocab.ErrorInfo{Code: vocab.CodeCancelled, Message: "cancelled by agent", NothingHappened: true}
+		unknown := &vocab.ErrorInfo{Code: vocab.CodeOutcomeUnknown, Message: "lease expired"}
 		queued := Claim(ctx, t, s.gate, &ClaimOpts{Key: "matrix-queued-01"}).Claim
 		live := Claim(ctx, t, s.gate, &ClaimOpts{Key: "matrix-live-0001"}).Claim
 		lease(ctx, t, s.Store, live, live.JobID, time.Hour)
@@ -250,6 +284,7 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 			"failed":            finish("matrix-fail-0001", declined, nil).ID,
 			"failed_expired":    finish("matrix-fail-0002", declined, past).ID,
 			"cancelled":         finish("matrix-cncl-0001", cancelled, nil).ID,
+			"failed_unknown":    finish("matrix-unkn-0001", unknown, nil).ID,
 		}
 		writes := map[core.Event]func(tx core.Tx, c *core.Claim) error{
 			core.EventLease: func(tx core.Tx, c *core.Claim) error {
@@ -278,6 +313,14 @@ var stateTests = map[string]func(t *testing.T, s *suite){
 			},
 			core.EventRedrive: func(tx core.Tx, c *core.Claim) error {
 				_, err := tx.ClaimRedrive(ctx, &core.ClaimRedriveParams{ID: c.ID})
+				return err
+			},
+			core.EventSettle: func(tx core.Tx, c *core.Claim) error {
+				_, err := tx.ClaimSettle(ctx, &core.ClaimSettleParams{ID: c.ID, Epoch: c.Epoch, Result: json.RawMessage(`{}`)})
+				return err
+			},
+			core.EventSettleFailed: func(tx core.Tx, c *core.Claim) error {
+				_, err := tx.ClaimSettle(ctx, &core.ClaimSettleParams{ID: c.ID, Epoch: c.Epoch, Error: declined})
 				return err
 			},
 			core.EventTakeOver: func(tx core.Tx, c *core.Claim) error {

@@ -189,6 +189,19 @@ func (e executor) ClaimReclaim(ctx context.Context, p *core.ClaimReclaimParams) 
 	return e.claimWrite(ctx, vocab.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, p.Now)
 }
 
+func (e executor) ClaimSettle(ctx context.Context, p *core.ClaimSettleParams) (*Claim, error) {
+	var errJSON, result []byte
+	if p.Error != nil {
+		var err error
+		if errJSON, err = json.Marshal(p.Error); err != nil {
+			return nil, err
+		}
+	} else {
+		result = p.Result
+	}
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimSettle, p.ID, p.Epoch, result, errJSON, p.Now)
+}
+
 func (e executor) ClaimRedrive(ctx context.Context, p *core.ClaimRedriveParams) (*Claim, error) {
 	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
 }

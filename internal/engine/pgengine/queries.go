@@ -255,6 +255,18 @@ UPDATE idempotency_claims SET
 WHERE id = $1 AND status = 'running' AND epoch = $2 AND lease_expires_at <= coalesce($4::timestamptz, now())
 RETURNING ` + claimColumns + computed("$4")
 
+// sqlClaimSettle stores a provider's outcome of a claim whose outcome was
+// unknown (core.EventSettle, core.EventSettleFailed): $4 NULL succeeds it.
+var sqlClaimSettle = `
+UPDATE idempotency_claims SET
+	status = CASE WHEN $4::jsonb IS NULL THEN 'succeeded' ELSE 'failed' END,
+	result = $3, error = $4, epoch = epoch + 1, lease_expires_at = NULL, updated_at = now(),
+	expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => ttl_seconds)
+WHERE id = $1 AND epoch = $2
+	AND ((status = 'failed' AND error->>'code' = 'outcome_unknown')
+		OR (status = 'running' AND lease_expires_at <= coalesce($5::timestamptz, now())))
+RETURNING ` + claimColumns + computed("$5")
+
 // sqlClaimRedrive re-drives a failed claim; one its owner cancelled is
 // final (core.ErrRedriveCancelled), as is one denied or expired awaiting
 // approval (core.ErrRedriveApproval).

@@ -257,6 +257,20 @@ func (e executor) ClaimReclaim(ctx context.Context, p *core.ClaimReclaimParams) 
 	return e.claimWrite(ctx, vocab.ErrLeaseLost, sqlClaimReclaim, p.ID, p.Epoch, p.JobID, nullTime(p.Now))
 }
 
+func (e executor) ClaimSettle(ctx context.Context, p *core.ClaimSettleParams) (*Claim, error) {
+	var errJSON, result any
+	if p.Error != nil {
+		b, err := json.Marshal(p.Error)
+		if err != nil {
+			return nil, err
+		}
+		errJSON = string(b)
+	} else {
+		result = nullJSON(p.Result)
+	}
+	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimSettle, p.ID, p.Epoch, result, errJSON, nullTime(p.Now))
+}
+
 func (e executor) ClaimRedrive(ctx context.Context, p *core.ClaimRedriveParams) (*Claim, error) {
 	return e.claimWrite(ctx, vocab.ErrStateChanged, sqlClaimRedrive, p.ID, p.NextGeneration, p.JobID)
 }

@@ -169,6 +169,18 @@ UPDATE idempotency_claims SET
 WHERE id = ?1 AND status = 'running' AND epoch = ?2 AND lease_expires_at <= ` + at("?4") + `
 RETURNING ` + claimColumns + computed("?4")
 
+// sqlClaimSettle stores a provider's outcome of a claim whose outcome was
+// unknown (core.EventSettle, core.EventSettleFailed): ?4 NULL succeeds it.
+var sqlClaimSettle = `
+UPDATE idempotency_claims SET
+	status = CASE WHEN ?4 IS NULL THEN 'succeeded' ELSE 'failed' END,
+	result = ?3, error = ?4, epoch = epoch + 1, lease_expires_at = NULL, updated_at = ` + sqlNow + `,
+	expires_at = ` + plus(at("?5"), "'+' || ttl_seconds || ' seconds'") + `
+WHERE id = ?1 AND epoch = ?2
+	AND ((status = 'failed' AND json_extract(error, '$.code') = 'outcome_unknown')
+		OR (status = 'running' AND lease_expires_at <= ` + at("?5") + `))
+RETURNING ` + claimColumns + computed("?5")
+
 const sqlClaimRedrive = `
 UPDATE idempotency_claims SET
 	status = 'queued',
@@ -413,7 +425,7 @@ ORDER BY id`
 // allQueries are the gate's statements, which the store keeps prepared.
 var allQueries = []string{
 	sqlClaimInsert, sqlClaimGetByKey, sqlClaimGetByID, sqlClaimTakeOver, sqlClaimLease, sqlClaimLock,
-	sqlClaimComplete, sqlClaimCompleteLocked, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimAbandon,
+	sqlClaimComplete, sqlClaimCompleteLocked, sqlClaimFail, sqlClaimRelease, sqlClaimReclaim, sqlClaimRedrive, sqlClaimSettle, sqlClaimAbandon,
 	sqlClaimListOrphaned, sqlClaimListStalled, sqlClaimRepoint, sqlClaimList, sqlClaimListNewest, sqlJobGet, sqlClaimGetByOperation, sqlClaimListLeaseExpired, sqlClaimListTerminal, sqlClaimArchiveDelete, sqlClaimTakeOverHistory, sqlHistoryUpsert,
 	sqlTombstoneGetByKey, sqlTombstoneDeleteExpired, sqlTombstonePurge, sqlAuditInsert,
 	sqlAuditListByKey, sqlClaimApprove, sqlClaimDecline, sqlClaimListApprovalExpired, sqlApprovalPendingCount,
