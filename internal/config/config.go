@@ -117,17 +117,17 @@ type Config struct {
 	// limit is on; ignored when RateLimit is 0.
 	RateBurst int `name:"rate-burst" env:"IDEMGATE_RATE_BURST" default:"200" placeholder:"CALLS" help:"calls per tenant and tool allowed at once before the sustained rate applies; at least 1 unless the limit is off"`
 
-	// ApprovalsMaxPending caps each tenant's calls awaiting a person's
-	// approval: a call that would wait while the tenant already has this
-	// many waiting is refused with approvals_pending_limit (REST 429 with
-	// Retry-After), nothing claimed, one denied audit row. 0 turns the cap
-	// off.
 	// DuplicateWindow is how long the built-in money and mail tools hold a
 	// call with the same arguments as a recent operation under another key
 	// as a possible duplicate (gate.Policy.DuplicateWindow); 0 turns the
 	// guard off.
 	DuplicateWindow time.Duration `name:"duplicate-window" env:"IDEMGATE_DUPLICATE_WINDOW" default:"10m" placeholder:"DURATION" help:"how long the built-in money and mail tools hold the same arguments under a new idempotency key as possible_duplicate until the caller confirms a new intent; 0 turns the guard off; at most 24h"`
 
+	// ApprovalsMaxPending caps each tenant's calls awaiting a person's
+	// approval: a call that would wait while the tenant already has this
+	// many waiting is refused with approvals_pending_limit (REST 429 with
+	// Retry-After), nothing claimed, one denied audit row. 0 turns the cap
+	// off.
 	ApprovalsMaxPending int `name:"approvals-max-pending" env:"IDEMGATE_APPROVALS_MAX_PENDING" default:"50" placeholder:"CALLS" help:"most calls of one tenant awaiting a person's approval at once; further calls that need approval are refused with approvals_pending_limit; 0 turns the cap off"`
 
 	// DBPooler says what DATABASE_URL connects through: PoolerNone (the
