@@ -80,7 +80,7 @@ func requireBothLines(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT max(total_cents) FROM team_orders").Scan(&totalCents), "the team's three migrations")
 	require.Equal(t, teamVersions, pgVersions(ctx, t, pool, goose.DefaultTablename))
 	require.Equal(t, coreVersions(ourMigrationCount(t)), pgVersions(ctx, t, pool, migrations.Table))
-	require.Equal(t, []int64{1, 2}, pgVersions(ctx, t, pool, migrations.BuiltinsTable))
+	require.Len(t, pgVersions(ctx, t, pool, migrations.BuiltinsTable), builtinMigrationCount(t))
 }
 
 // idemgate's versions live in migrations.Table, never in goose's default
@@ -101,7 +101,7 @@ func TestVersionTablePostgres(t *testing.T) {
 		require.Len(t, res, 3)
 		core, builtins := migratePostgresNow(ctx, t, pool)
 		require.Equal(t, ourMigrationCount(t), core)
-		require.Equal(t, 2, builtins)
+		require.Equal(t, builtinMigrationCount(t), builtins)
 		requireBothLines(ctx, t, pool)
 	})
 
