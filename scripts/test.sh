@@ -153,9 +153,20 @@ sampler_stop() {
 	sampler_pid=""
 }
 
+# kill_tree PID: ends PID and every process it started, children first.
+kill_tree() {
+	local child
+	for child in $(pgrep -P "$1" 2>/dev/null); do
+		kill_tree "$child"
+	done
+	kill "$1" 2>/dev/null
+}
+
 cleanup() {
 	local rc=$?
 	set +e
+	# Lanes still running (the run was interrupted) end with it.
+	[[ -n ${lanes_pid:-} ]] && kill_tree "$lanes_pid"
 	sampler_stop
 	hog_stop
 	# Services (stripe-mock, Mailpit) stop here.
