@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/migrations"
 )
@@ -116,7 +116,7 @@ func TestBuiltinTablesMovedPostgres(t *testing.T) {
 		pool := openPool(t, pgtest.NewEmptyDB(t), 4)
 		core, builtins := migratePostgresNow(ctx, t, pool)
 		require.Equal(t, ourMigrationCount(t), core)
-		require.Equal(t, builtinMigrationCount(t), builtins, "00001 (the moved tables) and every later one")
+		require.Equal(t, enginetest.BuiltinMigrations(migrations.Postgres), builtins, "00001 (the moved tables) and every later one")
 		require.Equal(t, before, withoutLaterBuiltins(pgSchema(ctx, t, pool)))
 	})
 
@@ -141,7 +141,7 @@ func TestBuiltinTablesMovedPostgres(t *testing.T) {
 
 		core, builtins := migratePostgresNow(ctx, t, pool)
 		require.Equal(t, ourMigrationCount(t)-engine.LegacyLastVersion, core, "only the core versions after that release's applied")
-		require.Equal(t, builtinMigrationCount(t), builtins, "the built-ins' line records 00001 and applies the later ones")
+		require.Equal(t, enginetest.BuiltinMigrations(migrations.Postgres), builtins, "the built-ins' line records 00001 and applies the later ones")
 		require.Equal(t, before, withoutLaterBuiltins(pgSchema(ctx, t, pool)))
 		var orders, entries int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM ledger_entries)").Scan(&orders, &entries))
@@ -155,7 +155,7 @@ func TestBuiltinTablesMovedPostgres(t *testing.T) {
 // withoutLaterBuiltins is a schema without what the built-ins' migrations
 // after 00001 add (00002's approval_thresholds): the move kept the rest.
 func withoutLaterBuiltins(schema []string) []string {
-	later := laterBuiltinObjects()
+	later := enginetest.LaterBuiltinObjects(migrations.Postgres)
 	var out []string
 	for _, line := range schema {
 		if !slices.ContainsFunc(later, func(name string) bool { return strings.Contains(line, name) }) {
@@ -163,34 +163,4 @@ func withoutLaterBuiltins(schema []string) []string {
 		}
 	}
 	return out
-}
-
-// laterBuiltinObjects are the names of the tables and indexes the
-// built-ins' migrations after 00001 create (the schema the moved tables'
-// release did not have).
-func laterBuiltinObjects() []string {
-	files, _ := fs.Glob(migrations.Builtins(migrations.Postgres), "*.sql")
-	created := regexp.MustCompile(`(?i)CREATE (?:UNIQUE )?(?:TABLE|INDEX) (?:IF NOT EXISTS )?([a-z_0-9]+)`)
-	var names []string
-	for _, f := range files {
-		if strings.HasPrefix(f, "00001_") {
-			continue
-		}
-		b, err := fs.ReadFile(migrations.Builtins(migrations.Postgres), f)
-		if err != nil {
-			panic(err)
-		}
-		for _, m := range created.FindAllStringSubmatch(string(b), -1) {
-			names = append(names, m[1])
-		}
-	}
-	return names
-}
-
-// builtinMigrationCount is how many migrations the built-ins have.
-func builtinMigrationCount(t *testing.T) int {
-	t.Helper()
-	files, err := fs.Glob(migrations.Builtins(migrations.Postgres), "*.sql")
-	require.NoError(t, err)
-	return len(files)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/pgengine"
+	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/migrations"
 )
@@ -80,7 +81,7 @@ func requireBothLines(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT max(total_cents) FROM team_orders").Scan(&totalCents), "the team's three migrations")
 	require.Equal(t, teamVersions, pgVersions(ctx, t, pool, goose.DefaultTablename))
 	require.Equal(t, coreVersions(ourMigrationCount(t)), pgVersions(ctx, t, pool, migrations.Table))
-	require.Len(t, pgVersions(ctx, t, pool, migrations.BuiltinsTable), builtinMigrationCount(t))
+	require.Len(t, pgVersions(ctx, t, pool, migrations.BuiltinsTable), enginetest.BuiltinMigrations(migrations.Postgres))
 }
 
 // idemgate's versions live in migrations.Table, never in goose's default
@@ -101,7 +102,7 @@ func TestVersionTablePostgres(t *testing.T) {
 		require.Len(t, res, 3)
 		core, builtins := migratePostgresNow(ctx, t, pool)
 		require.Equal(t, ourMigrationCount(t), core)
-		require.Equal(t, builtinMigrationCount(t), builtins)
+		require.Equal(t, enginetest.BuiltinMigrations(migrations.Postgres), builtins)
 		requireBothLines(ctx, t, pool)
 	})
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
+	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/migrations"
 )
@@ -109,7 +110,7 @@ func TestBuiltinTablesMovedSQLite(t *testing.T) {
 		_, db := sqlitetest.NewEmptyDB(t)
 		core, builtins := migrateSQLiteNow(ctx, t, db)
 		require.Equal(t, sqliteMigrationCount(t), core)
-		require.Equal(t, builtinMigrationCount(t), builtins, "00001 (the moved tables) and every later one")
+		require.Equal(t, enginetest.BuiltinMigrations(migrations.SQLite), builtins, "00001 (the moved tables) and every later one")
 		require.Equal(t, before, withoutLaterBuiltins(sqliteSchema(ctx, t, db)))
 	})
 
@@ -122,7 +123,7 @@ func TestBuiltinTablesMovedSQLite(t *testing.T) {
 
 		core, builtins := migrateSQLiteNow(ctx, t, db)
 		require.Equal(t, sqliteMigrationCount(t)-engine.LegacyLastVersion, core, "only the core versions after that release's applied")
-		require.Equal(t, builtinMigrationCount(t), builtins, "the built-ins' line records 00001 and applies the later ones")
+		require.Equal(t, enginetest.BuiltinMigrations(migrations.SQLite), builtins, "the built-ins' line records 00001 and applies the later ones")
 		require.Equal(t, before, withoutLaterBuiltins(sqliteSchema(ctx, t, db)))
 		var orders int
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM orders").Scan(&orders))
@@ -136,7 +137,7 @@ func TestBuiltinTablesMovedSQLite(t *testing.T) {
 // withoutLaterBuiltins is a schema without what the built-ins' migrations
 // after 00001 add (00002's approval_thresholds): the move kept the rest.
 func withoutLaterBuiltins(schema []string) []string {
-	later := laterBuiltinObjects()
+	later := enginetest.LaterBuiltinObjects(migrations.SQLite)
 	var out []string
 	for _, line := range schema {
 		if !slices.ContainsFunc(later, func(name string) bool { return strings.Contains(line, name) }) {
@@ -144,34 +145,4 @@ func withoutLaterBuiltins(schema []string) []string {
 		}
 	}
 	return out
-}
-
-// laterBuiltinObjects are the names of the tables and indexes the
-// built-ins' migrations after 00001 create (the schema the moved tables'
-// release did not have).
-func laterBuiltinObjects() []string {
-	files, _ := fs.Glob(migrations.Builtins(migrations.SQLite), "*.sql")
-	created := regexp.MustCompile(`(?i)CREATE (?:UNIQUE )?(?:TABLE|INDEX) (?:IF NOT EXISTS )?([a-z_0-9]+)`)
-	var names []string
-	for _, f := range files {
-		if strings.HasPrefix(f, "00001_") {
-			continue
-		}
-		b, err := fs.ReadFile(migrations.Builtins(migrations.SQLite), f)
-		if err != nil {
-			panic(err)
-		}
-		for _, m := range created.FindAllStringSubmatch(string(b), -1) {
-			names = append(names, m[1])
-		}
-	}
-	return names
-}
-
-// builtinMigrationCount is how many migrations the built-ins have.
-func builtinMigrationCount(t *testing.T) int {
-	t.Helper()
-	files, err := fs.Glob(migrations.Builtins(migrations.SQLite), "*.sql")
-	require.NoError(t, err)
-	return len(files)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/engine"
 	"github.com/idemgate/idemgate/internal/engine/sqliteengine"
+	"github.com/idemgate/idemgate/internal/enginetest"
 	"github.com/idemgate/idemgate/internal/sqlitetest"
 	"github.com/idemgate/idemgate/migrations"
 )
@@ -72,7 +73,7 @@ func requireBothLines(ctx context.Context, t *testing.T, db *sql.DB) {
 	require.NoError(t, db.QueryRowContext(ctx, "SELECT max(total_cents) FROM team_orders").Scan(&totalCents), "the team's three migrations")
 	require.Equal(t, teamVersions, sqliteVersions(ctx, t, db, goose.DefaultTablename))
 	require.Equal(t, coreVersions(sqliteMigrationCount(t)), sqliteVersions(ctx, t, db, migrations.Table))
-	require.Len(t, sqliteVersions(ctx, t, db, migrations.BuiltinsTable), builtinMigrationCount(t))
+	require.Len(t, sqliteVersions(ctx, t, db, migrations.BuiltinsTable), enginetest.BuiltinMigrations(migrations.SQLite))
 }
 
 // idemgate's versions live in migrations.Table, never in goose's default
@@ -91,7 +92,7 @@ func TestVersionTableSQLite(t *testing.T) {
 		require.Len(t, res, 3)
 		core, builtins := migrateSQLiteNow(ctx, t, db)
 		require.Equal(t, sqliteMigrationCount(t), core)
-		require.Equal(t, builtinMigrationCount(t), builtins)
+		require.Equal(t, enginetest.BuiltinMigrations(migrations.SQLite), builtins)
 		requireBothLines(ctx, t, db)
 	})
 
