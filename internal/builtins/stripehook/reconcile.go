@@ -234,9 +234,10 @@ func (rep *OrderReport) summarize(opIDs []string) {
 	}
 	type moved struct{ refund, by string }
 	var refunds []moved
-	seen := map[string]bool{}
+	seen, reported := map[string]bool{}, map[string]bool{}
 	ops, keys := map[string]bool{}, map[string]bool{}
 	for _, r := range rep.StripeRefunds {
+		reported[r.RefundID] = true
 		op := byOp[r.OperationID]
 		if op != nil {
 			op.StripeRefunds = append(op.StripeRefunds, r.RefundID)
@@ -262,7 +263,7 @@ func (rep *OrderReport) summarize(opIDs []string) {
 	}
 	for i := len(rep.Operations) - 1; i >= 0; i-- {
 		op := rep.Operations[i]
-		if op.Status != vocab.StatusSucceeded || op.RefundID == "" || seen[op.RefundID] {
+		if op.Status != vocab.StatusSucceeded || op.RefundID == "" || reported[op.RefundID] || seen[op.RefundID] {
 			continue
 		}
 		seen[op.RefundID] = true
