@@ -14,6 +14,7 @@ import (
 	"github.com/idemgate/idemgate/internal/builtins/stripehook"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/enginetest"
+	"github.com/idemgate/idemgate/internal/jobs"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/vocab"
 	"github.com/idemgate/idemgate/internal/vocab/refunds"
@@ -188,5 +189,79 @@ func TestLostRefundSettledByWebhookAlone(t *testing.T) {
 		text := callPatiently(t, s.session, "refund_order", refund("lost-answer-01", 900))
 		require.Contains(t, text, refundID)
 		require.Equal(t, 1, s.stripe.Stats().RefundCreates, "no second call")
+	})
+}
+
+// poller is the periodic list's pass on the stack's test Stripe, with
+// pages of pageSize refunds.
+func (s *edgeStack) poller(t *testing.T, pageSize int) *stripehook.Poller {
+	t.Helper()
+	p, err := stripehook.NewPoller(&stripehook.PollConfig{APIKey: stripeKey, BaseURL: s.stripeURL, PageSize: pageSize,
+		Ingest: stripehook.NewIngester(s.db.Store, nil)})
+	require.NoError(t, err)
+	return p
+}
+
+// TestStripeRefundsListCatchesMissedWebhooks: every webhook dropped, the
+// periodic list's pass (run directly) records a refund made through the
+// api and one made in Stripe's dashboard (drift), page by page, forward
+// from its cursor on the next pass, and a later failure; a pass that
+// reads nothing new changes nothing. The worker runs the pass as a River
+// periodic job too.
+func TestStripeRefundsListCatchesMissedWebhooks(t *testing.T) {
+	t.Parallel()
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		s := setupProvider(t, engine)
+		s.enableWebhooks(t, stripetest.WebhookOptions{RefundEvents: true, DropRate: 1})
+		s.startWorker()
+		ctx := context.Background()
+		callPatiently(t, s.session, "refund_order", refund("list-pass-01", 300))
+		s.waitSucceeded(t, "list-pass-01")
+		dash, err := s.stripe.DashboardRefund(ctx, "ch_123", 250)
+		require.NoError(t, err)
+		callPatiently(t, s.session, "refund_order", refund("list-pass-02", 400))
+		s.waitSucceeded(t, "list-pass-02")
+		s.flush(t)
+		require.Zero(t, s.stripe.WebhookStats().Delivered, "every webhook was dropped")
+
+		p := s.poller(t, 2) // two pages
+		res, err := p.Pass(ctx)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, res.Pages, 2)
+		newest := s.stripe.Refunds()[2].ID
+		require.Equal(t, newest, res.Cursor)
+		require.Equal(t, []string{newest}, s.db.Rows(t, `SELECT value FROM provider_cursors WHERE name = 'stripe_refunds'`))
+		s.requireStatusesMatchStripe(t)
+		require.Equal(t, []string{"unexplained|acme|ord_9f2|" + dash.ID + "|250"},
+			s.db.Rows(t, `SELECT kind, tenant_id, order_id, refund_id, amount_cents FROM refund_drift`),
+			"the dashboard refund is drift; idemgate's are not")
+		require.Equal(t, 2, s.db.Count(t, `SELECT count(*) FROM provider_refunds WHERE operation_id IS NOT NULL`))
+
+		// Nothing new: nothing applied.
+		res, err = p.Pass(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Applied)
+
+		// Three more refunds and a failure: forward from the cursor.
+		for i := range 3 {
+			callPatiently(t, s.session, "refund_order", refund(fmt.Sprintf("list-pass-1%d", i), 500+10*i))
+			s.waitSucceeded(t, fmt.Sprintf("list-pass-1%d", i))
+		}
+		first := s.stripe.Refunds()[0]
+		require.NoError(t, s.stripe.FailRefund(ctx, first.ID, stripe.RefundFailureReasonExpiredOrCanceledCard))
+		res, err = p.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, s.stripe.Refunds()[5].ID, res.Cursor)
+		s.requireStatusesMatchStripe(t)
+		require.Equal(t, "failed", s.refundStatus(t, first.ID))
+		require.Equal(t, 1, s.db.Count(t, `SELECT count(*) FROM refund_drift`), "no false drift")
+		require.Positive(t, s.db.Count(t, `SELECT count(*) FROM provider_events WHERE source = 'poll'`))
+
+		// The worker's River runs the pass as a periodic job on the
+		// maintenance queue (first when its leader starts).
+		require.Eventually(t, func() bool {
+			return s.db.Count(t, `SELECT count(*) FROM river_job WHERE kind LIKE '%stripe_refunds_poll' AND queue = $1 AND state = 'completed'`,
+				jobs.MaintenanceQueue) > 0
+		}, time.Minute, 50*time.Millisecond)
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/api"
@@ -40,6 +42,31 @@ type Builtins struct {
 	// with it, claims awaiting approval insert a notice job and workers
 	// work them.
 	ApprovalMailer func(cfg *config.Config, tp trace.TracerProvider) (jobs.ApprovalMailer, error)
+	// Jobs are the built-ins' own River workers and periodic jobs on a
+	// store, their metrics in reg (nil, nil for none).
+	Jobs func(cfg *config.Config, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*BuiltinJobs, error)
+}
+
+// BuiltinJobs are River workers and periodic jobs of the built-ins (the
+// periodic list of Stripe's refunds), run by idemgate's worker.
+type BuiltinJobs struct {
+	// Add registers the workers.
+	Add func(workers *river.Workers) error
+	// Periodic are the periodic jobs River's leader enqueues.
+	Periodic []*river.PeriodicJob
+}
+
+// builtinJobs are the built-ins' jobs on data, or nil when they are not
+// linked or have none, or when the worker runs tools of its own (opts.Tools).
+func builtinJobs(cfg *config.Config, data core.Store, logger *slog.Logger, reg prometheus.Registerer, opts *WorkerOptions) (*BuiltinJobs, error) {
+	if opts.Tools != nil {
+		return nil, nil
+	}
+	b, err := LinkedBuiltins()
+	if err != nil || b.Jobs == nil {
+		return nil, nil
+	}
+	return b.Jobs(cfg, data, logger, reg)
 }
 
 var (
