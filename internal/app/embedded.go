@@ -96,7 +96,7 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
-	builtin, err := builtinJobs(cfg, data, logger, reg, workerOpts)
+	builtin, err := builtinJobs(cfg, tools, data, logger, reg)
 	if err != nil {
 		return nil, err
 	}

@@ -42,9 +42,10 @@ type Builtins struct {
 	// with it, claims awaiting approval insert a notice job and workers
 	// work them.
 	ApprovalMailer func(cfg *config.Config, tp trace.TracerProvider) (jobs.ApprovalMailer, error)
-	// Jobs are the built-ins' own River workers and periodic jobs on a
-	// store, their metrics in reg (nil, nil for none).
-	Jobs func(cfg *config.Config, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*BuiltinJobs, error)
+	// Jobs are the built-ins' own River workers and periodic jobs for the
+	// built-in tools served in tools, on a store, their metrics in reg
+	// (nil, nil for none).
+	Jobs func(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*BuiltinJobs, error)
 }
 
 // BuiltinJobs are River workers and periodic jobs of the built-ins (the
@@ -56,17 +57,14 @@ type BuiltinJobs struct {
 	Periodic []*river.PeriodicJob
 }
 
-// builtinJobs are the built-ins' jobs on data, or nil when they are not
-// linked or have none, or when the worker runs tools of its own (opts.Tools).
-func builtinJobs(cfg *config.Config, data core.Store, logger *slog.Logger, reg prometheus.Registerer, opts *WorkerOptions) (*BuiltinJobs, error) {
-	if opts.Tools != nil {
-		return nil, nil
-	}
+// builtinJobs are the built-ins' jobs for the tools a worker serves, on
+// data, or nil when they are not linked or have none.
+func builtinJobs(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*BuiltinJobs, error) {
 	b, err := LinkedBuiltins()
 	if err != nil || b.Jobs == nil {
 		return nil, nil
 	}
-	return b.Jobs(cfg, data, logger, reg)
+	return b.Jobs(cfg, tools, data, logger, reg)
 }
 
 var (

@@ -155,7 +155,7 @@ func newWorkerParts(cfg *config.Config, drv engine.Driver, logger *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	builtin, err := builtinJobs(cfg, data, logger, reg, opts)
+	builtin, err := builtinJobs(cfg, tools, data, logger, reg)
 	if err != nil {
 		return nil, err
 	}

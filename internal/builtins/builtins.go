@@ -245,13 +245,14 @@ var parts = &app.Builtins{
 	Jobs:           Jobs,
 }
 
-// Jobs are the built-ins' River jobs for a worker on data: with
-// STRIPE_API_KEY, the periodic list of Stripe's refunds (stripehook.Poller,
-// every stripehook.DefaultPollInterval on the maintenance queue), which
-// feeds each refund through the webhook's ingest to catch missed webhooks;
-// its metrics in reg. None without the key.
-func Jobs(cfg *config.Config, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*app.BuiltinJobs, error) {
-	if cfg.StripeAPIKey == "" {
+// Jobs are the built-ins' River jobs for a worker of the tools in tools,
+// on data: when it serves refund_order with STRIPE_API_KEY, the periodic
+// list of Stripe's refunds (stripehook.Poller, every
+// stripehook.DefaultPollInterval on the maintenance queue), which feeds
+// each refund through the webhook's ingest to catch missed webhooks; its
+// metrics in reg. None otherwise.
+func Jobs(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*app.BuiltinJobs, error) {
+	if _, ok := tools.Get("refund_order"); !ok || cfg.StripeAPIKey == "" {
 		return nil, nil
 	}
 	ingest := stripehook.NewIngester(data, logger)
