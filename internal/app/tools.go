@@ -55,6 +55,24 @@ type BuiltinJobs struct {
 	Add func(workers *river.Workers) error
 	// Periodic are the periodic jobs River's leader enqueues.
 	Periodic []*river.PeriodicJob
+	// Pass runs the periodic jobs' work once, every Interval, in a worker
+	// that never leads (IDEMGATE_RIVER=shared); nil for none.
+	Pass     func(ctx context.Context) error
+	Interval time.Duration
+}
+
+// TeamPeriodicJobs are PeriodicJobs plus the built-ins' for the tools
+// in tools on data, for a River client of one's own (jobs.Configure).
+func TeamPeriodicJobs(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger *slog.Logger) ([]*river.PeriodicJob, error) {
+	periodic := PeriodicJobs(cfg)
+	b, err := builtinJobs(cfg, tools, data, logger, nil)
+	if err != nil {
+		return nil, err
+	}
+	if b != nil {
+		periodic = append(periodic, b.Periodic...)
+	}
+	return periodic, nil
 }
 
 // builtinJobs are the built-ins' jobs for the tools a worker serves, on

@@ -46,8 +46,12 @@ type Worker struct {
 	reap           func(context.Context) error
 	// prune is the pruner's pass when IDEMGATE_RIVER is shared: the worker
 	// never leads, so it runs it itself every jobs.DefaultPruneInterval.
-	prune  func(context.Context) error
-	logger *slog.Logger
+	prune func(context.Context) error
+	// builtinPass is the built-ins' periodic work (the list of Stripe's
+	// refunds) when IDEMGATE_RIVER is shared, every builtinInterval.
+	builtinPass     func(context.Context) error
+	builtinInterval time.Duration
+	logger          *slog.Logger
 }
 
 // WorkerOptions are what tests may change; nil fields take defaults.
@@ -104,6 +108,9 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if cfg.River == config.RiverShared {
 		pruner := &jobs.PrunerWorker{Gate: p.gate, Logger: p.logger}
 		w.prune = func(ctx context.Context) error { return pruner.Work(ctx, nil) }
+		if p.builtin != nil && p.builtin.Pass != nil {
+			w.builtinPass, w.builtinInterval = p.builtin.Pass, p.builtin.Interval
+		}
 	}
 	return w, nil
 }
@@ -311,6 +318,9 @@ func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
 	go jobs.KeepReaping(reapCtx, w.reap, w.reaperInterval, w.logger)
 	if w.prune != nil {
 		go jobs.KeepReaping(reapCtx, w.prune, jobs.DefaultPruneInterval, w.logger)
+	}
+	if w.builtinPass != nil {
+		go jobs.KeepReaping(reapCtx, w.builtinPass, w.builtinInterval, w.logger)
 	}
 	return runRiver(ctx, w.Client, stopTimeout)
 }

@@ -269,5 +269,10 @@ func Jobs(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger 
 			return river.AddWorkerSafely(workers, &stripehook.PollWorker{Poller: poller})
 		},
 		Periodic: []*river.PeriodicJob{stripehook.PeriodicJob(stripehook.DefaultPollInterval)},
+		Pass: func(ctx context.Context) error {
+			_, err := poller.Pass(ctx)
+			return err
+		},
+		Interval: stripehook.DefaultPollInterval,
 	}, nil
 }
