@@ -25,6 +25,15 @@ func (s *Service) AddWorkers(workers *river.Workers) error {
 	return t.AddWorkers(workers)
 }
 
-// PeriodicJobs are idemgate's periodic jobs, the reaper's and the
-// pruner's, for a River client of one's own (jobs.Configure).
-func (s *Service) PeriodicJobs() []*river.PeriodicJob { return app.PeriodicJobs(s.cfg) }
+// PeriodicJobs are idemgate's periodic jobs, the reaper's, the pruner's
+// and, when the Service serves the built-in refund_order with a Stripe key,
+// the periodic list of Stripe's refunds, for a River client of one's own
+// (jobs.Configure).
+func (s *Service) PeriodicJobs() []*river.PeriodicJob {
+	periodic, err := app.TeamPeriodicJobs(s.cfg, s.reg, s.drv.Store(), s.logger)
+	if err != nil {
+		s.logger.Error("idemgate: the built-ins' periodic jobs", "error", err)
+		return app.PeriodicJobs(s.cfg)
+	}
+	return periodic
+}

@@ -184,15 +184,23 @@ func runTeamRiver(t *testing.T, inside bool) {
 	refundsCompleted := func() int {
 		return count(`SELECT count(*) FROM river_job WHERE queue = 'idemgate' AND kind = 'idemgate.refund_order' AND state = 'completed'`)
 	}
+	// Inside the team's client, its leader also runs the built-ins'
+	// periodic list of Stripe's refunds (first when it starts).
+	pollsCompleted := func() int {
+		return count(`SELECT count(*) FROM river_job WHERE queue = 'idemgate_maintenance' AND kind = 'idemgate.stripe_refunds_poll' AND state = 'completed'`)
+	}
 	deadline := time.Now().Add(3 * time.Minute) // a bound for a stuck test, not a speed requirement
 	for time.Now().Before(deadline) && (succeeded() < refundCalls || teamCompleted() < teamJobs || refundsCompleted() < refundCalls ||
-		ticked.Load() < 1 || notRegistered() > 0) {
+		ticked.Load() < 1 || notRegistered() > 0 || (inside && pollsCompleted() < 1)) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("refunds succeeded %d/%d, team jobs done %d/%d (completed %d), team ticks %d, jobs with a \"not registered\" error %d, Stripe refunds %d",
 		succeeded(), refundCalls, pinged.Load(), teamJobs, teamCompleted(), ticked.Load(), notRegistered(), len(stripeSrv.RefundsByMetadata(refunds.MetadataOperationID)))
 
 	require.Zero(t, notRegistered(), "jobs whose kind the client that fetched them did not know")
+	if inside {
+		require.Positive(t, pollsCompleted(), "the team's leader ran the list of Stripe's refunds")
+	}
 	require.Equal(t, refundCalls, succeeded(), "refunds succeeded")
 	require.EqualValues(t, teamJobs, pinged.Load(), "team jobs worked")
 	require.Equal(t, teamJobs, teamCompleted(), "team jobs completed")

@@ -18,7 +18,7 @@ const MaintenanceQueue = "idemgate_maintenance"
 const KindPrefix = "idemgate."
 
 // Kind is the River kind of idemgate's job name: a tool's name, or one of
-// "reaper", "pruner", "approval_notice".
+// "reaper", "pruner", "approval_notice", "stripe_refunds_poll".
 func Kind(name string) string { return KindPrefix + name }
 
 // Source provides idemgate's workers and periodic jobs: the root
@@ -26,7 +26,8 @@ func Kind(name string) string { return KindPrefix + name }
 type Source interface {
 	// AddWorkers registers a worker for every idemgate job kind.
 	AddWorkers(workers *river.Workers) error
-	// PeriodicJobs are idemgate's periodic jobs (the reaper, the pruner).
+	// PeriodicJobs are idemgate's periodic jobs (the reaper, the pruner;
+	// with the built-in refund_order, the list of Stripe's refunds).
 	PeriodicJobs() []*river.PeriodicJob
 }
 

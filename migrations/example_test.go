@@ -23,6 +23,6 @@ func Example() {
 	fmt.Println(migrations.Table, migrations.BuiltinsTable)
 	// Output:
 	// 00001_init.sql
-	// [00001_builtins.sql 00002_approval_thresholds.sql 00003_provider.sql]
+	// [00001_builtins.sql 00002_approval_thresholds.sql 00003_provider.sql 00004_provider_poll.sql]
 	// idemgate_db_version builtin_goose_db_version
 }

@@ -59,7 +59,11 @@
 #      terminal, and then
 #      counts: refunds per operation at the test Stripe (by metadata
 #      idemgate_operation_id), ledger rows and seat changes per operation,
-#      mails per Message-ID at Mailpit, claims never terminal.
+#      mails per Message-ID at Mailpit, claims never terminal, and the
+#      provider's side: the test Stripe sends signed webhooks to api-0
+#      (IDEMGATE_STRIPE_WEBHOOK_SECRETS; 10% duplicated, 10% reordered, 5%
+#      dropped, retried while api-0 is down), every acknowledged event must
+#      be recorded once and no refund may show as drift (all are idemgate's).
 #      Half of the kills pick a worker at random; the others wait until an
 #      effect was applied but not yet answered (a refund held by the test
 #      Stripe's /_hold, a mail stored by Mailpit whose 250 the driver's SMTP
@@ -68,7 +72,8 @@
 #      the SMTP window the table measures).
 #
 # It prints a Markdown table and exits non-zero on a duplicate refund, ledger
-# row or seat change, a lost operation, an unexpected failure code or a
+# row or seat change, a refund drift record, an acknowledged webhook event
+# not recorded, a lost operation, an unexpected failure code or a
 # missed drain deadline. Duplicate mails are reported, not failed: SMTP cannot
 # deduplicate (docs/design.md, "Two kinds of effect"). On failure the tails of every log
 # are printed; CHAOS_KEEP=1 keeps the temp dir (logs, results.json).
@@ -297,6 +302,9 @@ export IDEMGATE_WAIT=1s
 export IDEMGATE_API_ADDR=127.0.0.1:0
 export IDEMGATE_WORKER_ADDR=127.0.0.1:0
 export IDEMGATE_LOG_LEVEL=info
+# The webhook endpoint's signing secret: the driver has the test Stripe
+# send its signed webhooks (some duplicated, reordered, dropped) to api-0.
+export IDEMGATE_STRIPE_WEBHOOK_SECRETS=whsec_chaos_0123456789abcdef
 
 log "test Stripe $stripe_url, Mailpit $mailpit_api (SMTP $smtp_addr)"
 
@@ -314,6 +322,7 @@ log "$mode mode: load $duration, seed $seed, $apis api replicas and $workers wor
 	-stripe "$stripe_url" -mailpit "$mailpit_api" -smtp-upstream "$smtp_addr" \
 	-worker-bin "$bin/worker" -workers "$workers" -log-dir "$tmp/logs" -pid-file "$tmp/workers.pids" \
 	-kill-every "$kill_every" -pg-restart-cmd "$pg_restart_cmd" \
+	-webhook-secret "$IDEMGATE_STRIPE_WEBHOOK_SECRETS" -webhook-duplicate-rate 0.1 -webhook-reorder-rate 0.1 -webhook-drop-rate 0.05 \
 	-drain-timeout "$drain" -report "$tmp/results.json" &
 driver_pid=$!
 wait "$driver_pid" # interruptible: a signal runs cleanup, which stops the driver first

@@ -1,5 +1,6 @@
 // Command idemctl is idemgate's operator CLI: migrate, seed, tokens,
-// operation status, re-drive, approvals and prune.
+// operation status, re-drive, approvals, prune and the reconciliation of
+// refunds with Stripe's reports.
 //
 // This file holds the root command, the configuration every subcommand
 // shares and the wiring (github.com/alecthomas/kong, like the api's and the
@@ -88,13 +89,14 @@ type cli struct {
 	// not given.
 	DatabaseURL *string `name:"database-url" placeholder:"URL" help:"${database_url_help}"`
 
-	Approval approvalCmd `cmd:"" help:"List, approve and deny operations awaiting a person's approval"`
-	Help     helpCmd     `cmd:"" usage:"[command...]" help:"Help about any command"`
-	Migrate  migrateCmd  `cmd:"" help:"Apply River's, idemgate's and the built-in tools' database migrations"`
-	Op       opCmd       `cmd:"" help:"Show, list and re-drive operations"`
-	Prune    pruneCmd    `cmd:"" usage:"[--max-batches N]" help:"Archive expired terminal claims into their keys' history now"`
-	Seed     seedCmd     `cmd:"" usage:"--file F" help:"Load tenants' tokens, orders, customers, seats, users and settings from a seed file"`
-	Token    tokenCmd    `cmd:"" help:"Create, revoke and list bearer tokens"`
+	Approval  approvalCmd  `cmd:"" help:"List, approve and deny operations awaiting a person's approval"`
+	Help      helpCmd      `cmd:"" usage:"[command...]" help:"Help about any command"`
+	Migrate   migrateCmd   `cmd:"" help:"Apply River's, idemgate's and the built-in tools' database migrations"`
+	Op        opCmd        `cmd:"" help:"Show, list and re-drive operations"`
+	Prune     pruneCmd     `cmd:"" usage:"[--max-batches N]" help:"Archive expired terminal claims into their keys' history now"`
+	Reconcile reconcileCmd `cmd:"" usage:"[--tenant T] [--order ORDER_ID] [--limit N]" help:"List refund drift, or one order's refunds from both sides (idemgate's operations, Stripe's reports)"`
+	Seed      seedCmd      `cmd:"" usage:"--file F" help:"Load tenants' tokens, orders, customers, seats, users and settings from a seed file"`
+	Token     tokenCmd     `cmd:"" help:"Create, revoke and list bearer tokens"`
 }
 
 // execute parses args, loads the configuration and runs the command. A

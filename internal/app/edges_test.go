@@ -42,7 +42,13 @@ type edgeStack struct {
 
 func setupEdges(t *testing.T, engine string, tune ...func(cfg *config.Config)) *edgeStack {
 	t.Helper()
-	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
+	return setupEdgesStripe(t, engine, nil, tune...)
+}
+
+// setupEdgesStripe is setupEdges with the test Stripe's options (its seed).
+func setupEdgesStripe(t *testing.T, engine string, stripeOpts *stripetest.Options, tune ...func(cfg *config.Config)) *edgeStack {
+	t.Helper()
+	stripeSrv, stripeHTTP := stripetest.Start(t, stripeOpts)
 	stripeSrv.AddCharge("ch_123", 5000, "usd")
 	d := enginetest.New(t, engine, &enginetest.Options{MaxConns: 20})
 	seed := seedFile()

@@ -96,12 +96,16 @@ func NewEmbedded(cfg *config.Config, drv engine.Driver, logger *slog.Logger, api
 	if err != nil {
 		return nil, err
 	}
-	// One group at a time: every transaction waits for the one connection.
-	workers, _, err := newWorkers(cfg, g, tools, client, notices, metrics, logger, workerOpts, 1)
+	builtin, err := builtinJobs(cfg, tools, data, logger, reg)
 	if err != nil {
 		return nil, err
 	}
-	if err := client.Open(riverConfig(cfg, workers, workerOpts, logger)); err != nil {
+	// One group at a time: every transaction waits for the one connection.
+	workers, _, err := newWorkers(cfg, g, tools, client, notices, builtin, metrics, logger, workerOpts, 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Open(riverConfig(cfg, workers, builtin, workerOpts, logger)); err != nil {
 		return nil, err
 	}
 

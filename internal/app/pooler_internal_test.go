@@ -41,7 +41,7 @@ func TestTransactionPooler(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := poolerConfig(t, tt.env)
-			rc := riverConfig(cfg, river.NewWorkers(), &WorkerOptions{}, nil)
+			rc := riverConfig(cfg, river.NewWorkers(), nil, &WorkerOptions{}, nil)
 			require.Equal(t, tt.pollOnly, rc.PollOnly)
 
 			// The pool connects lazily: nothing listens on port 1.

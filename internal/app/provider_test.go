@@ -215,7 +215,7 @@ func TestStripeWebhookAppliesEachEventOnce(t *testing.T) {
 // the reaper leaves a refund whose answer was lost.
 func (s *edgeStack) forceUnknown(t *testing.T, key string) *core.Claim {
 	t.Helper()
-	s.db.Exec(t, `UPDATE idempotency_claims SET status = 'failed', attempts = 1,
+	s.db.Exec(t, `UPDATE idempotency_claims SET status = 'failed', attempts = 1, lease_expires_at = NULL,
 		error = '{"code":"outcome_unknown","message":"lease expired after 1 attempt(s); reclaim budget 1 spent"}',
 		expires_at = $1 WHERE tenant_id = 'acme' AND idempotency_key = $2`, s.db.Time(time.Now().Add(time.Hour)), key)
 	return s.claim(t, key)

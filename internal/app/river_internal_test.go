@@ -17,12 +17,12 @@ import (
 // Either way it fetches idemgate's queues only.
 func TestRiverConfigShared(t *testing.T) {
 	cfg := config.Defaults()
-	own := riverConfig(cfg, river.NewWorkers(), &WorkerOptions{}, slog.New(slog.DiscardHandler))
+	own := riverConfig(cfg, river.NewWorkers(), nil, &WorkerOptions{}, slog.New(slog.DiscardHandler))
 	require.False(t, own.LeaderElectionDisabled)
 	require.Len(t, own.PeriodicJobs, 2, "the reaper and the pruner")
 
 	cfg.River = config.RiverShared
-	shared := riverConfig(cfg, river.NewWorkers(), &WorkerOptions{}, slog.New(slog.DiscardHandler))
+	shared := riverConfig(cfg, river.NewWorkers(), nil, &WorkerOptions{}, slog.New(slog.DiscardHandler))
 	require.True(t, shared.LeaderElectionDisabled)
 	require.Empty(t, shared.PeriodicJobs)
 	for _, c := range []*river.Config{own, shared} {

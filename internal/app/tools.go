@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/internal/api"
@@ -40,6 +42,47 @@ type Builtins struct {
 	// with it, claims awaiting approval insert a notice job and workers
 	// work them.
 	ApprovalMailer func(cfg *config.Config, tp trace.TracerProvider) (jobs.ApprovalMailer, error)
+	// Jobs are the built-ins' own River workers and periodic jobs for the
+	// built-in tools served in tools, on a store, their metrics in reg
+	// (nil, nil for none).
+	Jobs func(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*BuiltinJobs, error)
+}
+
+// BuiltinJobs are River workers and periodic jobs of the built-ins (the
+// periodic list of Stripe's refunds), run by idemgate's worker.
+type BuiltinJobs struct {
+	// Add registers the workers.
+	Add func(workers *river.Workers) error
+	// Periodic are the periodic jobs River's leader enqueues.
+	Periodic []*river.PeriodicJob
+	// Pass runs the periodic jobs' work once, every Interval, in a worker
+	// that never leads (IDEMGATE_RIVER=shared); nil for none.
+	Pass     func(ctx context.Context) error
+	Interval time.Duration
+}
+
+// TeamPeriodicJobs are PeriodicJobs plus the built-ins' for the tools
+// in tools on data, for a River client of one's own (jobs.Configure).
+func TeamPeriodicJobs(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger *slog.Logger) ([]*river.PeriodicJob, error) {
+	periodic := PeriodicJobs(cfg)
+	b, err := builtinJobs(cfg, tools, data, logger, nil)
+	if err != nil {
+		return nil, err
+	}
+	if b != nil {
+		periodic = append(periodic, b.Periodic...)
+	}
+	return periodic, nil
+}
+
+// builtinJobs are the built-ins' jobs for the tools a worker serves, on
+// data, or nil when they are not linked or have none.
+func builtinJobs(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*BuiltinJobs, error) {
+	b, err := LinkedBuiltins()
+	if err != nil || b.Jobs == nil {
+		return nil, nil
+	}
+	return b.Jobs(cfg, tools, data, logger, reg)
 }
 
 var (

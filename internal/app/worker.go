@@ -46,8 +46,12 @@ type Worker struct {
 	reap           func(context.Context) error
 	// prune is the pruner's pass when IDEMGATE_RIVER is shared: the worker
 	// never leads, so it runs it itself every jobs.DefaultPruneInterval.
-	prune  func(context.Context) error
-	logger *slog.Logger
+	prune func(context.Context) error
+	// builtinPass is the built-ins' periodic work (the list of Stripe's
+	// refunds) when IDEMGATE_RIVER is shared, every builtinInterval.
+	builtinPass     func(context.Context) error
+	builtinInterval time.Duration
+	logger          *slog.Logger
 }
 
 // WorkerOptions are what tests may change; nil fields take defaults.
@@ -93,7 +97,7 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if err := p.addWorkers(workers); err != nil {
 		return nil, err
 	}
-	if err := p.client.Open(riverConfig(cfg, workers, opts, p.logger)); err != nil {
+	if err := p.client.Open(riverConfig(cfg, workers, p.builtin, opts, p.logger)); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
@@ -104,6 +108,9 @@ func NewWorker(cfg *config.Config, drv engine.Driver, logger *slog.Logger, opts 
 	if cfg.River == config.RiverShared {
 		pruner := &jobs.PrunerWorker{Gate: p.gate, Logger: p.logger}
 		w.prune = func(ctx context.Context) error { return pruner.Work(ctx, nil) }
+		if p.builtin != nil && p.builtin.Pass != nil {
+			w.builtinPass, w.builtinInterval = p.builtin.Pass, p.builtin.Interval
+		}
 	}
 	return w, nil
 }
@@ -118,6 +125,7 @@ type workerParts struct {
 	gate    *core.Gate
 	runner  *jobs.Runner
 	notices *jobs.ApprovalNoticeWorker
+	builtin *BuiltinJobs
 	reg     *prometheus.Registry
 	logger  *slog.Logger
 }
@@ -154,26 +162,30 @@ func newWorkerParts(cfg *config.Config, drv engine.Driver, logger *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	return &workerParts{cfg: cfg, client: client, gate: g, runner: runner, notices: notices, reg: reg, logger: logger}, nil
+	builtin, err := builtinJobs(cfg, tools, data, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &workerParts{cfg: cfg, client: client, gate: g, runner: runner, notices: notices, builtin: builtin, reg: reg, logger: logger}, nil
 }
 
 // addWorkers registers the parts' workers in workers (addWorkers).
 func (p *workerParts) addWorkers(workers *river.Workers) error {
-	return addWorkers(workers, p.cfg, p.gate, p.client, p.runner, p.notices, p.logger)
+	return addWorkers(workers, p.cfg, p.gate, p.client, p.runner, p.notices, p.builtin, p.logger)
 }
 
 // newWorkers builds the claim jobs' runner over the registry's mutations
 // (newRunner) and River's workers for them, the reaper, the pruner and
 // the approval notices when notices is set (addWorkers).
 func newWorkers(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, client jobs.Client,
-	notices *jobs.ApprovalNoticeWorker, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions, groupsAtOnce int,
+	notices *jobs.ApprovalNoticeWorker, builtin *BuiltinJobs, metrics *jobs.Metrics, logger *slog.Logger, opts *WorkerOptions, groupsAtOnce int,
 ) (*river.Workers, *jobs.Runner, error) {
 	runner, err := newRunner(cfg, g, reg, metrics, logger, opts, groupsAtOnce)
 	if err != nil {
 		return nil, nil, err
 	}
 	workers := river.NewWorkers()
-	if err := addWorkers(workers, cfg, g, client, runner, notices, logger); err != nil {
+	if err := addWorkers(workers, cfg, g, client, runner, notices, builtin, logger); err != nil {
 		return nil, nil, err
 	}
 	return workers, runner, nil
@@ -202,7 +214,7 @@ func newRunner(cfg *config.Config, g *core.Gate, reg *toolspec.Registry, metrics
 // approval notices when notices is set; client inserts notices exactly
 // then. A kind workers already has is an error.
 func addWorkers(workers *river.Workers, cfg *config.Config, g *core.Gate, client jobs.Client, runner *jobs.Runner,
-	notices *jobs.ApprovalNoticeWorker, logger *slog.Logger,
+	notices *jobs.ApprovalNoticeWorker, builtin *BuiltinJobs, logger *slog.Logger,
 ) error {
 	if err := client.AddWorkers(workers, runner); err != nil {
 		return err
@@ -219,6 +231,11 @@ func addWorkers(workers *river.Workers, cfg *config.Config, g *core.Gate, client
 		}
 	}
 	client.SetApprovalNotices(notices != nil)
+	if builtin != nil && builtin.Add != nil {
+		if err := builtin.Add(workers); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -246,7 +263,7 @@ func workerTools(cfg *config.Config, data toolData, opts *WorkerOptions) (*tools
 // reaper and pruner, a job timeout below the lease, River's rescuer as a
 // backstop after the reaper, and a fetch cooldown far below River's 100ms
 // default (which caps a queue at MaxWorkers x 10 jobs per second).
-func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions, logger *slog.Logger) *river.Config {
+func riverConfig(cfg *config.Config, workers *river.Workers, builtin *BuiltinJobs, opts *WorkerOptions, logger *slog.Logger) *river.Config {
 	maxWorkers := opts.MaxWorkers
 	if maxWorkers == 0 {
 		maxWorkers = DefaultMaxWorkers
@@ -264,6 +281,9 @@ func riverConfig(cfg *config.Config, workers *river.Workers, opts *WorkerOptions
 	var periodic []*river.PeriodicJob
 	if !shared {
 		periodic = PeriodicJobs(cfg)
+		if builtin != nil {
+			periodic = append(periodic, builtin.Periodic...)
+		}
 	}
 	return &river.Config{
 		Queues:                 queues,
@@ -298,6 +318,9 @@ func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
 	go jobs.KeepReaping(reapCtx, w.reap, w.reaperInterval, w.logger)
 	if w.prune != nil {
 		go jobs.KeepReaping(reapCtx, w.prune, jobs.DefaultPruneInterval, w.logger)
+	}
+	if w.builtinPass != nil {
+		go jobs.KeepReaping(reapCtx, w.builtinPass, w.builtinInterval, w.logger)
 	}
 	return runRiver(ctx, w.Client, stopTimeout)
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/idemgate/idemgate/internal/toolspec"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -240,4 +242,37 @@ var parts = &app.Builtins{
 	Routes:       Routes,
 
 	ApprovalMailer: ApprovalMailer,
+	Jobs:           Jobs,
+}
+
+// Jobs are the built-ins' River jobs for a worker of the tools in tools,
+// on data: when it serves refund_order with STRIPE_API_KEY, the periodic
+// list of Stripe's refunds (stripehook.Poller, every
+// stripehook.DefaultPollInterval on the maintenance queue), which feeds
+// each refund through the webhook's ingest to catch missed webhooks; its
+// metrics in reg. None otherwise.
+func Jobs(cfg *config.Config, tools *toolspec.Registry, data core.Store, logger *slog.Logger, reg prometheus.Registerer) (*app.BuiltinJobs, error) {
+	if _, ok := tools.Get("refund_order"); !ok || cfg.StripeAPIKey == "" {
+		return nil, nil
+	}
+	ingest := stripehook.NewIngester(data, logger)
+	if err := ingest.Register(reg); err != nil {
+		return nil, err
+	}
+	poller, err := stripehook.NewPoller(&stripehook.PollConfig{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase,
+		Ingest: ingest, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	return &app.BuiltinJobs{
+		Add: func(workers *river.Workers) error {
+			return river.AddWorkerSafely(workers, &stripehook.PollWorker{Poller: poller})
+		},
+		Periodic: []*river.PeriodicJob{stripehook.PeriodicJob(stripehook.DefaultPollInterval)},
+		Pass: func(ctx context.Context) error {
+			_, err := poller.Pass(ctx)
+			return err
+		},
+		Interval: stripehook.DefaultPollInterval,
+	}, nil
 }

@@ -76,6 +76,9 @@ type Sources struct {
 	DatabaseURL string
 	StripeURL   string
 	MailpitURL  string
+	// Webhooks: the test Stripe sent its signed webhooks to the api; the
+	// provider's side is counted too.
+	Webhooks bool
 }
 
 // Report is the verdict: the table's rows, the violations that fail the
@@ -585,6 +588,14 @@ func Check(ctx context.Context, src Sources, info *RunInfo, results []*Result) (
 		{"wall time", info.Elapsed.Round(time.Second).String()},
 	}
 
+	if src.Webhooks {
+		row, err := checkProvider(ctx, conn, stats, violate)
+		if err != nil {
+			return nil, err
+		}
+		rep.Rows = append(rep.Rows[:len(rep.Rows)-1:len(rep.Rows)-1], row, rep.Rows[len(rep.Rows)-1])
+	}
+
 	// Audit trails of the operations that need a look.
 	var flagged []*Result
 	for r := range bad {
@@ -771,4 +782,65 @@ func fmtCounts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// checkProvider counts the provider's side against the test Stripe's
+// webhooks: every event the api acknowledged is recorded once (the event
+// id is provider_events' key), no refund idemgate made is drift (every
+// refund of the run is idemgate's). It returns the report's row.
+func checkProvider(ctx context.Context, conn *pgx.Conn, stats *stripetest.Stats, violate func(*Result, string, ...any)) ([2]string, error) {
+	wh := stats.Webhooks
+	var recorded, fromPoll int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE source = 'webhook'), count(*) FILTER (WHERE source = 'poll') FROM provider_events`).
+		Scan(&recorded, &fromPoll); err != nil {
+		return [2]string{}, err
+	}
+	ids := make([]string, 0, len(wh.DeliveredByID))
+	for id := range wh.DeliveredByID {
+		ids = append(ids, id)
+	}
+	var acked int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM provider_events WHERE event_id = ANY($1)`, ids).Scan(&acked); err != nil {
+		return [2]string{}, err
+	}
+	if acked != len(ids) {
+		violate(nil, "provider's side: %d webhook events acknowledged to the test Stripe, %d of them recorded", len(ids), acked)
+	}
+	if recorded > wh.Emitted {
+		violate(nil, "provider's side: %d webhook events recorded, the test Stripe emitted %d", recorded, wh.Emitted)
+	}
+	drift := map[string]int{}
+	rows, err := conn.Query(ctx, `SELECT kind || ' ' || refund_id || ' (operation ' || operation_id || '): ' || detail FROM refund_drift ORDER BY id`)
+	if err != nil {
+		return [2]string{}, err
+	}
+	var drifts []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			rows.Close()
+			return [2]string{}, err
+		}
+		drifts = append(drifts, d)
+		drift[strings.SplitN(d, " ", 2)[0]]++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return [2]string{}, err
+	}
+	for _, d := range drifts {
+		violate(nil, "false drift: every refund of the run is idemgate's: %s", d)
+	}
+	var refunds, settled int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM provider_refunds`).Scan(&refunds); err != nil {
+		return [2]string{}, err
+	}
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE reason LIKE 'settled_by_provider:%'`).Scan(&settled); err != nil {
+		return [2]string{}, err
+	}
+	return [2]string{"Stripe webhooks (signed; duplicated, reordered, dropped)", fmt.Sprintf(
+		"%d events emitted: %d deliveries acknowledged (%d distinct), %d duplicated, %d reordered, %d dropped, %d failed attempts, %d given up; "+
+			"%d events recorded once each (+%d from the list of refunds), %d refunds recorded, %d operations settled by Stripe's report, drift %d (must be 0)",
+		wh.Emitted, wh.Delivered, len(wh.DeliveredByID), wh.Duplicated, wh.Reordered, len(wh.DroppedIDs), wh.FailedAttempts, len(wh.GaveUpIDs),
+		recorded, fromPoll, refunds, settled, len(drifts))}, nil
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/internal/stripetest"
 )
 
 // Targeted kills: random SIGKILLs rarely land while a worker is between a
@@ -63,8 +66,37 @@ func (s *StripeControl) Release(ctx context.Context) error {
 
 var errHeldTimeout = errors.New("no held refund yet")
 
+// EnableWebhooks makes the test Stripe send its signed webhooks as c says
+// (POST /_webhooks).
+func (s *StripeControl) EnableWebhooks(ctx context.Context, c *stripetest.WebhookConfig) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = s.send(ctx, http.MethodPost, "/_webhooks", b)
+	return err
+}
+
+// FlushWebhooks waits until the test Stripe has delivered (or given up)
+// every webhook queued so far (POST /_webhooks/flush).
+func (s *StripeControl) FlushWebhooks(ctx context.Context) error {
+	_, err := s.call(ctx, http.MethodPost, "/_webhooks/flush?timeout=2m")
+	if errors.Is(err, errHeldTimeout) {
+		return errors.New("test Stripe: webhooks still pending after 2m")
+	}
+	return err
+}
+
 func (s *StripeControl) call(ctx context.Context, method, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(s.Base, "/")+path, nil)
+	return s.send(ctx, method, path, nil)
+}
+
+func (s *StripeControl) send(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(s.Base, "/")+path, rd)
 	if err != nil {
 		return nil, err
 	}

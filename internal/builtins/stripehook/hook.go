@@ -1,7 +1,9 @@
 // Package stripehook is the provider's side of the built-in refund_order:
 // Stripe's signed webhooks at POST /v1/webhooks/stripe (a route the
-// built-ins contribute to the api, outside tenant authentication), and
-// their ingest. Each event
+// built-ins contribute to the api, outside tenant authentication), the
+// periodic list of Stripe's refunds (Poller, a River job of the worker's),
+// the ingest both feed, and the reconciliation operators read
+// (ListDrift, ReconcileOrder). Each event
 // is applied once, by its id; a refund's later status is never overwritten
 // by an earlier event; an operation whose outcome was unknown is settled
 // by what Stripe reports (core.Settle), without calling Stripe again; and

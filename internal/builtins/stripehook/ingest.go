@@ -153,7 +153,8 @@ func moved(status string) bool {
 	return false
 }
 
-// Ingester applies Stripe's events to the database, once each.
+// Ingester applies Stripe's events to the database, once each. The
+// webhook route and the periodic list share it.
 type Ingester struct {
 	store  core.Store
 	logger *slog.Logger
@@ -169,7 +170,7 @@ type Ingester struct {
 func NewIngester(st core.Store, logger *slog.Logger) *Ingester {
 	return &Ingester{store: st, logger: logger,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idemgate_stripe_events_total",
-			Help: "Stripe events received, by source (webhook) and outcome (applied, duplicate, ignored, stale)."},
+			Help: "Stripe events received, by source (webhook, poll) and outcome (applied, duplicate, ignored, stale)."},
 			[]string{"source", "outcome"}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idemgate_refund_drift_total",
 			Help: "Refunds at Stripe that no operation explains, by kind (unexplained, second_for_operation, operation_failed)."},

@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/chaos"
+	"github.com/idemgate/idemgate/internal/stripetest"
 )
 
 func main() {
@@ -125,6 +126,10 @@ func runCmd(args []string) int {
 		reportPath   = fs.String("report", "", "write per-operation results as JSON here")
 		seed         = fs.Int64("seed", 0, "seed of the kill schedule and clients (default: the plan's)")
 		slowAfter    = fs.Duration("slow-after", 10*time.Second, "list operations slower than this in the report's notes")
+		whSecret     = fs.String("webhook-secret", "", "the api's IDEMGATE_STRIPE_WEBHOOK_SECRETS: the test Stripe sends signed webhooks to api-0 with it (empty: none)")
+		whDup        = fs.Float64("webhook-duplicate-rate", 0.1, "with -webhook-secret: probability that an event is delivered twice")
+		whReorder    = fs.Float64("webhook-reorder-rate", 0.1, "with -webhook-secret: probability that an event is held back and delivered after the next")
+		whDrop       = fs.Float64("webhook-drop-rate", 0.05, "with -webhook-secret: probability that an event is never delivered")
 	)
 	_ = fs.Parse(args)
 	if *planPath == "" || *apiBin == "" || *stripeURL == "" || *mailpitURL == "" || *workerBin == "" || *dbURL == "" || *nAPIs < 1 {
@@ -202,6 +207,16 @@ func runCmd(args []string) int {
 	}
 	for i := range apiAddrs {
 		logf("api-%d on http://%s, called through its proxy %s", i, apiAddrs[i], apiURLs[i])
+	}
+	if *whSecret != "" {
+		// To api-0 directly: while it is killed, the test Stripe retries.
+		url := "http://" + apiAddrs[0] + "/v1/webhooks/stripe"
+		if err := stripeCtl.EnableWebhooks(sigCtx, &stripetest.WebhookConfig{URL: url, Secret: *whSecret, RefundEvents: true,
+			DuplicateRate: *whDup, ReorderRate: *whReorder, DropRate: *whDrop, MaxAttempts: 10, Backoff: "500ms"}); err != nil {
+			logf("webhooks: %v", err)
+			return 1
+		}
+		logf("the test Stripe sends signed webhooks to %s (duplicate %v, reorder %v, drop %v)", url, *whDup, *whReorder, *whDrop)
 	}
 	if err := workers.Start(*nWorkers); err != nil {
 		logf("%v", err)
@@ -373,9 +388,17 @@ func runCmd(args []string) int {
 			_ = os.WriteFile(*reportPath, b, 0o644)
 		}
 	}
-	checkCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	checkCtx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rep, err := chaos.Check(checkCtx, chaos.Sources{DatabaseURL: *dbCountURL, StripeURL: *stripeURL, MailpitURL: *mailpitURL}, info, results)
+	if *whSecret != "" {
+		// The api replicas still run: every webhook queued is delivered.
+		if err := stripeCtl.FlushWebhooks(checkCtx); err != nil {
+			logf("webhooks: %v", err)
+			return 1
+		}
+	}
+	rep, err := chaos.Check(checkCtx, chaos.Sources{DatabaseURL: *dbCountURL, StripeURL: *stripeURL, MailpitURL: *mailpitURL,
+		Webhooks: *whSecret != ""}, info, results)
 	if err != nil {
 		logf("counting effects: %v", err)
 		return 1
