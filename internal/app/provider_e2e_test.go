@@ -90,7 +90,9 @@ func TestStripeWebhooksEndToEnd(t *testing.T) {
 		require.Positive(t, st.Reordered, "the seed reorders some events")
 		require.NotEmpty(t, st.DroppedIDs, "the seed drops some events")
 		require.Empty(t, st.GaveUpIDs)
-		require.Equal(t, len(st.DeliveredByID), s.db.Count(t, `SELECT count(*) FROM provider_events`),
+		// The webhook's events only: the periodic list of Stripe's refunds
+		// (its pass at a worker's start) records its own, source poll.
+		require.Equal(t, len(st.DeliveredByID), s.db.Count(t, `SELECT count(*) FROM provider_events WHERE source = 'webhook'`),
 			"each delivered event applied once")
 		require.Zero(t, s.db.Count(t, `SELECT count(*) FROM refund_drift`), "idemgate made every refund")
 
@@ -101,7 +103,7 @@ func TestStripeWebhooksEndToEnd(t *testing.T) {
 		}
 		s.flush(t)
 		st = s.stripe.WebhookStats()
-		require.Equal(t, st.Emitted, s.db.Count(t, `SELECT count(*) FROM provider_events`))
+		require.Equal(t, st.Emitted, s.db.Count(t, `SELECT count(*) FROM provider_events WHERE source = 'webhook'`))
 		require.Len(t, s.stripe.Refunds(), n)
 		s.requireStatusesMatchStripe(t)
 		require.Equal(t, n, s.db.Count(t, `SELECT count(*) FROM provider_refunds WHERE operation_id IS NOT NULL AND tenant_id = 'acme' AND order_id = 'ord_9f2'`))
@@ -263,5 +265,60 @@ func TestStripeRefundsListCatchesMissedWebhooks(t *testing.T) {
 			return s.db.Count(t, `SELECT count(*) FROM river_job WHERE kind LIKE '%stripe_refunds_poll' AND queue = $1 AND state = 'completed'`,
 				jobs.MaintenanceQueue) > 0
 		}, time.Minute, 50*time.Millisecond)
+	})
+}
+
+// TestKnownRefundSettlesAnOutcomeThatBecameUnknown: Stripe's report of a
+// refund arrives while its worker still holds the lease (nothing to
+// settle then); the outcome becomes unknown afterwards (the reaper gives
+// up). The next pass of the periodic list, which reads that refund again
+// (an event id it applied before), settles the operation from the known
+// report, with no second call to Stripe; another pass does nothing more.
+func TestKnownRefundSettlesAnOutcomeThatBecameUnknown(t *testing.T) {
+	t.Parallel()
+	enginetest.Run(t, func(t *testing.T, engine string) {
+		s := setupProvider(t, engine)
+		s.enableWebhooks(t, stripetest.WebhookOptions{RefundEvents: true})
+		applied, release := s.stripe.HoldNext()
+		defer release()
+		s.startWorker()
+		const key = "known-then-unknown-01"
+		called := make(chan error, 1)
+		go func() {
+			_, err := s.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "refund_order", Arguments: refund(key, 800)})
+			called <- err
+		}()
+		var refundID string
+		select {
+		case refundID = <-applied:
+		case <-time.After(time.Minute):
+			t.Fatal("the worker never reached Stripe")
+		}
+		s.flush(t)
+		poller := s.poller(t, 10)
+		_, err := poller.Pass(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 1, s.db.Count(t, `SELECT count(*) FROM provider_refunds WHERE refund_id = $1 AND status = 'succeeded'`, refundID),
+			"Stripe's report is recorded")
+		require.Equal(t, vocab.StatusRunning, s.claim(t, key).Status, "nothing to settle while the worker holds the lease")
+
+		c := s.forceUnknown(t, key)
+		require.Equal(t, vocab.CodeOutcomeUnknown, c.Error.Code)
+		for range 2 {
+			_, err = poller.Pass(context.Background())
+			require.NoError(t, err)
+		}
+		got := s.claim(t, key)
+		require.Equal(t, vocab.StatusSucceeded, got.Status, "settled from the known report")
+		require.Contains(t, string(got.Result), refundID)
+		require.Equal(t, 1, s.db.Count(t, `SELECT count(*) FROM audit_events WHERE idempotency_key = $1
+			AND decision = 'succeeded' AND reason LIKE 'settled_by_provider:%'`, key), "settled once")
+		require.Equal(t, 1, s.db.Count(t, `SELECT count(*) FROM refunds WHERE stripe_refund_id = $1`, refundID))
+		require.Zero(t, s.db.Count(t, `SELECT count(*) FROM refund_drift`))
+
+		s.stripe.DropNext(1)
+		release()
+		require.NoError(t, <-called)
+		require.Equal(t, 1, s.stripe.Stats().RefundCreates, "no second call")
 	})
 }

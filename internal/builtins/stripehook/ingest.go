@@ -259,13 +259,56 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING`, ev.ID, ev.Type, stri
 		return "", err
 	}
 	in.events.WithLabelValues(string(src), string(out)).Inc()
+	in.observe(&fx)
+	return out, nil
+}
+
+// observe counts what a committed ingest did.
+func (in *Ingester) observe(fx *effects) {
 	for _, k := range fx.drift {
 		in.drift.WithLabelValues(k).Inc()
 	}
 	for _, s := range fx.settled {
 		in.settled.WithLabelValues(s).Inc()
 	}
-	return out, nil
+}
+
+// Reconsider does again what follows from a refund whose status is known
+// already (a listed refund whose event was applied before): an operation
+// whose outcome became unknown since (its worker's lease ran out, or the
+// reaper gave up) is settled now, from what Stripe reported. A status
+// other than the known one changes nothing here (Ingest sets statuses);
+// settling and drift records are each done once, so reconsidering again
+// does nothing more.
+func (in *Ingester) Reconsider(ctx context.Context, r *Refund) error {
+	fx := effects{}
+	err := core.WithTx(ctx, in.store, 0, func(ctx context.Context, tx core.Tx) error {
+		fx = effects{}
+		gtx, err := toolspec.WrapTx(tx)
+		if err != nil {
+			return err
+		}
+		var known string
+		err = gtx.QueryRow(ctx, `SELECT status FROM provider_refunds WHERE refund_id = $1`, r.ID).Scan(&known)
+		switch {
+		case errors.Is(err, gate.ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("stripehook: read refund %s: %w", r.ID, err)
+		case known != r.Status:
+			return nil
+		}
+		o, err := ownerOf(ctx, tx, gtx, r)
+		if err != nil {
+			return err
+		}
+		return in.follow(ctx, tx, gtx, &Event{ID: "poll_" + r.ID + "_" + r.Status, Type: "refund.listed"}, r, o, &fx)
+	})
+	if err != nil {
+		return err
+	}
+	in.observe(&fx)
+	return nil
 }
 
 // owner is who a refund belongs to, as far as idemgate knows.
@@ -381,7 +424,19 @@ WHERE refund_id = $1 AND (status_at < $4 OR (status_at = $4 AND status_rank < $3
 			return false, fmt.Errorf("stripehook: update refund %s: %w", r.ID, err)
 		}
 		if n == 0 {
-			return false, nil
+			// Not later than what is known. When it says what is known
+			// (a redelivery, the periodic list), what follows from it is
+			// done again: an operation whose outcome became unknown since
+			// (its lease ran out, or the reaper gave up) is settled now;
+			// settling and drift records are each done once.
+			var known string
+			if err := gtx.QueryRow(ctx, `SELECT status FROM provider_refunds WHERE refund_id = $1`, r.ID).Scan(&known); err != nil {
+				return false, fmt.Errorf("stripehook: read refund %s: %w", r.ID, err)
+			}
+			if known != r.Status {
+				return false, nil
+			}
+			return false, in.follow(ctx, tx, gtx, ev, r, o, fx)
 		}
 	}
 	if _, err := gtx.Exec(ctx, `UPDATE refunds SET status = $2 WHERE stripe_refund_id = $1`, r.ID, r.Status); err != nil {

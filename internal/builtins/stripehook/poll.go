@@ -159,8 +159,15 @@ func (p *Poller) Pass(ctx context.Context) (*PollResult, error) {
 				return err
 			}
 			res.Read++
-			if out == OutcomeApplied {
+			switch out {
+			case OutcomeApplied:
 				res.Applied++
+			case OutcomeDuplicate, OutcomeStale:
+				// Known already: its operation may have become
+				// unknown since, and is settled now.
+				if err := p.cfg.Ingest.Reconsider(ctx, r); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
