@@ -118,7 +118,7 @@ func TestStripeWebhooksEndToEnd(t *testing.T) {
 		s.flush(t)
 		require.Equal(t, "failed", s.refundStatus(t, first.ID))
 		s.requireStatusesMatchStripe(t)
-		require.Equal(t, s.stripe.WebhookStats().Emitted, s.db.Count(t, `SELECT count(*) FROM provider_events`))
+		require.Equal(t, s.stripe.WebhookStats().Emitted, s.db.Count(t, `SELECT count(*) FROM provider_events WHERE source = 'webhook'`))
 		require.Zero(t, s.db.Count(t, `SELECT count(*) FROM refund_drift`), "no false drift")
 
 		// Both sides agree: n refunds of ord_9f2 by n operations under n keys.
