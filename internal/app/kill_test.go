@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/app"
@@ -37,6 +39,65 @@ func startWorkerProcess(t *testing.T, env []string, logPath string) *exec.Cmd {
 	return cmd
 }
 
+// killStack is what the kill tests share: the test Stripe (charge ch_123),
+// Mailpit, a fresh Postgres database seeded with seedFile, the api in
+// process on it (no worker: the tests run worker processes), an MCP
+// session of acme's, and the environment of a worker process on the same.
+type killStack struct {
+	stripe  *stripetest.Server
+	cfg     *config.Config
+	pool    *pgxpool.Pool
+	api     *app.API
+	url     string
+	session *mcp.ClientSession
+	env     []string
+}
+
+// startKillStack starts a killStack whose lease is lease and whose
+// reaper runs every reaperInterval; edit, when set, changes the api's
+// configuration before it starts.
+func startKillStack(t *testing.T, lease, reaperInterval time.Duration, edit func(*config.Config)) *killStack {
+	t.Helper()
+	ctx := context.Background()
+	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
+	stripeSrv.AddCharge("ch_123", 5000, "usd")
+	smtpAddr, _ := mailpit.Start(t)
+	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 20})
+	_, err := pgengine.New(pool).Seed(ctx, seedFile())
+	require.NoError(t, err)
+
+	cfg := config.Defaults()
+	cfg.DatabaseURL = dbURL
+	cfg.Wait = 0
+	cfg.StripeAPIKey = "sk_test_idemgate"
+	cfg.StripeAPIBase = stripeHTTP.URL
+	cfg.SMTPAddr = smtpAddr
+	cfg.Secret = "3f9a1c7e5b2d8046e1f7a9c3b5d2e8f041a6c9e3b7d5f2a8c0e4b6d9f1a3c5e7" // a real secret: the worker process validates it
+	cfg.InflightTimeout = lease
+	cfg.ReaperInterval = reaperInterval
+	if edit != nil {
+		edit(cfg)
+	}
+	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil)
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	go a.Run(runCtx)
+	t.Cleanup(cancel)
+	url := startHTTP(t, a)
+	return &killStack{stripe: stripeSrv, cfg: cfg, pool: pool, api: a, url: url, session: connect(t, url, tokenAcme),
+		env: []string{
+			"DATABASE_URL=" + dbURL,
+			"STRIPE_API_KEY=sk_test_idemgate",
+			"STRIPE_API_BASE=" + stripeHTTP.URL,
+			"SMTP_ADDR=" + smtpAddr,
+			"IDEMGATE_SECRET=" + cfg.Secret,
+			"IDEMGATE_INFLIGHT_TIMEOUT=" + lease.String(),
+			"IDEMGATE_REAPER_INTERVAL=" + reaperInterval.String(),
+			"IDEMGATE_LOG_LEVEL=debug",
+			"IDEMGATE_WORKER_ADDR=127.0.0.1:0",
+		}}
+}
+
 // TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval kills the
 // only worker process (River's leader) with SIGKILL at the moment the test
 // Stripe has applied the refund and holds its response, and checks that the
@@ -49,48 +110,14 @@ func TestWorkerKilledMidRefundResumesWithinLeaseAndReaperInterval(t *testing.T) 
 		lease          = 5 * time.Second
 		reaperInterval = time.Second
 	)
-	ctx := context.Background()
-	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
-	stripeSrv.AddCharge("ch_123", 5000, "usd")
-	smtpAddr, _ := mailpit.Start(t)
-	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 20})
-	_, err := pgengine.New(pool).Seed(ctx, seedFile())
-	require.NoError(t, err)
-
-	cfg := config.Defaults()
-	cfg.DuplicateWindow = 0 // calls with the same arguments under fresh keys on purpose; the guard has remint_test.go
-	cfg.DatabaseURL = dbURL
-	cfg.Wait = 0
-	cfg.StripeAPIKey = "sk_test_idemgate"
-	cfg.StripeAPIBase = stripeHTTP.URL
-	cfg.SMTPAddr = smtpAddr
-	cfg.Secret = "3f9a1c7e5b2d8046e1f7a9c3b5d2e8f041a6c9e3b7d5f2a8c0e4b6d9f1a3c5e7" // a real secret: the worker process validates it
-	cfg.InflightTimeout = lease
-	cfg.ReaperInterval = reaperInterval
-
-	// The api in process; the only worker is the victim, so it is also
-	// River's leader: its successor cannot be elected before River's
-	// leadership TTL, and must reap anyway (jobs.KeepReaping).
-	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil)
-	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	go a.Run(runCtx)
-	t.Cleanup(cancel)
-	b := &testBundle{pool: pool, api: a}
-	srvURL := startHTTP(t, a)
-	session := connect(t, srvURL, tokenAcme)
-
-	env := []string{
-		"DATABASE_URL=" + dbURL,
-		"STRIPE_API_KEY=sk_test_idemgate",
-		"STRIPE_API_BASE=" + stripeHTTP.URL,
-		"SMTP_ADDR=" + smtpAddr,
-		"IDEMGATE_SECRET=" + cfg.Secret,
-		"IDEMGATE_INFLIGHT_TIMEOUT=" + lease.String(),
-		"IDEMGATE_REAPER_INTERVAL=" + reaperInterval.String(),
-		"IDEMGATE_LOG_LEVEL=debug",
-		"IDEMGATE_WORKER_ADDR=127.0.0.1:0",
-	}
+	ks := startKillStack(t, lease, reaperInterval, func(cfg *config.Config) {
+		cfg.DuplicateWindow = 0 // calls with the same arguments under fresh keys on purpose; the guard has remint_test.go
+	})
+	stripeSrv, cfg, session, env := ks.stripe, ks.cfg, ks.session, ks.env
+	b := &testBundle{pool: ks.pool, api: ks.api}
+	// The only worker is the victim, so it is also River's leader: its
+	// successor cannot be elected before River's leadership TTL, and must
+	// reap anyway (jobs.KeepReaping).
 	logPath := filepath.Join(t.TempDir(), "workers.log")
 	victim := startWorkerProcess(t, env, logPath)
 

@@ -10,13 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/internal/app"
 	"github.com/idemgate/idemgate/internal/builtins/stripehook"
 	"github.com/idemgate/idemgate/internal/config"
 	"github.com/idemgate/idemgate/internal/core"
-	"github.com/idemgate/idemgate/internal/engine/pgengine"
-	"github.com/idemgate/idemgate/internal/mailpit"
-	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/stripetest"
 	"github.com/idemgate/idemgate/internal/vocab"
 	"github.com/idemgate/idemgate/internal/vocab/refunds"
@@ -34,45 +30,12 @@ func TestKilledWorkersRefundSettledByWebhookAlone(t *testing.T) {
 	t.Parallel()
 	const lease = 3 * time.Second
 	ctx := context.Background()
-	stripeSrv, stripeHTTP := stripetest.Start(t, nil)
-	stripeSrv.AddCharge("ch_123", 5000, "usd")
-	smtpAddr, _ := mailpit.Start(t)
-	dbURL, pool := pgtest.NewDBWithOptions(t, &pgtest.Options{MaxConns: 20})
-	_, err := pgengine.New(pool).Seed(ctx, seedFile())
-	require.NoError(t, err)
-
-	cfg := config.Defaults()
-	cfg.DatabaseURL = dbURL
-	cfg.Wait = 0
-	cfg.StripeAPIKey = "sk_test_idemgate"
-	cfg.StripeAPIBase = stripeHTTP.URL
-	cfg.SMTPAddr = smtpAddr
-	cfg.Secret = "3f9a1c7e5b2d8046e1f7a9c3b5d2e8f041a6c9e3b7d5f2a8c0e4b6d9f1a3c5e7" // a real secret: the worker process validates it
-	cfg.InflightTimeout = lease
-	cfg.ReaperInterval = time.Second
-	cfg.StripeWebhookSecrets = whsecNew
-	a, err := app.NewAPI(cfg, pgengine.NewDriver(pool, cfg.Pooled()), nil)
-	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	go a.Run(runCtx)
-	t.Cleanup(cancel)
-	srvURL := startHTTP(t, a)
-	session := connect(t, srvURL, tokenAcme)
+	ks := startKillStack(t, lease, time.Second, func(cfg *config.Config) { cfg.StripeWebhookSecrets = whsecNew })
+	stripeSrv, pool, session, env, a := ks.stripe, ks.pool, ks.session, ks.env, ks.api
 	// Every event is dropped at first, as when the endpoint is unreachable.
-	require.NoError(t, stripeSrv.EnableWebhooks(stripetest.WebhookOptions{URL: srvURL + stripehook.Path, Secret: whsecNew,
+	require.NoError(t, stripeSrv.EnableWebhooks(stripetest.WebhookOptions{URL: ks.url + stripehook.Path, Secret: whsecNew,
 		RefundEvents: true, DropRate: 1, Backoff: -1}))
 
-	env := []string{
-		"DATABASE_URL=" + dbURL,
-		"STRIPE_API_KEY=sk_test_idemgate",
-		"STRIPE_API_BASE=" + stripeHTTP.URL,
-		"SMTP_ADDR=" + smtpAddr,
-		"IDEMGATE_SECRET=" + cfg.Secret,
-		"IDEMGATE_INFLIGHT_TIMEOUT=" + lease.String(),
-		"IDEMGATE_REAPER_INTERVAL=1s",
-		"IDEMGATE_LOG_LEVEL=debug",
-		"IDEMGATE_WORKER_ADDR=127.0.0.1:0",
-	}
 	logPath := filepath.Join(t.TempDir(), "worker.log")
 	victim := startWorkerProcess(t, env, logPath)
 	applied, release := stripeSrv.HoldNext()
