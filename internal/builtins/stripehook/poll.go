@@ -162,8 +162,9 @@ func (p *Poller) Pass(ctx context.Context) (*PollResult, error) {
 			switch out {
 			case OutcomeApplied:
 				res.Applied++
-			case OutcomeDuplicate, OutcomeStale:
-				// Known already: its operation may have become
+			case OutcomeDuplicate:
+				// Read before (a stale one with the known status was
+				// followed up by Ingest): its operation may have become
 				// unknown since, and is settled now.
 				if err := p.cfg.Ingest.Reconsider(ctx, r); err != nil {
 					return err
