@@ -187,13 +187,9 @@ func (s *Server) mrtrConfirm(c *call, m *mrtrCall) (raw json.RawMessage, answere
 	if err != nil {
 		return nil, false, stateError(err)
 	}
-	args, err := core.DecodeArgs(c.raw)
-	if err != nil {
+	args, in := s.intentOf(c)
+	if in == nil {
 		return c.raw, false, nil // the gate refuses the arguments with its code
-	}
-	in, err := s.gate.NewIntent(c.tool.Name, args)
-	if err != nil {
-		return c.raw, false, nil
 	}
 	switch {
 	case st.Tenant != c.actor.TenantID || st.User != c.actor.UserID:
@@ -227,12 +223,8 @@ func accepted(raw json.RawMessage) bool {
 // input_required, when the client declared the elicitation mode it needs;
 // nil keeps the answer as it is.
 func (s *Server) mrtrAnswer(c *call, m *mrtrCall, ans *Answer, cerr *callError) *mcp.CallToolResult {
-	args, err := core.DecodeArgs(c.raw)
-	if err != nil {
-		return nil
-	}
-	in, err := s.gate.NewIntent(c.tool.Name, args)
-	if err != nil {
+	_, in := s.intentOf(c)
+	if in == nil {
 		return nil
 	}
 	st := &requestState{Version: 1, Tenant: c.actor.TenantID, User: c.actor.UserID, Tool: c.tool.Name,
@@ -271,6 +263,20 @@ func (s *Server) mrtrAnswer(c *call, m *mrtrCall, ans *Answer, cerr *callError) 
 		}
 	}
 	return nil
+}
+
+// intentOf decodes c's arguments and their intent (key and fingerprint),
+// or nil for arguments the gate refuses (it answers them with its code).
+func (s *Server) intentOf(c *call) (map[string]any, *core.Intent) {
+	args, err := core.DecodeArgs(c.raw)
+	if err != nil {
+		return nil, nil
+	}
+	in, err := s.gate.NewIntent(c.tool.Name, args)
+	if err != nil {
+		return nil, nil
+	}
+	return args, in
 }
 
 // mrtrFrom returns the 2026-07-28 call's MRTR context, or nil.
